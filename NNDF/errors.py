@@ -1,0 +1,45 @@
+"""Typed errors. Anything derived from `HarnessError` is reported by the CLI as one line, exit code 2.
+
+Messages say what was wrong and, where there is a choice, list the valid choices. `assert` is reserved for
+internal invariants; user-facing problems raise one of these.
+"""
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """A problem the user can fix: bad input, missing dependency, unreachable hub, ..."""
+
+    exit_code = 2
+
+
+class UsageError(HarnessError):
+    """A flag value or combination that cannot work."""
+
+
+class UnknownChoice(UsageError):
+    def __init__(self, what: str, value: object, choices):
+        choices = ", ".join(str(c) for c in choices)
+        super().__init__(f"unknown {what} {value!r}; valid choices: {choices}")
+
+
+class ModelLoadError(HarnessError):
+    """A model, config or tokenizer could not be loaded (missing folder, wrong architecture, no hub)."""
+
+
+class BackendUnavailable(HarnessError):
+    """A backend's library or device is missing on this machine."""
+
+
+class ArtifactError(HarnessError):
+    """An ONNX file or engine given by the user is unreadable or does not fit the model."""
+
+
+class DatasetError(HarnessError):
+    """A dataset file or name that cannot be read."""
+
+
+def choose(what: str, value, choices):
+    """Return `value` if it is one of `choices`, else raise `UnknownChoice` listing them."""
+    if value not in choices:
+        raise UnknownChoice(what, value, choices)
+    return value

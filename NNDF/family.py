@@ -1,0 +1,63 @@
+"""What a model family declares about itself: variants, accepted architectures, its offline default.
+
+A family package (GPT2/, OPT/, BLOOM/, ...) builds one `Family` in its `config.py`. Shared code reads these
+fields and never tests a family's name. `kind` selects the shared implementation (decoder-only now;
+encoder-decoder and vision-to-text families add their own kinds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class RandomWeights:
+    """An offline variant built from a config with seeded random weights (no network, no download).
+
+    `make_config(vocab_size, special_ids)` returns the HF config; weights of rank >= 2 are redrawn from
+    N(0, std) with a fixed seed so greedy decoding produces varied tokens (HF's default init of std 0.02
+    makes a random model repeat one token, which hides bugs in parity tests).
+    """
+
+    make_config: Callable[..., object]
+    seed: int = 0
+    std: float = 0.2
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model of a family: a HuggingFace id, or an offline variant that needs no network."""
+
+    name: str
+    params: str = ""  # human-readable size, e.g. "124M"
+    local_dir: Path | None = None  # committed HF folder (offline)
+    random: RandomWeights | None = None  # built on first use (offline)
+
+    @property
+    def offline(self) -> bool:
+        return self.local_dir is not None or self.random is not None
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # folder name and CLI spelling, e.g. "GPT2"
+    kind: str  # "decoder": decoder-only causal LM
+    description: str
+    model_types: tuple[str, ...]  # HF `config.model_type` values this family runs
+    variants: tuple[Variant, ...]
+    default_variant: str  # an offline variant: the README demo and tests use it
+    checkpoint: Path = field(default=Path())  # the family's checkpoint.toml (golden samples)
+
+    def variant(self, name: str) -> Variant:
+        """The declared variant `name`, or an undeclared HF id (any model of the family's architectures)."""
+        for v in self.variants:
+            if v.name == name:
+                return v
+        return Variant(name=name)
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v.name for v in self.variants]

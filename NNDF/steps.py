@@ -1,0 +1,48 @@
+"""The backend contract: the step functions the shared generation loop runs on.
+
+Every backend (PyTorch, ONNX Runtime, TensorRT) implements `DecoderSteps` for decoder-only models. Tensors
+crossing the contract are torch tensors on `steps.device`, so the loop, beam bookkeeping and sampling are
+written once. The cache is opaque to the loop: it only asks the backend for an empty one and to reorder it.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+Cache = Any  # backend-specific: HF DynamicCache, a tuple of tensors, device buffers, ...
+
+
+class DecoderSteps(Protocol):
+    device: torch.device
+    use_cache: bool
+    name: str  # backend name for reports
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Cache
+    ) -> tuple[torch.Tensor, Cache]:
+        """Run new tokens through the model.
+
+        input_ids [B, S] (the new tokens with a cache; the whole sequence without one), attention_mask
+        [B, P + S] (P = cached length), position_ids [B, S]. Returns logits [B, S, V] and the cache that
+        now also holds these S tokens (None when `use_cache` is off).
+        """
+        ...
+
+    def new_cache(self, batch: int) -> Cache:
+        """An empty cache for `batch` rows (None when `use_cache` is off)."""
+        ...
+
+    def reorder_cache(self, cache: Cache, index: torch.Tensor) -> Cache:
+        """Rows of the cache picked by `index` [B'] (beam search reordering and prompt expansion)."""
+        ...
+
+    def close(self) -> None:
+        """Free the backend's resources."""
+        ...
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: [0 0 1 2] for mask [0 1 1 1] (pad positions are masked anyway)."""
+    pos = attention_mask.long().cumsum(-1) - 1
+    return pos.masked_fill(attention_mask == 0, 0)
