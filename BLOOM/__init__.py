@@ -1,0 +1,1 @@
+"""BLOOM family: BigScience bloom-* and bloomz-* decoder-only causal LMs (ALiBi positions)."""

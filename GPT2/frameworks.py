@@ -1,0 +1,4 @@
+"""GPT2 on PyTorch: the shared frameworks backend, unchanged."""
+from NNDF.backends.frameworks import FrameworksBackend
+
+BACKEND = FrameworksBackend()

@@ -1,0 +1,22 @@
+"""The `frameworks` backend: PyTorch through HF transformers, on the run's device and dtype."""
+from __future__ import annotations
+
+from NNDF.backends.torch_steps import TorchSteps
+from NNDF.context import RunContext
+
+
+class FrameworksBackend:
+    name = "frameworks"
+
+    @staticmethod
+    def availability() -> tuple[bool, str]:
+        import torch
+
+        gpu = f"CUDA: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU only (no CUDA GPU)"
+        return True, f"torch {torch.__version__}, {gpu}"
+
+    def setup(self, run: RunContext) -> TorchSteps:
+        return TorchSteps(run.torch_model(), run.options.use_cache)
+
+    def artifacts(self, run: RunContext) -> list[str]:
+        return []

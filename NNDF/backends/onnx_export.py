@@ -1,0 +1,207 @@
+"""ONNX export of a decoder with LM head and KV cache, validated against PyTorch.
+
+One graph serves both the prompt pass (past length 0) and the one-token steps:
+
+    input_ids [batch, seq], attention_mask [batch, total], position_ids [batch, seq] (if the model takes them),
+    past.{i}.key / past.{i}.value [batch, heads, past, head_dim]
+    -> logits [batch, seq, vocab], present.{i}.key / present.{i}.value [batch, heads, total, head_dim]
+
+Without the cache the graph is input_ids, attention_mask[, position_ids] -> logits. Export uses
+`torch.onnx.export(dynamo=True)` (the TorchScript exporter fails on transformers' mask code). Afterwards the
+symbolic dimensions get readable names, tied weights stored twice are deduplicated, and models over 2 GB keep
+their weights in external data. Validation runs the file on ONNX Runtime for a padded prompt pass and a cached
+step and reports the largest difference from PyTorch; above the tolerance it fails with every mismatch listed.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from NNDF.errors import ArtifactError
+
+EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's hard limit is 2 GiB per file
+
+
+@dataclass(frozen=True)
+class ExportSpec:
+    """Family-declared export facts (the defaults suit GPT-2, OPT and BLOOM)."""
+
+    opset: int = 18
+    atol_fp32: float = 1e-3  # max |ONNX - PyTorch| on logits and cache, fp32
+    atol_fp16: float = 5e-2  # fp16 (relative to the logits' scale, see `validate`)
+
+
+def graph_names(num_layers: int, use_cache: bool, takes_positions: bool) -> tuple[list[str], list[str]]:
+    inputs = ["input_ids", "attention_mask"] + (["position_ids"] if takes_positions else [])
+    outputs = ["logits"]
+    if use_cache:
+        inputs += [f"past.{i}.{kv}" for i in range(num_layers) for kv in ("key", "value")]
+        outputs += [f"present.{i}.{kv}" for i in range(num_layers) for kv in ("key", "value")]
+    return inputs, outputs
+
+
+def takes_position_ids(model: torch.nn.Module) -> bool:
+    return "position_ids" in inspect.signature(model.forward).parameters
+
+
+class _DecoderGraph(torch.nn.Module):
+    """Flat-tensor wrapper: (ids, mask[, positions], *past) -> (logits, *present)."""
+
+    def __init__(self, model: torch.nn.Module, use_cache: bool, takes_positions: bool):
+        super().__init__()
+        self.model, self.use_cache, self.takes_positions = model, use_cache, takes_positions
+        self.num_layers = model.config.num_hidden_layers
+
+    def forward(self, input_ids, attention_mask, *rest):
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=self.use_cache)
+        if self.takes_positions:
+            kwargs["position_ids"], rest = rest[0], rest[1:]
+        if self.use_cache:
+            cache = DynamicCache()
+            for i in range(self.num_layers):
+                cache.update(rest[2 * i], rest[2 * i + 1], i)
+            kwargs["past_key_values"] = cache
+        out = self.model(**kwargs)
+        if not self.use_cache:
+            return out.logits
+        presents = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *presents)
+
+
+def _example(model, batch: int, seq: int, past: int, use_cache: bool, takes_positions: bool):
+    """Example inputs: random ids with row 0 left-padded; with a cache, `past` tokens already run through
+    the model (past > 0: the exporter specialises dimensions of size 0 and 1)."""
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (batch, past + seq), generator=gen).to(device)
+    mask = torch.ones_like(ids)
+    mask[0, : min(2, past + seq - 1)] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    if not use_cache:
+        return (ids, mask, positions)[: 3 if takes_positions else 2]
+    cache = DynamicCache(config=model.config)
+    kwargs = dict(input_ids=ids[:, :past], attention_mask=mask[:, :past], past_key_values=cache, use_cache=True)
+    if takes_positions:
+        kwargs["position_ids"] = positions[:, :past]
+    with torch.inference_mode():
+        model(**kwargs)
+    flat = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+    head = (ids[:, past:], mask, positions[:, past:]) if takes_positions else (ids[:, past:], mask)
+    return (*head, *flat)
+
+
+def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec: ExportSpec) -> Path:
+    """Export `model` to `out_dir/model.onnx` (+ `model.onnx.data` when large); returns the .onnx path."""
+    takes_positions = takes_position_ids(model)
+    inputs, outputs = graph_names(model.config.num_hidden_layers, use_cache, takes_positions)
+    args = _example(model, batch=2, seq=3, past=4 if use_cache else 0, use_cache=use_cache,
+                    takes_positions=takes_positions)
+    auto = torch.export.Dim.AUTO  # let torch.export name and relate the dims (total = past + seq)
+    rest = [{0: auto, 1: auto}] if takes_positions else []  # forward(ids, mask, *rest)
+    rest += [{0: auto, 2: auto}] * (len(args) - 2 - len(rest))
+    dynamic = ({0: auto, 1: auto}, {0: auto, 1: auto}) + ((tuple(rest),) if rest else ())
+    path = out_dir / "model.onnx"
+    large = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
+    with torch.inference_mode(False), torch.no_grad():
+        program = torch.onnx.export(
+            _DecoderGraph(model, use_cache, takes_positions), args, dynamo=True, input_names=inputs,
+            output_names=outputs, dynamic_shapes=dynamic, opset_version=spec.opset, verbose=False,
+        )
+    proto = program.model_proto
+    _name_dimensions(proto, inputs, outputs)
+    _dedupe_initializers(proto)
+    _save(proto, path, large)
+    return path
+
+
+def _name_dimensions(proto, inputs: list[str], outputs: list[str]) -> None:
+    """Give the exporter's symbols (s0, s17, ...) names that say what they are (TensorRT profiles use them)."""
+    names = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "total"], "position_ids": ["batch", "seq"],
+             "logits": ["batch", "seq", None]}
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        wanted = names.get(value.name)
+        if value.name.startswith("past."):
+            wanted = ["batch", None, "past", None]
+        elif value.name.startswith("present."):
+            wanted = ["batch", None, "total", None]
+        for dim, label in zip(dims, wanted or []):
+            if label is not None and dim.HasField("dim_param"):
+                dim.dim_param = label
+
+
+def _dedupe_initializers(proto) -> None:
+    """Tied input/output embeddings are exported twice; keep one copy and point every use at it."""
+    by_hash: dict[str, str] = {}
+    rename: dict[str, str] = {}
+    kept = []
+    for init in proto.graph.initializer:
+        key = hashlib.sha256(init.raw_data + bytes(str((init.data_type, tuple(init.dims))), "utf8")).hexdigest()
+        if init.raw_data and key in by_hash:
+            rename[init.name] = by_hash[key]
+        else:
+            by_hash.setdefault(key, init.name)
+            kept.append(init)
+    if not rename:
+        return
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(kept)
+    for node in _all_nodes(proto.graph):
+        for i, name in enumerate(node.input):
+            if name in rename:
+                node.input[i] = rename[name]
+
+
+def _all_nodes(graph):
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.g is not None and attr.g.node:
+                yield from _all_nodes(attr.g)
+
+
+def _save(proto, path: Path, large: bool) -> None:
+    import onnx
+
+    if large:
+        onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + ".data", size_threshold=1024)
+    else:
+        onnx.save_model(proto, str(path))
+
+
+def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: ExportSpec, fp16: bool) -> float:
+    """Run the exported graph (through `steps_factory()`, an `OrtSteps`) and PyTorch on the same padded
+    prompt pass and, with a cache, one cached step (whose logits depend on every cached key and value).
+    Return the max abs difference of logits at real (unpadded) positions, or raise listing every mismatch.
+    fp16 logits are compared relative to their scale (max |logit|)."""
+    from NNDF.backends.torch_steps import TorchSteps
+
+    ref_steps, ort_steps = TorchSteps(model, use_cache), steps_factory()
+    full = _example(model, batch=2, seq=6, past=0, use_cache=False, takes_positions=True)
+    ids, mask, positions = full
+    errors, worst = [], 0.0
+    cases = [("prompt pass", slice(0, 5))] + ([("cached step", slice(5, 6))] if use_cache else [])
+    caches = [ref_steps.new_cache(2), ort_steps.new_cache(2)]
+    for label, cols in cases:
+        sub = (ids[:, cols], mask[:, : cols.stop], positions[:, cols]) if use_cache else \
+              (ids[:, : cols.stop], mask[:, : cols.stop], positions[:, : cols.stop])
+        ref_logits, caches[0] = ref_steps.forward(*sub, caches[0])
+        ort_logits, caches[1] = ort_steps.forward(*sub, caches[1])
+        scale = float(ref_logits.float().abs().max()) if fp16 else 1.0
+        tol = spec.atol_fp16 * scale if fp16 else spec.atol_fp32
+        real = mask[:, cols.stop - ref_logits.shape[1]: cols.stop].bool()  # padded positions are don't-care
+        diff = float((ref_logits.float() - ort_logits.float().to(ref_logits.device)).abs()[real].max())
+        worst = max(worst, diff)
+        if not np.isfinite(diff) or diff > tol:
+            errors.append(f"{label}: logits differ by {diff:.3g} (tolerance {tol:.3g})")
+    ort_steps.close()
+    if errors:
+        raise ArtifactError("ONNX export does not match PyTorch: " + "; ".join(errors))
+    return worst

@@ -1,0 +1,117 @@
+"""`onnxrt` step functions: an exported decoder graph on ONNX Runtime behind the step contract.
+
+The cache is a tuple of torch tensors (present.* of the previous step become past.* of the next). On the CPU,
+torch tensors and numpy arrays share memory, so feeding the session and wrapping its outputs copies nothing.
+On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by pointer for every input and output,
+and ONNX Runtime runs on torch's current stream: tokens, masks and cache never visit the host.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from NNDF.errors import ArtifactError, BackendUnavailable
+
+_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+_TORCH = {np.float32: torch.float32, np.float16: torch.float16, np.int64: torch.int64}
+
+
+def make_session(path: Path, device: torch.device, threads: int = 0):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = threads
+    if device.type == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise BackendUnavailable(
+                "onnxrt on cuda needs onnxruntime-gpu (this onnxruntime has "
+                f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu")
+        stream = torch.cuda.current_stream(device).cuda_stream
+        providers = [("CUDAExecutionProvider", {"device_id": device.index or 0, "user_compute_stream": str(stream)})]
+    else:
+        providers = ["CPUExecutionProvider"]
+    try:
+        return ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable/invalid models
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise ArtifactError(f"ONNX Runtime cannot load {path}: {first}") from None
+
+
+class OrtSteps:
+    name = "onnxrt"
+
+    def __init__(self, path: Path, device: torch.device, use_cache: bool, threads: int = 0):
+        self.device, self.use_cache = device, use_cache
+        self.session = make_session(path, device, threads)
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.output_names = [o.name for o in self.session.get_outputs()]
+        self.output_types = [_NP[o.type] for o in self.session.get_outputs()]
+        self._check_signature(path)
+        self.past_names = [n for n in self.inputs if n.startswith("past.")]
+        self.present_names = [n for n in self.output_names if n.startswith("present.")]
+        self.takes_positions = "position_ids" in self.inputs
+        self.vocab = self.session.get_outputs()[0].shape[-1]
+        self.logits_dtype = _NP[self.session.get_outputs()[0].type]
+
+    def _check_signature(self, path: Path) -> None:
+        has_past = any(n.startswith("past.") for n in self.inputs)
+        missing = {"input_ids", "attention_mask"} - set(self.inputs)
+        if missing or self.output_names[0] != "logits" or has_past != self.use_cache:
+            want = "with" if self.use_cache else "without"
+            raise ArtifactError(
+                f"{path} is not a decoder graph {want} KV cache as this harness exports it "
+                f"(inputs: {', '.join(self.inputs)}; outputs: {', '.join(self.output_names[:3])}...)")
+
+    def new_cache(self, batch: int):
+        if not self.use_cache:
+            return None
+        tensors = []
+        for name in self.past_names:
+            _, heads, _, head_dim = self.inputs[name].shape
+            dtype = _TORCH[_NP[self.inputs[name].type]]
+            tensors.append(torch.zeros(batch, heads, 0, head_dim, dtype=dtype, device=self.device))
+        return tuple(tensors)
+
+    def reorder_cache(self, cache, index):
+        return tuple(t.index_select(0, index) for t in cache)
+
+    def forward(self, input_ids, attention_mask, position_ids, cache):
+        feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.takes_positions:
+            feeds["position_ids"] = position_ids
+        if self.use_cache:
+            feeds.update(zip(self.past_names, cache))
+        run = self._run_bound if self.device.type == "cuda" else self._run_host
+        outputs = run(feeds, input_ids.shape)
+        return outputs[0], (tuple(outputs[1:]) if self.use_cache else None)
+
+    def _run_host(self, feeds, _shape):
+        arrays = {k: v.contiguous().numpy() for k, v in feeds.items()}
+        return [torch.from_numpy(a) for a in self.session.run(self.output_names, arrays)]
+
+    def _run_bound(self, feeds, shape):
+        """IO binding: inputs and outputs are torch device buffers bound by pointer."""
+        batch, seq = shape
+        binding = self.session.io_binding()
+        index = self.device.index or 0
+        for name, tensor in feeds.items():
+            tensor = tensor.contiguous()
+            feeds[name] = tensor  # keep alive until the run ends
+            binding.bind_input(name, "cuda", index, _NP[self.inputs[name].type], tuple(tensor.shape), tensor.data_ptr())
+        total = feeds["attention_mask"].shape[1]
+        outputs = [torch.empty(batch, seq, self.vocab, dtype=_TORCH[self.logits_dtype], device=self.device)]
+        for past in self.past_names:
+            _, heads, _, head_dim = self.inputs[past].shape
+            outputs.append(torch.empty(batch, heads, total, head_dim, dtype=feeds[past].dtype, device=self.device))
+        for name, np_type, tensor in zip(self.output_names, self.output_types, outputs):
+            binding.bind_output(name, "cuda", index, np_type, tuple(tensor.shape), tensor.data_ptr())
+        self.session.run_with_iobinding(binding)
+        return outputs
+
+    def close(self) -> None:
+        self.session = None

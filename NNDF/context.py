@@ -1,0 +1,71 @@
+"""Everything a backend needs to set itself up for one run, resolved once per action.
+
+`RunContext` holds the family, options, resolved model source, device and dtype, the artifact store, and
+loads the tokenizer and the PyTorch weights lazily (an ONNX Runtime run with a current ONNX file never loads
+the weights). Device and precision are checked here: asking for CUDA without a GPU, or fp16 on the CPU, is an
+error, never a silent switch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from NNDF.artifacts import ArtifactStore
+from NNDF.errors import BackendUnavailable, UsageError
+from NNDF.family import Family
+from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
+from NNDF.options import ModelOptions
+
+
+def resolve_device(options: ModelOptions) -> torch.device:
+    name = "cpu" if options.cpu else options.device
+    if name is None:
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailable("--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu")
+    if options.fp16 and name != "cuda":
+        raise UsageError("--fp16 needs --device cuda (fp16 on the CPU is slow or unsupported in these backends)")
+    return torch.device(name)
+
+
+@dataclass
+class RunContext:
+    family: Family
+    options: ModelOptions
+    source: ModelSource
+    device: torch.device
+    store: ArtifactStore
+    _tokenizer: object = field(default=None, repr=False)
+    _model: torch.nn.Module | None = field(default=None, repr=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float16 if self.options.fp16 else torch.float32
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.source)
+        return self._tokenizer
+
+    def torch_model(self) -> torch.nn.Module:
+        """The HF model on the run's device and dtype (loaded once, shared by backends of this run)."""
+        if self._model is None:
+            self._model = load_torch_model(self.source, self.dtype, self.device)
+        return self._model
+
+    def release_torch_model(self) -> None:
+        self._model = None
+
+
+def make_context(family: Family, options: ModelOptions) -> RunContext:
+    device = resolve_device(options)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    variant = options.variant or family.default_variant
+    working_dir = Path(options.working_dir)
+    source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
+    store = ArtifactStore(working_dir, family.name, variant if not options.torch_dir else f"local-{Path(options.torch_dir).name}")
+    return RunContext(family, options, source, device, store)

@@ -1,0 +1,169 @@
+"""Options: frozen dataclasses are the single source of defaults, help text and validation.
+
+Each field carries its flags and help in `metadata`; `add_to_parser` builds the argparse group from them and
+`from_namespace` builds the dataclass back, so a flag is declared exactly once. `__post_init__` validates
+values (impossible sizes, contradicting flags) and raises `UsageError` with the valid range.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, field, fields
+
+from NNDF.errors import UsageError
+
+
+def flag(default, *names: str, help: str, **argparse_kwargs):
+    return field(default=default, metadata={"flags": names, "help": help, "argparse": argparse_kwargs})
+
+
+def _positive(name: str, value: int, minimum: int = 1) -> None:
+    if value < minimum:
+        raise UsageError(f"{name} must be >= {minimum}, got {value}")
+
+
+class OptionGroup:
+    """Mixin: argparse round-trip for a dataclass of `flag` fields."""
+
+    title = "options"
+
+    @classmethod
+    def add_to_parser(cls, parser: argparse.ArgumentParser) -> None:
+        group = parser.add_argument_group(cls.title)
+        for f in fields(cls):
+            meta = f.metadata
+            kwargs = dict(meta["argparse"])
+            default = f.default if f.default is not MISSING else f.default_factory()
+            if kwargs.get("action") == "append":  # argparse appends to a copy of the default: start empty
+                default = None
+            if isinstance(default, bool) and "action" not in kwargs:
+                kwargs["action"] = "store_true"
+            elif "type" not in kwargs and "action" not in kwargs and default is not None:
+                kwargs["type"] = type(default)
+            group.add_argument(*meta["flags"], dest=f.name, default=default, help=meta["help"], **kwargs)
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace):
+        values = {f.name: getattr(ns, f.name) for f in fields(cls)}
+        for f in fields(cls):  # argparse gives lists for nargs; the dataclasses are frozen and hashable
+            if isinstance(values[f.name], list):
+                values[f.name] = tuple(values[f.name])
+            elif values[f.name] is None and isinstance(f.default, tuple):
+                values[f.name] = f.default
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class ModelOptions(OptionGroup):
+    title = "model and backend"
+    variant: str | None = flag(None, "--variant", "-m", help="HF id or offline variant (default: the family's offline default)")
+    torch_dir: str | None = flag(None, "--torch-dir", help="local HF model folder (config, weights, tokenizer); never touches the network")
+    working_dir: str = flag("temp", "--working-dir", "-wd", help="where ONNX files, engines and offline models are kept")
+    device: str | None = flag(None, "--device", choices=("cpu", "cuda"), help="cpu or cuda (default: cuda if available, else cpu)")
+    cpu: bool = flag(False, "--cpu", help="same as --device cpu")
+    fp16: bool = flag(False, "--fp16", help="fp16 weights and activations (CUDA only)")
+    use_cache: bool = flag(False, "--use-cache", "-kv", "--enable-kv-cache", help="use the KV cache (recommended)")
+    use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
+    batch_size: int = flag(1, "--batch-size", "-b", help="batch size")
+    num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
+    decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
+    trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
+    cleanup: bool = flag(False, "--cleanup", help="remove this variant's artifacts from the working dir after the run")
+    threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
+    json: str | None = flag(None, "--json", help="also write the results as JSON to this path")
+    verbose: bool = flag(False, "--verbose", "-v", help="print library logs")
+    info: bool = flag(False, "--info", help="print progress information")
+
+    def __post_init__(self):
+        _positive("--batch-size", self.batch_size)
+        _positive("--num-beams", self.num_beams)
+        _positive("--threads", self.threads, 0)
+        if self.cpu and self.device == "cuda":
+            raise UsageError("--cpu contradicts --device cuda")
+
+    @property
+    def precision(self) -> str:
+        return "fp16" if self.fp16 else "fp32"
+
+
+@dataclass(frozen=True)
+class SamplingOptions(OptionGroup):
+    title = "sampling (off unless --do-sample or a penalty is set)"
+    do_sample: bool = flag(False, "--do-sample", help="sample instead of greedy / beam search")
+    temperature: float = flag(1.0, "--temperature", help="softmax temperature (> 0)")
+    top_k: int = flag(0, "--top-k", help="keep the k most likely tokens (0: off)")
+    top_p: float = flag(1.0, "--top-p", help="nucleus sampling mass in (0, 1] (1: off)")
+    repetition_penalty: float = flag(1.0, "--repetition-penalty", help="HF-style repetition penalty (1: off)")
+    dry_multiplier: float = flag(0.0, "--dry-multiplier", help="DRY penalty strength (0: off; typical 0.8)")
+    dry_base: float = flag(1.75, "--dry-base", help="DRY exponential base")
+    dry_allowed_length: int = flag(2, "--dry-allowed-length", help="repeats up to this length are not penalised")
+    dry_penalty_last_n: int = flag(0, "--dry-penalty-last-n", help="how far back DRY looks (0: everything)")
+    dry_sequence_breakers: tuple = flag(("\n", ":", '"', "*"), "--dry-sequence-breakers", nargs="*", type=str,
+                                        help="strings that end a repeat")
+    seed: int = flag(0, "--seed", help="random seed for sampling and random inputs")
+
+    def __post_init__(self):
+        if self.temperature <= 0:
+            raise UsageError(f"--temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise UsageError(f"--repetition-penalty must be > 0, got {self.repetition_penalty}")
+        _positive("--top-k", self.top_k, 0)
+        if self.dry_multiplier < 0 or self.dry_base <= 1:
+            raise UsageError("--dry-multiplier must be >= 0 and --dry-base > 1")
+        _positive("--dry-allowed-length", self.dry_allowed_length, 1)
+
+
+@dataclass(frozen=True)
+class TimingOptions(OptionGroup):
+    title = "timing"
+    iterations: int = flag(10, "--iterations", help="measured iterations")
+    number: int = flag(1, "--number", help="calls per iteration (the iteration's time is divided by it)")
+    warmup: int = flag(3, "--warmup", help="untimed iterations first")
+    duration: float = flag(0.0, "--duration", help="keep measuring for at least this many seconds")
+    percentile: int = flag(50, "--percentile", help="extra percentile to report besides p50, p90, p99")
+
+    def __post_init__(self):
+        _positive("--iterations", self.iterations)
+        _positive("--number", self.number)
+        _positive("--warmup", self.warmup, 0)
+        if self.duration < 0:
+            raise UsageError(f"--duration must be >= 0, got {self.duration}")
+        if not 0 < self.percentile <= 100:
+            raise UsageError(f"--percentile must be in (0, 100], got {self.percentile}")
+
+
+@dataclass(frozen=True)
+class BenchmarkOptions(OptionGroup):
+    title = "benchmark"
+    input_seq_len: int = flag(128, "--input-seq-len", help="prompt length (random tokens)")
+    output_seq_len: int = flag(256, "--output-seq-len", help="new tokens per run (early stopping off)")
+    hf_baseline: bool = flag(False, "--hf-baseline", help="also time HF generate on the same inputs")
+
+    def __post_init__(self):
+        _positive("--input-seq-len", self.input_seq_len)
+        _positive("--output-seq-len", self.output_seq_len)
+
+
+@dataclass(frozen=True)
+class AccuracyOptions(OptionGroup):
+    title = "accuracy"
+    dataset: str = flag("lambada", "--dataset", help="local JSONL file (field 'text') or HF dataset name")
+    num_samples: int = flag(20, "--num-samples", help="passages, in order")
+    tokens_to_generate: int = flag(5, "--tokens-to-generate", help="last tokens scored by teacher forcing")
+    topN: int = flag(2, "--topN", help="also report TopN accuracy for this N (Top1 and Top10 always)")
+
+    def __post_init__(self):
+        _positive("--num-samples", self.num_samples)
+        _positive("--tokens-to-generate", self.tokens_to_generate)
+        _positive("--topN", self.topN)
+
+
+@dataclass(frozen=True)
+class ChatOptions(OptionGroup):
+    title = "chat"
+    prompt: tuple = flag((), "--prompt", action="append", help="run this prompt and exit (repeatable)")
+    max_new_tokens: int = flag(32, "--max-new-tokens", help="tokens to generate per prompt")
+
+    def __post_init__(self):
+        _positive("--max-new-tokens", self.max_new_tokens)

@@ -1,0 +1,1 @@
+"""OPT family: Meta's facebook/opt-* decoder-only causal LMs."""

@@ -1,0 +1,5 @@
+"""OPT on ONNX Runtime: the shared backend with this family's export facts."""
+from OPT.export import EXPORT
+from NNDF.backends.onnxrt import OnnxRuntimeBackend
+
+BACKEND = OnnxRuntimeBackend(EXPORT)
