@@ -1,0 +1,20 @@
+# Two commands from nothing: `make demo` and `make test` (both create .venv from the pinned requirements).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE ?= 1
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+.PHONY: demo test clean
+demo: $(VENV)/.installed  ## compare the offline GPT2 default on PyTorch and ONNX Runtime
+	$(PY) run.py compare GPT2 --compare frameworks onnxrt --use-cache --working-dir temp
+
+test: $(VENV)/.installed  ## the test suite (CPU, offline, ~10 minutes on 2 cores)
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf temp .pytest_cache

@@ -1,0 +1,160 @@
+"""`accuracy`: LAMBADA-style scoring by teacher forcing, with the seed's metrics and lm-eval-harness's.
+
+Per passage (token ids t_0..t_{L-1}, k = --tokens-to-generate), one forward pass over the whole passage gives
+the logits that predict each next token. Definitions (also in the README):
+- TopN accuracy: share, over all samples' last k positions, where the true token is among the N largest logits.
+- token_perplexity: exp(mean over samples of the mean cross-entropy of the last k tokens).
+- seq_perplexity: exp(mean over samples of the mean cross-entropy of tokens 1..L-1).
+- lm_eval_acc / lm_eval_perplexity (lm-eval-harness's LAMBADA): context = passage without its last
+  whitespace-separated word, target = " " + that word, tokenised separately; acc = share of passages where
+  every target token is the greedy choice; perplexity = exp(-mean over passages of the target's summed
+  log-probability).
+Passages are taken in file order, without replacement.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from NNDF.actions.common import backend_steps, finish, open_run
+from NNDF.context import RunContext
+from NNDF.errors import DatasetError, UsageError
+from NNDF.options import AccuracyOptions, ModelOptions
+from NNDF.progress import bar
+from NNDF.results import Report, environment
+from NNDF.steps import position_ids_from_mask
+
+
+@dataclass(frozen=True)
+class PassageScore:
+    topn_hits: dict[int, int]  # N -> hits among the k scored positions
+    scored: int  # k
+    token_nll: float  # mean cross-entropy of the last k tokens
+    seq_nll: float  # mean cross-entropy of tokens 1..L-1
+    last_word_logprob: float
+    last_word_greedy: bool
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    backend: str
+    topN: dict[int, float]
+    token_perplexity: float
+    seq_perplexity: float
+    lm_eval_acc: float
+    lm_eval_perplexity: float
+    num_samples: int
+    samples: tuple[PassageScore, ...]
+
+    def row(self) -> dict:
+        row = {"backend": self.backend}
+        row.update({f"top{n}": acc for n, acc in sorted(self.topN.items())})
+        row.update({"token ppl": self.token_perplexity, "seq ppl": self.seq_perplexity,
+                    "lm-eval acc": self.lm_eval_acc, "lm-eval ppl": self.lm_eval_perplexity,
+                    "samples": self.num_samples})
+        return row
+
+    def to_json(self) -> dict:
+        d = {"backend": self.backend, "token_perplexity": self.token_perplexity,
+             "seq_perplexity": self.seq_perplexity, "lm_eval_acc": self.lm_eval_acc,
+             "lm_eval_perplexity": self.lm_eval_perplexity, "num_samples": self.num_samples,
+             "topN": {str(n): a for n, a in sorted(self.topN.items())}}
+        d.update({f"top{n}": a for n, a in self.topN.items()})
+        d["samples"] = [s.__dict__ | {"topn_hits": {str(k): v for k, v in s.topn_hits.items()}} for s in self.samples]
+        return d
+
+
+def load_passages(dataset: str, count: int) -> list[str]:
+    """The first `count` passages of a local JSONL file (field "text") or an HF dataset's validation split."""
+    path = Path(dataset)
+    if path.suffix in (".jsonl", ".json") or path.exists():
+        try:
+            lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+            texts = [json.loads(ln)["text"] for ln in lines[:count]]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"cannot read dataset {dataset!r}: {exc.__class__.__name__}: {exc}") from None
+        except (ValueError, KeyError, TypeError):
+            raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line") from None
+    else:
+        texts = _hub_passages(dataset, count)
+    if not texts:
+        raise DatasetError(f"dataset {dataset!r} has no passages")
+    return texts
+
+
+def _hub_passages(name: str, count: int) -> list[str]:
+    try:
+        import datasets
+
+        data = datasets.load_dataset(name, split="validation")
+    except Exception as exc:  # datasets raises many types (connection, missing config, ...)
+        raise DatasetError(
+            f"cannot load dataset {name!r} ({type(exc).__name__}); the HuggingFace Hub may be unreachable: "
+            "pass a local JSONL file, e.g. --dataset data/lambada_offline.jsonl") from None
+    return [row["text"] for row in data.select(range(min(count, len(data))))]
+
+
+def _log_probs(steps, ids: list[int]) -> torch.Tensor:
+    """log-softmax of the logits at every position [L, V] for one unpadded sequence."""
+    x = torch.tensor([ids], device=steps.device)
+    mask = torch.ones_like(x)
+    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
+    return torch.log_softmax(logits[0].float(), dim=-1)
+
+
+def score_passage(run: RunContext, steps, text: str, k: int, tops: list[int]) -> PassageScore:
+    tok = run.tokenizer
+    ids = tok(text)["input_ids"]
+    if len(ids) <= k:
+        raise UsageError(f"a passage has only {len(ids)} tokens; --tokens-to-generate must be below that")
+    logp = _log_probs(steps, ids)
+    targets = torch.tensor(ids[1:], device=logp.device)
+    nll = -logp[:-1].gather(1, targets[:, None]).squeeze(1)  # [L-1]: position i predicts token i+1
+    last = logp[len(ids) - 1 - k: len(ids) - 1]  # rows predicting the last k tokens
+    truth = targets[-k:]
+    hits = {n: int((torch.topk(last, n, dim=-1).indices == truth[:, None]).any(dim=-1).sum()) for n in tops}
+    word_lp, greedy = _last_word(run, steps, text)
+    return PassageScore(hits, k, float(nll[-k:].mean()), float(nll.mean()), word_lp, greedy)
+
+
+def _last_word(run: RunContext, steps, text: str) -> tuple[float, bool]:
+    """lm-eval: summed log-prob of " " + last word given the rest, and whether it is all greedy."""
+    context, word = text.rsplit(" ", 1) if " " in text.strip() else ("", text)
+    ctx = run.tokenizer(context)["input_ids"]
+    target = run.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+    logp = _log_probs(steps, ctx + target)
+    rows = logp[len(ctx) - 1: len(ctx) - 1 + len(target)]
+    want = torch.tensor(target, device=rows.device)
+    return float(rows.gather(1, want[:, None]).sum()), bool((rows.argmax(-1) == want).all())
+
+
+def _aggregate(name: str, scores: list[PassageScore], tops: list[int]) -> AccuracyResult:
+    positions = sum(s.scored for s in scores)
+    top = {n: sum(s.topn_hits[n] for s in scores) / positions for n in tops}
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    return AccuracyResult(
+        name, top, math.exp(mean([s.token_nll for s in scores])), math.exp(mean([s.seq_nll for s in scores])),
+        mean([float(s.last_word_greedy) for s in scores]), math.exp(-mean([s.last_word_logprob for s in scores])),
+        len(scores), tuple(scores))
+
+
+def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions) -> Report:
+    if options.num_beams > 1:
+        raise UsageError("accuracy scores teacher-forced logits; --num-beams does not apply (use 1)")
+    passages = load_passages(acc.dataset, acc.num_samples)
+    run = open_run(family, options, backends)
+    tops = sorted({1, acc.topN, 10})
+    report = Report("accuracy", run.family.name, run.source.variant, {
+        "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,
+        "device": run.device.type, "precision": options.precision}, environment=environment(run.device))
+    for name in backends:
+        with backend_steps(run, name) as (_, steps):
+            scores = [score_passage(run, steps, text, acc.tokens_to_generate, tops)
+                      for text in bar(passages, desc=f"{name} accuracy", unit="passage")]
+        report.results.append(_aggregate(name, scores, tops))
+    finish(run, backends)
+    return report

@@ -1,0 +1,145 @@
+"""`benchmark`: fixed-length random inputs, exactly `--output-seq-len` new tokens, per-backend timings.
+
+Per call: prefill / time to first token (prompt pass + first token choice), end to end, and per-token
+decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
+tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
+`--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
+marked by a logits processor), as an outside reference.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from NNDF.actions.common import backend_steps, finish, generation_config, open_run
+from NNDF.context import RunContext
+from NNDF.generation import Observer, generate
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
+from NNDF.results import Report, environment
+from NNDF.timing import MemoryWatch, Stats, measure, sync
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    backend: str
+    prefill_ms: Stats
+    tpot_ms: Stats
+    e2e_ms: Stats
+    tokens_per_s: float  # batch * new tokens / median end-to-end seconds
+    peak_memory_mb: float
+    memory_kind: str
+    onnx_max_diff: float | None = None
+
+    def row(self) -> dict:
+        p = self.prefill_ms.percentile
+        return {"backend": self.backend, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
+                "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
+                "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
+                "peak MiB": self.peak_memory_mb}
+
+
+class _Clock(Observer):
+    """Synchronised timestamps: start, first token, end."""
+
+    def __init__(self, device):
+        self.device = device
+        sync(device)
+        self.start = time.perf_counter()
+        self.first = self.end = None
+
+    def first_token(self):
+        sync(self.device)
+        self.first = time.perf_counter()
+
+    def finished(self):
+        sync(self.device)
+        self.end = time.perf_counter()
+
+    def seconds(self) -> dict[str, float]:
+        return {"prefill": self.first - self.start, "e2e": self.end - self.start}
+
+
+def _random_prompts(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
+    vocab = run.source.config.vocab_size
+    ids = torch.randint(0, vocab, (run.options.batch_size, bench.input_seq_len), generator=generator)
+    return ids.to(run.device), torch.ones_like(ids, device=run.device)
+
+
+def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: TimingOptions, memory: MemoryWatch,
+               max_diff=None) -> BenchmarkResult:
+    pct = timing.percentile
+    prefill = [s["prefill"] * 1e3 for s in samples]
+    e2e = [s["e2e"] * 1e3 for s in samples]
+    steps = max(bench.output_seq_len - 1, 1)
+    tpot = [(e - p) / steps for e, p in zip(e2e, prefill)]
+    e2e_stats = Stats.of(e2e, pct)
+    return BenchmarkResult(name, Stats.of(prefill, pct), Stats.of(tpot, pct), e2e_stats,
+                           batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff)
+
+
+def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
+    config = generation_config(run, sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
+    generator = torch.Generator().manual_seed(sampling.seed)
+    with backend_steps(run, name) as (backend, steps):
+        def call():
+            ids, mask = _random_prompts(run, bench, generator)
+            clock = _Clock(run.device)
+            generate(steps, ids, mask, config, clock)
+            return clock.seconds()
+
+        with MemoryWatch(run.device) as memory:
+            samples = measure(call, timing, name)
+        return _summarize(name, samples, bench, run.options.batch_size, timing, memory,
+                          getattr(backend, "last_max_diff", None))
+
+
+def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
+    """HF `generate` on the same kind of inputs: the outside reference for our loop."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    model = run.torch_model()
+    generator = torch.Generator().manual_seed(sampling.seed)
+
+    class Mark(LogitsProcessor):
+        def __init__(self, clock):
+            self.clock, self.seen = clock, False
+
+        def __call__(self, input_ids, scores):
+            if not self.seen:  # called once the prompt pass produced logits
+                self.seen = True
+                self.clock.first_token()
+            return scores
+
+    def call():
+        ids, mask = _random_prompts(run, bench, generator)
+        clock = _Clock(run.device)
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=bench.output_seq_len,
+                           min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,
+                           use_cache=run.options.use_cache, pad_token_id=run.tokenizer.pad_token_id,
+                           logits_processor=LogitsProcessorList([Mark(clock)]))
+        clock.finished()
+        return clock.seconds()
+
+    with MemoryWatch(run.device) as memory:
+        samples = measure(call, timing, "hf-generate")
+    return _summarize("hf-generate", samples, bench, run.options.batch_size, timing, memory)
+
+
+def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
+              timing: TimingOptions, bench: BenchmarkOptions) -> Report:
+    run = open_run(family, options, backends)
+    report = Report("benchmark", run.family.name, run.source.variant, {
+        "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
+        "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
+        "use_cache": options.use_cache, "num_beams": options.num_beams, "iterations": timing.iterations,
+        "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
+    if bench.hf_baseline:
+        report.results.append(_bench_hf_generate(run, sampling, timing, bench))
+    for name in backends:
+        report.results.append(_bench_backend(run, name, sampling, timing, bench))
+    report.notes.append(f"memory: {report.results[-1].memory_kind}")
+    finish(run, backends)
+    return report

@@ -1,0 +1,137 @@
+"""`run` and `compare`: the family's golden samples from `checkpoint.toml`, on one or several backends.
+
+checkpoint.toml holds `[generation] max_new_tokens` and `[[sample]]` entries with an `input` and, per
+variant and precision, the `expected` greedy continuation. For every sample and backend: the generated text,
+whether it equals the expected text (accuracy = share of samples that do; n/a where nothing is expected
+for this variant and precision), the teacher-forced perplexity of the expected text, and median seconds for
+the prompt pass, one decoder step, and the full generation. `run` prints one row per sample; `compare` one
+row per backend, side by side.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import tomllib
+from dataclasses import dataclass
+
+import torch
+
+from NNDF.actions.benchmark import _Clock
+from NNDF.actions.common import backend_steps, decode, encode, finish, generation_config, open_run
+from NNDF.context import RunContext
+from NNDF.errors import UsageError
+from NNDF.generation import generate
+from NNDF.options import ModelOptions, SamplingOptions, TimingOptions
+from NNDF.results import Report, environment
+from NNDF.steps import position_ids_from_mask
+from NNDF.timing import measure
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    backend: str
+    input: str
+    output: str
+    expected: str | None
+    accuracy: float | None  # 1.0 if output == expected, 0.0 if not, None if nothing is expected
+    perplexity: float | None  # of the expected text given the input
+    prefill_s: float
+    decoder_s: float
+    full_s: float
+
+    def row(self) -> dict:
+        return {"backend": self.backend, "input": self.input[:30], "output": self.output[:60],
+                "accuracy": "n/a" if self.accuracy is None else self.accuracy,
+                "perplexity": self.perplexity, "decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
+
+
+@dataclass(frozen=True)
+class BackendSummary:
+    backend: str
+    accuracy: float | None
+    perplexity: float | None
+    prefill_s: float
+    decoder_s: float
+    full_s: float
+    samples: tuple[SampleResult, ...]
+
+    def row(self) -> dict:
+        return {"script": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
+                "perplexity": self.perplexity, "prefill (sec)": self.prefill_s, "decoder (sec)": self.decoder_s,
+                "full (sec)": self.full_s}
+
+
+def load_checkpoint(run: RunContext) -> tuple[int, list[dict]]:
+    path = run.family.checkpoint
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    return int(data.get("generation", {}).get("max_new_tokens", 16)), list(data.get("sample", []))
+
+
+def _expected(sample: dict, run: RunContext) -> str | None:
+    return sample.get("expected", {}).get(run.source.variant, {}).get(run.options.precision)
+
+
+def _perplexity(run: RunContext, steps, prompt: str, expected: str | None) -> float | None:
+    if not expected:
+        return None
+    ctx = run.tokenizer(prompt)["input_ids"]
+    target = run.tokenizer(expected, add_special_tokens=False)["input_ids"]
+    x = torch.tensor([ctx + target], device=steps.device)
+    mask = torch.ones_like(x)
+    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
+    logp = torch.log_softmax(logits[0, len(ctx) - 1: -1].float(), dim=-1)
+    nll = -logp.gather(1, torch.tensor(target, device=logp.device)[:, None]).mean()
+    return math.exp(float(nll))
+
+
+def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
+    prompt = sample["input"]
+    ids, mask = encode(run, [prompt] * run.options.batch_size)
+    out = generate(steps, ids, mask, config)
+    text = decode(run, out.new_tokens(0, config.eos_token_id))
+
+    def call():
+        clock = _Clock(run.device)
+        result = generate(steps, ids, mask, config, clock)
+        steps_taken = result.sequences.shape[1] - ids.shape[1]
+        seconds = clock.seconds()
+        seconds["decoder"] = (seconds["e2e"] - seconds["prefill"]) / max(steps_taken - 1, 1)
+        return seconds
+
+    samples = measure(call, timing, f"{name} sample")
+    med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    expected = _expected(sample, run)
+    accuracy = None if expected is None else float(text == expected)
+    return SampleResult(name, prompt, text, expected, accuracy, _perplexity(run, steps, prompt, expected),
+                        med["prefill"], med["decoder"], med["e2e"])
+
+
+def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
+    acc = [r.accuracy for r in results if r.accuracy is not None]
+    ppl = [math.log(r.perplexity) for r in results if r.perplexity is not None]
+    med = lambda attr: statistics.median(getattr(r, attr) for r in results)  # noqa: E731
+    return BackendSummary(name, sum(acc) / len(acc) if acc else None, math.exp(sum(ppl) / len(ppl)) if ppl else None,
+                          med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results))
+
+
+def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
+                   timing: TimingOptions, compare: bool) -> Report:
+    run = open_run(family, options, backends)
+    max_new, samples = load_checkpoint(run)
+    config = generation_config(run, sampling, max_new)
+    report = Report("compare" if compare else "run", run.family.name, run.source.variant, {
+        "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
+        "num_beams": options.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
+        environment=environment(run.device))
+    for name in backends:
+        with backend_steps(run, name) as (_, steps):
+            results = [_run_sample(run, name, steps, s, config, timing) for s in samples]
+        report.results.extend([_summary(name, results)] if compare else results)
+    if not any(_expected(s, run) for s in samples):
+        report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
+                            f"{options.precision}: accuracy is n/a")
+    finish(run, backends)
+    return report

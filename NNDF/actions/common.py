@@ -1,0 +1,84 @@
+"""What the actions share: opening a run, iterating over backends, tokenising, generation settings."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from NNDF import registry
+from NNDF.context import RunContext, make_context
+from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
+from NNDF.options import ModelOptions, SamplingOptions
+from NNDF.sampling import SamplingConfig
+from NNDF.steps import DecoderSteps
+
+
+def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...]) -> RunContext:
+    family = registry.family(family_name)
+    for name in backends:  # fail on a bad backend name before loading anything
+        registry.backend(family, name)
+    return make_context(family, options)
+
+
+@contextmanager
+def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderSteps]]:
+    """Set one backend up, yield (backend, steps), then free it (one backend in memory at a time)."""
+    backend = registry.backend(run.family, name)
+    steps = backend.setup(run)
+    try:
+        yield backend, steps
+    finally:
+        steps.close()
+
+
+def finish(run: RunContext, backends: tuple[str, ...]) -> None:
+    """After the action: drop the weights, and remove artifacts if --cleanup asked for it."""
+    run.release_torch_model()
+    if run.options.cleanup:
+        run.store.cleanup()
+
+
+def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens: int,
+                      min_new_tokens: int = 0) -> GenerationConfig:
+    tok = run.tokenizer
+    cfg = SamplingConfig(
+        do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
+        top_p=sampling.top_p, repetition_penalty=sampling.repetition_penalty,
+        dry_multiplier=sampling.dry_multiplier, dry_base=sampling.dry_base,
+        dry_allowed_length=sampling.dry_allowed_length, dry_penalty_last_n=sampling.dry_penalty_last_n,
+    )
+    breakers = frozenset()
+    if sampling.dry_multiplier > 0:
+        breakers = dry_breaker_ids(tok, sampling.dry_sequence_breakers)
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, num_beams=run.options.num_beams,
+        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, sampling=cfg, seed=sampling.seed,
+        dry_breakers=breakers,
+    )
+
+
+def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
+    """Token ids whose text contains a sequence breaker (so a repeat never spans one)."""
+    ids = set()
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i])
+        if any(b and b in text for b in breakers):
+            ids.add(i)
+    return frozenset(ids)
+
+
+def encode(run: RunContext, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and mask [B, T]; padding requires --use-mask (without a mask it would be wrong)."""
+    batch = run.tokenizer(list(prompts), return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    if ids.shape[1] == 0:
+        raise UsageError("empty prompt: nothing to generate from")
+    if not bool(mask.all()) and not run.options.use_mask:
+        raise UsageError("prompts of different lengths are padded: add --use-mask (or use --batch-size 1)")
+    return ids, mask
+
+
+def decode(run: RunContext, ids: list[int]) -> str:
+    return run.tokenizer.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,52 @@
+"""`list`: families, their variants, and which backends are usable on this machine, and why not."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from NNDF import registry
+from NNDF.results import Report, environment
+
+
+@dataclass(frozen=True)
+class FamilyEntry:
+    family: str
+    variant: str
+    params: str
+    offline: bool
+
+    def row(self) -> dict:
+        return {"family": self.family, "variant": self.variant, "size": self.params,
+                "needs network": "no" if self.offline else "yes (or --torch-dir)"}
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    backend: str
+    usable: bool
+    why: str
+
+    def row(self) -> dict:
+        return {"backend": self.backend, "usable here": "yes" if self.usable else "no", "details": self.why}
+
+
+def backend_status() -> list[BackendEntry]:
+    from NNDF.backends.frameworks import FrameworksBackend
+    from NNDF.backends.onnxrt import OnnxRuntimeBackend
+
+    entries = [BackendEntry("frameworks", *FrameworksBackend.availability()),
+               BackendEntry("onnxrt", *OnnxRuntimeBackend.availability())]
+    missing = [b for b in registry.BACKEND_NAMES if b not in ("frameworks", "onnxrt")]
+    for name in missing:
+        entries.append(BackendEntry(name, False, "not implemented in this version of the harness"))
+    return entries
+
+
+def list_models(family_name: str | None = None) -> Report:
+    fams = [registry.family(family_name)] if family_name else list(registry.families().values())
+    report = Report("list", family_name or "all", "-", {}, environment=environment())
+    for fam in fams:
+        backends = ", ".join(registry.backends_of(fam))
+        report.notes.append(f"{fam.name}: {fam.description}; backends: {backends}; default --variant {fam.default_variant}")
+        report.results.extend(FamilyEntry(fam.name, v.name, v.params, v.offline) for v in fam.variants)
+    report.extra = [BackendEntry(**b.__dict__) for b in backend_status()]
+    return report

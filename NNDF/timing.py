@@ -1,0 +1,102 @@
+"""Measurement: warm-up, synchronised timers, percentiles, peak memory.
+
+`measure` runs a callable `warmup` times untimed, then at least `iterations` times (and for at least
+`duration` seconds), each iteration calling it `number` times; it returns one sample per iteration (the
+mean of its calls). The device is synchronised around every timed region, so GPU work is counted where it
+runs. `MemoryWatch` reports the peak during a region: device memory on CUDA (the torch allocator's peak plus
+whatever other libraries hold, read from the driver), resident set size sampled every 2 ms on the CPU.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+import psutil
+import torch
+
+from NNDF.options import TimingOptions
+from NNDF.progress import bar
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of raw samples (milliseconds or any unit); keeps the samples for JSON."""
+
+    p50: float
+    p90: float
+    p99: float
+    pN: float  # the user's --percentile
+    percentile: int
+    mean: float
+    min: float
+    max: float
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(cls, samples, percentile: int) -> "Stats":
+        a = np.asarray(samples, dtype=float)
+        p = lambda q: float(np.percentile(a, q))  # noqa: E731 (linear interpolation, numpy's default)
+        return cls(p(50), p(90), p(99), p(percentile), percentile, float(a.mean()), float(a.min()),
+                   float(a.max()), tuple(float(x) for x in a))
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d[f"p{self.percentile}"] = d.pop("pN")
+        return d
+
+
+def measure(call: Callable[[], dict[str, float]], timing: TimingOptions, desc: str) -> list[dict[str, float]]:
+    """Per-iteration samples of the timings `call` returns (each a dict of seconds)."""
+    for _ in bar(range(timing.warmup), desc=f"{desc} warm-up"):
+        call()
+    samples: list[dict[str, float]] = []
+    start = time.perf_counter()
+    progress = bar(desc=desc, total=timing.iterations)
+    while len(samples) < timing.iterations or time.perf_counter() - start < timing.duration:
+        calls = [call() for _ in range(timing.number)]
+        samples.append({k: sum(c[k] for c in calls) / timing.number for k in calls[0]})
+        progress.update(1)
+    progress.close()
+    return samples
+
+
+class MemoryWatch:
+    """Peak memory over a `with` block, in MiB: device memory on CUDA, process RSS on the CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.peak_mb, self.kind = device, 0.0, ""
+        self._stop = threading.Event()
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.kind = "device memory (peak torch allocations + other libraries, MiB)"
+        else:
+            self.kind = "peak process RSS (MiB)"
+            self._thread = threading.Thread(target=self._sample_rss, daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample_rss(self):
+        proc = psutil.Process()
+        while not self._stop.is_set():
+            self.peak_mb = max(self.peak_mb, proc.memory_info().rss / 2**20)
+            self._stop.wait(0.002)
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(self.device)
+            others = (total - free) - torch.cuda.memory_reserved(self.device)  # held outside torch (e.g. ORT)
+            self.peak_mb = (torch.cuda.max_memory_allocated(self.device) + max(others, 0)) / 2**20
+        else:
+            self._stop.set()
+            self._thread.join()
+        return False
