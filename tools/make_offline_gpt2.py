@@ -243,7 +243,7 @@ It is a smoke-test model, not a useful language model.
 - Training text: CPython's pydoc topics ({len(train_names)} of {len(train_names) + len(eval_names)} topics, minus every paragraph that
   also occurs in a held-out topic) plus `/usr/share/common-licenses/*`: {stats['train_tokens']:,} tokens.
 - Training: {args.steps} AdamW steps, batch {args.batch_size} x {args.seq_len} tokens, lr {args.lr} (warm-up + cosine),
-  seed {args.seed}, {stats['train_minutes']:.1f} min on {args.threads} CPU threads.
+  seed {args.seed}, {args.threads} CPU threads (about 10-15 minutes).
 - Final training loss (mean of last 100 steps): {stats['train_loss']:.3f}
 - Held-out loss / perplexity ({len(eval_names)} held-out pydoc topics, {stats['eval_tokens']:,} tokens,
   non-overlapping {args.seq_len}-token windows): {stats['eval_loss']:.3f} / {stats['eval_ppl']:.1f}

@@ -16,10 +16,15 @@ repeat each other verbatim (e.g. ``compound`` contains ``for``, ``if``, ``while`
 ...), so every paragraph that occurs in a held-out topic is also removed from the
 training topics; otherwise held-out text would be trained on.
 
-``SEED`` = 9 was picked once (from a scan of small seeds) because its held-out
-topics are mostly self-contained (about 6% of their text also occurs in training
-topics) and contain enough prose (~7.7k words) for ~200 LAMBADA-style passages.
-It must not change, or the published held-out numbers stop being comparable.
+``SEED`` = 4 was picked once, from a scan of small seeds, because its held-out
+topics share almost no text with the training topics (only boilerplate such as
+"New in version 3.9.") and hold enough prose for ~200 LAMBADA-style passages.
+They are 8 of 79 topics but about 24% of the pydoc characters; the licenses make
+up for it on the training side.  Do not change the seed: the held-out numbers in
+the model README and the dataset would silently stop matching.
+
+The text itself comes from the interpreter (CPython 3.11 in ``.venv``) and the
+OS (Debian 12); another Python minor version ships different pydoc topics.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 
 from pydoc_data.topics import topics as PYDOC_TOPICS
 
-SEED = 9
+SEED = 4
 EVAL_FRACTION = 0.10
 LICENSE_DIR = Path("/usr/share/common-licenses")
 

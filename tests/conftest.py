@@ -1,0 +1,33 @@
+"""Shared fixtures: a session working dir, offline models of every registered architecture, the CLI runner."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("work")
+
+
+def offline_variants():
+    """(family, variant) for every offline variant of every registered family."""
+    from NNDF import registry
+
+    return [(f.name, v.name) for f in registry.families().values() for v in f.variants if v.offline]
+
+
+def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: int = 600):
+    """Run `python run.py ...` in a subprocess; returns CompletedProcess with text output."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)

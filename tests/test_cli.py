@@ -1,0 +1,157 @@
+"""Every action through the real CLI (subprocess), with its JSON checked against independent computations."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, run_cli
+
+DATA = str(ROOT / "data" / "lambada_offline.jsonl")
+
+
+@pytest.fixture(scope="module")
+def wd(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cli"))
+
+
+def _ok(proc):
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_list_shows_families_and_backend_status():
+    out = _ok(run_cli("list")).stdout
+    for name in ("GPT2", "OPT", "BLOOM", "gpt2-offline", "facebook/opt-125m", "bigscience/bloom-560m"):
+        assert name in out
+    assert "| onnxrt" in out and "| trt" in out and "not implemented" in out
+
+
+def test_benchmark_json_and_arithmetic(wd, tmp_path):
+    path = tmp_path / "bench.json"
+    _ok(run_cli("benchmark", "GPT2", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "8",
+                "--output-seq-len", "6", "--iterations", "3", "--warmup", "1", "--batch-size", "2",
+                "--hf-baseline", "--percentile", "75", "-wd", wd, "--json", str(path)))
+    data = json.loads(path.read_text())
+    assert [r["backend"] for r in data["results"]] == ["hf-generate", "frameworks", "onnxrt"]
+    for r in data["results"]:
+        for key in ("prefill_ms", "tpot_ms", "e2e_ms"):
+            assert {"p50", "p90", "p99", "p75"} <= set(r[key]) and len(r[key]["samples"]) == 3
+        e2e = np.array(r["e2e_ms"]["samples"])
+        assert r["e2e_ms"]["p50"] == pytest.approx(np.median(e2e))
+        assert r["tokens_per_s"] == pytest.approx(2 * 6 / (np.median(e2e) / 1e3))
+        tpot = (e2e - np.array(r["prefill_ms"]["samples"])) / 5
+        assert r["tpot_ms"]["samples"] == pytest.approx(list(tpot))
+        assert r["peak_memory_mb"] > 0
+    assert data["results"][2]["onnx_max_diff"] < 1e-3
+
+
+def _reference_accuracy(texts, k):
+    """The README's definitions, computed directly on the HF model (independent of NNDF)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = ROOT / "GPT2" / "offline" / "gpt2-offline"
+    model, tok = AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    hits1, hits10, positions, token_nll, lm_lp, lm_ok = 0, 0, 0, [], [], []
+    with torch.no_grad():
+        for text in texts:
+            ids = tok(text)["input_ids"]
+            logp = torch.log_softmax(model(torch.tensor([ids])).logits[0], -1)
+            for pos in range(len(ids) - k, len(ids)):
+                order = torch.argsort(logp[pos - 1], descending=True)
+                hits1 += int(order[0] == ids[pos])
+                hits10 += int(ids[pos] in order[:10].tolist())
+                positions += 1
+            token_nll.append(-np.mean([logp[p - 1, ids[p]].item() for p in range(len(ids) - k, len(ids))]))
+            context, word = text.rsplit(" ", 1)
+            c, t = tok(context)["input_ids"], tok(" " + word)["input_ids"]
+            lp = torch.log_softmax(model(torch.tensor([c + t])).logits[0], -1)
+            rows = [lp[len(c) - 1 + i] for i in range(len(t))]
+            lm_lp.append(sum(row[x].item() for row, x in zip(rows, t)))
+            lm_ok.append(all(int(row.argmax()) == x for row, x in zip(rows, t)))
+    return {"top1": hits1 / positions, "top10": hits10 / positions, "token_perplexity": float(np.exp(np.mean(token_nll))),
+            "lm_eval_acc": float(np.mean(lm_ok)), "lm_eval_perplexity": float(np.exp(-np.mean(lm_lp)))}
+
+
+def test_accuracy_matches_independent_computation(wd, tmp_path):
+    path = tmp_path / "acc.json"
+    _ok(run_cli("accuracy", "GPT2", "frameworks", "onnxrt", "--dataset", DATA, "--num-samples", "6",
+                "--tokens-to-generate", "3", "--topN", "5", "-wd", wd, "--json", str(path)))
+    data = json.loads(path.read_text())
+    texts = [json.loads(line)["text"] for line in open(DATA)][:6]
+    ref = _reference_accuracy(texts, 3)
+    for r in data["results"]:
+        for key in ("top1", "top5", "top10", "token_perplexity", "seq_perplexity", "lm_eval_acc", "lm_eval_perplexity"):
+            assert key in r
+        for key, value in ref.items():
+            assert r[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (r["backend"], key)
+    assert ref["top10"] > ref["top1"] > 0.05  # a trained model: clearly better than chance (vocab ~4k)
+
+
+def test_chat_prompts_match_hf_generate(wd, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path / "chat.json"
+    prompts = ["The for statement", "A class definition"]
+    _ok(run_cli("chat", "GPT2", "--compare", "frameworks", "onnxrt", "--use-cache", "--max-new-tokens", "12",
+                "--prompt", prompts[0], "--prompt", prompts[1], "-wd", wd, "--json", str(path)))
+    data = json.loads(path.read_text())["results"]
+    assert [(r["backend"], r["prompt"]) for r in data] == [(b, p) for p in prompts for b in ("frameworks", "onnxrt")]
+    folder = ROOT / "GPT2" / "offline" / "gpt2-offline"
+    model, tok = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    for r in data:
+        ids = tok(r["prompt"], return_tensors="pt")
+        ref = model.generate(**ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id)
+        new = ref[0, ids["input_ids"].shape[1]:].tolist()
+        if tok.eos_token_id in new:
+            new = new[: new.index(tok.eos_token_id) + 1]
+        assert r["output_ids"] == new and r["text"] == tok.decode(new, skip_special_tokens=True)
+        assert r["seconds"] > 0
+
+
+def test_chat_interactive_reads_stdin_until_exit(wd):
+    proc = _ok(run_cli("chat", "GPT2", "frameworks", "--max-new-tokens", "4", "-wd", wd,
+                       stdin="The for statement\n\nexit\nnever read\n"))
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("frameworks: ")]
+    assert len(lines) == 1 and "Time:" in lines[0]
+
+
+@pytest.mark.parametrize("family", ["GPT2", "OPT", "BLOOM"])
+def test_run_checkpoint_passes_on_both_backends(family, wd, tmp_path):
+    path = tmp_path / "run.json"
+    _ok(run_cli("compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2",
+                "--warmup", "1", "-wd", wd, "--json", str(path)))
+    results = json.loads(path.read_text())["results"]
+    assert [r["backend"] for r in results] == ["frameworks", "onnxrt"]
+    for r in results:
+        assert r["accuracy"] == 1.0 and r["full_s"] > 0 and r["perplexity"] > 0
+
+
+def test_run_prints_samples_without_cache(wd):
+    out = _ok(run_cli("run", "OPT", "onnxrt", "--iterations", "1", "--warmup", "0", "-wd", wd)).stdout
+    assert "| onnxrt" in out and "1 " in out
+
+
+def test_cleanup_removes_artifacts(tmp_path):
+    wd = tmp_path / "w"
+    _ok(run_cli("run", "BLOOM", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd),
+                "--cleanup"))
+    assert not (wd / "BLOOM" / "bloom-offline").exists()
+
+
+def test_stale_and_corrupt_exports_are_rebuilt(tmp_path):
+    wd = tmp_path / "w"
+    args = ("run", "OPT", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd))
+    _ok(run_cli(*args))
+    folder = wd / "OPT" / "opt-offline" / "decoder-fp32-kv"
+    onnx = folder / "model.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:1000])  # truncated, fingerprint still "current"
+    proc = _ok(run_cli(*args))
+    assert "re-exporting" in proc.stderr and onnx.stat().st_size > 1000
+    record = json.loads((folder / "fingerprint.json").read_text())
+    record["versions"]["torch"] = "0.0"  # as if exported by another torch
+    (folder / "fingerprint.json").write_text(json.dumps(record))
+    before = onnx.stat().st_mtime_ns
+    _ok(run_cli(*args))
+    assert onnx.stat().st_mtime_ns != before
+    assert json.loads((folder / "fingerprint.json").read_text())["versions"]["torch"] != "0.0"

@@ -1,0 +1,101 @@
+"""Bad input: one line on stderr naming the problem (and the valid choices), exit code 2, no traceback,
+nothing corrupt left behind."""
+import pytest
+
+from conftest import run_cli
+
+
+def _bad(*args, expect: str, cwd=None, stdin=None):
+    proc = run_cli(*args, stdin=stdin) if cwd is None else run_cli(*args, cwd=cwd, stdin=stdin)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert expect in lines[0], lines[0]
+    return lines[0]
+
+
+def test_unknown_family():
+    line = _bad("run", "GPT3", "frameworks", expect="unknown model family 'GPT3'")
+    assert "GPT2, OPT, BLOOM" in line
+
+
+def test_unknown_backend():
+    assert "frameworks, onnxrt, trt" in _bad("run", "GPT2", "tensorflow", expect="unknown backend 'tensorflow'")
+
+
+def test_backend_not_implemented_yet():
+    _bad("run", "GPT2", "trt", expect="'trt' is not implemented for GPT2")
+
+
+def test_unknown_flag_value():
+    _bad("run", "GPT2", "frameworks", "--device", "tpu", expect="invalid choice: 'tpu'")
+
+
+def test_unknown_action():
+    _bad("fly", "GPT2", expect="invalid choice: 'fly'")
+
+
+@pytest.mark.parametrize("flag,value,expect", [("--batch-size", "0", "--batch-size must be >= 1"),
+                                               ("--num-beams", "-2", "--num-beams must be >= 1"),
+                                               ("--iterations", "0", "--iterations must be >= 1"),
+                                               ("--percentile", "101", "--percentile must be in (0, 100]")])
+def test_impossible_sizes(flag, value, expect):
+    _bad("run", "GPT2", "frameworks", flag, value, expect=expect)
+
+
+def test_unknown_variant_offline_hub(tmp_path):
+    line = _bad("run", "GPT2", "frameworks", "--variant", "gpt2", "-wd", str(tmp_path), expect="could not load 'gpt2'")
+    assert "--torch-dir" in line and "gpt2-offline" in line
+
+
+def test_wrong_architecture_for_family(tmp_path):
+    from conftest import ROOT
+
+    line = _bad("run", "OPT", "frameworks", "--torch-dir", str(ROOT / "GPT2" / "offline" / "gpt2-offline"),
+                "-wd", str(tmp_path), expect="is a 'gpt2' model")
+    assert "family OPT runs opt" in line
+
+
+def test_missing_torch_dir(tmp_path):
+    _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
+
+
+def test_unreadable_dataset(tmp_path):
+    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), "-wd", str(tmp_path),
+         expect="cannot read dataset")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"txt": 1}\n')
+    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')
+
+
+def test_hub_dataset_unreachable(tmp_path):
+    _bad("accuracy", "GPT2", "frameworks", "--dataset", "lambada", "--num-samples", "1", "-wd", str(tmp_path),
+         expect="cannot load dataset 'lambada'")
+
+
+def test_corrupt_user_onnx(tmp_path):
+    bad = tmp_path / "decoder.onnx"
+    bad.write_bytes(b"not an onnx file")
+    _bad("run", "GPT2", "onnxrt", "--decoder-onnx", str(bad), "-wd", str(tmp_path / "w"), expect="cannot load")
+    assert bad.read_bytes() == b"not an onnx file"  # the user's file is never replaced
+
+
+def test_fp16_on_cpu_is_refused(tmp_path):
+    _bad("run", "GPT2", "frameworks", "--fp16", "--device", "cpu", "-wd", str(tmp_path), expect="--fp16 needs --device cuda")
+
+
+def test_cuda_without_gpu_is_refused(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    _bad("run", "GPT2", "frameworks", "--device", "cuda", "-wd", str(tmp_path), expect="sees no CUDA GPU")
+
+
+def test_empty_prompt(tmp_path):
+    _bad("chat", "GPT2", "frameworks", "--batch-size", "1", "--prompt", "", "-wd", str(tmp_path), expect="empty prompt")
+
+
+def test_accuracy_with_beams(tmp_path):
+    _bad("accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path), expect="--num-beams does not apply")

@@ -1,0 +1,67 @@
+"""Token-for-token parity with HF `generate` (CPU, fp32) for every offline variant of every family, on every
+backend, with and without KV cache: greedy and beam search, padded batches, batch == each row alone, EOS."""
+import pytest
+import torch
+
+from NNDF import registry
+from NNDF.actions.common import backend_steps, encode
+from NNDF.context import make_context
+from NNDF.generation import GenerationConfig, generate
+from NNDF.options import ModelOptions
+
+from conftest import offline_variants
+
+PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
+NEW = 10
+
+
+def _hf(model, ids, mask, beams, use_cache, eos, pad):
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, num_beams=beams,
+                         use_cache=use_cache, eos_token_id=eos, pad_token_id=pad)
+    rows = []
+    for r in range(ids.shape[0]):
+        new = out[r, ids.shape[1]:].tolist()
+        rows.append(new[: new.index(eos) + 1] if eos in new else new)
+    return rows
+
+
+def _ours(steps, ids, mask, beams, eos, pad):
+    out = generate(steps, ids, mask, GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                                                      pad_token_id=pad))
+    return [out.new_tokens(r, eos) for r in range(ids.shape[0])]
+
+
+@pytest.fixture(scope="module", params=offline_variants(), ids=lambda p: f"{p[0]}-{p[1]}")
+def variant(request, workdir):
+    return request.param
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
+@pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
+def test_generate_parity(variant, backend, use_cache, workdir):
+    family, name = variant
+    run = make_context(registry.family(family), ModelOptions(variant=name, working_dir=str(workdir),
+                                                             use_cache=use_cache, use_mask=True, device="cpu"))
+    ids, mask = encode(run, PROMPTS)
+    assert not mask.all(), "the prompts must need padding"
+    model, tok = run.torch_model(), run.tokenizer
+    pad = tok.pad_token_id
+    with backend_steps(run, backend) as (_, steps):
+        for beams in (1, 3):
+            expected = _hf(model, ids, mask, beams, use_cache, tok.eos_token_id, pad)
+            assert _ours(steps, ids, mask, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
+            for r in range(len(PROMPTS)):  # each row alone, unpadded, gives the same tokens
+                keep = mask[r].bool()
+                alone = _ours(steps, ids[r:r + 1, keep], mask[r:r + 1, keep], beams, tok.eos_token_id, pad)
+                assert alone == [expected[r]], f"row {r} alone differs from its padded batch row (beams={beams})"
+        # EOS mid-generation: make a token the greedy search emits early the EOS, so rows stop at different steps
+        eos = expected_eos = _hf(model, ids, mask, 1, use_cache, None, pad)[0][3]
+        for beams in (1, 3):
+            expected = _hf(model, ids, mask, beams, use_cache, expected_eos, pad)
+            assert any(eos in row for row in expected)
+            assert _ours(steps, ids, mask, beams, eos, pad) == expected, f"EOS case, beams={beams}"
+
+
+def test_every_family_has_an_offline_variant():
+    for fam in registry.families().values():
+        assert fam.variant(fam.default_variant).offline, fam.name
