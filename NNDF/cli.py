@@ -61,6 +61,9 @@ def _quiet_libraries(verbose: bool) -> None:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars: our own bars cover long work
     for name in ("torch", "torch.onnx", "onnxscript", "transformers", "onnx_ir"):
         logging.getLogger(name).setLevel(logging.ERROR)
 

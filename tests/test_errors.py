@@ -94,7 +94,7 @@ def test_cuda_without_gpu_is_refused(tmp_path):
 
 
 def test_empty_prompt(tmp_path):
-    _bad("chat", "GPT2", "frameworks", "--batch-size", "1", "--prompt", "", "-wd", str(tmp_path), expect="empty prompt")
+    _bad("chat", "GPT2", "frameworks", "--batch-size", "1", "--prompt", "", "-wd", str(tmp_path), expect="empty --prompt")
 
 
 def test_accuracy_with_beams(tmp_path):

@@ -9,6 +9,7 @@ variant's entries are rewritten, other variants' entries (e.g. real hub models) 
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -26,7 +27,8 @@ INPUTS = [
 
 
 def _toml_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t") + '"'
+    """A TOML basic string: JSON's escapes (\\n, \\", \\uXXXX for control characters) are valid TOML."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def expected_outputs(family) -> list[str]:

@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 
 from NNDF.actions.common import backend_steps, decode, encode, finish, generation_config, open_run
+from NNDF.errors import UsageError
 from NNDF.generation import generate
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions
 from NNDF.results import Report, environment
@@ -49,6 +50,8 @@ def _prompts(chat_opts: ChatOptions):
 
 def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
          chat_opts: ChatOptions) -> Report:
+    if any(not p.strip() for p in chat_opts.prompt):
+        raise UsageError("empty --prompt: nothing to generate from")
     run = open_run(family, options, backends)
     config = generation_config(run, sampling, chat_opts.max_new_tokens)
     report = Report("chat", run.family.name, run.source.variant, {
@@ -58,7 +61,8 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
     with ExitStack() as stack:
         opened = []
         for name in backends:
-            print(f"Setting up environment for {name}", file=sys.stderr)
+            if sys.stderr.isatty():
+                print(f"Setting up environment for {name}", file=sys.stderr)
             opened.append((name, stack.enter_context(backend_steps(run, name))[1]))
         for prompt in _prompts(chat_opts):
             ids, mask = encode(run, [prompt])

@@ -7,6 +7,7 @@ export is validated against PyTorch before it is kept, and the max difference is
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from NNDF.artifacts import digest, weights_identity, write_json_atomic
@@ -51,7 +52,7 @@ class OnnxRuntimeBackend:
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__},
         }
 
-    def onnx_path(self, run: RunContext) -> Path:
+    def onnx_path(self, run: RunContext, force: bool = False) -> Path:
         """The decoder graph to run: the user's file, or a current export (made now if missing or stale)."""
         if run.options.decoder_onnx:
             path = Path(run.options.decoder_onnx)
@@ -60,7 +61,7 @@ class OnnxRuntimeBackend:
             return path
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
-        if not run.store.is_current(name, fingerprint):
+        if force or not run.store.is_current(name, fingerprint):
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
                 path = export_decoder(model, tmp, run.options.use_cache, self.spec)
@@ -74,7 +75,15 @@ class OnnxRuntimeBackend:
         return OrtSteps(path, run.device, run.options.use_cache, run.options.threads)
 
     def setup(self, run: RunContext) -> OrtSteps:
-        return self._steps(run, self.onnx_path(run))
+        try:
+            return self._steps(run, self.onnx_path(run))
+        except (ArtifactError, OSError, ValueError) as exc:
+            if run.options.decoder_onnx:  # the user's file: report, never replace
+                raise
+            # a cached export that no longer loads (truncated, edited): rebuild it, loudly
+            print(f"warning: cached ONNX for {run.source.variant} is unusable ({exc}); re-exporting",
+                  file=sys.stderr)
+            return self._steps(run, self.onnx_path(run, force=True))
 
     def artifacts(self, run: RunContext) -> list[str]:
         return [self.artifact_name(run)]
