@@ -7,6 +7,7 @@ error, never a silent switch.
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +58,9 @@ class RunContext:
         return self._model
 
     def release_torch_model(self) -> None:
-        self._model = None
+        if self._model is not None:
+            self._model = None
+            gc.collect()
 
 
 def make_context(family: Family, options: ModelOptions) -> RunContext:
@@ -67,5 +70,5 @@ def make_context(family: Family, options: ModelOptions) -> RunContext:
     variant = options.variant or family.default_variant
     working_dir = Path(options.working_dir)
     source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
-    store = ArtifactStore(working_dir, family.name, variant if not options.torch_dir else f"local-{Path(options.torch_dir).name}")
+    store = ArtifactStore(working_dir, family.name, source.variant)
     return RunContext(family, options, source, device, store)

@@ -61,7 +61,8 @@ class _Decoder:
 
     def prefill(self) -> torch.Tensor:
         """Logits of the last prompt position [N, V] (float32)."""
-        logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache)
+        logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache,
+                                                last_only=True)
         return logits[:, -1, :].float()
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -70,9 +71,10 @@ class _Decoder:
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
         positions = position_ids_from_mask(self.mask)
         if self.steps.use_cache:
-            logits, self.cache = self.steps.forward(self.ids[:, -1:], self.mask, positions[:, -1:], self.cache)
+            logits, self.cache = self.steps.forward(self.ids[:, -1:], self.mask, positions[:, -1:], self.cache,
+                                                    last_only=True)
         else:  # full recompute over the whole sequence
-            logits, _ = self.steps.forward(self.ids, self.mask, positions, None)
+            logits, _ = self.steps.forward(self.ids, self.mask, positions, None, last_only=True)
         return logits[:, -1, :].float()
 
     def reorder(self, index: torch.Tensor) -> None:

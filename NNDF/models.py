@@ -66,7 +66,8 @@ def resolve_source(family: Family, variant_name: str, torch_dir: str | None, wor
             f"{location!r} is a {config.model_type!r} model; family {family.name} runs "
             f"{', '.join(family.model_types)}"
         )
-    return ModelSource(family, variant.name, location, local_dir, config, trust_remote_code)
+    name = f"local:{Path(torch_dir).name}" if torch_dir else variant.name
+    return ModelSource(family, name, location, local_dir, config, trust_remote_code)
 
 
 def load_tokenizer(source: ModelSource):

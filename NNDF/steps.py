@@ -19,13 +19,15 @@ class DecoderSteps(Protocol):
     name: str  # backend name for reports
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Cache
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Cache,
+        last_only: bool = False,
     ) -> tuple[torch.Tensor, Cache]:
         """Run new tokens through the model.
 
         input_ids [B, S] (the new tokens with a cache; the whole sequence without one), attention_mask
-        [B, P + S] (P = cached length), position_ids [B, S]. Returns logits [B, S, V] and the cache that
-        now also holds these S tokens (None when `use_cache` is off).
+        [B, P + S] (P = cached length), position_ids [B, S]. Returns logits [B, S, V] ([B, 1, V] allowed when
+        `last_only`: a hint that only the last position is needed, which a backend may use to skip work) and
+        the cache that now also holds these S tokens (None when `use_cache` is off).
         """
         ...
 

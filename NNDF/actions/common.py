@@ -27,6 +27,8 @@ def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderS
     """Set one backend up, yield (backend, steps), then free it (one backend in memory at a time)."""
     backend = registry.backend(run.family, name)
     steps = backend.setup(run)
+    if not getattr(backend, "runs_torch_model", False):
+        run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
     try:
         yield backend, steps
     finally:

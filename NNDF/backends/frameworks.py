@@ -7,6 +7,7 @@ from NNDF.context import RunContext
 
 class FrameworksBackend:
     name = "frameworks"
+    runs_torch_model = True  # the run's HF model stays loaded while this backend is in use
 
     @staticmethod
     def availability() -> tuple[bool, str]:

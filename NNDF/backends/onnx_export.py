@@ -15,6 +15,7 @@ step and reports the largest difference from PyTorch; above the tolerance it fai
 from __future__ import annotations
 
 import hashlib
+import logging
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,7 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     rest += [{0: auto, 2: auto}] * (len(args) - 2 - len(rest))
     dynamic = ({0: auto, 1: auto}, {0: auto, 1: auto}) + ((tuple(rest),) if rest else ())
     path = out_dir / "model.onnx"
+    _quiet_exporter()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with torch.inference_mode(False), torch.no_grad():
         program = torch.onnx.export(
@@ -118,6 +120,15 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     _dedupe_initializers(proto)
     _save(proto, path, large)
     return path
+
+
+def _quiet_exporter() -> None:
+    """torch.onnx logs a warning per optional torchvision op it cannot register; none of them matter here."""
+    import torch.onnx._internal.exporter._registration  # noqa: F401 (creates the loggers)
+
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.onnx") and not logging.getLogger("NNDF").isEnabledFor(logging.DEBUG):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _name_dimensions(proto, inputs: list[str], outputs: list[str]) -> None:

@@ -80,7 +80,8 @@ class OrtSteps:
     def reorder_cache(self, cache, index):
         return tuple(t.index_select(0, index) for t in cache)
 
-    def forward(self, input_ids, attention_mask, position_ids, cache):
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
+        # the graph always computes logits for every position (accuracy needs them); `last_only` is a hint
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.takes_positions:
             feeds["position_ids"] = position_ids

@@ -19,11 +19,15 @@ class TorchSteps:
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.use_cache = use_cache
-        self._takes_positions = "position_ids" in inspect.signature(model.forward).parameters
+        params = inspect.signature(model.forward).parameters
+        self._takes_positions = "position_ids" in params
+        self._can_skip_logits = "logits_to_keep" in params  # LM head on the last position only, as HF generate
 
     @torch.inference_mode()
-    def forward(self, input_ids, attention_mask, position_ids, cache):
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
         kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=self.use_cache)
+        if last_only and self._can_skip_logits:
+            kwargs["logits_to_keep"] = 1
         if self._takes_positions:
             kwargs["position_ids"] = position_ids
         if self.use_cache:

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU check for the harness core, in ONE device call, after the packages from ../shared/device/stage.sh are
+# installed in /tmp/site (onnxruntime-gpu). Small pure-Python wheels (tabulate, psutil) travel in .whl/.
+#
+#   run(command='sh .device/part-07/install.sh && bash tools/device/cuda_check.sh', carry=['.device/part-07', '.whl'])
+#
+# It runs, on CUDA: `compare` for every family's offline default on frameworks and onnxrt in fp32 (checked
+# against checkpoint.toml's HF-generate outputs) and fp16, then the GPT-2 124M-shapes benchmark in fp16 with
+# HF generate as the in-session reference (prompt 32 / 64 new tokens, and the anchors' prompt 128 / 256).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-temp/device-out}
+mkdir -p "$OUT"
+if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl; fi
+{
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
+WD=/tmp/wd
+for fam in GPT2 OPT BLOOM; do
+  python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
+  python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
+done
+python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2
+python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+  --use-cache --input-seq-len 32 --output-seq-len 64 --iterations 20 --warmup 3 -wd $WD --json "$OUT/bench_gpt2_p32_n64.json"
+python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+  --use-cache --input-seq-len 128 --output-seq-len 256 --iterations 10 --warmup 2 -wd $WD --json "$OUT/bench_gpt2_p128_n256.json"
+} 2>&1 | tee "$OUT/cuda_check.log"
