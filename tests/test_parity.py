@@ -1,5 +1,7 @@
 """Token-for-token parity with HF `generate` (CPU, fp32) for every offline variant of every family, on every
 backend, with and without KV cache: greedy and beam search, padded batches, batch == each row alone, EOS."""
+import os
+
 import pytest
 import torch
 
@@ -11,11 +13,13 @@ from NNDF.options import ModelOptions
 
 from conftest import offline_variants
 
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/device/cuda_check.sh runs this file on CUDA too
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
 NEW = 10
 
 
 def _hf(model, ids, mask, beams, use_cache, eos, pad):
+    ids, mask = ids.to(model.device), mask.to(model.device)
     out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, num_beams=beams,
                          use_cache=use_cache, eos_token_id=eos, pad_token_id=pad)
     rows = []
@@ -41,7 +45,7 @@ def variant(request, workdir):
 def test_generate_parity(variant, backend, use_cache, workdir):
     family, name = variant
     run = make_context(registry.family(family), ModelOptions(variant=name, working_dir=str(workdir),
-                                                             use_cache=use_cache, use_mask=True, device="cpu"))
+                                                             use_cache=use_cache, use_mask=True, device=DEVICE))
     ids, mask = encode(run, PROMPTS)
     assert not mask.all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer

@@ -52,16 +52,18 @@ class OnnxRuntimeBackend:
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__},
         }
 
-    def onnx_path(self, run: RunContext, force: bool = False) -> Path:
-        """The decoder graph to run: the user's file, or a current export (made now if missing or stale)."""
+    def onnx_path(self, run: RunContext, force: bool = False) -> tuple[Path, bool]:
+        """The decoder graph to run and whether it was exported just now: the user's file, or a current
+        export (made now if missing, stale, or `force`d)."""
         if run.options.decoder_onnx:
             path = Path(run.options.decoder_onnx)
             if not path.is_file():
                 raise ArtifactError(f"--decoder-onnx {path} does not exist")
-            return path
+            return path, False
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
-        if force or not run.store.is_current(name, fingerprint):
+        fresh = force or not run.store.is_current(name, fingerprint) or not (folder / VALIDATION).is_file()
+        if fresh:
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
                 path = export_decoder(model, tmp, run.options.use_cache, self.spec)
@@ -69,21 +71,22 @@ class OnnxRuntimeBackend:
                                     self.spec, run.options.fp16)
                 write_json_atomic(tmp / VALIDATION, {"max_abs_diff_vs_pytorch": max_diff})
         self.last_max_diff = json.loads((folder / VALIDATION).read_text())["max_abs_diff_vs_pytorch"]
-        return folder / "model.onnx"
+        return folder / "model.onnx", fresh
 
     def _steps(self, run: RunContext, path: Path) -> OrtSteps:
         return OrtSteps(path, run.device, run.options.use_cache, run.options.threads)
 
     def setup(self, run: RunContext) -> OrtSteps:
+        path, fresh = self.onnx_path(run)
         try:
-            return self._steps(run, self.onnx_path(run))
-        except (ArtifactError, OSError, ValueError) as exc:
-            if run.options.decoder_onnx:  # the user's file: report, never replace
+            return self._steps(run, path)
+        except ArtifactError as exc:
+            if fresh or run.options.decoder_onnx:  # a new export or the user's file: report, never replace
                 raise
             # a cached export that no longer loads (truncated, edited): rebuild it, loudly
             print(f"warning: cached ONNX for {run.source.variant} is unusable ({exc}); re-exporting",
                   file=sys.stderr)
-            return self._steps(run, self.onnx_path(run, force=True))
+            return self._steps(run, self.onnx_path(run, force=True)[0])
 
     def artifacts(self, run: RunContext) -> list[str]:
         return [self.artifact_name(run)]

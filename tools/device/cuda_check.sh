@@ -4,9 +4,11 @@
 #
 #   run(command='sh .device/part-07/install.sh && bash tools/device/cuda_check.sh', carry=['.device/part-07', '.whl'])
 #
-# It runs, on CUDA: `compare` for every family's offline default on frameworks and onnxrt in fp32 (checked
-# against checkpoint.toml's HF-generate outputs) and fp16, then the GPT-2 124M-shapes benchmark in fp16 with
-# HF generate as the in-session reference (prompt 32 / 64 new tokens, and the anchors' prompt 128 / 256).
+# It runs, on CUDA: the parity tests (tests/test_parity.py: every offline variant, frameworks and onnxrt with
+# IO binding, greedy and beam, padded batches, EOS, against HF generate on the same GPU, fp32); `compare` for
+# every family's offline default in fp32 (checked against checkpoint.toml's CPU HF-generate outputs) and fp16;
+# `accuracy` and a beam-search `chat` on CUDA; then the GPT-2 124M-shapes benchmark in fp16 with HF generate as
+# the in-session reference (prompt 32 / 64 new tokens, and the anchors' prompt 128 / 256 new tokens).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -17,6 +19,11 @@ if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
 WD=/tmp/wd
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_parity.py
+python3 run.py accuracy GPT2 frameworks onnxrt --device cuda --use-cache --dataset data/lambada_offline.jsonl \
+  --num-samples 50 --tokens-to-generate 3 -wd $WD
+python3 run.py chat GPT2 --compare frameworks onnxrt --device cuda --use-cache --num-beams 3 --max-new-tokens 16 \
+  --prompt "The for statement" --prompt "A class definition" -wd $WD --json "$OUT/chat_cuda_beam3.json"
 for fam in GPT2 OPT BLOOM; do
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
