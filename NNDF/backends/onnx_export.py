@@ -127,7 +127,7 @@ def _quiet_exporter() -> None:
     import torch.onnx._internal.exporter._registration  # noqa: F401 (creates the loggers)
 
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.onnx") and not logging.getLogger("NNDF").isEnabledFor(logging.DEBUG):
+        if name.startswith("torch.onnx"):
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -148,18 +148,29 @@ def _name_dimensions(proto, inputs: list[str], outputs: list[str]) -> None:
 
 
 def _dedupe_initializers(proto) -> None:
-    """Tied input/output embeddings are exported twice; keep one copy and point every use at it."""
-    by_hash: dict[str, str] = {}
+    """Tied input/output embeddings get exported twice (sometimes the second copy pre-transposed by constant
+    folding); keep one copy, point identical uses at it, and derive a transposed copy with a Transpose node."""
+    from onnx import helper, numpy_helper
+
+    def key(array) -> str:
+        return hashlib.sha256(array.tobytes() + str((array.dtype, array.shape)).encode()).hexdigest()
+
+    seen: dict[str, str] = {}
     rename: dict[str, str] = {}
-    kept = []
+    kept, transposes = [], []
     for init in proto.graph.initializer:
-        key = hashlib.sha256(init.raw_data + bytes(str((init.data_type, tuple(init.dims))), "utf8")).hexdigest()
-        if init.raw_data and key in by_hash:
-            rename[init.name] = by_hash[key]
-        else:
-            by_hash.setdefault(key, init.name)
+        array = numpy_helper.to_array(init)
+        if array.size < 1024:  # small constants are not worth it
             kept.append(init)
-    if not rename:
+            continue
+        if key(array) in seen:
+            rename[init.name] = seen[key(array)]
+        elif array.ndim == 2 and key(array.T) in seen:
+            transposes.append(helper.make_node("Transpose", [seen[key(array.T)]], [init.name], perm=[1, 0]))
+        else:
+            seen[key(array)] = init.name
+            kept.append(init)
+    if not rename and not transposes:
         return
     del proto.graph.initializer[:]
     proto.graph.initializer.extend(kept)
@@ -167,6 +178,8 @@ def _dedupe_initializers(proto) -> None:
         for i, name in enumerate(node.input):
             if name in rename:
                 node.input[i] = rename[name]
+    for node in reversed(transposes):  # computed once at session start (constant folding)
+        proto.graph.node.insert(0, node)
 
 
 def _all_nodes(graph):

@@ -1,0 +1,75 @@
+"""The exported graph itself: named dimensions, tied weights stored once, external data, --decoder-onnx."""
+import json
+
+import onnx
+import pytest
+import torch
+
+from NNDF.backends import onnx_export
+from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
+from NNDF.backends.ort_steps import OrtSteps
+from NNDF.offline import redraw_weights
+
+from conftest import ROOT, run_cli
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=64,
+                                       bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
+    redraw_weights(model, 0, 0.2)
+    return model
+
+
+def test_names_and_tied_weights(tiny, tmp_path):
+    path = export_decoder(tiny, tmp_path, use_cache=True, spec=ExportSpec())
+    model = onnx.load(str(path))
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(model.graph.input) + list(model.graph.output)}
+    assert dims["input_ids"] == ["batch", "seq"] and dims["attention_mask"] == ["batch", "total"]
+    assert dims["past.1.value"] == ["batch", 2, "past", 16] and dims["present.1.value"] == ["batch", 2, "total", 16]
+    assert dims["logits"] == ["batch", "seq", 97]
+    embeddings = [i for i in model.graph.initializer if sorted(i.dims) == [32, 97]]
+    assert len(embeddings) == 1, "tied input/output embeddings must be stored once"
+    diff = validate(tiny, lambda: OrtSteps(path, torch.device("cpu"), True), True, ExportSpec(), False)
+    assert diff < 1e-4
+
+
+def test_external_data_for_large_models(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 0)  # treat the tiny model as "over 2 GB"
+    path = export_decoder(tiny, tmp_path, use_cache=True, spec=ExportSpec())
+    data = tmp_path / "model.onnx.data"
+    graph = onnx.load(str(path), load_external_data=False)
+    weights = [i for i in graph.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    assert weights and data.stat().st_size >= sum(p.numel() * 4 for p in tiny.parameters()) * 0.9
+    diff = validate(tiny, lambda: OrtSteps(path, torch.device("cpu"), True), True, ExportSpec(), False)
+    assert diff < 1e-4
+
+
+def test_validation_reports_mismatch(tiny, tmp_path):
+    path = export_decoder(tiny, tmp_path, use_cache=False, spec=ExportSpec())
+    other = type(tiny)(tiny.config).eval()
+    redraw_weights(other, 1, 0.2)  # a different model: the graph must be rejected
+    from NNDF.errors import ArtifactError
+
+    with pytest.raises(ArtifactError, match="prompt pass: logits differ by"):
+        validate(other, lambda: OrtSteps(path, torch.device("cpu"), False), False, ExportSpec(), False)
+
+
+def test_decoder_onnx_flag_uses_the_given_file(tmp_path):
+    wd = tmp_path / "w"
+    args = ("run", "BLOOM", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd))
+    assert run_cli(*args).returncode == 0
+    exported = wd / "BLOOM" / "bloom-offline" / "decoder-fp32-kv" / "model.onnx"
+    given = tmp_path / "mine.onnx"
+    given.write_bytes(exported.read_bytes())
+    out = tmp_path / "r.json"
+    proc = run_cli("compare", "BLOOM", "--compare", "onnxrt", "--use-cache", "--decoder-onnx", str(given),
+                   "--iterations", "1", "--warmup", "0", "-wd", str(tmp_path / "w2"), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["results"][0]["accuracy"] == 1.0
+    assert not (tmp_path / "w2" / "BLOOM" / "bloom-offline" / "decoder-fp32-kv").exists()  # nothing exported
+    wrong = run_cli(*args[:3], "--decoder-onnx", str(given), "-wd", str(tmp_path / "w3"))  # kv graph, no --use-cache
+    assert wrong.returncode == 2 and "not a decoder graph without KV cache" in wrong.stderr
