@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 
+from NNDF import progress
 from NNDF.errors import HarnessError
 from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, SamplingOptions,
                           TimingOptions)
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(action, help=help_text, description=help_text)
         if action == "list":
             p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {', '.join(FAMILY_PACKAGES)}")
+            p.add_argument("--json", help="also write the listing as JSON to this path")
             continue
         p.add_argument("model", metavar="MODEL", help=f"model family: {', '.join(FAMILY_PACKAGES)}")
         p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(BACKEND_NAMES)}")
@@ -108,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _quiet_libraries(getattr(args, "verbose", False))
+    if getattr(args, "info", False):
+        progress.FORCE = True
     try:
         report = dispatch(args)
     except HarnessError as exc:

@@ -71,7 +71,7 @@ class ModelOptions(OptionGroup):
     threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
     json: str | None = flag(None, "--json", help="also write the results as JSON to this path")
     verbose: bool = flag(False, "--verbose", "-v", help="print library logs")
-    info: bool = flag(False, "--info", help="print progress information")
+    info: bool = flag(False, "--info", help="show progress bars and status lines even when stderr is not a terminal")
 
     def __post_init__(self):
         _positive("--batch-size", self.batch_size)

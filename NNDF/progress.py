@@ -8,8 +8,11 @@ from contextlib import contextmanager
 from tqdm import tqdm
 
 
+FORCE = False  # --info: report progress even when stderr is not a terminal
+
+
 def interactive() -> bool:
-    return sys.stderr.isatty()
+    return FORCE or sys.stderr.isatty()
 
 
 def bar(iterable=None, desc: str = "", total: int | None = None, unit: str = "it"):
