@@ -15,17 +15,19 @@ import warnings
 from NNDF import progress
 from NNDF.errors import HarnessError
 from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, SamplingOptions,
-                          TimingOptions)
+                          TimingOptions, TRTOptions)
 from NNDF.registry import BACKEND_NAMES, FAMILY_PACKAGES
 
 ACTIONS = {
-    "accuracy": ("LAMBADA TopN accuracy and perplexity", (ModelOptions, AccuracyOptions)),
+    "accuracy": ("LAMBADA TopN accuracy and perplexity", (ModelOptions, AccuracyOptions, TRTOptions)),
     "benchmark": ("fixed-length random inputs: latency, tokens/s, memory",
-                  (ModelOptions, SamplingOptions, TimingOptions, BenchmarkOptions)),
+                  (ModelOptions, SamplingOptions, TimingOptions, BenchmarkOptions, TRTOptions)),
     "chat": ("interactive prompts (or --prompt), several backends side by side",
-             (ModelOptions, SamplingOptions, ChatOptions)),
-    "run": ("golden samples from the family's checkpoint.toml", (ModelOptions, SamplingOptions, TimingOptions)),
-    "compare": ("`run` over several backends, side by side", (ModelOptions, SamplingOptions, TimingOptions)),
+             (ModelOptions, SamplingOptions, ChatOptions, TRTOptions)),
+    "run": ("golden samples from the family's checkpoint.toml",
+            (ModelOptions, SamplingOptions, TimingOptions, TRTOptions)),
+    "compare": ("`run` over several backends, side by side",
+                (ModelOptions, SamplingOptions, TimingOptions, TRTOptions)),
     "list": ("families, variants, and which backends work here", ()),
 }
 
@@ -88,22 +90,24 @@ def _backends(args, family: str) -> tuple[str, ...]:
 
 
 def dispatch(args) -> object:
-    from NNDF.actions import accuracy, benchmark, chat, checkpoint, listing
+    from NNDF.actions import accuracy, benchmark, build, chat, checkpoint, listing
 
     if args.action == "list":
         return listing.list_models(args.model)
     backends = _backends(args, args.model)
     opts = {g.__name__: g.from_namespace(args) for g in ACTIONS[args.action][1]}
-    model = opts["ModelOptions"]
+    model, trt = opts["ModelOptions"], opts["TRTOptions"]
+    if trt.build_only:
+        return build.build_only(args.model, backends, model, trt)
     if args.action == "benchmark":
         return benchmark.benchmark(args.model, backends, model, opts["SamplingOptions"], opts["TimingOptions"],
-                                   opts["BenchmarkOptions"])
+                                   opts["BenchmarkOptions"], trt)
     if args.action == "accuracy":
-        return accuracy.accuracy(args.model, backends, model, opts["AccuracyOptions"])
+        return accuracy.accuracy(args.model, backends, model, opts["AccuracyOptions"], trt)
     if args.action == "chat":
-        return chat.chat(args.model, backends, model, opts["SamplingOptions"], opts["ChatOptions"])
+        return chat.chat(args.model, backends, model, opts["SamplingOptions"], opts["ChatOptions"], trt)
     return checkpoint.run_checkpoint(args.model, backends, model, opts["SamplingOptions"], opts["TimingOptions"],
-                                     compare=args.action == "compare")
+                                     compare=args.action == "compare", trt=trt)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from NNDF.artifacts import ArtifactStore
 from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
 from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
-from NNDF.options import ModelOptions
+from NNDF.options import ModelOptions, TRTOptions
 
 
 def resolve_device(options: ModelOptions) -> torch.device:
@@ -38,6 +38,7 @@ class RunContext:
     source: ModelSource
     device: torch.device
     store: ArtifactStore
+    trt: TRTOptions = field(default_factory=TRTOptions)
     _tokenizer: object = field(default=None, repr=False)
     _model: torch.nn.Module | None = field(default=None, repr=False)
 
@@ -63,7 +64,7 @@ class RunContext:
             gc.collect()
 
 
-def make_context(family: Family, options: ModelOptions) -> RunContext:
+def make_context(family: Family, options: ModelOptions, trt: TRTOptions | None = None) -> RunContext:
     device = resolve_device(options)
     if options.threads:
         torch.set_num_threads(options.threads)
@@ -71,4 +72,4 @@ def make_context(family: Family, options: ModelOptions) -> RunContext:
     working_dir = Path(options.working_dir)
     source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
     store = ArtifactStore(working_dir, family.name, source.variant)
-    return RunContext(family, options, source, device, store)
+    return RunContext(family, options, source, device, store, trt or TRTOptions())

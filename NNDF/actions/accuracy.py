@@ -23,7 +23,7 @@ import torch
 from NNDF.actions.common import backend_steps, finish, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
-from NNDF.options import AccuracyOptions, ModelOptions
+from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
 from NNDF.progress import bar
 from NNDF.results import Report, environment
 from NNDF.steps import position_ids_from_mask
@@ -142,11 +142,12 @@ def _aggregate(name: str, scores: list[PassageScore], tops: list[int]) -> Accura
         len(scores), tuple(scores))
 
 
-def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions) -> Report:
+def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions,
+             trt: TRTOptions | None = None) -> Report:
     if options.num_beams > 1:
         raise UsageError("accuracy scores teacher-forced logits; --num-beams does not apply (use 1)")
     passages = load_passages(acc.dataset, acc.num_samples)
-    run = open_run(family, options, backends)
+    run = open_run(family, options, backends, trt)
     tops = sorted({1, acc.topN, 10})
     report = Report("accuracy", run.family.name, run.source.variant, {
         "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,

@@ -16,7 +16,7 @@ import torch
 from NNDF.actions.common import backend_steps, finish, generation_config, open_run
 from NNDF.context import RunContext
 from NNDF.generation import Observer, generate
-from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.results import Report, environment
 from NNDF.timing import MemoryWatch, Stats, measure, sync
 
@@ -129,8 +129,8 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
 
 
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-              timing: TimingOptions, bench: BenchmarkOptions) -> Report:
-    run = open_run(family, options, backends)
+              timing: TimingOptions, bench: BenchmarkOptions, trt: TRTOptions | None = None) -> Report:
+    run = open_run(family, options, backends, trt)
     report = Report("benchmark", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,

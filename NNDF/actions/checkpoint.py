@@ -21,7 +21,7 @@ from NNDF.actions.common import backend_steps, decode, encode, finish, generatio
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.generation import generate
-from NNDF.options import ModelOptions, SamplingOptions, TimingOptions
+from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.results import Report, environment
 from NNDF.steps import position_ids_from_mask
 from NNDF.timing import measure
@@ -118,8 +118,8 @@ def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
 
 
 def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-                   timing: TimingOptions, compare: bool) -> Report:
-    run = open_run(family, options, backends)
+                   timing: TimingOptions, compare: bool, trt: TRTOptions | None = None) -> Report:
+    run = open_run(family, options, backends, trt)
     max_new, samples = load_checkpoint(run)
     config = generation_config(run, sampling, max_new)
     report = Report("compare" if compare else "run", run.family.name, run.source.variant, {

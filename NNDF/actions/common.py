@@ -10,16 +10,17 @@ from NNDF import registry
 from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
-from NNDF.options import ModelOptions, SamplingOptions
+from NNDF.options import ModelOptions, SamplingOptions, TRTOptions
 from NNDF.sampling import SamplingConfig
 from NNDF.steps import DecoderSteps
 
 
-def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...]) -> RunContext:
+def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
+             trt: TRTOptions | None = None) -> RunContext:
     family = registry.family(family_name)
     for name in backends:  # fail on a bad backend name before loading anything
         registry.backend(family, name)
-    return make_context(family, options)
+    return make_context(family, options, trt)
 
 
 @contextmanager

@@ -32,13 +32,11 @@ class BackendEntry:
 def backend_status() -> list[BackendEntry]:
     from NNDF.backends.frameworks import FrameworksBackend
     from NNDF.backends.onnxrt import OnnxRuntimeBackend
+    from NNDF.backends.trt import TensorRTBackend
 
-    entries = [BackendEntry("frameworks", *FrameworksBackend.availability()),
-               BackendEntry("onnxrt", *OnnxRuntimeBackend.availability())]
-    missing = [b for b in registry.BACKEND_NAMES if b not in ("frameworks", "onnxrt")]
-    for name in missing:
-        entries.append(BackendEntry(name, False, "not implemented in this version of the harness"))
-    return entries
+    return [BackendEntry("frameworks", *FrameworksBackend.availability()),
+            BackendEntry("onnxrt", *OnnxRuntimeBackend.availability()),
+            BackendEntry("trt", *TensorRTBackend.availability())]
 
 
 def list_models(family_name: str | None = None) -> Report:

@@ -18,6 +18,3 @@ class FrameworksBackend:
 
     def setup(self, run: RunContext) -> TorchSteps:
         return TorchSteps(run.torch_model(), run.options.use_cache)
-
-    def artifacts(self, run: RunContext) -> list[str]:
-        return []

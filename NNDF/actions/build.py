@@ -1,0 +1,21 @@
+"""`--build-only`: build (or find current) the TensorRT engines of a run and report build seconds and sizes."""
+from __future__ import annotations
+
+from NNDF import registry
+from NNDF.actions.common import finish, open_run
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions, TRTOptions
+from NNDF.results import Report, environment
+
+
+def build_only(family: str, backends: tuple[str, ...], options: ModelOptions, trt: TRTOptions) -> Report:
+    if backends != ("trt",):
+        raise UsageError(f"--build-only builds TensorRT engines: name only the trt backend (got {', '.join(backends)})")
+    run = open_run(family, options, backends, trt)
+    report = Report("build", run.family.name, run.source.variant, {
+        "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
+        "batch_size": options.batch_size, "dynamic_batch": trt.dynamic_batch, "num_beams": options.num_beams},
+        environment=environment(run.device))
+    report.results.append(registry.backend(run.family, "trt").build(run))
+    finish(run, backends)
+    return report

@@ -1,0 +1,5 @@
+"""OPT on TensorRT: the shared engine builder and runtime with this family's export facts."""
+from OPT.export import EXPORT
+from NNDF.backends.trt import TensorRTBackend
+
+BACKEND = TensorRTBackend(EXPORT)

@@ -1,0 +1,110 @@
+"""TensorRT backend parts that need no TensorRT: profiles, names, flag validation, the KV-buffer bookkeeping of
+the generation steps, and the TensorRT-missing path. Engine builds are verified on a GPU by
+tools/device/trt_check.sh (docs/VERIFICATION.md); engine execution could not be verified in this workplace."""
+import importlib.util
+
+import pytest
+import torch
+
+from NNDF.backends.trt_profiles import decoder_profiles, engine_name, engine_shapes, model_positions
+from NNDF.backends.trt_steps import KVBuffers
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions, TRTOptions
+
+from conftest import run_cli
+
+
+class Cfg:
+    n_positions = 256
+
+
+def test_static_batch_profiles_with_cache():
+    shapes = engine_shapes(Cfg(), ModelOptions(batch_size=2, num_beams=3, use_cache=True),
+                           TRTOptions(input_profile_max_len=64, output_profile_max_len=32))
+    assert (shapes.rows.min, shapes.rows.opt, shapes.rows.max) == (6, 6, 6)
+    assert (shapes.max_input, shapes.max_output, shapes.max_total) == (64, 32, 96)
+    prompt, step = decoder_profiles(shapes, {"past.0.key": (4, 16)}, True, use_cache=True)
+    assert prompt.shapes["input_ids"] == ((6, 1), (6, 32), (6, 64))
+    assert prompt.shapes["past.0.key"] == ((6, 4, 0, 16),) * 3
+    assert step.shapes["input_ids"] == ((6, 1),) * 3
+    assert step.shapes["attention_mask"] == ((6, 2), (6, 49), (6, 96))
+    assert step.shapes["past.0.key"] == ((6, 4, 1, 16), (6, 4, 48, 16), (6, 4, 95, 16))
+
+
+def test_dynamic_batch_and_no_cache_profile():
+    shapes = engine_shapes(Cfg(), ModelOptions(batch_size=4), TRTOptions(dynamic_batch=True, min_dynamic_batch=1,
+                                                                        max_dynamic_batch=8, n_positions=128))
+    assert (shapes.rows.min, shapes.rows.opt, shapes.rows.max) == (1, 4, 8)
+    (full,) = decoder_profiles(shapes, {}, False, use_cache=False)
+    assert full.shapes == {"input_ids": ((1, 1), (4, 64), (8, 128)), "attention_mask": ((1, 1), (4, 64), (8, 128))}
+
+
+@pytest.mark.parametrize("low,batch,high", [(2, 1, 8), (1, 9, 8)])
+def test_batch_outside_dynamic_range(low, batch, high):
+    with pytest.raises(UsageError, match="min-dynamic-batch <= --batch-size <= --max-dynamic-batch"):
+        engine_shapes(Cfg(), ModelOptions(batch_size=batch),
+                      TRTOptions(dynamic_batch=True, min_dynamic_batch=low, max_dynamic_batch=high))
+
+
+def test_flag_validation():
+    with pytest.raises(UsageError, match="min-dynamic-batch 9 > --max-dynamic-batch 8"):
+        TRTOptions(dynamic_batch=True, min_dynamic_batch=9, max_dynamic_batch=8)
+    with pytest.raises(UsageError, match="--engine-postfix"):
+        TRTOptions(engine_postfix="../x")
+
+
+def test_positions_from_config_or_default():
+    class Bloom:  # ALiBi: no position limit in the config
+        pass
+
+    assert model_positions(Cfg()) == 256 and model_positions(Bloom()) == 2048
+
+
+def test_engine_names_follow_the_options():
+    opts = ModelOptions(batch_size=4, fp16=True, use_cache=True)
+    trt = TRTOptions(dynamic_batch=True, max_dynamic_batch=8, engine_postfix="A100")
+    name = engine_name("GPT2", "EleutherAI/gpt-neo-125m", opts, trt, engine_shapes(Cfg(), opts, trt))
+    assert name == "engine-GPT2-EleutherAI--gpt-neo-125m-fp16-kv-dynbatch1-8-beams1-in256-out256-pos256-A100"
+    other = engine_name("GPT2", "gpt2", ModelOptions(), TRTOptions(), engine_shapes(Cfg(), ModelOptions(), TRTOptions()))
+    assert other == "engine-GPT2-gpt2-fp32-nokv-batch1-beams1-in256-out256-pos256"
+
+
+def test_kv_buffers_ping_pong_and_reorder():
+    """The bookkeeping the TensorRT steps rely on, with CPU tensors standing in for device buffers."""
+    kv = KVBuffers([(2, 3), (2, 3)], max_rows=6, max_total=8, dtype=torch.float32, device="cpu")
+    past = kv.past(2, 0)
+    assert [t.shape for t in past] == [torch.Size([2, 2, 0, 3])] * 2
+    present = kv.present(2, 4)  # the prompt pass writes 4 positions into the other buffer
+    for i, t in enumerate(present):
+        t.copy_(torch.arange(t.numel(), dtype=torch.float32).view(t.shape) + 100 * i)
+    expected = [t.clone() for t in present]
+    kv.swap()
+    assert all(torch.equal(a, b) for a, b in zip(kv.past(2, 4), expected))  # no copy: same memory
+    assert all(t.is_contiguous() for t in kv.present(2, 5))
+    index = torch.tensor([1, 1, 1, 0, 0, 0])  # beam expansion / reordering: 2 rows -> 6
+    kv.reorder(index, rows=2, length=4)
+    for got, want in zip(kv.past(6, 4), expected):
+        assert torch.equal(got, want[index])
+    with pytest.raises(UsageError, match="exceed the engine's profile maxima"):
+        kv.present(7, 4)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") or importlib.util.find_spec("tensorrt_rtx"),
+                    reason="TensorRT is installed here")
+def test_tensorrt_missing_is_one_line(tmp_path):
+    proc = run_cli("list")
+    assert "| trt" in proc.stdout and "pip install tensorrt" in proc.stdout
+    proc = run_cli("benchmark", "GPT2", "trt", "--device", "cpu", "-wd", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == "error: the trt backend runs on CUDA: use --device cuda"
+    from NNDF.backends.trt_engine import import_trt
+    from NNDF.errors import BackendUnavailable
+
+    with pytest.raises(BackendUnavailable, match=r"pip install tensorrt.*neither tensorrt nor tensorrt_rtx"):
+        import_trt("auto")
+    with pytest.raises(BackendUnavailable, match="--trt-module tensorrt_rtx is not importable here"):
+        import_trt("tensorrt_rtx")
+
+
+def test_build_only_needs_the_trt_backend(tmp_path):
+    proc = run_cli("run", "GPT2", "onnxrt", "--build-only", "-wd", str(tmp_path))
+    assert proc.returncode == 2 and "--build-only builds TensorRT engines" in proc.stderr

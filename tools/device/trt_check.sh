@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# TensorRT engine builds, in ONE device call, after ../shared/device/stage.sh's packages are in /tmp/site
+# (tensorrt_rtx 1.7 and onnxruntime-gpu; full TensorRT cannot be installed in this workplace).
+#
+#   run(command='sh .device/part-07/install.sh && bash tools/device/trt_check.sh', carry=['.device/part-07', '.whl'])
+#
+# For every decoder-only family's offline default and for GPT-2 124M shapes: --build-only engines in fp32 and
+# fp16, with and without KV cache, batch 1 and a dynamic batch range 1..8; then one real run, which shows what
+# TensorRT-RTX says about executing on this GPU (Hopper: refused, one line, exit 2). The table of build
+# seconds, engine MB, module and GPU is written to $OUT/trt_builds.md (see docs/VERIFICATION.md).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-temp/device-out}
+mkdir -p "$OUT/builds"
+if [ -d .whl ]; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null; fi
+WD=/tmp/wd-trt
+{
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
+python3 -c "import tensorrt_rtx as t, torch; print('tensorrt_rtx', t.__version__, 'torch', torch.__version__)"
+python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
+n=0
+for model in "GPT2" "OPT" "BLOOM" "GPT2 --torch-dir /tmp/shapes/gpt2 --n-positions 1024"; do
+  for precision in "" "--fp16"; do
+    for cache in "--use-cache" ""; do
+      for batch in "--batch-size 1" "--batch-size 4 --dynamic-batch --min-dynamic-batch 1 --max-dynamic-batch 8"; do
+        n=$((n+1))
+        # shellcheck disable=SC2086
+        python3 run.py run $model trt --build-only --device cuda $precision $cache $batch --use-timing-cache \
+          -wd $WD --json "$OUT/builds/$n.json" || echo "build $n failed: $model $precision $cache $batch"
+      done
+    done
+  done
+done
+echo "--- executing an engine (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
+python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds.md"
+cat "$OUT/trt_builds.md"
+} 2>&1 | tee "$OUT/trt_check.log"
+rm -rf "$OUT/builds"  # the summary holds what matters; at most 8 files come back

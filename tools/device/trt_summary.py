@@ -1,0 +1,17 @@
+#!/usr/bin/env python3
+"""Summarise `--build-only --json` files of a folder as one markdown table (used by trt_check.sh)."""
+import json
+import sys
+from pathlib import Path
+
+rows = []
+for path in sorted(Path(sys.argv[1]).glob("*.json"), key=lambda p: int(p.stem)):
+    data = json.loads(path.read_text())
+    s, r = data["settings"], data["results"][0]
+    batch = "dynamic" if s["dynamic_batch"] else str(s["batch_size"])
+    rows.append(f"| {data['family']} {data['variant']} | {s['precision']} | {'kv' if s['use_cache'] else 'no cache'} | "
+                f"{batch} | {format(r['build_seconds'], '.1f') if r['build_seconds'] is not None else 'reused'} | "
+                f"{r['engine_mb']:.1f} | {r['module']} | {r['gpu']} (CC {r['compute_capability']}) | `{r['engine']}` |")
+print("| model | precision | cache | batch | build s | engine MB | module | GPU | engine |")
+print("|---|---|---|---|---|---|---|---|---|")
+print("\n".join(rows))
