@@ -3,11 +3,13 @@
 # (tensorrt_rtx 1.7 and onnxruntime-gpu; full TensorRT cannot be installed in this workplace).
 #
 #   run(command='sh .device/part-07/install.sh && bash tools/device/trt_check.sh', carry=['.device/part-07', '.whl'])
+#   bash tools/device/trt_check.sh offline   # only the families' offline defaults (fits one 10-minute call)
+#   bash tools/device/trt_check.sh gpt2      # only GPT-2 124M shapes
 #
 # For every decoder-only family's offline default and for GPT-2 124M shapes: --build-only engines in fp32 and
 # fp16, with and without KV cache, batch 1 and a dynamic batch range 1..8; then one real run, which shows what
 # TensorRT-RTX says about executing on this GPU (Hopper: refused, one line, exit 2). The table of build
-# seconds, engine MB, module and GPU is written to $OUT/trt_builds.md (see docs/VERIFICATION.md).
+# seconds, engine MB, module and GPU is written to $OUT/trt_builds-<which>.md (see docs/VERIFICATION.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -20,7 +22,12 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
 python3 -c "import tensorrt_rtx as t, torch; print('tensorrt_rtx', t.__version__, 'torch', torch.__version__)"
 python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
 n=0
-for model in "GPT2" "OPT" "BLOOM" "GPT2 --torch-dir /tmp/shapes/gpt2 --n-positions 1024"; do
+case "${1:-all}" in
+  offline) MODELS=("GPT2" "OPT" "BLOOM") ;;
+  gpt2) MODELS=("GPT2 --torch-dir /tmp/shapes/gpt2 --n-positions 1024") ;;
+  *) MODELS=("GPT2" "OPT" "BLOOM" "GPT2 --torch-dir /tmp/shapes/gpt2 --n-positions 1024") ;;
+esac
+for model in "${MODELS[@]}"; do
   for precision in "" "--fp16"; do
     for cache in "--use-cache" ""; do
       for batch in "--batch-size 1" "--batch-size 4 --dynamic-batch --min-dynamic-batch 1 --max-dynamic-batch 8"; do
@@ -34,7 +41,7 @@ for model in "GPT2" "OPT" "BLOOM" "GPT2 --torch-dir /tmp/shapes/gpt2 --n-positio
 done
 echo "--- executing an engine (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
 python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
-python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds.md"
-cat "$OUT/trt_builds.md"
+python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-${1:-all}.md"
+cat "$OUT/trt_builds-${1:-all}.md"
 } 2>&1 | tee "$OUT/trt_check.log"
 rm -rf "$OUT/builds"  # the summary holds what matters; at most 8 files come back
