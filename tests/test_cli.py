@@ -24,7 +24,7 @@ def test_list_shows_families_and_backend_status():
     out = _ok(run_cli("list")).stdout
     for name in ("GPT2", "OPT", "BLOOM", "gpt2-offline", "facebook/opt-125m", "bigscience/bloom-560m"):
         assert name in out
-    assert "| onnxrt" in out and "| trt" in out and "not implemented" in out
+    assert "| onnxrt" in out and "| trt" in out
 
 
 def test_benchmark_json_and_arithmetic(wd, tmp_path):

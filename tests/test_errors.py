@@ -24,8 +24,8 @@ def test_unknown_backend():
     assert "frameworks, onnxrt, trt" in _bad("run", "GPT2", "tensorflow", expect="unknown backend 'tensorflow'")
 
 
-def test_backend_not_implemented_yet():
-    _bad("run", "GPT2", "trt", expect="'trt' is not implemented for GPT2")
+def test_trt_needs_cuda(tmp_path):
+    _bad("run", "GPT2", "trt", "--device", "cpu", "-wd", str(tmp_path), expect="the trt backend runs on CUDA")
 
 
 def test_unknown_flag_value():

@@ -1,8 +1,11 @@
-"""TensorRT backend parts that need no TensorRT: profiles, names, flag validation, the KV-buffer bookkeeping of
-the generation steps, and the TensorRT-missing path. Engine builds are verified on a GPU by
+"""TensorRT backend parts that need no TensorRT: profiles, names, flag validation, the step bookkeeping (KV
+buffers, binding shapes, profile choice, beam reordering; run through the shared loop with ONNX Runtime
+executing each bound step), and the TensorRT-missing path. Engine builds are verified on a GPU by
 tools/device/trt_check.sh (docs/VERIFICATION.md); engine execution could not be verified in this workplace."""
+import ctypes
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +111,83 @@ def test_tensorrt_missing_is_one_line(tmp_path):
 def test_build_only_needs_the_trt_backend(tmp_path):
     proc = run_cli("run", "GPT2", "onnxrt", "--build-only", "-wd", str(tmp_path))
     assert proc.returncode == 2 and "--build-only builds TensorRT engines" in proc.stderr
+
+
+class OrtIO:
+    """EngineIO with ONNX Runtime standing in for the TensorRT engine (not a TensorRT imitation: nothing here is
+    reported as a TensorRT result). It reads every input from, and writes every output to, the address and shape
+    TrtSteps bound, so TrtSteps' buffers, views, ping-pong swaps, reordering and profile choice run for real."""
+
+    _NP = {"tensor(float)": np.float32, "tensor(int64)": np.int64}
+    _TORCH = {"tensor(float)": torch.float32, "tensor(int64)": torch.int64}
+
+    def __init__(self, path):
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        self.meta = {v.name: v for v in self.session.get_inputs() + self.session.get_outputs()}
+        self.inputs = [v.name for v in self.session.get_inputs()]
+        self.outputs = [v.name for v in self.session.get_outputs()]
+        self.bound, self.profiles, self.graph_keys = {}, [], []
+
+    def shape(self, name):
+        return tuple(d if isinstance(d, int) else -1 for d in self.meta[name].shape)
+
+    def dtype(self, name):
+        return self._TORCH[self.meta[name].type]
+
+    def select_profile(self, index):
+        self.profiles.append(index)
+
+    def bind(self, name, tensor, is_input):
+        self.bound[name] = (tensor.data_ptr(), tuple(tensor.shape))
+
+    def _memory(self, name):
+        ptr, shape = self.bound[name]
+        dtype = np.dtype(self._NP[self.meta[name].type])
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        raw = (ctypes.c_char * max(nbytes, 1)).from_address(ptr)
+        return np.frombuffer(raw, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)
+
+    def execute(self, graph_key=None):
+        self.graph_keys.append(graph_key)
+        results = self.session.run(self.outputs, {n: self._memory(n).copy() for n in self.inputs})
+        for name, value in zip(self.outputs, results):
+            target = self._memory(name)
+            assert target.shape == value.shape, (name, target.shape, value.shape)
+            target[...] = value
+
+
+@pytest.mark.parametrize("family,use_cache", [("GPT2", True), ("GPT2", False), ("BLOOM", True)])
+def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
+    """TrtSteps through the shared loop (greedy and beam, padded batch), with ONNX Runtime executing each
+    bound step, equals HF generate: the binding shapes, buffer views and beam reordering are right."""
+    from NNDF import registry
+    from NNDF.actions.common import encode
+    from NNDF.backends.onnx_artifact import DecoderOnnx
+    from NNDF.backends.trt_steps import TrtSteps
+    from NNDF.context import make_context
+    from NNDF.generation import GenerationConfig, generate
+
+    run = make_context(registry.family(family), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
+                                                             use_mask=True, device="cpu"))
+    path, _ = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec).path(run)
+    ids, mask = encode(run, ["The for statement is used to", "A", "Names refer to"])
+    model, tok = run.torch_model(), run.tokenizer
+    for beams in (1, 3):
+        io = OrtIO(path)
+        steps = TrtSteps(io, "cpu", use_cache, max_rows=3 * beams, max_total=ids.shape[1] + 8)
+        out = generate(steps, ids, mask, GenerationConfig(max_new_tokens=8, num_beams=beams,
+                                                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False, num_beams=beams,
+                             use_cache=use_cache, pad_token_id=tok.pad_token_id)
+        for r in range(3):
+            new = ref[r, ids.shape[1]:].tolist()
+            if tok.eos_token_id in new:
+                new = new[: new.index(tok.eos_token_id) + 1]
+            assert out.new_tokens(r, tok.eos_token_id) == new, (beams, r)
+        if use_cache:
+            assert io.profiles == [0, 1]  # prompt profile once, then the one-token-step profile
+            assert io.graph_keys[0] is None and all(k is not None for k in io.graph_keys[1:])
+        else:
+            assert io.profiles == [0] and set(io.graph_keys) == {None}

@@ -18,7 +18,7 @@ from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
 from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_name, engine_shapes
-from NNDF.backends.trt_steps import TrtSteps
+from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
 from NNDF.progress import status
@@ -143,5 +143,5 @@ class TensorRTBackend:
             print(f"warning: cached engine {path.parent.name} is unusable ({exc}); rebuilding", file=sys.stderr)
             path = self.engine_path(run, trt, force=True)
             engine = load_engine(trt, path.read_bytes(), str(path))
-        return TrtSteps(trt, engine, run.device, run.options.use_cache, shapes.rows.max, shapes.max_total,
-                        run.trt.use_cuda_graph)
+        io = TensorRTIO(trt, engine, run.device, run.trt.use_cuda_graph)
+        return TrtSteps(io, run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)

@@ -9,11 +9,14 @@ Every buffer is a torch tensor allocated once at the profile maxima and bound by
 Execution is enqueued on torch's current stream. With `use_cuda_graph`, a one-token step is captured once
 per (rows, past length, buffer parity) and replayed: inputs are copied into static buffers first.
 
-`KVBuffers` holds the bookkeeping (shapes, views, swaps) and needs no TensorRT, so it is tested on the CPU.
+`KVBuffers` and `TrtSteps` hold the bookkeeping (shapes, views, swaps, profiles) and reach the engine only
+through `EngineIO`, so they are tested on the CPU with ONNX Runtime standing in for the engine
+(tests/test_trt.py); `TensorRTIO` is the part that only a GPU with a working TensorRT can exercise.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -60,35 +63,44 @@ class KVBuffers:
         self.swap()
 
 
+class EngineIO(Protocol):
+    """What TrtSteps needs from an engine: tensor facts, shape/address binding, profile choice, execution.
+    `TensorRTIO` is the real one; anything with these methods can stand in (tests use ONNX Runtime)."""
+
+    inputs: list[str]
+    outputs: list[str]
+
+    def shape(self, name: str) -> tuple[int, ...]: ...  # -1 for dynamic dimensions
+
+    def dtype(self, name: str) -> torch.dtype: ...
+
+    def select_profile(self, index: int) -> None: ...
+
+    def bind(self, name: str, tensor: torch.Tensor, is_input: bool) -> None: ...
+
+    def execute(self, graph_key=None) -> None: ...  # graph_key: capture / replay a CUDA graph under this key
+
+
 class TrtSteps:
-    """DecoderSteps over a deserialized engine (profile 0: prompt pass, 1: one-token steps; or one profile
-    without a cache)."""
+    """DecoderSteps over an engine (profile 0: prompt pass, 1: one-token steps; one profile without a cache).
+    All bookkeeping lives here; the engine calls live in `EngineIO`."""
 
     name = "trt"
 
-    def __init__(self, trt, engine, device: torch.device, use_cache: bool, max_rows: int, max_total: int,
-                 use_cuda_graph: bool = False):
-        self.trt, self.engine, self.device, self.use_cache = trt, engine, device, use_cache
-        self.context = engine.create_execution_context()
-        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-        self.inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-        self.past_names = [n for n in self.inputs if n.startswith("past.")]
-        self.present_names = [n for n in names if n.startswith("present.")]
-        self.takes_positions = "position_ids" in self.inputs
-        self.vocab = engine.get_tensor_shape("logits")[-1]
-        dtype = _torch_dtype(trt, engine.get_tensor_dtype("logits"))
-        self.logits = torch.empty(max_rows * max_total * self.vocab, dtype=dtype, device=device)
+    def __init__(self, io: EngineIO, device: torch.device, use_cache: bool, max_rows: int, max_total: int):
+        self.io, self.device, self.use_cache = io, torch.device(device), use_cache
+        self.past_names = [n for n in io.inputs if n.startswith("past.")]
+        self.present_names = [n for n in io.outputs if n.startswith("present.")]
+        self.vocab = io.shape("logits")[-1]
+        self.logits = torch.empty(max_rows * max_total * self.vocab, dtype=io.dtype("logits"), device=device)
         # static input buffers: fixed addresses, so a captured CUDA graph reads this step's tokens
-        self.static = {n: torch.empty(max_rows * max_total, dtype=_torch_dtype(trt, engine.get_tensor_dtype(n)),
-                                      device=device) for n in ("input_ids", "attention_mask", "position_ids")
-                       if n in self.inputs}
+        self.static = {n: torch.empty(max_rows * max_total, dtype=io.dtype(n), device=device)
+                       for n in ("input_ids", "attention_mask", "position_ids") if n in io.inputs}
         self.kv = None
         if use_cache:
-            dims = [tuple(engine.get_tensor_shape(n))[1::2] for n in self.past_names]  # (heads, head_dim)
-            kv_dtype = _torch_dtype(trt, engine.get_tensor_dtype(self.past_names[0]))
-            self.kv = KVBuffers(dims, max_rows, max_total, kv_dtype, device)
+            dims = [tuple(io.shape(n))[1::2] for n in self.past_names]  # (heads, head_dim)
+            self.kv = KVBuffers(dims, max_rows, max_total, io.dtype(self.past_names[0]), device)
         self.profile = -1
-        self.graphs = {} if use_cuda_graph else None
 
     def new_cache(self, batch: int):
         return TrtCache(batch, 0) if self.use_cache else None
@@ -97,59 +109,81 @@ class TrtSteps:
         self.kv.reorder(index, cache.rows, cache.length)
         return TrtCache(len(index), cache.length)
 
-    def _select_profile(self, profile: int, stream: int) -> None:
+    def _select_profile(self, profile: int) -> None:
         if profile != self.profile:
-            self.context.set_optimization_profile_async(profile, stream)
+            self.io.select_profile(profile)
             self.profile = profile
-
-    def _bind(self, name: str, tensor: torch.Tensor, is_input: bool) -> None:
-        if is_input:
-            self.context.set_input_shape(name, tuple(tensor.shape))
-        self.context.set_tensor_address(name, tensor.data_ptr())
 
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
         rows, seq = input_ids.shape
         past = cache.length if self.use_cache else 0
         total = attention_mask.shape[1]
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        self._select_profile(0 if past == 0 or not self.use_cache else 1, stream)
+        self._select_profile(1 if self.use_cache and past > 0 else 0)
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
         for name, buffer in self.static.items():
             value = feeds[name]
             view = buffer[: value.numel()].view(value.shape)
             view.copy_(value)  # device to device; the host never sees the tokens
-            self._bind(name, view, True)
+            self.io.bind(name, view, True)
         logits = self.logits[: rows * seq * self.vocab].view(rows, seq, self.vocab)
-        self._bind("logits", logits, False)
+        self.io.bind("logits", logits, False)
         if self.use_cache:
             for name, tensor in zip(self.past_names, self.kv.past(rows, past)):
-                self._bind(name, tensor, True)
+                self.io.bind(name, tensor, True)
             for name, tensor in zip(self.present_names, self.kv.present(rows, total)):
-                self._bind(name, tensor, False)
-        self._execute(stream, (rows, past, self.kv.current if self.kv else 0), seq == 1 and past > 0)
+                self.io.bind(name, tensor, False)
+        one_token_step = self.use_cache and seq == 1 and past > 0
+        self.io.execute((rows, past, self.kv.current) if one_token_step else None)
         if not self.use_cache:
             return logits, None
         self.kv.swap()
         return logits, TrtCache(rows, total)
 
-    def _execute(self, stream: int, key, graphable: bool) -> None:
-        if self.graphs is None or not graphable:
-            if not self.context.execute_async_v3(stream):
+    def close(self) -> None:
+        self.io, self.kv, self.logits, self.static = None, None, None, None
+
+
+class TensorRTIO:
+    """EngineIO over a TensorRT (or TensorRT-RTX) engine, on torch's current CUDA stream."""
+
+    def __init__(self, trt, engine, device: torch.device, use_cuda_graph: bool = False):
+        self.trt, self.engine, self.device = trt, engine, device
+        self.context = engine.create_execution_context()
+        names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+        is_input = lambda n: engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT  # noqa: E731
+        self.inputs = [n for n in names if is_input(n)]
+        self.outputs = [n for n in names if not is_input(n)]
+        self.graphs = {} if use_cuda_graph else None
+
+    def shape(self, name):
+        return tuple(self.engine.get_tensor_shape(name))
+
+    def dtype(self, name):
+        trt = self.trt
+        return {trt.float32: torch.float32, trt.float16: torch.float16, trt.int64: torch.int64,
+                trt.int32: torch.int32}[self.engine.get_tensor_dtype(name)]
+
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream
+
+    def select_profile(self, index):
+        self.context.set_optimization_profile_async(index, self._stream())
+
+    def bind(self, name, tensor, is_input):
+        if is_input:
+            self.context.set_input_shape(name, tuple(tensor.shape))
+        self.context.set_tensor_address(name, tensor.data_ptr())
+
+    def execute(self, graph_key=None):
+        if self.graphs is None or graph_key is None:
+            if not self.context.execute_async_v3(self._stream()):
                 raise RuntimeError("TensorRT execute_async_v3 failed")
             return
-        graph = self.graphs.get(key)
-        if graph is None:  # first time this shape and buffer parity is seen: run once, then capture
-            self.context.execute_async_v3(stream)
+        graph = self.graphs.get(graph_key)
+        if graph is None:  # first time for this shape and buffer parity: run once (shape setup), then capture
+            self.context.execute_async_v3(self._stream())
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=torch.cuda.current_stream(self.device)):
-                self.context.execute_async_v3(torch.cuda.current_stream(self.device).cuda_stream)
-            self.graphs[key] = graph
+            with torch.cuda.graph(graph):  # torch captures on its own side stream
+                self.context.execute_async_v3(self._stream())
+            self.graphs[graph_key] = graph
         graph.replay()
-
-    def close(self) -> None:
-        self.graphs, self.context, self.engine, self.kv = None, None, None, None
-
-
-def _torch_dtype(trt, dtype):
-    return {trt.float32: torch.float32, trt.float16: torch.float16, trt.int64: torch.int64,
-            trt.int32: torch.int32}[dtype]

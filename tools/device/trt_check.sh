@@ -33,7 +33,7 @@ for model in "${MODELS[@]}"; do
       for batch in "--batch-size 1" "--batch-size 4 --dynamic-batch --min-dynamic-batch 1 --max-dynamic-batch 8"; do
         n=$((n+1))
         # shellcheck disable=SC2086
-        python3 run.py run $model trt --build-only --device cuda $precision $cache $batch --use-timing-cache \
+        python3 run.py run ${model%% *} trt ${model#"${model%% *}"} --build-only --device cuda $precision $cache $batch --use-timing-cache \
           -wd $WD --json "$OUT/builds/$n.json" || echo "build $n failed: $model $precision $cache $batch"
       done
     done
