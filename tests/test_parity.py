@@ -1,6 +1,8 @@
 """Token-for-token parity with HF `generate` (CPU, fp32) for every offline variant of every family, on every
 backend, with and without KV cache: greedy and beam search, padded batches, batch == each row alone, EOS."""
+import importlib.util
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig, generate
-from NNDF.options import ModelOptions
+from NNDF.options import ModelOptions, TRTOptions
 
 from conftest import offline_variants
 
@@ -41,16 +43,18 @@ def variant(request, workdir):
 
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
-@pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
+@pytest.mark.parametrize("backend", ["frameworks", "onnxrt", "trt"])
 def test_generate_parity(variant, backend, use_cache, workdir):
     family, name = variant
-    run = make_context(registry.family(family), ModelOptions(variant=name, working_dir=str(workdir),
-                                                             use_cache=use_cache, use_mask=True, device=DEVICE))
+    _skip_without_tensorrt(backend)
+    trt = TRTOptions(dynamic_batch=True, min_dynamic_batch=1, max_dynamic_batch=9)  # rows: 1 .. 3 prompts x 3 beams
+    run = make_context(registry.family(family), ModelOptions(variant=name, working_dir=str(workdir), batch_size=3,
+                                                             use_cache=use_cache, use_mask=True, device=DEVICE), trt)
     ids, mask = encode(run, PROMPTS)
     assert not mask.all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer
     pad = tok.pad_token_id
-    with backend_steps(run, backend) as (_, steps):
+    with _steps_or_skip(run, backend) as steps:
         for beams in (1, 3):
             expected = _hf(model, ids, mask, beams, use_cache, tok.eos_token_id, pad)
             assert _ours(steps, ids, mask, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
@@ -64,6 +68,26 @@ def test_generate_parity(variant, backend, use_cache, workdir):
             expected = _hf(model, ids, mask, beams, use_cache, expected_eos, pad)
             assert beams > 1 or eos in expected[0]
             assert _ours(steps, ids, mask, beams, eos, pad) == expected, f"EOS case, beams={beams}"
+
+
+def _skip_without_tensorrt(backend: str) -> None:
+    if backend != "trt":
+        return
+    if DEVICE != "cuda":
+        pytest.skip("trt runs on CUDA: set HARNESS_TEST_DEVICE=cuda on a GPU machine with TensorRT")
+    if not any(importlib.util.find_spec(m) for m in ("tensorrt", "tensorrt_rtx")):
+        pytest.skip("TensorRT is not installed (pip install tensorrt)")
+
+
+@contextmanager
+def _steps_or_skip(run, backend):
+    from NNDF.backends.trt_engine import EngineRefused
+
+    try:
+        with backend_steps(run, backend) as (_, steps):
+            yield steps
+    except EngineRefused as exc:  # e.g. TensorRT-RTX on Hopper: engines build but cannot run here
+        pytest.skip(f"engine execution impossible on this GPU: {exc}")
 
 
 def test_every_family_has_an_offline_variant():

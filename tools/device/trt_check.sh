@@ -41,6 +41,17 @@ for model in "${MODELS[@]}"; do
 done
 echo "--- executing an engine (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
 python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+if [ "${1:-all}" != gpt2 ]; then
+  echo "--- a truncated cached engine: expected a 'rebuilding' warning, then the refusal above ---"
+  f=$(ls -d $WD/GPT2/gpt2-offline/engine-GPT2-gpt2-offline-fp32-kv-batch1-*/decoder.engine | head -1)
+  head -c 1000 "$f" > /tmp/truncated && cp /tmp/truncated "$f"
+  python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+  echo "--- --decoder-engine with a file that is no engine: expected one line, exit 2 ---"
+  echo garbage > /tmp/bad.engine
+  python3 run.py run GPT2 trt --device cuda --use-cache --decoder-engine /tmp/bad.engine -wd $WD; echo "exit code: $?"
+  echo "--- trt parity tests on CUDA: expected to skip with the reason (engines cannot run here) ---"
+  HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_parity.py -k "trt and kv" 2>&1 | tail -8
+fi
 python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-${1:-all}.md"
 cat "$OUT/trt_builds-${1:-all}.md"
 } 2>&1 | tee "$OUT/trt_check.log"
