@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.actions.common import backend_steps, finish, open_run
+from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
 from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
@@ -153,9 +153,10 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
         "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,
         "device": run.device.type, "precision": options.precision}, environment=environment(run.device))
     for name in backends:
-        with backend_steps(run, name) as (_, steps):
+        with backend_steps(run, name) as (backend, steps):
             scores = [score_passage(run, steps, text, acc.tokens_to_generate, tops)
                       for text in bar(passages, desc=f"{name} accuracy", unit="passage")]
+            note_export_check(report, name, backend)
         report.results.append(_aggregate(name, scores, tops))
     finish(run, backends)
     return report

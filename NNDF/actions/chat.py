@@ -11,7 +11,8 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from NNDF.actions.common import backend_steps, decode, encode, finish, generation_config, open_run
+from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
+                                 open_run)
 from NNDF.errors import UsageError
 from NNDF.generation import generate
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, TRTOptions
@@ -63,7 +64,9 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
         for name in backends:
             if sys.stderr.isatty():
                 print(f"Setting up environment for {name}", file=sys.stderr)
-            opened.append((name, stack.enter_context(backend_steps(run, name))[1]))
+            backend, steps = stack.enter_context(backend_steps(run, name))
+            note_export_check(report, name, backend)
+            opened.append((name, steps))
         for prompt in _prompts(chat_opts):
             ids, mask = encode(run, [prompt])
             for name, steps in opened:

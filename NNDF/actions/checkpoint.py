@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from NNDF.actions.benchmark import _Clock
-from NNDF.actions.common import backend_steps, decode, encode, finish, generation_config, open_run
+from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
+                                 open_run)
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.generation import generate
@@ -127,8 +128,9 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
         "num_beams": options.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
     for name in backends:
-        with backend_steps(run, name) as (_, steps):
+        with backend_steps(run, name) as (backend, steps):
             results = [_run_sample(run, name, steps, s, config, timing) for s in samples]
+            note_export_check(report, name, backend)
         report.results.extend([_summary(name, results)] if compare else results)
     if not any(_expected(s, run) for s in samples):
         report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "

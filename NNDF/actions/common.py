@@ -36,6 +36,13 @@ def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderS
         steps.close()
 
 
+def note_export_check(report, name: str, backend) -> None:
+    """Say how far the backend's exported graph was from PyTorch when it was validated (ONNX-based backends)."""
+    diff = getattr(backend, "last_max_diff", None)
+    if diff is not None:
+        report.notes.append(f"{name}: exported ONNX max |logits - PyTorch| = {diff:.3g} (validated at export)")
+
+
 def finish(run: RunContext, backends: tuple[str, ...]) -> None:
     """After the action: drop the weights, and remove artifacts if --cleanup asked for it."""
     run.release_torch_model()
