@@ -99,3 +99,8 @@ def test_empty_prompt(tmp_path):
 
 def test_accuracy_with_beams(tmp_path):
     _bad("accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path), expect="--num-beams does not apply")
+
+
+def test_beam_sampling_refused(tmp_path):
+    _bad("chat", "GPT2", "frameworks", "--prompt", "x", "--do-sample", "--num-beams", "2", "-wd", str(tmp_path),
+         expect="beam sampling) is not supported")

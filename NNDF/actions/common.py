@@ -52,6 +52,8 @@ def finish(run: RunContext, backends: tuple[str, ...]) -> None:
 
 def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens: int,
                       min_new_tokens: int = 0) -> GenerationConfig:
+    if sampling.do_sample and run.options.num_beams > 1:
+        raise UsageError("--do-sample with --num-beams > 1 (beam sampling) is not supported: use one of them")
     tok = run.tokenizer
     cfg = SamplingConfig(
         do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
