@@ -155,3 +155,11 @@ def test_stale_and_corrupt_exports_are_rebuilt(tmp_path):
     _ok(run_cli(*args))
     assert onnx.stat().st_mtime_ns != before
     assert json.loads((folder / "fingerprint.json").read_text())["versions"]["torch"] != "0.0"
+
+
+def test_list_json(tmp_path):
+    path = tmp_path / "list.json"
+    _ok(run_cli("list", "BLOOM", "--json", str(path)))
+    data = json.loads(path.read_text())
+    assert {r["variant"] for r in data["results"]} >= {"bloom-offline", "bigscience/bloomz-7b1"}
+    assert [b["backend"] for b in data["extra"]] == ["frameworks", "onnxrt", "trt"]
