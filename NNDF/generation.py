@@ -4,7 +4,8 @@
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
 Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty, the
 `early_stopping=False` heuristic, top 2*beams candidates so finished beams never starve the running ones).
-An optional observer is told when the first token exists and when generation ends (the benchmark's timers).
+An optional observer is told when the first token exists, when each token exists, and when generation ends
+(the benchmark's timers and its per-token trace).
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ class Observer:
     """Hooks for timing; the default does nothing."""
 
     def first_token(self) -> None: ...
+
+    def token(self, step: int) -> None: ...  # token `step` (0-based) of every row has been chosen
 
     def finished(self) -> None: ...
 
@@ -120,6 +123,7 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
         tokens = torch.where(finished, config.pad_token_id, tokens)
         if step == 0:
             observer.first_token()
+        observer.token(step)
         last = step == config.max_new_tokens - 1
         if watch_eos and step + 1 >= config.min_new_tokens:
             finished |= tokens == config.eos_token_id
@@ -148,6 +152,7 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
         parents, tokens = state.advance(log_probs, step, decoder.ids)
         if step == 0:
             observer.first_token()
+        observer.token(step)
         if state.done or step == config.max_new_tokens - 1:
             break
         decoder.reorder(parents)

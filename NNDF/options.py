@@ -139,6 +139,7 @@ class BenchmarkOptions(OptionGroup):
     input_seq_len: int = flag(128, "--input-seq-len", help="prompt length (random tokens)")
     output_seq_len: int = flag(256, "--output-seq-len", help="new tokens per run (early stopping off)")
     hf_baseline: bool = flag(False, "--hf-baseline", help="also time HF generate on the same inputs")
+    plot: str | None = flag(None, "--plot", help="write a PNG of per-token latency against sequence length")
 
     def __post_init__(self):
         _positive("--input-seq-len", self.input_seq_len)

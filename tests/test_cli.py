@@ -163,3 +163,13 @@ def test_list_json(tmp_path):
     data = json.loads(path.read_text())
     assert {r["variant"] for r in data["results"]} >= {"bloom-offline", "bigscience/bloomz-7b1"}
     assert [b["backend"] for b in data["extra"]] == ["frameworks", "onnxrt", "trt"]
+
+
+def test_benchmark_plot(wd, tmp_path):
+    png, path = tmp_path / "plot.png", tmp_path / "b.json"
+    _ok(run_cli("benchmark", "OPT", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "4",
+                "--output-seq-len", "9", "--iterations", "1", "--warmup", "0", "--plot", str(png), "-wd", wd,
+                "--json", str(path)))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for r in json.loads(path.read_text())["results"]:
+        assert len(r["per_token_ms"]) == 8 and min(r["per_token_ms"]) > 0

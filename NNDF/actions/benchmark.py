@@ -8,6 +8,7 @@ marked by a logits processor), as an outside reference.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ from NNDF.actions.common import backend_steps, finish, generation_config, open_r
 from NNDF.context import RunContext
 from NNDF.generation import Observer, generate
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
+from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
 from NNDF.timing import MemoryWatch, Stats, measure, sync
 
@@ -31,6 +33,7 @@ class BenchmarkResult:
     peak_memory_mb: float
     memory_kind: str
     onnx_max_diff: float | None = None
+    per_token_ms: tuple[float, ...] = ()  # one traced run (synchronised after every token), for --plot
 
     def row(self) -> dict:
         p = self.prefill_ms.percentile
@@ -59,6 +62,21 @@ class _Clock(Observer):
 
     def seconds(self) -> dict[str, float]:
         return {"prefill": self.first - self.start, "e2e": self.end - self.start}
+
+
+class _Trace(Observer):
+    """Synchronises after every token: per-token latencies (ms) of one run. Never used for the timed runs,
+    whose single synchronisation at the end lets the device run ahead as it would in production."""
+
+    def __init__(self, device):
+        self.device, self.stamps = device, []
+
+    def token(self, step):
+        sync(self.device)
+        self.stamps.append(time.perf_counter())
+
+    def per_token_ms(self) -> tuple[float, ...]:
+        return tuple((b - a) * 1e3 for a, b in zip(self.stamps, self.stamps[1:]))
 
 
 def _random_prompts(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
@@ -91,8 +109,12 @@ def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
 
         with MemoryWatch(run.device) as memory:
             samples = measure(call, timing, name)
-        return _summarize(name, samples, bench, run.options.batch_size, timing, memory,
-                          getattr(backend, "last_max_diff", None))
+        trace = _Trace(run.device)
+        if bench.plot:
+            generate(steps, *_random_prompts(run, bench, generator), config, trace)
+        result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
+                            getattr(backend, "last_max_diff", None))
+        return dataclasses.replace(result, per_token_ms=trace.per_token_ms())
 
 
 def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
@@ -141,5 +163,10 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
     for name in backends:
         report.results.append(_bench_backend(run, name, sampling, timing, bench))
     report.notes.append(f"memory: {report.results[-1].memory_kind}")
+    if bench.plot:
+        plot_per_token(report.results, bench.input_seq_len, bench.plot,
+                       f"{run.family.name} {run.source.variant}, {run.device.type} {options.precision}, "
+                       f"batch {options.batch_size}, prompt {bench.input_seq_len}")
+        report.notes.append(f"plot of per-token latency (one traced run per backend): {bench.plot}")
     finish(run, backends)
     return report
