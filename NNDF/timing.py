@@ -17,6 +17,7 @@ import numpy as np
 import psutil
 import torch
 
+from NNDF.generation import Observer
 from NNDF.options import TimingOptions
 from NNDF.progress import bar
 
@@ -100,3 +101,39 @@ class MemoryWatch:
             self._stop.set()
             self._thread.join()
         return False
+
+
+class GenerationClock(Observer):
+    """Synchronised timestamps: start, first token, end."""
+
+    def __init__(self, device):
+        self.device = device
+        sync(device)
+        self.start = time.perf_counter()
+        self.first = self.end = None
+
+    def first_token(self):
+        sync(self.device)
+        self.first = time.perf_counter()
+
+    def finished(self):
+        sync(self.device)
+        self.end = time.perf_counter()
+
+    def seconds(self) -> dict[str, float]:
+        return {"prefill": self.first - self.start, "e2e": self.end - self.start}
+
+
+class TokenTrace(Observer):
+    """Synchronises after every token: per-token latencies (ms) of one run. Never used for the timed runs,
+    whose single synchronisation at the end lets the device run ahead as it would in production."""
+
+    def __init__(self, device):
+        self.device, self.stamps = device, []
+
+    def token(self, step):
+        sync(self.device)
+        self.stamps.append(time.perf_counter())
+
+    def per_token_ms(self) -> tuple[float, ...]:
+        return tuple((b - a) * 1e3 for a, b in zip(self.stamps, self.stamps[1:]))

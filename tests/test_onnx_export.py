@@ -10,7 +10,7 @@ from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.offline import redraw_weights
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 
 
 @pytest.fixture(scope="module")

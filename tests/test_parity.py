@@ -5,7 +5,6 @@ import os
 from contextlib import contextmanager
 
 import pytest
-import torch
 
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode

@@ -9,18 +9,17 @@ marked by a logits processor), as an outside reference.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 
 import torch
 
 from NNDF.actions.common import backend_steps, finish, generation_config, open_run
 from NNDF.context import RunContext
-from NNDF.generation import Observer, generate
+from NNDF.generation import generate
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
-from NNDF.timing import MemoryWatch, Stats, measure, sync
+from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
 
 
 @dataclass(frozen=True)
@@ -41,42 +40,6 @@ class BenchmarkResult:
                 "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
                 "peak MiB": self.peak_memory_mb}
-
-
-class _Clock(Observer):
-    """Synchronised timestamps: start, first token, end."""
-
-    def __init__(self, device):
-        self.device = device
-        sync(device)
-        self.start = time.perf_counter()
-        self.first = self.end = None
-
-    def first_token(self):
-        sync(self.device)
-        self.first = time.perf_counter()
-
-    def finished(self):
-        sync(self.device)
-        self.end = time.perf_counter()
-
-    def seconds(self) -> dict[str, float]:
-        return {"prefill": self.first - self.start, "e2e": self.end - self.start}
-
-
-class _Trace(Observer):
-    """Synchronises after every token: per-token latencies (ms) of one run. Never used for the timed runs,
-    whose single synchronisation at the end lets the device run ahead as it would in production."""
-
-    def __init__(self, device):
-        self.device, self.stamps = device, []
-
-    def token(self, step):
-        sync(self.device)
-        self.stamps.append(time.perf_counter())
-
-    def per_token_ms(self) -> tuple[float, ...]:
-        return tuple((b - a) * 1e3 for a, b in zip(self.stamps, self.stamps[1:]))
 
 
 def _random_prompts(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
@@ -103,13 +66,13 @@ def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
     with backend_steps(run, name) as (backend, steps):
         def call():
             ids, mask = _random_prompts(run, bench, generator)
-            clock = _Clock(run.device)
+            clock = GenerationClock(run.device)
             generate(steps, ids, mask, config, clock)
             return clock.seconds()
 
         with MemoryWatch(run.device) as memory:
             samples = measure(call, timing, name)
-        trace = _Trace(run.device)
+        trace = TokenTrace(run.device)
         if bench.plot:
             generate(steps, *_random_prompts(run, bench, generator), config, trace)
         result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
@@ -136,7 +99,7 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
 
     def call():
         ids, mask = _random_prompts(run, bench, generator)
-        clock = _Clock(run.device)
+        clock = GenerationClock(run.device)
         with torch.inference_mode():
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=bench.output_seq_len,
                            min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.actions.benchmark import _Clock
 from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
                                  open_run)
 from NNDF.context import RunContext
@@ -25,7 +24,7 @@ from NNDF.generation import generate
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.results import Report, environment
 from NNDF.steps import position_ids_from_mask
-from NNDF.timing import measure
+from NNDF.timing import GenerationClock, measure
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
     text = decode(run, out.new_tokens(0, config.eos_token_id))
 
     def call():
-        clock = _Clock(run.device)
+        clock = GenerationClock(run.device)
         result = generate(steps, ids, mask, config, clock)
         steps_taken = result.sequences.shape[1] - ids.shape[1]
         seconds = clock.seconds()
