@@ -73,3 +73,18 @@ def test_decoder_onnx_flag_uses_the_given_file(tmp_path):
     assert not (tmp_path / "w2" / "BLOOM" / "bloom-offline" / "decoder-fp32-kv").exists()  # nothing exported
     wrong = run_cli(*args[:3], "--decoder-onnx", str(given), "-wd", str(tmp_path / "w3"))  # kv graph, no --use-cache
     assert wrong.returncode == 2 and "not a decoder graph without KV cache" in wrong.stderr
+
+
+def test_fp32_islands_in_fp16_export(tiny, tmp_path):
+    """A declared island (here GPT-2's final layer norm) is fp32 in the fp16 graph; the rest stays fp16, and
+    the PyTorch model is unchanged afterwards."""
+    import copy
+
+    half = copy.deepcopy(tiny).half()
+    path = export_decoder(half, tmp_path, use_cache=True, spec=ExportSpec(fp32_modules=("ln_f",)))
+    graph = onnx.load(str(path))
+    types = {i.name: i.data_type for i in graph.graph.initializer}
+    assert {t for n, t in types.items() if "ln_f" in n} == {onnx.TensorProto.FLOAT}
+    assert onnx.TensorProto.FLOAT16 in {t for n, t in types.items() if "ln_f" not in n}
+    assert {p.dtype for p in half.parameters()} == {torch.float16}
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in half.modules())

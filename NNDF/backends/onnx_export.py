@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from NNDF.backends.precision import fp32_islands
 from NNDF.errors import ArtifactError
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's hard limit is 2 GiB per file
@@ -36,6 +37,7 @@ class ExportSpec:
     opset: int = 18
     atol_fp32: float = 1e-3  # max |ONNX - PyTorch| on logits and cache, fp32
     atol_fp16: float = 5e-2  # fp16 (relative to the logits' scale, see `validate`)
+    fp32_modules: tuple[str, ...] = ()  # submodule names kept fp32 in fp16 exports (see precision.py)
 
 
 def graph_names(num_layers: int, use_cache: bool, takes_positions: bool) -> tuple[list[str], list[str]]:
@@ -110,12 +112,12 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     path = out_dir / "model.onnx"
     _quiet_exporter()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
-    with torch.inference_mode(False), torch.no_grad():
+    with torch.inference_mode(False), torch.no_grad(), fp32_islands(model, spec.fp32_modules):
         program = torch.onnx.export(
             _DecoderGraph(model, use_cache, takes_positions), args, dynamo=True, input_names=inputs,
             output_names=outputs, dynamic_shapes=dynamic, opset_version=spec.opset, verbose=False,
         )
-    proto = program.model_proto
+        proto = program.model_proto  # serialise while fp32 islands are still fp32 (weights are read lazily)
     _name_dimensions(proto, inputs, outputs)
     _dedupe_initializers(proto)
     _save(proto, path, large)

@@ -1,0 +1,44 @@
+"""fp32 islands: submodules a family declares precision-sensitive stay fp32 inside an fp16 export.
+
+TensorRT 10+ (strongly typed) and TensorRT-RTX take precision from the graph itself, so an island has to be
+in the ONNX: while exporting, the matching submodules run in fp32, with their floating inputs cast up and
+their outputs cast back to the model's dtype. The model is restored afterwards (the frameworks backend of
+the same run keeps using it). Families declare islands in `ExportSpec.fp32_modules` (e.g. T5's layer norms);
+the decoder-only families need none.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+
+def _matches(name: str, patterns) -> bool:
+    return any(name == p or name.endswith("." + p) for p in patterns)
+
+
+def _cast(value, dtype):
+    if torch.is_tensor(value) and value.is_floating_point():
+        return value.to(dtype)
+    if isinstance(value, tuple):
+        return tuple(_cast(v, dtype) for v in value)
+    return value
+
+
+@contextmanager
+def fp32_islands(model: torch.nn.Module, patterns: tuple[str, ...]):
+    """Within the block, submodules whose qualified name is or ends with a pattern compute in fp32."""
+    dtype = next(model.parameters()).dtype
+    islands = [m for name, m in model.named_modules() if patterns and dtype != torch.float32 and _matches(name, patterns)]
+    hooks = []
+    for module in islands:
+        module.float()
+        hooks.append(module.register_forward_pre_hook(lambda _m, args: _cast(args, torch.float32)))
+        hooks.append(module.register_forward_hook(lambda _m, _args, out: _cast(out, dtype)))
+    try:
+        yield [name for name, m in model.named_modules() if any(m is i for i in islands)]
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for module in islands:
+            module.to(dtype)
