@@ -158,5 +158,5 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
                       for text in bar(passages, desc=f"{name} accuracy", unit="passage")]
             note_export_check(report, name, backend)
         report.results.append(_aggregate(name, scores, tops))
-    finish(run, backends)
+    finish(run)
     return report

@@ -131,5 +131,5 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
                        f"{run.family.name} {run.source.variant}, {run.device.type} {options.precision}, "
                        f"batch {options.batch_size}, prompt {bench.input_seq_len}")
         report.notes.append(f"plot of per-token latency (one traced run per backend): {bench.plot}")
-    finish(run, backends)
+    finish(run)
     return report

@@ -17,5 +17,5 @@ def build_only(family: str, backends: tuple[str, ...], options: ModelOptions, tr
         "batch_size": options.batch_size, "dynamic_batch": trt.dynamic_batch, "num_beams": options.num_beams},
         environment=environment(run.device))
     report.results.append(registry.backend(run.family, "trt").build(run))
-    finish(run, backends)
+    finish(run)
     return report

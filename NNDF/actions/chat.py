@@ -79,5 +79,5 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
                 result = ChatResult(name, prompt, tuple(new), decode(run, new), seconds)
                 print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
                 report.results.append(result)
-    finish(run, backends)
+    finish(run)
     return report

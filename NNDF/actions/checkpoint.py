@@ -134,5 +134,5 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
     if not any(_expected(s, run) for s in samples):
         report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
                             f"{options.precision}: accuracy is n/a")
-    finish(run, backends)
+    finish(run)
     return report

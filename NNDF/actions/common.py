@@ -43,7 +43,7 @@ def note_export_check(report, name: str, backend) -> None:
         report.notes.append(f"{name}: exported ONNX max |logits - PyTorch| = {diff:.3g} (validated at export)")
 
 
-def finish(run: RunContext, backends: tuple[str, ...]) -> None:
+def finish(run: RunContext) -> None:
     """After the action: drop the weights, and remove artifacts if --cleanup asked for it."""
     run.release_torch_model()
     if run.options.cleanup:
