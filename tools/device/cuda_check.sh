@@ -9,6 +9,9 @@
 # every family's offline default in fp32 (checked against checkpoint.toml's CPU HF-generate outputs) and fp16;
 # `accuracy` and a beam-search `chat` on CUDA; then the GPT-2 124M-shapes benchmark in fp16 with HF generate as
 # the in-session reference (prompt 32 / 64 new tokens, and the anchors' prompt 128 / 256 new tokens).
+#
+#   bash tools/device/cuda_check.sh baselines   # only: GPT-2 124M at batch 8 and gpt2-xl shapes at batch 1
+#                                               # (fp16, prompt 128, 256 new; the GPU-speed issue's baselines)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -19,6 +22,17 @@ if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
 WD=/tmp/wd
+if [ "${1:-all}" = baselines ]; then
+  python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
+  python3 tools/make_shapes_model.py gpt2-xl /tmp/shapes/gpt2-xl >/dev/null 2>&1
+  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+    --use-cache --batch-size 8 --input-seq-len 128 --output-seq-len 256 --iterations 5 --warmup 1 -wd $WD \
+    --json "$OUT/bench_gpt2_b8_p128_n256.json"
+  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2-xl --device cuda --fp16 \
+    --use-cache --input-seq-len 128 --output-seq-len 256 --iterations 5 --warmup 1 -wd $WD \
+    --json "$OUT/bench_gpt2xl_p128_n256.json" --plot "$OUT/per_token_gpt2xl.png"
+  exit 0
+fi
 HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_parity.py
 python3 run.py accuracy GPT2 frameworks onnxrt --device cuda --use-cache --dataset data/lambada_offline.jsonl \
   --num-samples 50 --tokens-to-generate 3 -wd $WD
