@@ -63,7 +63,7 @@ class ModelOptions(OptionGroup):
     fp16: bool = flag(False, "--fp16", help="fp16 weights and activations (CUDA only)")
     use_cache: bool = flag(False, "--use-cache", "-kv", "--enable-kv-cache", help="use the KV cache (recommended)")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
-    batch_size: int = flag(1, "--batch-size", "-b", help="batch size")
+    batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
     num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
