@@ -117,16 +117,20 @@ def score_passage(run: RunContext, steps, text: str, k: int, tops: list[int]) ->
     last = logp[len(ids) - 1 - k: len(ids) - 1]  # rows predicting the last k tokens
     truth = targets[-k:]
     hits = {n: int((torch.topk(last, n, dim=-1).indices == truth[:, None]).any(dim=-1).sum()) for n in tops}
-    word_lp, greedy = _last_word(run, steps, text)
+    word_lp, greedy = _last_word(run, steps, text, ids, logp)
     return PassageScore(hits, k, float(nll[-k:].mean()), float(nll.mean()), word_lp, greedy)
 
 
-def _last_word(run: RunContext, steps, text: str) -> tuple[float, bool]:
-    """lm-eval: summed log-prob of " " + last word given the rest, and whether it is all greedy."""
-    context, word = text.rsplit(" ", 1) if " " in text.strip() else ("", text)
+def _last_word(run: RunContext, steps, text: str, ids: list[int], logp: torch.Tensor) -> tuple[float, bool]:
+    """lm-eval: summed log-prob of " " + last word given the rest, and whether it is all greedy. Reuses the
+    whole passage's pass (`ids`, `logp`) when context and target tokenise to exactly those ids (usual)."""
+    if " " not in text.strip():
+        raise UsageError("a passage is a single word: lm-eval scoring needs a context before the last word")
+    context, word = text.rsplit(" ", 1)
     ctx = run.tokenizer(context)["input_ids"]
     target = run.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-    logp = _log_probs(steps, ctx + target)
+    if ctx + target != ids:
+        logp = _log_probs(steps, ctx + target)
     rows = logp[len(ctx) - 1: len(ctx) - 1 + len(target)]
     want = torch.tensor(target, device=rows.device)
     return float(rows.gather(1, want[:, None]).sum()), bool((rows.argmax(-1) == want).all())
