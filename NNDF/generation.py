@@ -54,13 +54,30 @@ class Observer:
 
 
 class _Decoder:
-    """Tracks tokens, mask and cache of a running batch and feeds the backend one step at a time."""
+    """Tracks tokens, mask, positions and cache of a running batch and feeds the backend one step at a time.
 
-    def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    Token ids and mask live in buffers allocated once for prompt + max_new_tokens columns, so a step writes one
+    column instead of concatenating; the next position of each row is kept (last position + 1, as HF does)
+    instead of being recomputed from the whole mask.
+    """
+
+    def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int):
+        rows, self.length = input_ids.shape
         self.steps = steps
-        self.ids = input_ids  # [N, T]
-        self.mask = attention_mask  # [N, T]
-        self.cache: Cache = steps.new_cache(input_ids.shape[0])
+        self._ids = input_ids.new_zeros(rows, self.length + max_new)  # [N, T + max_new]
+        self._ids[:, : self.length] = input_ids
+        self._mask = attention_mask.new_ones(rows, self.length + max_new)
+        self._mask[:, : self.length] = attention_mask
+        self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
+        self.cache: Cache = steps.new_cache(rows)
+
+    @property
+    def ids(self) -> torch.Tensor:  # [N, length]
+        return self._ids[:, : self.length]
+
+    @property
+    def mask(self) -> torch.Tensor:  # [N, length]
+        return self._mask[:, : self.length]
 
     def prefill(self) -> torch.Tensor:
         """Logits of the last prompt position [N, V] (float32)."""
@@ -68,21 +85,27 @@ class _Decoder:
                                                 last_only=True)
         return logits[:, -1, :].float()
 
+    def push(self, tokens: torch.Tensor) -> None:
+        """Record one token per row [N] without running the model (the last step)."""
+        self._ids[:, self.length] = tokens
+        self.length += 1
+
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
         """Add one token per row [N] and return the next logits [N, V]."""
-        self.ids = torch.cat([self.ids, tokens[:, None]], dim=1)
-        self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], 1)], dim=1)
-        positions = position_ids_from_mask(self.mask)
+        self.push(tokens)
         if self.steps.use_cache:
-            logits, self.cache = self.steps.forward(self.ids[:, -1:], self.mask, positions[:, -1:], self.cache,
+            logits, self.cache = self.steps.forward(tokens[:, None], self.mask, self._next_position, self.cache,
                                                     last_only=True)
+            self._next_position = self._next_position + 1
         else:  # full recompute over the whole sequence
-            logits, _ = self.steps.forward(self.ids, self.mask, positions, None, last_only=True)
+            logits, _ = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), None,
+                                           last_only=True)
         return logits[:, -1, :].float()
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` [N'] (beam reordering, prompt expansion)."""
-        self.ids, self.mask = self.ids[index], self.mask[index]
+        self._ids, self._mask = self._ids[index], self._mask[index]
+        self._next_position = self._next_position[index]
         if self.steps.use_cache:
             self.cache = self.steps.reorder_cache(self.cache, index)
 
@@ -109,7 +132,7 @@ def _scores(logits: torch.Tensor, history: torch.Tensor, generated: int, config:
 
 
 def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer):
-    decoder = _Decoder(steps, input_ids, attention_mask)
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
@@ -129,7 +152,7 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
             finished |= tokens == config.eos_token_id
             last = last or bool(finished.all())
         if last:
-            decoder.ids = torch.cat([decoder.ids, tokens[:, None]], dim=1)
+            decoder.push(tokens)
             break
         logits = decoder.append(tokens)
     observer.finished()
@@ -141,7 +164,7 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
     batch, prompt_length = input_ids.shape
     beams = config.num_beams
     device = steps.device
-    decoder = _Decoder(steps, input_ids, attention_mask)
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens)
     logits = decoder.prefill()
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
     decoder.reorder(expand)
