@@ -8,7 +8,6 @@ when the user asked for it.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,17 @@ def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
     )
 
 
+def _from_pretrained(cls, family: Family, location: str, local: bool, what: str, trust: bool, **kwargs):
+    """`cls.from_pretrained` with the errors users can act on: a local folder never touches the network, and a
+    hub failure becomes one line pointing to --torch-dir and the offline default."""
+    try:
+        return cls.from_pretrained(location, local_files_only=local, trust_remote_code=trust, **kwargs)
+    except (OSError, ValueError) as exc:
+        if local:
+            raise ModelLoadError(f"cannot read {what} in {location!r}: {exc}") from None
+        raise _hub_error(family, location, exc) from None
+
+
 def resolve_source(family: Family, variant_name: str, torch_dir: str | None, working_dir: Path,
                    trust_remote_code: bool = False) -> ModelSource:
     from transformers import AutoConfig
@@ -54,13 +64,8 @@ def resolve_source(family: Family, variant_name: str, torch_dir: str | None, wor
     elif variant.offline:
         local_dir = materialize(family, variant, working_dir)
     location = str(local_dir) if local_dir else variant.name
-    try:
-        config = AutoConfig.from_pretrained(location, local_files_only=local_dir is not None,
-                                            trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        if local_dir is not None:
-            raise ModelLoadError(f"cannot read the model config in {location!r}: {exc}") from None
-        raise _hub_error(family, location, exc) from None
+    config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
+                              trust_remote_code)
     if config.model_type not in family.model_types:
         raise ModelLoadError(
             f"{location!r} is a {config.model_type!r} model; family {family.name} runs "
@@ -74,13 +79,8 @@ def load_tokenizer(source: ModelSource):
     """The model's tokenizer, left padding (decoder-only batches), pad = EOS when the model has no pad."""
     from transformers import AutoTokenizer
 
-    try:
-        tok = AutoTokenizer.from_pretrained(source.location, local_files_only=source.local_dir is not None,
-                                            trust_remote_code=source.trust_remote_code)
-    except (OSError, ValueError) as exc:
-        if source.local_dir is not None:
-            raise ModelLoadError(f"cannot read a tokenizer in {source.location!r}: {exc}") from None
-        raise _hub_error(source.family, source.location, exc) from None
+    tok = _from_pretrained(AutoTokenizer, source.family, source.location, source.local_dir is not None,
+                           "a tokenizer", source.trust_remote_code)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -90,17 +90,6 @@ def load_tokenizer(source: ModelSource):
 def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            source.location, dtype=dtype, local_files_only=source.local_dir is not None,
-            trust_remote_code=source.trust_remote_code,
-        )
-    except (OSError, ValueError) as exc:
-        if source.local_dir is not None:
-            raise ModelLoadError(f"cannot load weights from {source.location!r}: {exc}") from None
-        raise _hub_error(source.family, source.location, exc) from None
+    model = _from_pretrained(AutoModelForCausalLM, source.family, source.location, source.local_dir is not None,
+                             "model weights", source.trust_remote_code, dtype=dtype)
     return model.to(device).eval()
-
-
-def hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import torch
 
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_steps, finish, note_export_check, open_run, sequence_log_probs
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
 from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
 from NNDF.progress import bar
 from NNDF.results import Report, environment
-from NNDF.steps import position_ids_from_mask
 
 
 @dataclass(frozen=True)
@@ -98,20 +97,12 @@ def _hub_passages(name: str, count: int) -> list[str]:
     return [row["text"] for row in data.select(range(min(count, len(data))))]
 
 
-def _log_probs(steps, ids: list[int]) -> torch.Tensor:
-    """log-softmax of the logits at every position [L, V] for one unpadded sequence."""
-    x = torch.tensor([ids], device=steps.device)
-    mask = torch.ones_like(x)
-    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
-    return torch.log_softmax(logits[0].float(), dim=-1)
-
-
 def score_passage(run: RunContext, steps, text: str, k: int, tops: list[int]) -> PassageScore:
     tok = run.tokenizer
     ids = tok(text)["input_ids"]
     if len(ids) <= k:
         raise UsageError(f"a passage has only {len(ids)} tokens; --tokens-to-generate must be below that")
-    logp = _log_probs(steps, ids)
+    logp = sequence_log_probs(steps, ids)
     targets = torch.tensor(ids[1:], device=logp.device)
     nll = -logp[:-1].gather(1, targets[:, None]).squeeze(1)  # [L-1]: position i predicts token i+1
     last = logp[len(ids) - 1 - k: len(ids) - 1]  # rows predicting the last k tokens
@@ -130,7 +121,7 @@ def _last_word(run: RunContext, steps, text: str, ids: list[int], logp: torch.Te
     ctx = run.tokenizer(context)["input_ids"]
     target = run.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
     if ctx + target != ids:
-        logp = _log_probs(steps, ctx + target)
+        logp = sequence_log_probs(steps, ctx + target)
     rows = logp[len(ctx) - 1: len(ctx) - 1 + len(target)]
     want = torch.tensor(target, device=rows.device)
     return float(rows.gather(1, want[:, None]).sum()), bool((rows.argmax(-1) == want).all())

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
-                                 open_run)
+                                 open_run, sequence_log_probs)
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.generation import generate
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.results import Report, environment
-from NNDF.steps import position_ids_from_mask
 from NNDF.timing import GenerationClock, measure
 
 
@@ -79,10 +78,7 @@ def _perplexity(run: RunContext, steps, prompt: str, expected: str | None) -> fl
         return None
     ctx = run.tokenizer(prompt)["input_ids"]
     target = run.tokenizer(expected, add_special_tokens=False)["input_ids"]
-    x = torch.tensor([ctx + target], device=steps.device)
-    mask = torch.ones_like(x)
-    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
-    logp = torch.log_softmax(logits[0, len(ctx) - 1: -1].float(), dim=-1)
+    logp = sequence_log_probs(steps, ctx + target)[len(ctx) - 1: -1]  # rows predicting the target tokens
     nll = -logp.gather(1, torch.tensor(target, device=logp.device)[:, None]).mean()
     return math.exp(float(nll))
 

@@ -12,7 +12,7 @@ from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions, SamplingOptions, TRTOptions
 from NNDF.sampling import SamplingConfig
-from NNDF.steps import DecoderSteps
+from NNDF.steps import DecoderSteps, position_ids_from_mask
 
 
 def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
@@ -90,6 +90,14 @@ def encode(run: RunContext, prompts: list[str]) -> tuple[torch.Tensor, torch.Ten
     if not bool(mask.all()) and not run.options.use_mask:
         raise UsageError("prompts of different lengths are padded: add --use-mask (or use --batch-size 1)")
     return ids, mask
+
+
+def sequence_log_probs(steps: DecoderSteps, ids: list[int]) -> torch.Tensor:
+    """log-softmax of the logits at every position [L, V] of one unpadded sequence (teacher forcing)."""
+    x = torch.tensor([ids], device=steps.device)
+    mask = torch.ones_like(x)
+    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
+    return torch.log_softmax(logits[0].float(), dim=-1)
 
 
 def decode(run: RunContext, ids: list[int]) -> str:
