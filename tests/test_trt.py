@@ -191,3 +191,21 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
             assert io.graph_keys[0] is None and all(k is not None for k in io.graph_keys[1:])
         else:
             assert io.profiles == [0] and set(io.graph_keys) == {None}
+
+
+def test_engine_fingerprint_follows_the_onnx(tmp_path):
+    """The engine cache key changes when the ONNX it was built from is re-exported or edited (cheaply: no hashing)."""
+    import os
+
+    from NNDF.backends.trt import _onnx_identity
+
+    onnx_file = tmp_path / "model.onnx"
+    onnx_file.write_bytes(b"graph v1")
+    (tmp_path / "fingerprint.json").write_text('{"export": 1}')
+    first = _onnx_identity(onnx_file)
+    assert first["export"] == {"export": 1} and "model.onnx.data" not in first
+    onnx_file.write_bytes(b"graph v2, longer")
+    os.utime(onnx_file, ns=(1, 1))
+    assert _onnx_identity(onnx_file) != first
+    (tmp_path / "model.onnx.data").write_bytes(b"w")
+    assert "model.onnx.data" in _onnx_identity(onnx_file)

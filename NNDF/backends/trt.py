@@ -1,18 +1,20 @@
 """The `trt` backend: TensorRT engines built from the decoder ONNX, cached with a fingerprint, run by `TrtSteps`.
 
 Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/decoder.engine` (name per the seed's
-conventions, see `trt_profiles.engine_name`) with `fingerprint.json`: the ONNX file's digest, the profiles, the
+conventions, see `trt_profiles.engine_name`) with `fingerprint.json`: the ONNX's identity (its export
+fingerprint, sizes and modification times), the profiles, the
 TensorRT module and version, the GPU and its compute capability, and the build settings. Any mismatch rebuilds;
 an engine that no longer deserializes is rebuilt with a warning; a GPU the TensorRT build cannot run on is a
 one-line error. `--decoder-engine PATH` uses the user's engine as is.
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from NNDF.artifacts import file_digest
+from NNDF.artifacts import FINGERPRINT
 from NNDF.backends.onnx_artifact import DecoderOnnx
 from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
@@ -58,6 +60,18 @@ def _past_dims(onnx_path: Path) -> tuple[dict[str, tuple[int, int]], bool]:
     return dims, any(v.name == "position_ids" for v in graph.input)
 
 
+def _onnx_identity(path: Path) -> dict:
+    """What identifies the ONNX an engine was built from, cheaply (no hashing of gigabytes on every run): the
+    export's own fingerprint when it is our artifact, plus name, size and modification time of the graph and
+    its external data (a re-export or an edited user file changes them)."""
+    files = [path, path.with_name(path.name + ".data")]
+    identity = {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files if f.is_file()}
+    record = path.parent / FINGERPRINT
+    if record.is_file():
+        identity["export"] = json.loads(record.read_text())
+    return identity
+
+
 class TensorRTBackend:
     name = "trt"
 
@@ -89,8 +103,7 @@ class TensorRTBackend:
         return shapes
 
     def _fingerprint(self, run, trt, onnx_path: Path, profiles, settings: BuildSettings) -> dict:
-        data = onnx_path.with_name(onnx_path.name + ".data")
-        return {"onnx": file_digest(onnx_path), "onnx_data": file_digest(data) if data.is_file() else None,
+        return {"onnx": _onnx_identity(onnx_path),
                 "profiles": [repr(p) for p in profiles], "module": describe(trt), **gpu_identity(),
                 "settings": {"workspace_mb": settings.workspace_mb, "nvtx": settings.nvtx_verbose,
                              "no_preview_dynamic_shapes": settings.disable_preview_dynamic_shapes}}
