@@ -9,42 +9,46 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
+from NNDF.offline import decoder_token_ids
+from NNDF.tasks import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
+# the byte-level BPE trained with gpt2-offline: the random variants here, in OPT/ and in BLOOM/ share it
+BPE_TOKENIZER_DIR = HERE / "offline" / "gpt2-offline"
 
 
-def _neo_config(**ids):
+def _neo_config(tok):
     from transformers import GPTNeoConfig
 
     return GPTNeoConfig(num_layers=2, hidden_size=64, num_heads=4, max_position_embeddings=256,
-                        attention_types=[[["global", "local"], 1]], window_size=16, **ids)
+                        attention_types=[[["global", "local"], 1]], window_size=16, **decoder_token_ids(tok))
 
 
-def _neox_config(**ids):
+def _neox_config(tok):
     from transformers import GPTNeoXConfig
 
     return GPTNeoXConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
-                         max_position_embeddings=256, rotary_pct=0.5, **ids)
+                         max_position_embeddings=256, rotary_pct=0.5, **decoder_token_ids(tok))
 
 
-def _gptj_config(**ids):
+def _gptj_config(tok):
     from transformers import GPTJConfig
 
-    return GPTJConfig(n_layer=2, n_embd=64, n_head=4, n_positions=256, rotary_dim=8, **ids)
+    return GPTJConfig(n_layer=2, n_embd=64, n_head=4, n_positions=256, rotary_dim=8, **decoder_token_ids(tok))
 
 
 FAMILY = Family(
     name="GPT2",
-    kind="decoder",
+    task=CAUSAL_LM,
     description="GPT-2 and GPT-2-like decoders (GPT-Neo, GPT-NeoX, GPT-J, Cerebras-GPT)",
     model_types=("gpt2", "gpt_neo", "gpt_neox", "gptj"),
     default_variant="gpt2-offline",
     checkpoint=HERE / "checkpoint.toml",
     variants=(
         Variant("gpt2-offline", "2.6M, trained offline", local_dir=HERE / "offline" / "gpt2-offline"),
-        Variant("gpt-neo-offline", "random, tiny", random=RandomWeights(_neo_config, seed=1)),
-        Variant("gpt-neox-offline", "random, tiny", random=RandomWeights(_neox_config, seed=2)),
-        Variant("gptj-offline", "random, tiny", random=RandomWeights(_gptj_config, seed=3)),
+        Variant("gpt-neo-offline", "random, tiny", random=RandomWeights(_neo_config, BPE_TOKENIZER_DIR, seed=1)),
+        Variant("gpt-neox-offline", "random, tiny", random=RandomWeights(_neox_config, BPE_TOKENIZER_DIR, seed=2)),
+        Variant("gptj-offline", "random, tiny", random=RandomWeights(_gptj_config, BPE_TOKENIZER_DIR, seed=3)),
         Variant("gpt2", "124M"),
         Variant("gpt2-medium", "355M"),
         Variant("gpt2-large", "774M"),

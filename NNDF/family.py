@@ -1,8 +1,8 @@
 """What a model family declares about itself: variants, accepted architectures, its offline default.
 
-A family package (GPT2/, OPT/, BLOOM/, ...) builds one `Family` in its `config.py`. Shared code reads these
-fields and never tests a family's name. `kind` selects the shared implementation (decoder-only now;
-encoder-decoder and vision-to-text families add their own kinds).
+A family package (GPT2/, OPT/, BLOOM/, T5/, ...) builds one `Family` in its `config.py`. Shared code reads these
+fields and never tests a family's name. `task` (NNDF/tasks.py, Seq2Seq/task.py) says how the kind of model is
+loaded, prompted and scored; the family's backend modules bind it to the shared implementation of its kind.
 """
 from __future__ import annotations
 
@@ -17,12 +17,14 @@ ROOT = Path(__file__).resolve().parent.parent
 class RandomWeights:
     """An offline variant built from a config with seeded random weights (no network, no download).
 
-    `make_config(vocab_size, special_ids)` returns the HF config; weights of rank >= 2 are redrawn from
-    N(0, std) with a fixed seed so greedy decoding produces varied tokens (HF's default init of std 0.02
-    makes a random model repeat one token, which hides bugs in parity tests).
+    `make_config(tokenizer)` returns the HF config (special ids taken from the tokenizer, which is read from the
+    committed folder `tokenizer_dir`); weights of rank >= 2 are redrawn from N(0, std) with a fixed seed so
+    greedy decoding produces varied tokens (HF's default init of std 0.02 makes a random model repeat one
+    token, which hides bugs in parity tests).
     """
 
     make_config: Callable[..., object]
+    tokenizer_dir: Path
     seed: int = 0
     std: float = 0.2
 
@@ -44,7 +46,7 @@ class Variant:
 @dataclass(frozen=True)
 class Family:
     name: str  # folder name and CLI spelling, e.g. "GPT2"
-    kind: str  # "decoder": decoder-only causal LM
+    task: object  # NNDF.tasks.CausalLM, Seq2Seq.task.Seq2SeqLM, ...: how the model is loaded, prompted, scored
     description: str
     model_types: tuple[str, ...]  # HF `config.model_type` values this family runs
     variants: tuple[Variant, ...]
@@ -57,6 +59,10 @@ class Family:
             if v.name == name:
                 return v
         return Variant(name=name)
+
+    @property
+    def kind(self) -> str:
+        return self.task.kind
 
     @property
     def variant_names(self) -> list[str]:

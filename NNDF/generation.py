@@ -4,6 +4,9 @@
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
 Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty, the
 `early_stopping=False` heuristic, top 2*beams candidates so finished beams never starve the running ones).
+Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder)`
+(encoder and cross-attention cache, whose result is the initial cache) before the decoder's first step, so
+the prefill time includes the encoder.
 An optional observer is told when the first token exists, when each token exists, and when generation ends
 (the benchmark's timers and its per-token trace).
 """
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from NNDF.sampling import SamplingConfig, choose, process, suppress_tokens
+from NNDF.sampling import SamplingConfig, choose, force_token, process, suppress_tokens
 from NNDF.steps import Cache, DecoderSteps, position_ids_from_mask
 
 
@@ -28,6 +31,7 @@ class GenerationConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
     dry_breakers: frozenset[int] = frozenset()  # token ids that end a DRY repeat
+    forced_bos_token_id: int | None = None  # the first new token, whatever the model says (mBART's language)
 
 
 @dataclass
@@ -61,7 +65,8 @@ class _Decoder:
     instead of being recomputed from the whole mask.
     """
 
-    def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int):
+    def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int,
+                 encoder: dict | None = None):
         rows, self.length = input_ids.shape
         self.steps = steps
         self._ids = input_ids.new_zeros(rows, self.length + max_new)  # [N, T + max_new]
@@ -69,7 +74,8 @@ class _Decoder:
         self._mask = attention_mask.new_ones(rows, self.length + max_new)
         self._mask[:, : self.length] = attention_mask
         self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
-        self.cache: Cache = steps.new_cache(rows)
+        self.encoder = encoder
+        self.cache: Cache = None if encoder is not None else steps.new_cache(rows)
 
     @property
     def ids(self) -> torch.Tensor:  # [N, length]
@@ -81,6 +87,8 @@ class _Decoder:
 
     def prefill(self) -> torch.Tensor:
         """Logits of the last prompt position [N, V] (float32)."""
+        if self.encoder is not None:
+            self.cache = self.steps.start(self.encoder)
         logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache,
                                                 last_only=True)
         return logits[:, -1, :].float()
@@ -97,16 +105,16 @@ class _Decoder:
             logits, self.cache = self.steps.forward(tokens[:, None], self.mask, self._next_position, self.cache,
                                                     last_only=True)
             self._next_position = self._next_position + 1
-        else:  # full recompute over the whole sequence
-            logits, _ = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), None,
-                                           last_only=True)
+        else:  # full recompute over the whole sequence (the "cache" holds only an encoder's output, if any)
+            logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask),
+                                                    self.cache, last_only=True)
         return logits[:, -1, :].float()
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` [N'] (beam reordering, prompt expansion)."""
         self._ids, self._mask = self._ids[index], self._mask[index]
         self._next_position = self._next_position[index]
-        if self.steps.use_cache:
+        if self.cache is not None:
             self.cache = self.steps.reorder_cache(self.cache, index)
 
 
@@ -116,23 +124,30 @@ def generate(
     attention_mask: torch.Tensor,
     config: GenerationConfig,
     observer: Observer | None = None,
+    encoder: dict | None = None,
 ) -> GenerationOutput:
-    """Generate up to `config.max_new_tokens` tokens for each row of a left-padded batch."""
+    """Generate up to `config.max_new_tokens` tokens for each row of a left-padded batch (the decoder's
+    prompt; `encoder`: the encoder's named inputs [B, ...] of an encoder-decoder model)."""
     observer = observer or Observer()
     input_ids = input_ids.to(steps.device)
     attention_mask = attention_mask.to(steps.device)
+    if encoder is not None:
+        encoder = {name: t.to(steps.device) for name, t in encoder.items()}
     run = _beam_search if config.num_beams > 1 else _greedy_or_sample
-    return run(steps, input_ids, attention_mask, config, observer)
+    return run(steps, input_ids, attention_mask, config, observer, encoder)
 
 
 def _scores(logits: torch.Tensor, history: torch.Tensor, generated: int, config: GenerationConfig) -> torch.Tensor:
     if generated < config.min_new_tokens:
         logits = suppress_tokens(logits, config.eos_token_id)
-    return process(history, logits, config.sampling, config.dry_breakers)
+    scores = process(history, logits, config.sampling, config.dry_breakers)
+    if generated == 0 and config.forced_bos_token_id is not None:
+        scores = force_token(scores, config.forced_bos_token_id)
+    return scores
 
 
-def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer):
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens)
+def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
@@ -159,12 +174,12 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
     return GenerationOutput(decoder.ids, prompt_length)
 
 
-def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer):
+def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
     """Beam search with HF `generate`'s semantics (early_stopping=False, num_return_sequences=1)."""
     batch, prompt_length = input_ids.shape
     beams = config.num_beams
     device = steps.device
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens)
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder)
     logits = decoder.prefill()
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
     decoder.reorder(expand)

@@ -9,6 +9,7 @@ when the user asked for it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -30,6 +31,17 @@ class ModelSource:
     @property
     def num_layers(self) -> int:
         return int(self.config.num_hidden_layers)
+
+    @cached_property
+    def generation(self):
+        """The model's HF GenerationConfig (generation_config.json, else derived from config.json): where
+        `decoder_start_token_id` and `forced_bos_token_id` come from, as in HF `generate`."""
+        from transformers import GenerationConfig
+
+        try:
+            return GenerationConfig.from_pretrained(self.location, local_files_only=self.local_dir is not None)
+        except (OSError, ValueError):
+            return GenerationConfig.from_model_config(self.config)
 
 
 def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
@@ -76,20 +88,22 @@ def resolve_source(family: Family, variant_name: str, torch_dir: str | None, wor
 
 
 def load_tokenizer(source: ModelSource):
-    """The model's tokenizer, left padding (decoder-only batches), pad = EOS when the model has no pad."""
+    """The model's tokenizer, padding on the task's side (decoder-only: left; encoders: right, so learned
+    absolute positions do not shift), pad = EOS when the model has no pad."""
     from transformers import AutoTokenizer
 
     tok = _from_pretrained(AutoTokenizer, source.family, source.location, source.local_dir is not None,
                            "a tokenizer", source.trust_remote_code)
-    tok.padding_side = "left"
+    tok.padding_side = source.family.task.padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
 def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
+    import transformers
 
-    model = _from_pretrained(AutoModelForCausalLM, source.family, source.location, source.local_dir is not None,
+    auto_class = getattr(transformers, source.family.task.auto_class)
+    model = _from_pretrained(auto_class, source.family, source.location, source.local_dir is not None,
                              "model weights", source.trust_remote_code, dtype=dtype)
     return model.to(device).eval()

@@ -2,8 +2,9 @@
 
 A variant is either a committed HF folder (GPT2's small trained model) or random weights from a config and a
 fixed seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe
-changes). Random variants share the byte-level BPE tokenizer trained offline for GPT2's default
-(`tools/make_offline_gpt2.py`), so their text is decodable.
+changes). A random variant declares the committed tokenizer folder it uses (`RandomWeights.tokenizer_dir`:
+GPT2's trained byte-level BPE, T5's unigram model, ...), so its text is decodable, and the class that builds it
+comes from the family's task (`Family.task.auto_class`).
 """
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ import numpy as np
 
 from NNDF.artifacts import ArtifactStore, digest, file_digest
 from NNDF.errors import ModelLoadError
-from NNDF.family import ROOT, Family, RandomWeights, Variant
+from NNDF.family import Family, RandomWeights, Variant
 
-OFFLINE_TOKENIZER_DIR = ROOT / "GPT2" / "offline" / "gpt2-offline"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
@@ -31,7 +31,7 @@ def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
 
 def _recipe(variant: Variant) -> dict:
     spec: RandomWeights = variant.random
-    tok = {name: file_digest(OFFLINE_TOKENIZER_DIR / name) for name in _TOKENIZER_FILES}
+    tok = {name: file_digest(spec.tokenizer_dir / name) for name in _TOKENIZER_FILES}
     return {"config": inspect.getsource(spec.make_config), "seed": spec.seed, "std": spec.std, "tokenizer": tok,
             "recipe_version": 1}
 
@@ -41,17 +41,23 @@ def _random_model(family: Family, variant: Variant, working_dir: Path) -> Path:
     fingerprint = {"offline_recipe": digest(_recipe(variant))}
     if not store.is_current("hf-model", fingerprint):
         with store.build("hf-model", fingerprint) as tmp:
-            _build_random(variant.random, tmp)
+            _build_random(family, variant.random, tmp)
     return store.path("hf-model")
 
 
-def _build_random(spec: RandomWeights, out: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(OFFLINE_TOKENIZER_DIR, local_files_only=True)
+def decoder_token_ids(tok) -> dict:
+    """Config ids for a decoder-only model on a tokenizer with one special token (EOS doubles as BOS and pad)."""
     eos = tok.eos_token_id
-    config = spec.make_config(vocab_size=len(tok), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    model = AutoModelForCausalLM.from_config(config)
+    return dict(vocab_size=len(tok), bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+
+
+def _build_random(family: Family, spec: RandomWeights, out: Path) -> None:
+    import transformers
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec.tokenizer_dir, local_files_only=True)
+    config = spec.make_config(tok)
+    model = getattr(transformers, family.task.auto_class).from_config(config)
     redraw_weights(model, spec.seed, spec.std)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)

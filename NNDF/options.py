@@ -66,6 +66,8 @@ class ModelOptions(OptionGroup):
     batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
     num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
+    encoder_onnx: str | None = flag(None, "--encoder-onnx", help="encoder-decoder models: this encoder ONNX file (with --decoder-onnx)")
+    cache_generator_onnx: str | None = flag(None, "--cache-generator-onnx", help="encoder-decoder models with --use-cache: this cross-attention cache generator ONNX file")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
     cleanup: bool = flag(False, "--cleanup", help="remove this variant's artifacts from the working dir after the run")
     threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
@@ -184,6 +186,8 @@ class TRTOptions(OptionGroup):
     use_timing_cache: bool = flag(False, "--use-timing-cache", help="reuse TensorRT's timing cache across builds")
     engine_postfix: str = flag("", "--engine-postfix", help="tag added to engine names (e.g. the GPU)")
     decoder_engine: str | None = flag(None, "--decoder-engine", help="use this decoder engine instead of building one")
+    encoder_engine: str | None = flag(None, "--encoder-engine", help="encoder-decoder models: this encoder engine (with --decoder-engine)")
+    cache_generator_engine: str | None = flag(None, "--cache-generator-engine", help="encoder-decoder models with --use-cache: this cache generator engine")
     disable_preview_dynamic_shapes: bool = flag(False, "--disable-preview-dynamic-shapes",
                                                 help="turn off FASTER_DYNAMIC_SHAPES_0805 where the TensorRT version has it (8.6-9.x); a no-op on 10+")
     workspace_mb: int = flag(0, "--workspace-mb", help="builder workspace limit in MiB (0: TensorRT's default, the device memory)")

@@ -36,6 +36,13 @@ def suppress_tokens(scores: torch.Tensor, token_id: int | None) -> torch.Tensor:
     return scores
 
 
+def force_token(scores: torch.Tensor, token_id: int) -> torch.Tensor:
+    """Only `token_id` is possible (score 0, every other -inf), as HF's ForcedBOSTokenLogitsProcessor does."""
+    forced = torch.full_like(scores, NEG_INF)
+    forced[:, token_id] = 0.0
+    return forced
+
+
 def repetition_penalty(history: torch.Tensor, scores: torch.Tensor, penalty: float) -> torch.Tensor:
     """CTRL-style penalty on every token already in `history` (prompt included), as HF applies it."""
     if penalty == 1.0:

@@ -44,6 +44,17 @@ class DecoderSteps(Protocol):
         ...
 
 
+class EncoderDecoderSteps(DecoderSteps, Protocol):
+    """Steps of an encoder-decoder model (Seq2Seq/, Vision2Seq/): `start` runs the encoder once per input and
+    returns the decoder's initial cache, which carries the encoder's output (and its padding mask, which every
+    decoder step's cross-attention needs) plus, with a KV cache, the cross-attention keys and values. `forward`
+    and `reorder_cache` then work as for a decoder (reordering also covers the encoder's part)."""
+
+    def start(self, encoder_inputs: dict) -> Cache:
+        """Run the encoder on named inputs [B, ...] (e.g. input_ids and attention_mask)."""
+        ...
+
+
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that skip left padding: [0 0 1 2] for mask [0 1 1 1] (pad positions are masked anyway)."""
     pos = attention_mask.long().cumsum(-1) - 1

@@ -4,26 +4,29 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
+from GPT2.config import BPE_TOKENIZER_DIR
+from NNDF.offline import decoder_token_ids
+from NNDF.tasks import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
 
 
-def _offline_config(**ids):
+def _offline_config(tok):
     from transformers import OPTConfig
 
     return OPTConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, ffn_dim=128,
-                     word_embed_proj_dim=64, max_position_embeddings=256, **ids)
+                     word_embed_proj_dim=64, max_position_embeddings=256, **decoder_token_ids(tok))
 
 
 FAMILY = Family(
     name="OPT",
-    kind="decoder",
+    task=CAUSAL_LM,
     description="Meta OPT decoders",
     model_types=("opt",),
     default_variant="opt-offline",
     checkpoint=HERE / "checkpoint.toml",
     variants=(
-        Variant("opt-offline", "random, tiny", random=RandomWeights(_offline_config, seed=4)),
+        Variant("opt-offline", "random, tiny", random=RandomWeights(_offline_config, BPE_TOKENIZER_DIR, seed=4)),
         Variant("facebook/opt-125m", "125M"),
         Variant("facebook/opt-350m", "350M"),
         Variant("facebook/opt-1.3b", "1.3B"),

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode
+from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
-from NNDF.generation import GenerationConfig, generate
+from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions, TRTOptions
 
 from conftest import offline_variants
@@ -19,21 +19,24 @@ PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"
 NEW = 10
 
 
-def _hf(model, ids, mask, beams, use_cache, eos, pad):
-    ids, mask = ids.to(model.device), mask.to(model.device)
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, num_beams=beams,
-                         use_cache=use_cache, eos_token_id=eos, pad_token_id=pad)
+def _hf(model, prompt, beams, use_cache, eos, pad):
+    """HF generate on the same inputs (the decoder prompt, or the encoder's inputs); new ids per row up to EOS."""
+    inputs = prompt.encoder or {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
+    inputs = {k: v.to(model.device) for k, v in inputs.items()}
+    out = model.generate(**inputs, max_new_tokens=NEW, do_sample=False, num_beams=beams, use_cache=use_cache,
+                         eos_token_id=eos, pad_token_id=pad)
     rows = []
-    for r in range(ids.shape[0]):
-        new = out[r, ids.shape[1]:].tolist()
+    for r in range(prompt.batch):
+        new = out[r, prompt.input_ids.shape[1]:].tolist()  # encoder-decoder: HF's output starts with the start token
         rows.append(new[: new.index(eos) + 1] if eos in new else new)
     return rows
 
 
-def _ours(steps, ids, mask, beams, eos, pad):
-    out = generate(steps, ids, mask, GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
-                                                      pad_token_id=pad))
-    return [out.new_tokens(r, eos) for r in range(ids.shape[0])]
+def _ours(run, steps, prompt, beams, eos, pad):
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos, pad_token_id=pad,
+                              forced_bos_token_id=run.source.generation.forced_bos_token_id)
+    out = generate_prompt(steps, prompt, config)
+    return [out.new_tokens(r, eos) for r in range(prompt.batch)]
 
 
 @pytest.fixture(scope="module", params=offline_variants(), ids=lambda p: f"{p[0]}-{p[1]}")
@@ -49,24 +52,24 @@ def test_generate_parity(variant, backend, use_cache, workdir):
     trt = TRTOptions(dynamic_batch=True, min_dynamic_batch=1, max_dynamic_batch=9)  # rows: 1 .. 3 prompts x 3 beams
     run = make_context(registry.family(family), ModelOptions(variant=name, working_dir=str(workdir), batch_size=3,
                                                              use_cache=use_cache, use_mask=True, device=DEVICE), trt)
-    ids, mask = encode(run, PROMPTS)
-    assert not mask.all(), "the prompts must need padding"
+    prompt = encode(run, PROMPTS)
+    padded = prompt.encoder["attention_mask"] if prompt.encoder else prompt.attention_mask
+    assert not padded.all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer
     pad = tok.pad_token_id
     with _steps_or_skip(run, backend) as steps:
         for beams in (1, 3):
-            expected = _hf(model, ids, mask, beams, use_cache, tok.eos_token_id, pad)
-            assert _ours(steps, ids, mask, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
+            expected = _hf(model, prompt, beams, use_cache, tok.eos_token_id, pad)
+            assert _ours(run, steps, prompt, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
             for r in range(len(PROMPTS)):  # each row alone, unpadded, gives the same tokens
-                keep = mask[r].bool()
-                alone = _ours(steps, ids[r:r + 1, keep], mask[r:r + 1, keep], beams, tok.eos_token_id, pad)
+                alone = _ours(run, steps, encode(run, PROMPTS[r:r + 1]), beams, tok.eos_token_id, pad)
                 assert alone == [expected[r]], f"row {r} alone differs from its padded batch row (beams={beams})"
         # EOS mid-generation: make a token the greedy search emits early the EOS, so rows stop at different steps
-        eos = expected_eos = _hf(model, ids, mask, 1, use_cache, None, pad)[0][3]
+        eos = _hf(model, prompt, 1, use_cache, None, pad)[0][3]
         for beams in (1, 3):
-            expected = _hf(model, ids, mask, beams, use_cache, expected_eos, pad)
+            expected = _hf(model, prompt, beams, use_cache, eos, pad)
             assert beams > 1 or eos in expected[0]
-            assert _ours(steps, ids, mask, beams, eos, pad) == expected, f"EOS case, beams={beams}"
+            assert _ours(run, steps, prompt, beams, eos, pad) == expected, f"EOS case, beams={beams}"
 
 
 def _skip_without_tensorrt(backend: str) -> None:

@@ -32,7 +32,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from NNDF.offline import OFFLINE_TOKENIZER_DIR
+    from GPT2.config import BPE_TOKENIZER_DIR as OFFLINE_TOKENIZER_DIR
 
     tok = AutoTokenizer.from_pretrained(OFFLINE_TOKENIZER_DIR, local_files_only=True)
     eos = tok.eos_token_id

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run, sequence_log_probs
+from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
 from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
@@ -98,31 +98,34 @@ def _hub_passages(name: str, count: int) -> list[str]:
 
 
 def score_passage(run: RunContext, steps, text: str, k: int, tops: list[int]) -> PassageScore:
-    tok = run.tokenizer
-    ids = tok(text)["input_ids"]
+    task, tok = run.family.task, run.tokenizer
+    ids = task.passage_ids(tok, text)
     if len(ids) <= k:
         raise UsageError(f"a passage has only {len(ids)} tokens; --tokens-to-generate must be below that")
-    logp = sequence_log_probs(steps, ids)
-    targets = torch.tensor(ids[1:], device=logp.device)
-    nll = -logp[:-1].gather(1, targets[:, None]).squeeze(1)  # [L-1]: position i predicts token i+1
-    last = logp[len(ids) - 1 - k: len(ids) - 1]  # rows predicting the last k tokens
-    truth = targets[-k:]
-    hits = {n: int((torch.topk(last, n, dim=-1).indices == truth[:, None]).any(dim=-1).sum()) for n in tops}
-    word_lp, greedy = _last_word(run, steps, text, ids, logp)
-    return PassageScore(hits, k, float(nll[-k:].mean()), float(nll.mean()), word_lp, greedy)
+    context, target, last_k = task.split_passage(ids, k, tok.eos_token_id)
+    logp = task.teacher_force(run, steps, context, target)  # [len(target), V]: row i predicts target[i]
+    truth = torch.tensor(target, device=logp.device)
+    nll = -logp.gather(1, truth[:, None]).squeeze(1)
+    last, truth_k = logp[last_k], truth[last_k]  # the rows predicting the last k tokens
+    hits = {n: int((torch.topk(last, n, dim=-1).indices == truth_k[:, None]).any(dim=-1).sum()) for n in tops}
+    word_lp, greedy = _last_word(run, steps, text, (context, target, logp))
+    return PassageScore(hits, k, float(nll[last_k].mean()), float(nll.mean()), word_lp, greedy)
 
 
-def _last_word(run: RunContext, steps, text: str, ids: list[int], logp: torch.Tensor) -> tuple[float, bool]:
-    """lm-eval: summed log-prob of " " + last word given the rest, and whether it is all greedy. Reuses the
-    whole passage's pass (`ids`, `logp`) when context and target tokenise to exactly those ids (usual)."""
+def _last_word(run: RunContext, steps, text: str, passage) -> tuple[float, bool]:
+    """lm-eval: summed log-prob of " " + last word given the rest, and whether it is all greedy. A one-stream
+    model (decoder-only) reuses the passage's pass when context and target tokenise to exactly its ids (usual)."""
     if " " not in text.strip():
         raise UsageError("a passage is a single word: lm-eval scoring needs a context before the last word")
+    task, (p_context, p_target, p_logp) = run.family.task, passage
     context, word = text.rsplit(" ", 1)
-    ctx = run.tokenizer(context)["input_ids"]
+    ctx = task.passage_ids(run.tokenizer, context)
     target = run.tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-    if ctx + target != ids:
-        logp = sequence_log_probs(steps, ctx + target)
-    rows = logp[len(ctx) - 1: len(ctx) - 1 + len(target)]
+    start = len(ctx) - len(p_context)  # row of p_logp predicting target[0], if reusable
+    if task.one_stream and ctx + target == p_context + p_target and start >= 0:
+        rows = p_logp[start: start + len(target)]
+    else:
+        rows = task.teacher_force(run, steps, ctx, target)
     want = torch.tensor(target, device=rows.device)
     return float(rows.gather(1, want[:, None]).sum()), bool((rows.argmax(-1) == want).all())
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.actions.common import backend_steps, finish, generation_config, open_run
+from NNDF.actions.common import backend_steps, finish, generate_prompt, generation_config, open_run
 from NNDF.context import RunContext
-from NNDF.generation import generate
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
+from NNDF.tasks import Prompt
 from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
 
 
@@ -42,10 +42,9 @@ class BenchmarkResult:
                 "peak MiB": self.peak_memory_mb}
 
 
-def _random_prompts(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
-    vocab = run.source.config.vocab_size
-    ids = torch.randint(0, vocab, (run.options.batch_size, bench.input_seq_len), generator=generator)
-    return ids.to(run.device), torch.ones_like(ids, device=run.device)
+def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator) -> Prompt:
+    """Fresh random tokens of --input-seq-len (the encoder's input for encoder-decoder models)."""
+    return run.family.task.random_prompt(run, run.options.batch_size, bench.input_seq_len, generator)
 
 
 def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: TimingOptions, memory: MemoryWatch,
@@ -65,16 +64,16 @@ def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
     generator = torch.Generator().manual_seed(sampling.seed)
     with backend_steps(run, name) as (backend, steps):
         def call():
-            ids, mask = _random_prompts(run, bench, generator)
+            prompt = _random_prompt(run, bench, generator)
             clock = GenerationClock(run.device)
-            generate(steps, ids, mask, config, clock)
+            generate_prompt(steps, prompt, config, clock)
             return clock.seconds()
 
         with MemoryWatch(run.device) as memory:
             samples = measure(call, timing, name)
         trace = TokenTrace(run.device)
         if bench.plot:
-            generate(steps, *_random_prompts(run, bench, generator), config, trace)
+            generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
         result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
                             getattr(backend, "last_max_diff", None))
         return dataclasses.replace(result, per_token_ms=trace.per_token_ms())
@@ -98,10 +97,11 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
             return scores
 
     def call():
-        ids, mask = _random_prompts(run, bench, generator)
+        prompt = _random_prompt(run, bench, generator)
+        inputs = prompt.encoder or {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
         clock = GenerationClock(run.device)
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=bench.output_seq_len,
+            model.generate(**inputs, max_new_tokens=bench.output_seq_len,
                            min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,
                            use_cache=run.options.use_cache, pad_token_id=run.tokenizer.pad_token_id,
                            logits_processor=LogitsProcessorList([Mark(clock)]))

@@ -11,10 +11,9 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
-                                 open_run)
+from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
+                                 note_export_check, open_run)
 from NNDF.errors import UsageError
-from NNDF.generation import generate
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, TRTOptions
 from NNDF.results import Report, environment
 from NNDF.timing import sync
@@ -68,11 +67,11 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
             note_export_check(report, name, backend)
             opened.append((name, steps))
         for prompt in _prompts(chat_opts):
-            ids, mask = encode(run, [prompt])
+            inputs = encode(run, [prompt])
             for name, steps in opened:
                 sync(run.device)
                 start = time.perf_counter()
-                out = generate(steps, ids, mask, config)
+                out = generate_prompt(steps, inputs, config)
                 sync(run.device)
                 seconds = time.perf_counter() - start
                 new = out.new_tokens(0, config.eos_token_id)

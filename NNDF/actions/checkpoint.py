@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.actions.common import (backend_steps, decode, encode, finish, generation_config, note_export_check,
-                                 open_run, sequence_log_probs)
+from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
+                                 note_export_check, open_run)
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.generation import generate
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.results import Report, environment
 from NNDF.timing import GenerationClock, measure
@@ -76,23 +75,24 @@ def _expected(sample: dict, run: RunContext) -> str | None:
 def _perplexity(run: RunContext, steps, prompt: str, expected: str | None) -> float | None:
     if not expected:
         return None
-    ctx = run.tokenizer(prompt)["input_ids"]
+    task = run.family.task
+    ctx = task.passage_ids(run.tokenizer, prompt)
     target = run.tokenizer(expected, add_special_tokens=False)["input_ids"]
-    logp = sequence_log_probs(steps, ctx + target)[len(ctx) - 1: -1]  # rows predicting the target tokens
+    logp = task.teacher_force(run, steps, ctx, target)  # [len(target), V]
     nll = -logp.gather(1, torch.tensor(target, device=logp.device)[:, None]).mean()
     return math.exp(float(nll))
 
 
 def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
     prompt = sample["input"]
-    ids, mask = encode(run, [prompt] * run.options.batch_size)
-    out = generate(steps, ids, mask, config)
+    inputs = encode(run, [prompt] * run.options.batch_size)
+    out = generate_prompt(steps, inputs, config)
     text = decode(run, out.new_tokens(0, config.eos_token_id))
 
     def call():
         clock = GenerationClock(run.device)
-        result = generate(steps, ids, mask, config, clock)
-        steps_taken = result.sequences.shape[1] - ids.shape[1]
+        result = generate_prompt(steps, inputs, config, clock)
+        steps_taken = result.sequences.shape[1] - result.prompt_length
         seconds = clock.seconds()
         seconds["decoder"] = (seconds["e2e"] - seconds["prefill"]) / max(steps_taken - 1, 1)
         return seconds

@@ -9,10 +9,11 @@ import torch
 from NNDF import registry
 from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
-from NNDF.generation import GenerationConfig
+from NNDF.generation import GenerationConfig, GenerationOutput, Observer, generate
 from NNDF.options import ModelOptions, SamplingOptions, TRTOptions
 from NNDF.sampling import SamplingConfig
-from NNDF.steps import DecoderSteps, position_ids_from_mask
+from NNDF.steps import DecoderSteps
+from NNDF.tasks import Prompt
 
 
 def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
@@ -67,7 +68,7 @@ def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens
     return GenerationConfig(
         max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, num_beams=run.options.num_beams,
         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, sampling=cfg, seed=sampling.seed,
-        dry_breakers=breakers,
+        dry_breakers=breakers, forced_bos_token_id=run.source.generation.forced_bos_token_id,
     )
 
 
@@ -81,23 +82,14 @@ def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
     return frozenset(ids)
 
 
-def encode(run: RunContext, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and mask [B, T]; padding requires --use-mask (without a mask it would be wrong)."""
-    batch = run.tokenizer(list(prompts), return_tensors="pt", padding=True)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    if ids.shape[1] == 0:
-        raise UsageError("empty prompt: nothing to generate from")
-    if not bool(mask.all()) and not run.options.use_mask:
-        raise UsageError("prompts of different lengths are padded: add --use-mask (or use --batch-size 1)")
-    return ids, mask
+def encode(run: RunContext, prompts: list[str]) -> Prompt:
+    """Model inputs for these prompts, as the family's task builds them (padding needs --use-mask)."""
+    return run.family.task.prompts(run, list(prompts))
 
 
-def sequence_log_probs(steps: DecoderSteps, ids: list[int]) -> torch.Tensor:
-    """log-softmax of the logits at every position [L, V] of one unpadded sequence (teacher forcing)."""
-    x = torch.tensor([ids], device=steps.device)
-    mask = torch.ones_like(x)
-    logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
-    return torch.log_softmax(logits[0].float(), dim=-1)
+def generate_prompt(steps: DecoderSteps, prompt: Prompt, config: GenerationConfig,
+                 observer: Observer | None = None) -> GenerationOutput:
+    return generate(steps, prompt.input_ids, prompt.attention_mask, config, observer, prompt.encoder)
 
 
 def decode(run: RunContext, ids: list[int]) -> str:

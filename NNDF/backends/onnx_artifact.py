@@ -1,9 +1,11 @@
-"""The decoder ONNX artifact shared by the `onnxrt` and `trt` backends: export, reuse, or take `--decoder-onnx`.
+"""ONNX artifacts shared by the `onnxrt` and `trt` backends: export, reuse, or take the user's `--<part>-onnx`.
 
-The export is cached under the working dir as `decoder-<precision>-<kv|nokv>/` with a fingerprint of the
-model config, weights identity, export options and library versions; any difference re-exports. A fresh
-export is validated against PyTorch (on ONNX Runtime, on the run's device) before it is kept, and the max
-difference is recorded in `validation.json` and reported.
+An export is one folder under the working dir, `<prefix>-<precision>-<kv|nokv>/`, holding one file per part
+(decoder-only: `model.onnx`; encoder-decoder: `encoder.onnx`, `decoder.onnx`, `cache_generator.onnx`) and a
+fingerprint of the model config, weights identity, export options and library versions; any difference
+re-exports. A fresh export is validated against PyTorch (on ONNX Runtime, on the run's device) before it is
+kept, and the max difference is recorded in `validation.json` and reported. User files come all together:
+`--encoder-onnx --decoder-onnx --cache-generator-onnx` are all-or-nothing for the parts the run needs.
 """
 from __future__ import annotations
 
@@ -14,22 +16,56 @@ from NNDF.artifacts import digest, weights_identity, write_json_atomic
 from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError
+from NNDF.errors import ArtifactError, UsageError
 from NNDF.progress import status
 
 VALIDATION = "validation.json"  # max |ONNX - PyTorch| measured when the graph was exported
 
 
-class DecoderOnnx:
-    """Where the decoder graph of a run comes from, and how far it was from PyTorch when exported."""
+def part_flag(part: str, kind: str = "onnx") -> str:
+    return f"--{part.replace('_', '-')}-{kind}"
+
+
+def user_files(run: RunContext, parts: tuple[str, ...], kind: str, source) -> dict[str, Path] | None:
+    """The user's files for `parts` (from `source.<part>_<kind>`), all or none; None when none were given."""
+    given = {part: getattr(source, f"{part}_{kind}", None) for part in parts}
+    if not any(given.values()):
+        return None
+    missing = [part_flag(p, kind) for p, value in given.items() if not value]
+    if missing:
+        raise UsageError(f"{', '.join(part_flag(p, kind) for p in parts)} go together for {run.family.name}"
+                         f"{' with --use-cache' if 'cache_generator' in parts else ''}: missing {', '.join(missing)}")
+    paths = {part: Path(value) for part, value in given.items()}
+    for part, path in paths.items():
+        if not path.is_file():
+            raise ArtifactError(f"{part_flag(part, kind)} {path} does not exist")
+    return paths
+
+
+class OnnxArtifact:
+    """Where the graphs of a run come from, and how far they were from PyTorch when exported. Subclasses say
+    which parts exist, how to export and validate them, and how to run them on ONNX Runtime."""
+
+    prefix = "model"
 
     def __init__(self, spec: ExportSpec):
         self.spec = spec
         self.max_diff: float | None = None
 
-    @staticmethod
-    def artifact_name(run: RunContext) -> str:
-        return f"decoder-{run.options.precision}-{'kv' if run.options.use_cache else 'nokv'}"
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
+        raise NotImplementedError
+
+    def steps(self, run: RunContext, paths: dict[str, Path]):
+        raise NotImplementedError
+
+    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
+        raise NotImplementedError
+
+    def artifact_name(self, run: RunContext) -> str:
+        return f"{self.prefix}-{run.options.precision}-{'kv' if run.options.use_cache else 'nokv'}"
 
     def fingerprint(self, run: RunContext) -> dict:
         import onnx
@@ -44,27 +80,51 @@ class DecoderOnnx:
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__},
         }
 
-    def path(self, run: RunContext, force: bool = False) -> tuple[Path, bool]:
-        """The graph to use and whether it was exported just now: the user's file, or a current export
-        (made now if missing, stale, or `force`d)."""
-        if run.options.decoder_onnx:
-            path = Path(run.options.decoder_onnx)
-            if not path.is_file():
-                raise ArtifactError(f"--decoder-onnx {path} does not exist")
-            return path, False
+    def user_paths(self, run: RunContext) -> dict[str, Path] | None:
+        return user_files(run, self.parts(run.options.use_cache), "onnx", run.options)
+
+    def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:
+        """The graphs to use ({part: path}) and whether they were exported just now: the user's files, or a
+        current export (made now if missing, stale, or `force`d)."""
+        user = self.user_paths(run)
+        if user:
+            return user, False
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
         fresh = force or not run.store.is_current(name, fingerprint) or not (folder / VALIDATION).is_file()
         if fresh:
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
-                path = export_decoder(model, tmp, run.options.use_cache, self.spec)
-                max_diff = validate(model, lambda: ort_steps(run, path), run.options.use_cache,
-                                    self.spec, run.options.fp16)
+                made = self.export(model, tmp, run.options.use_cache)
+                max_diff = self.check(model, run, made)
                 write_json_atomic(tmp / VALIDATION, {"max_abs_diff_vs_pytorch": max_diff})
         self.max_diff = json.loads((folder / VALIDATION).read_text())["max_abs_diff_vs_pytorch"]
-        return folder / "model.onnx", fresh
+        return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
+
+    def file_name(self, part: str) -> str:
+        return f"{part}.onnx"
 
 
-def ort_steps(run: RunContext, path: Path) -> OrtSteps:
-    return OrtSteps(path, run.device, run.options.use_cache, run.options.threads)
+class DecoderOnnx(OnnxArtifact):
+    """The decoder-only graph (`onnx_export.export_decoder`), stored as `decoder-*/model.onnx`."""
+
+    prefix = "decoder"
+
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        return ("decoder",)
+
+    def file_name(self, part: str) -> str:
+        return "model.onnx"
+
+    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
+        return {"decoder": export_decoder(model, out_dir, use_cache, self.spec)}
+
+    def steps(self, run: RunContext, paths: dict[str, Path]) -> OrtSteps:
+        return OrtSteps(paths["decoder"], run.device, run.options.use_cache, run.options.threads)
+
+    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
+        return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)
+
+    def path(self, run: RunContext, force: bool = False) -> tuple[Path, bool]:
+        paths, fresh = self.paths(run, force)
+        return paths["decoder"], fresh

@@ -110,18 +110,38 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     rest += [{0: auto, 2: auto}] * (len(args) - 2 - len(rest))
     dynamic = ({0: auto, 1: auto}, {0: auto, 1: auto}) + ((tuple(rest),) if rest else ())
     path = out_dir / "model.onnx"
+    export_graph(model, _DecoderGraph(model, use_cache, takes_positions), args, inputs, outputs, dynamic,
+                 decoder_dim_names, path, spec)
+    return path
+
+
+def decoder_dim_names(name: str) -> list | None:
+    """Readable names for the decoder graph's symbolic dimensions (TensorRT profiles and IO binding use them)."""
+    fixed = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "total"], "position_ids": ["batch", "seq"],
+             "logits": ["batch", "seq", None]}
+    if name.startswith("past."):
+        return ["batch", None, "past", None]
+    if name.startswith("present."):
+        return ["batch", None, "total", None]
+    return fixed.get(name)
+
+
+def export_graph(model: torch.nn.Module, graph: torch.nn.Module, args: tuple, inputs: list[str], outputs: list[str],
+                 dynamic_shapes, dim_names, path: Path, spec: ExportSpec) -> None:
+    """torch.onnx (dynamo) export of `graph` (a flat-tensor wrapper around `model`) to `path`: fp32 islands as
+    `spec` declares, symbolic dimensions renamed by `dim_names(tensor name) -> [label or None per dim]`, tied
+    weights stored once, external data for models over ~2 GB."""
     _quiet_exporter()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
     with torch.inference_mode(False), torch.no_grad(), fp32_islands(model, spec.fp32_modules):
         program = torch.onnx.export(
-            _DecoderGraph(model, use_cache, takes_positions), args, dynamo=True, input_names=inputs,
-            output_names=outputs, dynamic_shapes=dynamic, opset_version=spec.opset, verbose=False,
+            graph, args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
+            opset_version=spec.opset, verbose=False,
         )
         proto = program.model_proto  # serialise while fp32 islands are still fp32 (weights are read lazily)
-    _name_dimensions(proto, inputs, outputs)
+    _name_dimensions(proto, dim_names)
     _dedupe_initializers(proto)
     _save(proto, path, large)
-    return path
 
 
 def _quiet_exporter() -> None:
@@ -133,18 +153,11 @@ def _quiet_exporter() -> None:
             logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _name_dimensions(proto, inputs: list[str], outputs: list[str]) -> None:
+def _name_dimensions(proto, dim_names) -> None:
     """Give the exporter's symbols (s0, s17, ...) names that say what they are (TensorRT profiles use them)."""
-    names = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "total"], "position_ids": ["batch", "seq"],
-             "logits": ["batch", "seq", None]}
     for value in list(proto.graph.input) + list(proto.graph.output):
         dims = value.type.tensor_type.shape.dim
-        wanted = names.get(value.name)
-        if value.name.startswith("past."):
-            wanted = ["batch", None, "past", None]
-        elif value.name.startswith("present."):
-            wanted = ["batch", None, "total", None]
-        for dim, label in zip(dims, wanted or []):
+        for dim, label in zip(dims, dim_names(value.name) or []):
             if label is not None and dim.HasField("dim_param"):
                 dim.dim_param = label
 

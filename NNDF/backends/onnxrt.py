@@ -1,15 +1,15 @@
-"""The `onnxrt` backend: the decoder graph (`onnx_artifact.DecoderOnnx`) on ONNX Runtime (`ort_steps.OrtSteps`).
+"""The `onnxrt` backend: a run's ONNX artifact (`onnx_artifact`: the decoder graph, or an encoder-decoder's
+three graphs) on ONNX Runtime.
 
 A cached export that no longer loads (truncated, edited) is re-exported with a warning; a fresh export or
-the user's `--decoder-onnx` that fails is reported, never replaced.
+the user's `--*-onnx` files that fail are reported, never replaced.
 """
 from __future__ import annotations
 
 import sys
 
-from NNDF.backends.onnx_artifact import DecoderOnnx, ort_steps
+from NNDF.backends.onnx_artifact import DecoderOnnx, OnnxArtifact
 from NNDF.backends.onnx_export import ExportSpec
-from NNDF.backends.ort_steps import OrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 
@@ -17,8 +17,8 @@ from NNDF.errors import ArtifactError
 class OnnxRuntimeBackend:
     name = "onnxrt"
 
-    def __init__(self, spec: ExportSpec = ExportSpec()):
-        self.onnx = DecoderOnnx(spec)
+    def __init__(self, spec: ExportSpec = ExportSpec(), artifact: type[OnnxArtifact] = DecoderOnnx):
+        self.onnx = artifact(spec)
 
     @property
     def last_max_diff(self) -> float | None:
@@ -32,13 +32,13 @@ class OnnxRuntimeBackend:
             return False, "onnxruntime is not installed (pip install onnxruntime or onnxruntime-gpu)"
         return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
 
-    def setup(self, run: RunContext) -> OrtSteps:
-        path, fresh = self.onnx.path(run)
+    def setup(self, run: RunContext):
+        paths, fresh = self.onnx.paths(run)
         try:
-            return ort_steps(run, path)
+            return self.onnx.steps(run, paths)
         except ArtifactError as exc:
-            if fresh or run.options.decoder_onnx:
+            if fresh or self.onnx.user_paths(run):
                 raise
             print(f"warning: cached ONNX for {run.source.variant} is unusable ({exc}); re-exporting",
                   file=sys.stderr)
-            return ort_steps(run, self.onnx.path(run, force=True)[0])
+            return self.onnx.steps(run, self.onnx.paths(run, force=True)[0])

@@ -1,9 +1,10 @@
 """`onnxrt` step functions: an exported decoder graph on ONNX Runtime behind the step contract.
 
-The cache is a tuple of torch tensors (present.* of the previous step become past.* of the next). On the CPU,
-torch tensors and numpy arrays share memory, so feeding the session and wrapping its outputs copies nothing.
-On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by pointer for every input and output,
-and ONNX Runtime runs on torch's current stream: tokens, masks and cache never visit the host.
+`OrtGraph` runs one session. On the CPU, torch tensors and numpy arrays share memory, so feeding the session and
+wrapping its outputs copies nothing. On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by
+pointer for every input and output, and ONNX Runtime runs on torch's current stream: tokens, masks and cache
+never visit the host. `OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
+tensors (present.* of the previous step become past.* of the next).
 """
 from __future__ import annotations
 
@@ -45,21 +46,73 @@ def make_session(path: Path, device: torch.device, threads: int = 0):
         raise ArtifactError(f"ONNX Runtime cannot load {path}: {first}") from None
 
 
+class OrtGraph:
+    """One ONNX Runtime session: named torch tensors in, torch tensors out (in the graph's output order).
+
+    On the CPU, torch tensors and numpy arrays share memory. On CUDA every input and output is a torch device
+    buffer bound by pointer; output shapes come from the graph's named dimensions, whose sizes are read off
+    the bound inputs (plus `extra_dims` for names only outputs have, e.g. "total" = past + new tokens).
+    """
+
+    def __init__(self, path: Path, device: torch.device, threads: int = 0):
+        self.path, self.device = path, device
+        self.session = make_session(path, device, threads)
+        self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self.outputs = {o.name: o for o in self.session.get_outputs()}
+        self.output_names = list(self.outputs)
+
+    def dtype(self, name: str) -> torch.dtype:
+        meta = self.inputs.get(name) or self.outputs[name]
+        return _TORCH[_NP[meta.type]]
+
+    def run(self, feeds: dict, extra_dims: dict | None = None) -> list[torch.Tensor]:
+        if self.device.type != "cuda":
+            arrays = {k: v.contiguous().numpy() for k, v in feeds.items()}
+            return [torch.from_numpy(a) for a in self.session.run(self.output_names, arrays)]
+        feeds = {k: v.contiguous() for k, v in feeds.items()}  # kept alive until the run ends
+        binding = self.session.io_binding()
+        index = self.device.index or 0
+        dims = dict(extra_dims or {})
+        for name, tensor in feeds.items():
+            for label, size in zip(self.inputs[name].shape, tensor.shape):
+                if isinstance(label, str):
+                    dims[label] = size
+            binding.bind_input(name, "cuda", index, _NP[self.inputs[name].type], tuple(tensor.shape),
+                               tensor.data_ptr())
+        outputs = [torch.empty(self._shape(name, dims), dtype=self.dtype(name), device=self.device)
+                   for name in self.output_names]
+        for name, tensor in zip(self.output_names, outputs):
+            binding.bind_output(name, "cuda", index, _NP[self.outputs[name].type], tuple(tensor.shape),
+                                tensor.data_ptr())
+        self.session.run_with_iobinding(binding)
+        return outputs
+
+    def _shape(self, name: str, dims: dict) -> tuple[int, ...]:
+        shape = []
+        for label in self.outputs[name].shape:
+            if isinstance(label, int):
+                shape.append(label)
+            elif label in dims:
+                shape.append(dims[label])
+            else:
+                raise ArtifactError(f"{self.path}: cannot size output {name!r}: its dimension {label!r} is not an "
+                                    "input dimension (graphs not exported by this harness need matching names)")
+        return tuple(shape)
+
+    def close(self) -> None:
+        self.session = None
+
+
 class OrtSteps:
     name = "onnxrt"
 
     def __init__(self, path: Path, device: torch.device, use_cache: bool, threads: int = 0):
         self.device, self.use_cache = device, use_cache
-        self.session = make_session(path, device, threads)
-        self.inputs = {i.name: i for i in self.session.get_inputs()}
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        self.output_types = [_NP[o.type] for o in self.session.get_outputs()]
+        self.graph = OrtGraph(path, device, threads)
+        self.inputs, self.output_names = self.graph.inputs, self.graph.output_names
         self._check_signature(path)
         self.past_names = [n for n in self.inputs if n.startswith("past.")]
-        self.present_names = [n for n in self.output_names if n.startswith("present.")]
         self.takes_positions = "position_ids" in self.inputs
-        self.vocab = self.session.get_outputs()[0].shape[-1]
-        self.logits_dtype = _NP[self.session.get_outputs()[0].type]
 
     def _check_signature(self, path: Path) -> None:
         has_past = any(n.startswith("past.") for n in self.inputs)
@@ -73,12 +126,8 @@ class OrtSteps:
     def new_cache(self, batch: int):
         if not self.use_cache:
             return None
-        tensors = []
-        for name in self.past_names:
-            _, heads, _, head_dim = self.inputs[name].shape
-            dtype = _TORCH[_NP[self.inputs[name].type]]
-            tensors.append(torch.zeros(batch, heads, 0, head_dim, dtype=dtype, device=self.device))
-        return tuple(tensors)
+        return tuple(empty_past(self.inputs[name], batch, self.graph.dtype(name), self.device)
+                     for name in self.past_names)
 
     def reorder_cache(self, cache, index):
         return tuple(t.index_select(0, index) for t in cache)
@@ -90,32 +139,14 @@ class OrtSteps:
             feeds["position_ids"] = position_ids
         if self.use_cache:
             feeds.update(zip(self.past_names, cache))
-        run = self._run_bound if self.device.type == "cuda" else self._run_host
-        outputs = run(feeds, input_ids.shape)
+        outputs = self.graph.run(feeds, {"total": attention_mask.shape[1]})
         return outputs[0], (tuple(outputs[1:]) if self.use_cache else None)
 
-    def _run_host(self, feeds, _shape):
-        arrays = {k: v.contiguous().numpy() for k, v in feeds.items()}
-        return [torch.from_numpy(a) for a in self.session.run(self.output_names, arrays)]
-
-    def _run_bound(self, feeds, shape):
-        """IO binding: inputs and outputs are torch device buffers bound by pointer."""
-        batch, seq = shape
-        binding = self.session.io_binding()
-        index = self.device.index or 0
-        for name, tensor in feeds.items():
-            tensor = tensor.contiguous()
-            feeds[name] = tensor  # keep alive until the run ends
-            binding.bind_input(name, "cuda", index, _NP[self.inputs[name].type], tuple(tensor.shape), tensor.data_ptr())
-        total = feeds["attention_mask"].shape[1]
-        outputs = [torch.empty(batch, seq, self.vocab, dtype=_TORCH[self.logits_dtype], device=self.device)]
-        for past in self.past_names:
-            _, heads, _, head_dim = self.inputs[past].shape
-            outputs.append(torch.empty(batch, heads, total, head_dim, dtype=feeds[past].dtype, device=self.device))
-        for name, np_type, tensor in zip(self.output_names, self.output_types, outputs):
-            binding.bind_output(name, "cuda", index, np_type, tuple(tensor.shape), tensor.data_ptr())
-        self.session.run_with_iobinding(binding)
-        return outputs
-
     def close(self) -> None:
-        self.session = None
+        self.graph.close()
+
+
+def empty_past(meta, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """A cache tensor with no positions yet [batch, heads, 0, head_dim] (heads and head_dim from the graph)."""
+    _, heads, _, head_dim = meta.shape
+    return torch.zeros(batch, heads, 0, head_dim, dtype=dtype, device=device)

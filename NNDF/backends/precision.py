@@ -30,7 +30,7 @@ def fp32_islands(model: torch.nn.Module, patterns: tuple[str, ...]):
     """Within the block, submodules whose qualified name is or ends with a pattern compute in fp32."""
     dtype = next(model.parameters()).dtype
     islands = [m for name, m in model.named_modules() if patterns and dtype != torch.float32 and _matches(name, patterns)]
-    hooks = []
+    hooks, restore = [], [{n: p.dtype for n, p in m.named_parameters()} for m in islands]
     for module in islands:
         module.float()
         hooks.append(module.register_forward_pre_hook(lambda _m, args: _cast(args, torch.float32)))
@@ -40,5 +40,6 @@ def fp32_islands(model: torch.nn.Module, patterns: tuple[str, ...]):
     finally:
         for hook in hooks:
             hook.remove()
-        for module in islands:
-            module.to(dtype)
+        for module, dtypes in zip(islands, restore):  # as loaded (HF may keep some weights fp32, e.g. T5's wo)
+            for name, param in module.named_parameters():
+                param.data = param.data.to(dtypes[name])

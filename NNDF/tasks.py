@@ -1,0 +1,88 @@
+"""What a kind of model does with text: which HF class loads it, how prompts become model inputs, how a text is
+scored by teacher forcing.
+
+A family declares its task (`Family.task`); actions and model loading ask the task instead of testing the
+family's kind. `CausalLM` (decoder-only: GPT-2, OPT, BLOOM) lives here; `Seq2Seq.task.Seq2SeqLM` adds an
+encoder whose inputs travel in `Prompt.encoder` and reach the backend through `steps.start`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from NNDF.errors import UsageError
+from NNDF.steps import position_ids_from_mask
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What `generate` needs: the decoder's prompt (left padded) and, for encoder-decoder models, the encoder's
+    named inputs (run once per prompt, before the first decoder step)."""
+
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    encoder: dict | None = None  # name -> tensor [B, ...]
+
+    @property
+    def batch(self) -> int:
+        return self.input_ids.shape[0]
+
+
+class CausalLM:
+    """Decoder-only language models: the prompt is the decoder's input."""
+
+    kind = "decoder"
+    auto_class = "AutoModelForCausalLM"
+    padding_side = "left"  # new tokens follow the last real token of every row
+    one_stream = True  # context and target are one token stream: any split of the same ids scores the same
+
+    def prompts(self, run, texts: list[str]) -> Prompt:
+        """Left-padded ids and mask; padding requires --use-mask (without a mask it would be wrong)."""
+        ids, mask = tokenize(run, texts)
+        return Prompt(ids, mask)
+
+    def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
+        ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)
+        return Prompt(ids, torch.ones_like(ids))
+
+    def passage_ids(self, tokenizer, text: str) -> list[int]:
+        """A text's ids as the model reads a context (with the tokenizer's specials, e.g. OPT's leading </s>)."""
+        return tokenizer(text)["input_ids"]
+
+    def split_passage(self, ids: list[int], k: int, eos: int | None) -> tuple[list[int], list[int], slice]:
+        """(context, target, rows of the last k tokens): one pass scores every token after the first."""
+        return ids[:1], ids[1:], slice(len(ids) - 1 - k, None)
+
+    def teacher_force(self, run, steps, context: list[int], target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token given the context and the targets before it
+        [len(target), V] (one forward pass, no sampling)."""
+        x = torch.tensor([context + target], device=steps.device)
+        mask = torch.ones_like(x)
+        logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
+        return torch.log_softmax(logits[0, len(context) - 1: -1].float(), dim=-1)
+
+
+def tokenize(run, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Padded ids and mask [B, T] on the tokenizer's padding side; refuses empty prompts and, without
+    --use-mask, prompts that need padding."""
+    batch = run.tokenizer(list(texts), return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    if ids.shape[1] == 0:
+        raise UsageError("empty prompt: nothing to generate from")
+    if not bool(mask.all()) and not run.options.use_mask:
+        raise UsageError("prompts of different lengths are padded: add --use-mask (or use --batch-size 1)")
+    return ids, mask
+
+
+def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
+    """The special ids the tokenizer puts before and after a text (T5: [] and [</s>]; BART: [<s>] and [</s>])."""
+    bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    for start in range(len(full) - len(bare) + 1):
+        if full[start: start + len(bare)] == bare:
+            return full[:start], full[start + len(bare):]
+    raise ValueError("the tokenizer's special tokens could not be located")  # internal: tokenizers keep the text
+
+
+CAUSAL_LM = CausalLM()

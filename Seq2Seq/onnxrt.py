@@ -1,0 +1,33 @@
+"""The `onnxrt` backend for encoder-decoder models: the three-graph artifact (`Seq2SeqOnnx`) on ONNX Runtime."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from NNDF.backends.onnx_artifact import OnnxArtifact
+from NNDF.backends.onnx_export import ExportSpec
+from NNDF.backends.onnxrt import OnnxRuntimeBackend
+from NNDF.context import RunContext
+from Seq2Seq.export import export_seq2seq, validate
+from Seq2Seq.ort_steps import Seq2SeqOrtSteps
+
+
+class Seq2SeqOnnx(OnnxArtifact):
+    """`seq2seq-<precision>-<kv|nokv>/`: encoder.onnx, decoder.onnx and, with a KV cache, cache_generator.onnx."""
+
+    prefix = "seq2seq"
+
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")
+
+    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
+        return export_seq2seq(model, out_dir, use_cache, self.spec)
+
+    def steps(self, run: RunContext, paths: dict[str, Path]) -> Seq2SeqOrtSteps:
+        return Seq2SeqOrtSteps(paths, run.device, run.options.use_cache, run.options.threads)
+
+    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
+        return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)
+
+
+def onnxrt_backend(spec: ExportSpec) -> OnnxRuntimeBackend:
+    return OnnxRuntimeBackend(spec, Seq2SeqOnnx)

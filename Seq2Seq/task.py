@@ -1,0 +1,62 @@
+"""The encoder-decoder task: the prompt goes to the encoder; the decoder starts from the model's start token.
+
+Encoder inputs are right padded (models with learned absolute positions, like BART, would shift positions
+under left padding) and their mask travels with the encoder's output to every cross-attention. Teacher-forced
+scoring feeds the context to the encoder (with the tokenizer's special tokens) and the target to the decoder.
+"""
+from __future__ import annotations
+
+import torch
+
+from NNDF.tasks import Prompt, special_affixes, tokenize
+from NNDF.steps import position_ids_from_mask
+
+
+class Seq2SeqLM:
+    kind = "seq2seq"
+    auto_class = "AutoModelForSeq2SeqLM"
+    padding_side = "right"
+    one_stream = False  # the context is read by the encoder: a different split is a different computation
+
+    @staticmethod
+    def decoder_start(run) -> int:
+        start = run.source.generation.decoder_start_token_id
+        return start if start is not None else run.source.config.decoder_start_token_id
+
+    def _with_start(self, run, encoder: dict) -> Prompt:
+        rows = encoder["input_ids"].shape[0]
+        ids = torch.full((rows, 1), self.decoder_start(run), dtype=torch.long, device=encoder["input_ids"].device)
+        return Prompt(ids, torch.ones_like(ids), encoder)
+
+    def prompts(self, run, texts: list[str]) -> Prompt:
+        ids, mask = tokenize(run, texts)
+        return self._with_start(run, {"input_ids": ids, "attention_mask": mask})
+
+    def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
+        ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)
+        return self._with_start(run, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+
+    def passage_ids(self, tokenizer, text: str) -> list[int]:
+        """The text's own ids; the encoder's special tokens are added when it is fed (`teacher_force`)."""
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def split_passage(self, ids: list[int], k: int, eos: int | None) -> tuple[list[int], list[int], slice]:
+        """The encoder reads all but the last k tokens; the decoder is scored on those k tokens and the EOS
+        that ends them (so `seq_perplexity` covers the whole decoded sequence)."""
+        return ids[:-k], ids[-k:] + ([eos] if eos is not None else []), slice(0, k)
+
+    def teacher_force(self, run, steps, context: list[int], target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token [len(target), V]: encoder(context), then one decoder
+        pass over the start token (and the forced first token, e.g. mBART's target language) + target."""
+        prefix, suffix = special_affixes(run.tokenizer)
+        enc = torch.tensor([prefix + context + suffix], device=steps.device)
+        cache = steps.start({"input_ids": enc, "attention_mask": torch.ones_like(enc)})
+        forced = run.source.generation.forced_bos_token_id
+        lead = [self.decoder_start(run)] + ([forced] if forced is not None else [])
+        dec = torch.tensor([lead + target[:-1]], device=steps.device)
+        mask = torch.ones_like(dec)
+        logits, _ = steps.forward(dec, mask, position_ids_from_mask(mask), cache)
+        return torch.log_softmax(logits[0, len(lead) - 1:].float(), dim=-1)
+
+
+SEQ2SEQ_LM = Seq2SeqLM()

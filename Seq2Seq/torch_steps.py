@@ -1,0 +1,63 @@
+"""`frameworks` step functions for encoder-decoder models: the HF PyTorch model behind the step contract.
+
+`start` runs the encoder once; the cache is `Seq2SeqCache`: the encoder's output and padding mask plus HF's
+own `EncoderDecoderCache` (self-attention keys/values grow per step; HF fills the cross-attention keys/values
+on the first decoder step and reuses them). Reordering (beam search) covers all of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput
+
+
+@dataclass
+class Seq2SeqCache:
+    """What the generation loop holds for an encoder-decoder run; `kv` is backend-specific (None without cache)."""
+
+    encoder_hidden: torch.Tensor  # [B, S, D] (None where only the cross-attention cache is needed)
+    encoder_mask: torch.Tensor  # [B, S]: padding of the encoder input, applied in every cross-attention
+    kv: object = None
+
+    def select(self, index: torch.Tensor, kv) -> "Seq2SeqCache":
+        hidden = None if self.encoder_hidden is None else self.encoder_hidden.index_select(0, index)
+        return Seq2SeqCache(hidden, self.encoder_mask.index_select(0, index), kv)
+
+
+class Seq2SeqTorchSteps:
+    name = "frameworks"
+
+    def __init__(self, model: torch.nn.Module, use_cache: bool):
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.use_cache = use_cache
+
+    @torch.inference_mode()
+    def start(self, encoder_inputs: dict) -> Seq2SeqCache:
+        hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state
+        kv = None
+        if self.use_cache:
+            kv = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        return Seq2SeqCache(hidden, encoder_inputs["attention_mask"], kv)
+
+    @torch.inference_mode()
+    def forward(self, input_ids, attention_mask, position_ids, cache: Seq2SeqCache, last_only=False):
+        # decoder positions follow from the cache length (decoder prompts are never padded): no position ids
+        out = self.model(encoder_outputs=BaseModelOutput(last_hidden_state=cache.encoder_hidden),
+                         attention_mask=cache.encoder_mask, decoder_input_ids=input_ids,
+                         past_key_values=cache.kv, use_cache=self.use_cache)
+        kv = out.past_key_values if self.use_cache else None
+        return out.logits, Seq2SeqCache(cache.encoder_hidden, cache.encoder_mask, kv)
+
+    def new_cache(self, batch: int):
+        raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
+
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+        if cache.kv is not None:
+            cache.kv.reorder_cache(index)
+        return cache.select(index, cache.kv)
+
+    def close(self) -> None:
+        self.model = None
