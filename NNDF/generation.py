@@ -50,6 +50,8 @@ class GenerationOutput:
 class Observer:
     """Hooks for timing; the default does nothing."""
 
+    def encoded(self) -> None: ...  # the encoder (and cross-attention cache) of an encoder-decoder model ran
+
     def first_token(self) -> None: ...
 
     def token(self, step: int) -> None: ...  # token `step` (0-based) of every row has been chosen
@@ -66,8 +68,9 @@ class _Decoder:
     """
 
     def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int,
-                 encoder: dict | None = None):
+                 encoder: dict | None = None, observer: Observer | None = None):
         rows, self.length = input_ids.shape
+        self.observer = observer or Observer()
         self.steps = steps
         self._ids = input_ids.new_zeros(rows, self.length + max_new)  # [N, T + max_new]
         self._ids[:, : self.length] = input_ids
@@ -89,6 +92,7 @@ class _Decoder:
         """Logits of the last prompt position [N, V] (float32)."""
         if self.encoder is not None:
             self.cache = self.steps.start(self.encoder)
+            self.observer.encoded()
         logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache,
                                                 last_only=True)
         return logits[:, -1, :].float()
@@ -147,7 +151,7 @@ def _scores(logits: torch.Tensor, history: torch.Tensor, generated: int, config:
 
 
 def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder)
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder, observer)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
@@ -179,7 +183,7 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
     batch, prompt_length = input_ids.shape
     beams = config.num_beams
     device = steps.device
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder)
+    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder, observer)
     logits = decoder.prefill()
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
     decoder.reorder(expand)

@@ -37,6 +37,10 @@ class CausalLM:
     padding_side = "left"  # new tokens follow the last real token of every row
     one_stream = True  # context and target are one token stream: any split of the same ids scores the same
 
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        """The exported graphs / engines a run uses (names of the --<part>-onnx / --<part>-engine flags)."""
+        return ("decoder",)
+
     def prompts(self, run, texts: list[str]) -> Prompt:
         """Left-padded ids and mask; padding requires --use-mask (without a mask it would be wrong)."""
         ids, mask = tokenize(run, texts)

@@ -104,13 +104,17 @@ class MemoryWatch:
 
 
 class GenerationClock(Observer):
-    """Synchronised timestamps: start, first token, end."""
+    """Synchronised timestamps: start, encoder done (encoder-decoder models), first token, end."""
 
     def __init__(self, device):
         self.device = device
         sync(device)
         self.start = time.perf_counter()
-        self.first = self.end = None
+        self.first = self.end = self.encoder = None
+
+    def encoded(self):
+        sync(self.device)
+        self.encoder = time.perf_counter()
 
     def first_token(self):
         sync(self.device)
@@ -121,7 +125,10 @@ class GenerationClock(Observer):
         self.end = time.perf_counter()
 
     def seconds(self) -> dict[str, float]:
-        return {"prefill": self.first - self.start, "e2e": self.end - self.start}
+        times = {"prefill": self.first - self.start, "e2e": self.end - self.start}
+        if self.encoder is not None:  # part of the prefill
+            times["encoder"] = self.encoder - self.start
+        return times
 
 
 class TokenTrace(Observer):

@@ -9,6 +9,7 @@ from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.context import RunContext
 from Seq2Seq.export import export_seq2seq, validate
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
+from Seq2Seq.task import SEQ2SEQ_LM
 
 
 class Seq2SeqOnnx(OnnxArtifact):
@@ -17,7 +18,7 @@ class Seq2SeqOnnx(OnnxArtifact):
     prefix = "seq2seq"
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
-        return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")
+        return SEQ2SEQ_LM.parts(use_cache)
 
     def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
         return export_seq2seq(model, out_dir, use_cache, self.spec)

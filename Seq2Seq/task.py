@@ -18,6 +18,9 @@ class Seq2SeqLM:
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
 
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")
+
     @staticmethod
     def decoder_start(run) -> int:
         start = run.source.generation.decoder_start_token_id

@@ -27,8 +27,9 @@ def test_static_batch_profiles_with_cache():
     assert (shapes.rows.min, shapes.rows.opt, shapes.rows.max) == (6, 6, 6)
     assert (shapes.max_input, shapes.max_output, shapes.max_total) == (64, 32, 96)
     prompt, step = decoder_profiles(shapes, {"past.0.key": (4, 16)}, True, use_cache=True)
-    assert prompt.shapes["input_ids"] == ((6, 1), (6, 32), (6, 64))
-    assert prompt.shapes["past.0.key"] == ((6, 4, 0, 16),) * 3
+    # the prompt pass runs before beam expansion: 2 rows, then the steps run 2 x 3 beams
+    assert prompt.shapes["input_ids"] == ((2, 1), (2, 32), (2, 64))
+    assert prompt.shapes["past.0.key"] == ((2, 4, 0, 16),) * 3
     assert step.shapes["input_ids"] == ((6, 1),) * 3
     assert step.shapes["attention_mask"] == ((6, 2), (6, 49), (6, 96))
     assert step.shapes["past.0.key"] == ((6, 4, 1, 16), (6, 4, 48, 16), (6, 4, 95, 16))

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Write each family's checkpoint.toml expected outputs for its offline default, from HF `generate`.
+"""Write each family's checkpoint.toml expected outputs for its offline variants, from HF `generate`.
 
     python tools/make_checkpoints.py            # all families in NNDF/registry.py
+    python tools/make_checkpoints.py T5 BART    # some of them
 
 The expected text is produced by transformers' own greedy `generate` (fp32, CPU), never by this harness, so
-`run` / `compare` check our backends against an outside reference. Sample inputs live in this script; the
-variant's entries are rewritten, other variants' entries (e.g. real hub models) are kept.
+`run` / `compare` check our backends against an outside reference. Sample inputs live in this script
+(prompts for decoder-only models, task prompts for encoder-decoder ones); the file is rewritten.
 """
 from __future__ import annotations
 
@@ -19,11 +20,18 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 MAX_NEW_TOKENS = 24
-INPUTS = [
-    "The for statement is used to",
-    "A class definition defines a class object",
-    "TensorRT is a Deep Learning compiler used for deep learning.\n",
-]
+INPUTS = {
+    "decoder": [
+        "The for statement is used to",
+        "A class definition defines a class object",
+        "TensorRT is a Deep Learning compiler used for deep learning.\n",
+    ],
+    "seq2seq": [
+        "translate English to German: The house is wonderful.",
+        "summarize: The for statement is used to iterate over the elements of a sequence, such as a string or a list.",
+        "TensorRT is a Deep Learning compiler used for deep learning.",
+    ],
+}
 
 
 def _toml_string(text: str) -> str:
@@ -31,30 +39,33 @@ def _toml_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def expected_outputs(family) -> list[str]:
+def expected_outputs(family, variant: str) -> list[str]:
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
     from NNDF.models import load_tokenizer, resolve_source
 
-    source = resolve_source(family, family.default_variant, None, ROOT / "temp")
+    source = resolve_source(family, variant, None, ROOT / "temp")
     tok = load_tokenizer(source)
-    model = AutoModelForCausalLM.from_pretrained(source.location, dtype=torch.float32).eval()
+    auto = getattr(transformers, family.task.auto_class)
+    model = auto.from_pretrained(source.location, dtype=torch.float32).eval()
     outputs = []
-    for text in INPUTS:
+    for text in INPUTS[family.kind]:
         ids = tok(text, return_tensors="pt")
         out = model.generate(**ids, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=tok.pad_token_id)
-        outputs.append(tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+        prompt = 1 if model.config.is_encoder_decoder else ids["input_ids"].shape[1]  # the decoder start / prompt
+        outputs.append(tok.decode(out[0, prompt:], skip_special_tokens=True))
     return outputs
 
 
-def write(family, outputs: list[str]) -> None:
-    lines = [f"# {family.name} golden samples for `run` / `compare`: greedy continuations made by HF generate",
+def write(family, expected: dict[str, list[str]]) -> None:
+    lines = [f"# {family.name} golden samples for `run` / `compare`: greedy outputs made by HF generate",
              "# (fp32, CPU) with tools/make_checkpoints.py. Add entries for other variants under [sample.expected].",
              "", "[generation]", f"max_new_tokens = {MAX_NEW_TOKENS}", ""]
-    for text, out in zip(INPUTS, outputs):
-        lines += ["[[sample]]", f"input = {_toml_string(text)}", "[sample.expected]",
-                  f'"{family.default_variant}" = {{ fp32 = {_toml_string(out)} }}', ""]
+    for i, text in enumerate(INPUTS[family.kind]):
+        lines += ["[[sample]]", f"input = {_toml_string(text)}", "[sample.expected]"]
+        lines += [f'"{variant}" = {{ fp32 = {_toml_string(outs[i])} }}' for variant, outs in expected.items()]
+        lines.append("")
     family.checkpoint.write_text("\n".join(lines))
 
 
@@ -62,9 +73,11 @@ def main() -> None:
     from NNDF import registry
 
     for family in registry.families().values():
-        outputs = expected_outputs(family)
-        write(family, outputs)
-        print(f"{family.checkpoint.relative_to(ROOT)}: {outputs[0][:60]!r} ...")
+        if sys.argv[1:] and family.name not in sys.argv[1:]:
+            continue
+        expected = {v.name: expected_outputs(family, v.name) for v in family.variants if v.offline}
+        write(family, expected)
+        print(f"{family.checkpoint.relative_to(ROOT)}: {expected[family.default_variant][0][:60]!r} ...")
 
 
 if __name__ == "__main__":

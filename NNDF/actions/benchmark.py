@@ -1,6 +1,8 @@
 """`benchmark`: fixed-length random inputs, exactly `--output-seq-len` new tokens, per-backend timings.
 
-Per call: prefill / time to first token (prompt pass + first token choice), end to end, and per-token
+Per call: prefill / time to first token (prompt pass + first token choice; for encoder-decoder models the
+encoder, its cross-attention cache and the first decoder step, with the encoder's own share reported as
+"encoder"), end to end, and per-token
 decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
 tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
 `--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
@@ -33,10 +35,12 @@ class BenchmarkResult:
     memory_kind: str
     onnx_max_diff: float | None = None
     per_token_ms: tuple[float, ...] = ()  # one traced run (synchronised after every token), for --plot
+    encoder_ms: Stats | None = None  # encoder-decoder models: encoder + cross-attention cache (part of prefill)
 
     def row(self) -> dict:
         p = self.prefill_ms.percentile
-        return {"backend": self.backend, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
+        encoder = {} if self.encoder_ms is None else {"encoder p50 ms": self.encoder_ms.p50}
+        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
                 "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
                 "peak MiB": self.peak_memory_mb}
@@ -55,8 +59,10 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
     steps = max(bench.output_seq_len - 1, 1)
     tpot = [(e - p) / steps for e, p in zip(e2e, prefill)]
     e2e_stats = Stats.of(e2e, pct)
+    encoder = Stats.of([s["encoder"] * 1e3 for s in samples], pct) if "encoder" in samples[0] else None
     return BenchmarkResult(name, Stats.of(prefill, pct), Stats.of(tpot, pct), e2e_stats,
-                           batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff)
+                           batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff,
+                           encoder_ms=encoder)
 
 
 def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:

@@ -16,6 +16,6 @@ def build_only(family: str, backends: tuple[str, ...], options: ModelOptions, tr
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
         "batch_size": options.batch_size, "dynamic_batch": trt.dynamic_batch, "num_beams": options.num_beams},
         environment=environment(run.device))
-    report.results.append(registry.backend(run.family, "trt").build(run))
+    report.results.extend(registry.backend(run.family, "trt").build(run))
     finish(run)
     return report

@@ -36,11 +36,14 @@ class SampleResult:
     prefill_s: float
     decoder_s: float
     full_s: float
+    encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
 
     def row(self) -> dict:
-        return {"backend": self.backend, "input": self.input[:30], "output": self.output[:60],
-                "accuracy": "n/a" if self.accuracy is None else self.accuracy,
-                "perplexity": self.perplexity, "decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
+        row = {"backend": self.backend, "input": self.input[:30], "output": self.output[:60],
+               "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
+        if self.encoder_s is not None:
+            row["encoder (sec)"] = self.encoder_s
+        return row | {"decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,14 @@ class BackendSummary:
     decoder_s: float
     full_s: float
     samples: tuple[SampleResult, ...]
+    encoder_s: float | None = None
 
     def row(self) -> dict:
-        return {"script": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
-                "perplexity": self.perplexity, "prefill (sec)": self.prefill_s, "decoder (sec)": self.decoder_s,
-                "full (sec)": self.full_s}
+        row = {"script": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
+               "perplexity": self.perplexity}
+        if self.encoder_s is not None:
+            row["encoder (sec)"] = self.encoder_s
+        return row | {"prefill (sec)": self.prefill_s, "decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
 
 
 def load_checkpoint(run: RunContext) -> tuple[int, list[dict]]:
@@ -102,7 +108,7 @@ def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
     expected = _expected(sample, run)
     accuracy = None if expected is None else float(text == expected)
     return SampleResult(name, prompt, text, expected, accuracy, _perplexity(run, steps, prompt, expected),
-                        med["prefill"], med["decoder"], med["e2e"])
+                        med["prefill"], med["decoder"], med["e2e"], med.get("encoder"))
 
 
 def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
@@ -110,7 +116,8 @@ def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
     ppl = [math.log(r.perplexity) for r in results if r.perplexity is not None]
     med = lambda attr: statistics.median(getattr(r, attr) for r in results)  # noqa: E731
     return BackendSummary(name, sum(acc) / len(acc) if acc else None, math.exp(sum(ppl) / len(ppl)) if ppl else None,
-                          med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results))
+                          med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results),
+                          med("encoder_s") if results[0].encoder_s is not None else None)
 
 
 def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,

@@ -21,7 +21,25 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     family = registry.family(family_name)
     for name in backends:  # fail on a bad backend name before loading anything
         registry.backend(family, name)
+    _check_part_flags(family, options, trt or TRTOptions())
     return make_context(family, options, trt)
+
+
+def _check_part_flags(family, options: ModelOptions, trt: TRTOptions) -> None:
+    """--encoder-onnx / --cache-generator-engine ...: only for parts this run has, and all of them or none."""
+    parts = family.task.parts(options.use_cache)
+    flag = lambda part, kind: f"--{part.replace('_', '-')}-{kind}"  # noqa: E731
+    for kind, source in (("onnx", options), ("engine", trt)):
+        given = [p for p in ("encoder", "decoder", "cache_generator") if getattr(source, f"{p}_{kind}", None)]
+        for part in given:
+            if part not in parts:
+                why = "needs --use-cache" if part in family.task.parts(True) else \
+                    f"does not apply to {family.name} ({family.kind} models have: {', '.join(parts)})"
+                raise UsageError(f"{flag(part, kind)} {why}")
+        missing = [flag(p, kind) for p in parts if p not in given]
+        if given and missing:
+            raise UsageError(f"{', '.join(flag(p, kind) for p in parts)} go together for {family.name}"
+                             f"{' with --use-cache' if options.use_cache else ''}: missing {', '.join(missing)}")
 
 
 @contextmanager

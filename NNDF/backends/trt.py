@@ -1,11 +1,13 @@
-"""The `trt` backend: TensorRT engines built from the decoder ONNX, cached with a fingerprint, run by `TrtSteps`.
+"""The `trt` backend: TensorRT engines built from a run's ONNX parts, cached with a fingerprint, run by steps.
 
-Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/decoder.engine` (name per the seed's
-conventions, see `trt_profiles.engine_name`) with `fingerprint.json`: the ONNX's identity (its export
-fingerprint, sizes and modification times), the profiles, the
-TensorRT module and version, the GPU and its compute capability, and the build settings. Any mismatch rebuilds;
-an engine that no longer deserializes is rebuilt with a warning; a GPU the TensorRT build cannot run on is a
-one-line error. `--decoder-engine PATH` uses the user's engine as is.
+Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/<part>.engine` (one engine per ONNX part:
+`decoder`, or `encoder` / `decoder` / `cache_generator`; name per the seed's conventions, see
+`trt_profiles.engine_name`) with `fingerprint.json`: each ONNX's identity (its export fingerprint, sizes and
+modification times), the profiles, the TensorRT module and version, the GPU and its compute capability, and
+the build settings. Any mismatch rebuilds; an engine that no longer deserializes is rebuilt with a warning; a
+GPU the TensorRT build cannot run on is a one-line error. `--decoder-engine PATH` (with `--encoder-engine` and
+`--cache-generator-engine` for encoder-decoder models, all or nothing) uses the user's engines as they are.
+This class serves decoder-only models; `Seq2Seq/trt.py` overrides `profiles` and `make_steps`.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from NNDF.artifacts import FINGERPRINT
-from NNDF.backends.onnx_artifact import DecoderOnnx
+from NNDF.backends.onnx_artifact import DecoderOnnx, OnnxArtifact, user_files
 from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
@@ -25,7 +27,8 @@ from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
 from NNDF.progress import status
 
-ENGINE_FILE = "decoder.engine"
+def engine_file(part: str) -> str:
+    return f"{part}.engine"
 
 
 @dataclass(frozen=True)
@@ -75,9 +78,9 @@ def _onnx_identity(path: Path) -> dict:
 class TensorRTBackend:
     name = "trt"
 
-    def __init__(self, spec: ExportSpec = ExportSpec()):
-        self.onnx = DecoderOnnx(spec)
-        self.last_build: EngineBuild | None = None
+    def __init__(self, spec: ExportSpec = ExportSpec(), artifact: type[OnnxArtifact] = DecoderOnnx):
+        self.onnx = artifact(spec)
+        self.last_builds: list[EngineBuild] = []
 
     @property
     def last_max_diff(self) -> float | None:
@@ -95,6 +98,17 @@ class TensorRTBackend:
         return True, (f"{describe(trt)} on {gpu['gpu']} (compute capability {gpu['compute_capability']}); "
                       "whether engines run there is known when the first one loads")
 
+    # --- what a model kind decides: the profiles of each part, and the steps over the loaded engines ---
+
+    def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
+        dims, positions = _past_dims(onnx_paths["decoder"])
+        return {"decoder": decoder_profiles(shapes, dims, positions, run.options.use_cache)}
+
+    def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
+        return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
+
+    # --- shared: shapes, the engine cache, loading ---
+
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags and device before anything needs TensorRT."""
         shapes = engine_shapes(run.source.config, run.options, run.trt)
@@ -102,59 +116,66 @@ class TensorRTBackend:
             raise UsageError("the trt backend runs on CUDA: use --device cuda")
         return shapes
 
-    def _fingerprint(self, run, trt, onnx_path: Path, profiles, settings: BuildSettings) -> dict:
-        return {"onnx": _onnx_identity(onnx_path),
-                "profiles": [repr(p) for p in profiles], "module": describe(trt), **gpu_identity(),
+    def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
+        return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},
+                "profiles": {part: [repr(p) for p in ps] for part, ps in profiles.items()}, "module": describe(trt),
+                **gpu_identity(),
                 "settings": {"workspace_mb": settings.workspace_mb, "nvtx": settings.nvtx_verbose,
                              "no_preview_dynamic_shapes": settings.disable_preview_dynamic_shapes}}
 
-    def engine_path(self, run: RunContext, trt, force: bool = False) -> Path:
-        """A current engine for this run (built now if missing, stale or `force`d), or the user's engine."""
-        if run.trt.decoder_engine:
-            path = Path(run.trt.decoder_engine)
-            if not path.is_file():
-                raise ArtifactError(f"--decoder-engine {path} does not exist")
-            return path
+    def user_engines(self, run: RunContext) -> dict[str, Path] | None:
+        return user_files(run, self.onnx.parts(run.options.use_cache), "engine", run.trt)
+
+    def engine_paths(self, run: RunContext, trt, force: bool = False) -> dict[str, Path]:
+        """Current engines for this run ({part: path}; built now if missing, stale or `force`d), or the user's."""
+        user = self.user_engines(run)
+        if user:
+            return user
         shapes = self._shapes(run)
-        onnx_path, _ = self.onnx.path(run)
-        dims, positions = _past_dims(onnx_path)
-        profiles = decoder_profiles(shapes, dims, positions, run.options.use_cache)
+        onnx_paths, _ = self.onnx.paths(run)
+        profiles = self.profiles(run, shapes, onnx_paths)
         settings = BuildSettings(run.trt.workspace_mb,
                                  run.store.root.parent / "timing.cache" if run.trt.use_timing_cache else None,
                                  run.trt.disable_preview_dynamic_shapes, run.trt.nvtx_verbose)
         name = engine_name(run.family.name, run.source.variant, run.options, run.trt, shapes)
-        fingerprint = self._fingerprint(run, trt, onnx_path, profiles, settings)
-        built, seconds = False, None
+        fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
+        built, seconds = False, {}
         if force or not run.store.is_current(name, fingerprint):
-            with run.store.build(name, fingerprint) as tmp, status(f"building TensorRT engine {name}"):
-                blob, seconds = build_engine(trt, onnx_path, profiles, settings)
-                (tmp / ENGINE_FILE).write_bytes(blob)
+            with run.store.build(name, fingerprint) as tmp:
+                for part, onnx_path in onnx_paths.items():
+                    with status(f"building TensorRT engine {name} ({part})"):
+                        blob, seconds[part] = build_engine(trt, onnx_path, profiles[part], settings)
+                    (tmp / engine_file(part)).write_bytes(blob)
             built = True
-        path = run.store.path(name) / ENGINE_FILE
+        paths = {part: run.store.path(name) / engine_file(part) for part in onnx_paths}
         gpu = gpu_identity()
-        self.last_build = EngineBuild(self.name, name, built, seconds, path.stat().st_size / 2**20, describe(trt),
-                                      gpu["gpu"], gpu["compute_capability"])
-        return path
+        self.last_builds = [EngineBuild(self.name, f"{name}/{engine_file(part)}", built, seconds.get(part),
+                                        path.stat().st_size / 2**20, describe(trt), gpu["gpu"],
+                                        gpu["compute_capability"]) for part, path in paths.items()]
+        return paths
 
-    def build(self, run: RunContext) -> EngineBuild:
+    def build(self, run: RunContext) -> list[EngineBuild]:
         """--build-only: build (or find current) engines and report them; nothing runs."""
         self._shapes(run)
-        self.engine_path(run, import_trt(run.trt.trt_module))
-        return self.last_build
+        self.engine_paths(run, import_trt(run.trt.trt_module))
+        return self.last_builds
 
-    def setup(self, run: RunContext) -> TrtSteps:
+    def _load_all(self, trt, paths: dict[str, Path]) -> dict:
+        return {part: load_engine(trt, path.read_bytes(), str(path)) for part, path in paths.items()}
+
+    def setup(self, run: RunContext):
         shapes = self._shapes(run)
         trt = import_trt(run.trt.trt_module)
-        path = self.engine_path(run, trt)
+        paths = self.engine_paths(run, trt)
         try:
-            engine = load_engine(trt, path.read_bytes(), str(path))
+            engines = self._load_all(trt, paths)
         except EngineRefused:
             raise
         except ArtifactError as exc:
-            if run.trt.decoder_engine:
+            if self.user_engines(run):
                 raise
-            print(f"warning: cached engine {path.parent.name} is unusable ({exc}); rebuilding", file=sys.stderr)
-            path = self.engine_path(run, trt, force=True)
-            engine = load_engine(trt, path.read_bytes(), str(path))
-        io = TensorRTIO(trt, engine, run.device, run.trt.use_cuda_graph)
-        return TrtSteps(io, run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
+            folder = next(iter(paths.values())).parent.name
+            print(f"warning: cached engine {folder} is unusable ({exc}); rebuilding", file=sys.stderr)
+            engines = self._load_all(trt, self.engine_paths(run, trt, force=True))
+        ios = {part: TensorRTIO(trt, engine, run.device, run.trt.use_cuda_graph) for part, engine in engines.items()}
+        return self.make_steps(run, ios, shapes)

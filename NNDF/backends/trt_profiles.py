@@ -1,12 +1,13 @@
 """TensorRT shapes without TensorRT: engine maxima, optimization profiles, engine names and fingerprints.
 
-Pure Python (tested on any machine). Rows are batch x beams (beam search runs batch*beams rows). With a KV
-cache an engine has two optimization profiles, both over the same graph:
+Pure Python (tested on any machine). The prompt pass runs `batch` rows; beam search then expands them to
+batch x beams `rows` for the one-token steps. With a KV cache an engine has two optimization profiles, both
+over the same graph:
 
-    0 "prompt": input_ids [rows, 1..max_input], attention_mask [rows, 1..max_input], past.* [rows, H, 0, D]
+    0 "prompt": input_ids [batch, 1..max_input], attention_mask [batch, 1..max_input], past.* [batch, H, 0, D]
     1 "step":   input_ids [rows, 1],            attention_mask [rows, 2..max_total], past.* [rows, H, 1..max_total-1, D]
 
-Without a cache one profile covers full recomputation: input_ids / attention_mask [rows, 1..max_total].
+Without a cache one profile covers full recomputation: input_ids / attention_mask [batch..rows, 1..max_total].
 """
 from __future__ import annotations
 
@@ -31,10 +32,16 @@ class Range:
 
 @dataclass(frozen=True)
 class EngineShapes:
-    rows: Range  # batch * beams
+    batch: Range  # rows of the prompt pass (and of an encoder)
+    rows: Range  # batch * beams: rows of the one-token steps
     max_input: int  # longest prompt
     max_output: int  # most new tokens
     max_total: int  # prompt + output
+
+    @property
+    def any_rows(self) -> Range:
+        """Rows of a profile that serves the prompt pass and the steps alike."""
+        return Range(self.batch.min, self.rows.opt, self.rows.max)
 
 
 @dataclass(frozen=True)
@@ -66,35 +73,47 @@ def engine_shapes(config, options: ModelOptions, trt: TRTOptions) -> EngineShape
     else:
         low = high = batch
     beams = options.num_beams
-    return EngineShapes(Range(low * beams, batch * beams, high * beams), max_input, max_output, max_total)
+    return EngineShapes(Range(low, batch, high), Range(low * beams, batch * beams, high * beams), max_input,
+                        max_output, max_total)
 
 
 def decoder_profiles(shapes: EngineShapes, past_dims: dict[str, tuple[int, int]], takes_positions: bool,
                      use_cache: bool) -> list[Profile]:
     """Profiles for the decoder graph; `past_dims` maps each past input to its (heads, head_dim)."""
-    r = shapes.rows
 
-    def seq_range(low: int, high: int) -> Range:
-        return Range(low, max(low, min(high, (low + high) // 2)), high)
-
-    def two_d(seq: Range) -> tuple:
-        return ((r.min, seq.min), (r.opt, seq.opt), (r.max, seq.max))
-
-    def profile(name: str, new: Range, total: Range, past: Range | None) -> Profile:
-        spec = {"input_ids": two_d(new), "attention_mask": two_d(total)}
+    def profile(name: str, r: Range, new: Range, total: Range, past: Range | None) -> Profile:
+        spec = {"input_ids": two_d(r, new), "attention_mask": two_d(r, total)}
         if takes_positions:
-            spec["position_ids"] = two_d(new)
+            spec["position_ids"] = two_d(r, new)
         for input_name, (heads, dim) in (past_dims.items() if past else ()):
-            spec[input_name] = tuple((rows, heads, p, dim) for rows, p in zip((r.min, r.opt, r.max),
-                                                                             (past.min, past.opt, past.max)))
+            spec[input_name] = four_d(r, heads, past, dim)
         return Profile(name, spec)
 
     if not use_cache:
         full = seq_range(1, shapes.max_total)
-        return [profile("full", full, full, None)]
+        return [profile("full", shapes.any_rows, full, full, None)]
     prompt = seq_range(1, shapes.max_input)
-    return [profile("prompt", prompt, prompt, Range(0, 0, 0)),
-            profile("step", Range(1, 1, 1), seq_range(2, shapes.max_total), seq_range(1, shapes.max_total - 1))]
+    return [profile("prompt", shapes.batch, prompt, prompt, Range(0, 0, 0)),
+            profile("step", shapes.rows, Range(1, 1, 1), seq_range(2, shapes.max_total),
+                    seq_range(1, shapes.max_total - 1))]
+
+
+def seq_range(low: int, high: int) -> Range:
+    """low..high, optimised for the middle."""
+    return Range(low, max(low, min(high, (low + high) // 2)), high)
+
+
+def two_d(rows: Range, seq: Range) -> tuple:
+    return ((rows.min, seq.min), (rows.opt, seq.opt), (rows.max, seq.max))
+
+
+def three_d(rows: Range, seq: Range, width: int) -> tuple:
+    return tuple((r, s, width) for r, s in zip((rows.min, rows.opt, rows.max), (seq.min, seq.opt, seq.max)))
+
+
+def four_d(rows: Range, heads: int, seq: Range, head_dim: int) -> tuple:
+    """[rows, heads, seq, head_dim] cache tensors."""
+    return tuple((r, heads, s, head_dim) for r, s in zip((rows.min, rows.opt, rows.max), (seq.min, seq.opt, seq.max)))
 
 
 def engine_name(family: str, variant: str, options: ModelOptions, trt: TRTOptions, shapes: EngineShapes) -> str:
