@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Encoder-decoder (T5, BART/mBART) GPU check, in ONE device call, after ../shared/device/stage.sh's packages are in
+# /tmp/site (onnxruntime-gpu, tensorrt_rtx); small wheels (tabulate, psutil, pytest) travel in .whl/.
+#
+#   run(command='sh .device/part-07/install.sh && bash tools/device/seq2seq_check.sh', carry=['.device/part-07', '.whl'])
+#
+# 1. parity tests on CUDA (tests/test_parity.py -k "T5 or BART": frameworks and onnxrt with IO binding, greedy and
+#    beam, padded batches, EOS, against HF generate on the same GPU, fp32);
+# 2. `compare` for every offline variant in fp32 (against checkpoint.toml's CPU HF-generate outputs) and fp16;
+# 3. tools/device/fp16_seq2seq.py: fp16 ONNX Runtime CUDA logits against PyTorch fp32, with and without islands;
+# 4. TensorRT-RTX: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
+#    fp32 and fp16, with and without KV cache; then one run, to show what TensorRT-RTX says about executing here.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-temp/device-out}
+mkdir -p "$OUT/builds"
+if [ -d .whl ]; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null; fi
+WD=/tmp/wd-s2s
+{
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
+python3 -c "import torch, transformers, onnxruntime as o, tensorrt_rtx as t; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, 'tensorrt_rtx', t.__version__)"
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_parity.py -k "T5 or BART" 2>&1 | tail -12
+for v in "T5 t5-offline" "T5 flan-t5-offline" "BART bart-offline" "BART mbart-offline"; do
+  set -- $v
+  python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
+  python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
+done
+python3 tools/device/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"
+n=0
+for fam in T5 BART; do
+  for precision in "" "--fp16"; do
+    for cache in "--use-cache" ""; do
+      n=$((n+1))
+      # shellcheck disable=SC2086
+      python3 run.py run $fam trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
+        --input-profile-max-len 128 --output-profile-max-len 64 -wd $WD --json "$OUT/builds/$n.json" \
+        || echo "build $n failed: $fam $precision $cache"
+    done
+  done
+done
+echo "--- executing T5 engines (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
+python3 run.py run T5 trt --device cuda --use-cache --num-beams 2 --batch-size 2 --input-profile-max-len 128 \
+  --output-profile-max-len 64 -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-seq2seq.md"
+cat "$OUT/trt_builds-seq2seq.md"
+} 2>&1 | tee "$OUT/seq2seq_check.log"
+rm -rf "$OUT/builds"
