@@ -10,9 +10,10 @@ for path in sorted(Path(sys.argv[1]).glob("*.json"), key=lambda p: int(p.stem)):
     s = data["settings"]
     batch = "dynamic" if s["dynamic_batch"] else str(s["batch_size"])
     for r in data["results"]:  # one per engine part (decoder; or encoder, decoder, cache generator)
-      rows.append(f"| {data['family']} {data['variant']} | {s['precision']} | {'kv' if s['use_cache'] else 'no cache'} | "
-                f"{batch} | {format(r['build_seconds'], '.1f') if r['build_seconds'] is not None else 'reused'} | "
-                  f"{r['engine_mb']:.1f} | {r['module']} | {r['gpu']} (CC {r['compute_capability']}) | `{r['engine']}` |")
+        built = format(r["build_seconds"], ".1f") if r["build_seconds"] is not None else "reused"
+        rows.append(f"| {data['family']} {data['variant']} | {s['precision']} | {'kv' if s['use_cache'] else 'no cache'} | "
+                    f"{batch} | {built} | {r['engine_mb']:.1f} | {r['module']} | {r['gpu']} (CC {r['compute_capability']}) | "
+                    f"`{r['engine']}` |")
 print("| model | precision | cache | batch | build s | engine MB | module | GPU | engine |")
 print("|---|---|---|---|---|---|---|---|---|")
 print("\n".join(rows))
