@@ -10,6 +10,9 @@
 # 3. tools/device/fp16_seq2seq.py: fp16 ONNX Runtime CUDA logits against PyTorch fp32, with and without islands;
 # 4. TensorRT-RTX: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
 #    fp32 and fp16, with and without KV cache; then one run, to show what TensorRT-RTX says about executing here.
+#
+#   bash tools/device/seq2seq_check.sh cuda   # only 1 and 2        bash tools/device/seq2seq_check.sh fp16  # only 3
+#   bash tools/device/seq2seq_check.sh trt    # only 4              (each fits one 10-minute call)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -20,13 +23,19 @@ WD=/tmp/wd-s2s
 {
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o, tensorrt_rtx as t; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, 'tensorrt_rtx', t.__version__)"
+MODE=${1:-all}
+if [ "$MODE" = all ] || [ "$MODE" = cuda ]; then
 HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_parity.py -k "T5 or BART" 2>&1 | tail -12
 for v in "T5 t5-offline" "T5 flan-t5-offline" "BART bart-offline" "BART mbart-offline"; do
   set -- $v
   python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
   python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
 done
+fi
+if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
 python3 tools/device/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"
+fi
+if [ "$MODE" = all ] || [ "$MODE" = trt ]; then
 n=0
 for fam in T5 BART; do
   for precision in "" "--fp16"; do
@@ -44,5 +53,6 @@ python3 run.py run T5 trt --device cuda --use-cache --num-beams 2 --batch-size 2
   --output-profile-max-len 64 -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
 python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-seq2seq.md"
 cat "$OUT/trt_builds-seq2seq.md"
-} 2>&1 | tee "$OUT/seq2seq_check.log"
+fi
+} 2>&1 | tee "$OUT/seq2seq_check-${1:-all}.log"
 rm -rf "$OUT/builds"
