@@ -173,7 +173,8 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
     run = make_context(registry.family(family), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
                                                              use_mask=True, device="cpu"))
     path, _ = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec).path(run)
-    ids, mask = encode(run, ["The for statement is used to", "A", "Names refer to"])
+    prompt = encode(run, ["The for statement is used to", "A", "Names refer to"])
+    ids, mask = prompt.input_ids, prompt.attention_mask
     model, tok = run.torch_model(), run.tokenizer
     for beams in (1, 3):
         io = OrtIO(path)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from NNDF.backends.precision import fp32_islands
+from NNDF.backends.precision import fp32_islands, unconditional_fp16_clamp
 from NNDF.errors import ArtifactError
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's hard limit is 2 GiB per file
@@ -38,6 +38,7 @@ class ExportSpec:
     atol_fp32: float = 1e-3  # max |ONNX - PyTorch| on logits and cache, fp32
     atol_fp16: float = 5e-2  # fp16 (relative to the logits' scale, see `validate`)
     fp32_modules: tuple[str, ...] = ()  # submodule names kept fp32 in fp16 exports (see precision.py)
+    fp16_clamp_always: bool = False  # export HF's data-dependent fp16 overflow clamp unconditionally (BART)
 
 
 def graph_names(num_layers: int, use_cache: bool, takes_positions: bool) -> tuple[list[str], list[str]]:
@@ -133,15 +134,28 @@ def export_graph(model: torch.nn.Module, graph: torch.nn.Module, args: tuple, in
     weights stored once, external data for models over ~2 GB."""
     _quiet_exporter()
     large = sum(p.numel() * p.element_size() for p in model.parameters()) > EXTERNAL_DATA_BYTES
-    with torch.inference_mode(False), torch.no_grad(), fp32_islands(model, spec.fp32_modules):
-        program = torch.onnx.export(
-            graph, args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
-            opset_version=spec.opset, verbose=False,
-        )
+    with torch.inference_mode(False), torch.no_grad(), fp32_islands(model, spec.fp32_modules), \
+            unconditional_fp16_clamp(spec.fp16_clamp_always):
+        try:
+            program = torch.onnx.export(
+                graph, args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
+                opset_version=spec.opset, verbose=False,
+            )
+        except Exception as exc:  # torch.export raises many types; the user gets its summary in one line
+            raise ArtifactError(f"ONNX export of {path.stem} failed: {_export_summary(exc)}") from None
         proto = program.model_proto  # serialise while fp32 islands are still fp32 (weights are read lazily)
     _name_dimensions(proto, dim_names)
     _dedupe_initializers(proto)
     _save(proto, path, large)
+
+
+def _export_summary(exc: Exception) -> str:
+    """The line of torch.onnx's long report that says what failed (its 'Exception summary')."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("## Exception summary") and i + 1 < len(lines):
+            return lines[i + 1][:300]
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _quiet_exporter() -> None:

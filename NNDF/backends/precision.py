@@ -43,3 +43,31 @@ def fp32_islands(model: torch.nn.Module, patterns: tuple[str, ...]):
         for module, dtypes in zip(islands, restore):  # as loaded (HF may keep some weights fp32, e.g. T5's wo)
             for name, param in module.named_parameters():
                 param.data = param.data.to(dtypes[name])
+
+
+class _NotAllFinite:
+    """What the patched `torch.isfinite(x)` returns during export: `.all()` is False, without reading data."""
+
+    def all(self) -> bool:
+        return False
+
+
+@contextmanager
+def unconditional_fp16_clamp(enabled: bool):
+    """HF BART clamps fp16 activations only `if not torch.isfinite(h).all()`: a data-dependent branch that
+    torch.export cannot trace. Within the block (export only), `torch.isfinite` of an fp16 tensor answers "not
+    all finite", so the clamp to +-(fp16 max - 1000) is exported unconditionally, as mBART's code does anyway
+    (it changes nothing below that bound, and turns inf into the bound exactly as HF does)."""
+    if not enabled:
+        yield
+        return
+    original = torch.isfinite
+
+    def isfinite(tensor):
+        return _NotAllFinite() if tensor.dtype == torch.float16 else original(tensor)
+
+    torch.isfinite = isfinite
+    try:
+        yield
+    finally:
+        torch.isfinite = original
