@@ -1,5 +1,6 @@
 """Every action through the real CLI (subprocess), with its JSON checked against independent computations."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,15 +117,44 @@ def test_chat_interactive_reads_stdin_until_exit(wd):
     assert len(lines) == 1 and proc.stdout.count(". Time: ") == 1  # the text itself may contain newlines
 
 
-@pytest.mark.parametrize("family", ["GPT2", "OPT", "BLOOM"])
-def test_run_checkpoint_passes_on_both_backends(family, wd, tmp_path):
+@pytest.mark.parametrize("family,variant", [("GPT2", None), ("OPT", None), ("BLOOM", None), ("T5", None),
+                                            ("T5", "flan-t5-offline"), ("BART", None), ("BART", "mbart-offline")])
+def test_run_checkpoint_passes_on_both_backends(family, variant, wd, tmp_path):
     path = tmp_path / "run.json"
     _ok(run_cli("compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2",
-                "--warmup", "1", "-wd", wd, "--json", str(path)))
+                "--warmup", "1", "-wd", wd, "--json", str(path), *(["--variant", variant] if variant else [])))
     results = json.loads(path.read_text())["results"]
     assert [r["backend"] for r in results] == ["frameworks", "onnxrt"]
     for r in results:
         assert r["accuracy"] == 1.0 and r["full_s"] > 0 and r["perplexity"] > 0
+        if family in ("T5", "BART"):  # encoder-decoder: the encoder's share of the prefill is reported
+            assert 0 < r["encoder_s"] < r["prefill_s"]
+
+
+def test_seq2seq_chat_and_benchmark(wd, tmp_path):
+    """T5 chat output ids equal HF generate's (the prompt goes to the encoder); benchmark reports the encoder's
+    share of each prefill sample."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    path = tmp_path / "chat.json"
+    prompt = "translate English to German: The house is wonderful."
+    _ok(run_cli("chat", "T5", "--compare", "frameworks", "onnxrt", "--use-cache", "--num-beams", "2",
+                "--max-new-tokens", "10", "--prompt", prompt, "-wd", wd, "--json", str(path)))
+    folder = Path(wd) / "T5" / "t5-offline" / "hf-model"
+    model, tok = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    ref = model.generate(**tok(prompt, return_tensors="pt"), max_new_tokens=10, num_beams=2, do_sample=False)
+    new = ref[0, 1:].tolist()  # after the decoder start token
+    new = new[: new.index(tok.eos_token_id) + 1] if tok.eos_token_id in new else new
+    for r in json.loads(path.read_text())["results"]:
+        assert r["output_ids"] == new and r["prompt"] == prompt
+    bench = tmp_path / "bench.json"
+    _ok(run_cli("benchmark", "BART", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "12",
+                "--output-seq-len", "5", "--iterations", "3", "--warmup", "1", "--hf-baseline", "-wd", wd,
+                "--json", str(bench)))
+    results = json.loads(bench.read_text())["results"]
+    assert results[0]["backend"] == "hf-generate" and results[0]["encoder_ms"] is None
+    for r in results[1:]:
+        assert all(0 < e < p for e, p in zip(r["encoder_ms"]["samples"], r["prefill_ms"]["samples"]))
 
 
 def test_run_prints_samples_without_cache(wd):

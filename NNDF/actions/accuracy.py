@@ -9,7 +9,10 @@ the logits that predict each next token. Definitions (also in the README):
   whitespace-separated word, target = " " + that word, tokenised separately; acc = share of passages where
   every target token is the greedy choice; perplexity = exp(-mean over passages of the target's summed
   log-probability).
-Passages are taken in file order, without replacement.
+Passages are taken in file order, without replacement. Encoder-decoder models (Seq2Seq/task.py): the encoder
+reads all but the last k tokens, the decoder is scored on those k tokens (TopN, token_perplexity) and on them
+plus EOS (seq_perplexity); lm-eval's context goes to the encoder, its target to the decoder. The split and the
+teacher forcing are the family task's (`split_passage`, `teacher_force`); the metrics are computed here.
 """
 from __future__ import annotations
 
