@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -33,15 +34,45 @@ PARTS = ("encoder", "decoder", "cache_generator")  # file stems; the cache gener
 
 @dataclass(frozen=True)
 class Layout:
-    """Decoder depth and the start token, read from the model (never from a config alias)."""
+    """Decoder depth, start token and hidden size, read from the model (never from a config alias)."""
 
     layers: int
     start: int
+    hidden: int
 
     @staticmethod
     def of(model) -> "Layout":
-        decoder_layers = getattr(model.config, "decoder_layers", None) or model.config.num_decoder_layers
-        return Layout(int(decoder_layers), int(model.config.decoder_start_token_id))
+        config = model.config
+        decoder_layers = getattr(config, "decoder_layers", None) or config.num_decoder_layers
+        return Layout(int(decoder_layers), int(config.decoder_start_token_id), int(config.d_model))
+
+
+@dataclass(frozen=True)
+class EncoderInputs:
+    """What the encoder graph reads: input names, their dynamic axes, and example values for the exporter."""
+
+    names: tuple[str, ...]
+    dynamic_axes: tuple[tuple[int, ...], ...]  # per input
+    example: Callable  # (model, generator) -> {name: tensor} with batch 2
+
+
+def _text_example(model, gen) -> dict:
+    device = next(model.parameters()).device
+    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=gen).to(device)
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0  # row 1 right-padded
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+TEXT_ENCODER = EncoderInputs(("input_ids", "attention_mask"), ((0, 1), (0, 1)), _text_example)
+
+
+def encoder_mask(encoder_inputs: dict, hidden: torch.Tensor) -> torch.Tensor:
+    """The encoder's padding mask [B, S]: the input's own, or all ones (images have no padding)."""
+    mask = encoder_inputs.get("attention_mask")
+    if mask is None:
+        mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+    return mask
 
 
 def kv_names(prefix: str, layers: int) -> list[str]:
@@ -50,6 +81,7 @@ def kv_names(prefix: str, layers: int) -> list[str]:
 
 def dim_names(name: str) -> list | None:
     fixed = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "encoder_seq"],
+             "pixel_values": ["batch", None, None, None],
              "encoder_attention_mask": ["batch", "encoder_seq"], "logits": ["batch", "seq", None],
              "encoder_hidden_states": ["batch", "encoder_seq", None]}
     prefix = name.split(".")[0]
@@ -58,12 +90,12 @@ def dim_names(name: str) -> list | None:
 
 
 class _Encoder(torch.nn.Module):
-    def __init__(self, model):
+    def __init__(self, model, names: tuple[str, ...]):
         super().__init__()
-        self.encoder = model.get_encoder()
+        self.encoder, self.names = model.get_encoder(), names
 
-    def forward(self, input_ids, attention_mask):
-        return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    def forward(self, *inputs):
+        return self.encoder(**dict(zip(self.names, inputs))).last_hidden_state
 
 
 def _empty_cache() -> EncoderDecoderCache:
@@ -91,7 +123,7 @@ class _Decoder(torch.nn.Module):
     def __init__(self, model, layout: Layout, use_cache: bool):
         super().__init__()
         self.model, self.layout, self.use_cache = model, layout, use_cache
-        self.hidden_size = model.config.d_model
+        self.hidden_size = layout.hidden
 
     def forward(self, input_ids, second, *rest):
         if not self.use_cache:
@@ -114,33 +146,34 @@ class _Decoder(torch.nn.Module):
         return (out.logits, *presents)
 
 
-def _examples(model, layout: Layout):
-    """Example inputs (batch 2, encoder row 1 right-padded, 3 cached decoder positions: the exporter specialises
-    dimensions of size 0 and 1)."""
+def _examples(model, encoder: EncoderInputs):
+    """Example inputs (batch 2, text encoders' row 1 right-padded, 3 cached decoder positions: the exporter
+    specialises dimensions of size 0 and 1)."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (2, 6), generator=gen).to(device)
-    mask = torch.ones_like(ids)
-    mask[1, 4:] = 0
+    inputs = encoder.example(model, gen)
     dec = torch.randint(0, model.config.vocab_size, (2, 5), generator=gen).to(device)
     with torch.inference_mode():
-        hidden = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        hidden = model.get_encoder()(**inputs).last_hidden_state
+        mask = encoder_mask(inputs, hidden)
         cache = _empty_cache()
         model(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=mask,
               decoder_input_ids=dec[:, :3], past_key_values=cache, use_cache=True)
     past = [t.clone() for layer in cache.self_attention_cache.layers for t in (layer.keys, layer.values)]
     cross = [t.clone() for layer in cache.cross_attention_cache.layers for t in (layer.keys, layer.values)]
-    return ids, mask, hidden.clone(), dec, past, cross
+    return inputs, mask, hidden.clone(), dec, past, cross
 
 
-def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec: ExportSpec) -> dict[str, Path]:
+def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec: ExportSpec,
+                   encoder: EncoderInputs = TEXT_ENCODER) -> dict[str, Path]:
     """Export the parts a run needs to `out_dir/<part>.onnx`; returns {part: path}."""
     layout = Layout.of(model)
-    ids, mask, hidden, dec, past, cross = _examples(model, layout)
+    inputs, mask, hidden, dec, past, cross = _examples(model, encoder)
     auto = torch.export.Dim.AUTO
     paths = {"encoder": out_dir / "encoder.onnx", "decoder": out_dir / "decoder.onnx"}
-    export_graph(model, _Encoder(model), (ids, mask), ["input_ids", "attention_mask"], ["encoder_hidden_states"],
-                 ({0: auto, 1: auto}, {0: auto, 1: auto}), dim_names, paths["encoder"], spec)
+    export_graph(model, _Encoder(model, encoder.names), tuple(inputs[n] for n in encoder.names), list(encoder.names),
+                 ["encoder_hidden_states"], (tuple({axis: auto for axis in axes} for axes in encoder.dynamic_axes),),
+                 dim_names, paths["encoder"], spec)
     if use_cache:
         paths["cache_generator"] = out_dir / "cache_generator.onnx"
         export_graph(model, _CacheGenerator(model, layout), (hidden,), ["encoder_hidden_states"],
@@ -159,16 +192,16 @@ def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     return paths
 
 
-def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: ExportSpec, fp16: bool) -> float:
+def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: ExportSpec, fp16: bool,
+             encoder_spec: EncoderInputs = TEXT_ENCODER) -> float:
     """Run the exported graphs (`steps_factory()`, a `Seq2SeqOrtSteps`) and PyTorch on the same right-padded
     encoder batch: a two-token decoder pass and, with a cache, one cached step (which reads every cached self-
     and cross-attention key and value). Return the max abs logits difference, or raise listing every mismatch.
     fp16 logits are compared relative to their scale (max |logit|)."""
     from Seq2Seq.torch_steps import Seq2SeqTorchSteps
 
-    ids, mask, _, dec, _, _ = _examples(model, Layout.of(model))
+    encoder, _, _, dec, _, _ = _examples(model, encoder_spec)
     ref, ort = Seq2SeqTorchSteps(model, use_cache), steps_factory()
-    encoder = {"input_ids": ids, "attention_mask": mask}
     caches = [ref.start(encoder), ort.start(encoder)]
     cases = [("decoder pass", slice(0, 2))] + ([("cached step", slice(2, 3))] if use_cache else [])
     errors, worst = [], 0.0

@@ -13,14 +13,16 @@ import torch
 
 from NNDF.backends.ort_steps import OrtGraph, empty_past
 from NNDF.errors import ArtifactError
+from Seq2Seq.export import encoder_mask
 from Seq2Seq.torch_steps import Seq2SeqCache
 
 
 class Seq2SeqOrtSteps:
     name = "onnxrt"
 
-    def __init__(self, paths: dict[str, Path], device: torch.device, use_cache: bool, threads: int = 0):
-        self.device, self.use_cache = device, use_cache
+    def __init__(self, paths: dict[str, Path], device: torch.device, use_cache: bool, threads: int = 0,
+                 encoder_names: tuple[str, ...] = ("input_ids", "attention_mask")):
+        self.device, self.use_cache, self.encoder_names = device, use_cache, encoder_names
         self.encoder = OrtGraph(paths["encoder"], device, threads)
         self.decoder = OrtGraph(paths["decoder"], device, threads)
         self.cache_generator = OrtGraph(paths["cache_generator"], device, threads) if use_cache else None
@@ -29,7 +31,7 @@ class Seq2SeqOrtSteps:
 
     def _check(self, paths: dict[str, Path]) -> None:
         """Each file must be the part it is given as (a swapped or foreign file fails here, in one line)."""
-        want = {"encoder": ({"input_ids", "attention_mask"}, "encoder_hidden_states"),
+        want = {"encoder": (set(self.encoder_names), "encoder_hidden_states"),
                 "decoder": ({"input_ids", "encoder_attention_mask"}, "logits")}
         if self.use_cache:
             want["cache_generator"] = ({"encoder_hidden_states"}, "cross.0.key")
@@ -46,7 +48,7 @@ class Seq2SeqOrtSteps:
 
     def start(self, encoder_inputs: dict) -> Seq2SeqCache:
         hidden = self.encoder.run(encoder_inputs)[0]  # [B, S, D]
-        mask = encoder_inputs["attention_mask"]
+        mask = encoder_mask(encoder_inputs, hidden)
         if not self.use_cache:
             return Seq2SeqCache(hidden, mask)
         cross = tuple(self.cache_generator.run({"encoder_hidden_states": hidden}))

@@ -36,11 +36,13 @@ class Seq2SeqTorchSteps:
 
     @torch.inference_mode()
     def start(self, encoder_inputs: dict) -> Seq2SeqCache:
+        from Seq2Seq.export import encoder_mask
+
         hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state
         kv = None
         if self.use_cache:
             kv = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        return Seq2SeqCache(hidden, encoder_inputs["attention_mask"], kv)
+        return Seq2SeqCache(hidden, encoder_mask(encoder_inputs, hidden), kv)
 
     @torch.inference_mode()
     def forward(self, input_ids, attention_mask, position_ids, cache: Seq2SeqCache, last_only=False):

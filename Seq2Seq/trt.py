@@ -3,12 +3,15 @@
 The shared engine cache, fingerprints, build and load live in `NNDF/backends/trt.py`; this module says what
 differs: one set of optimization profiles per part and `Seq2SeqTrtSteps` over the three engines.
 
-    encoder:          input_ids / attention_mask [batch, 1..max_input]
+    encoder:          input_ids / attention_mask [batch, 1..max_input] (or pixel_values [batch, 3, H, W])
     cache_generator:  encoder_hidden_states [batch, 1..max_input, hidden]
-    decoder (KV):     0 "first": input_ids [batch, 1], past.* [batch, H, 0, D]
-                      1 "step":  input_ids [rows, 1], past.* [rows, H, 1..max_output, D]
+    decoder (KV):     0 "first": input_ids [batch, 1] (image-to-text: the prompt), past.* [batch, H, 0, D]
+                      1 "step":  input_ids [rows, 1], past.* [rows, H, 1..max_output + 1, D]
                       both: encoder_attention_mask [.., 1..max_input], cross.* [.., H, 1..max_input, D]
     decoder (no KV):  input_ids [batch..rows, 1..max_output + 1], encoder_hidden_states, encoder_attention_mask
+
+Profiles are derived from each input's exported dimension names (batch, seq, encoder_seq, past), so fixed
+dimensions (heads, head size, an image encoder's patch count) come from the ONNX itself.
 
 `batch` rows run the encoder and the first decoder step; beam search then expands them to `rows` = batch x beams.
 """
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt import TensorRTBackend
-from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, four_d, seq_range, three_d, two_d
+from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
 from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
@@ -33,31 +36,33 @@ def _graph_dims(path: Path) -> dict[str, tuple]:
                           for d in v.type.tensor_type.shape.dim) for v in graph.input}
 
 
-def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], use_cache: bool) -> dict[str, list]:
-    """Profiles of every part; `dims[part][input]` is the input's ONNX shape (heads, head_dim, hidden size)."""
-    enc_len = seq_range(1, shapes.max_input)
-    width = lambda part, name: dims[part][name][-1]  # noqa: E731 (hidden size)
-    profiles = {"encoder": [Profile("encoder", {"input_ids": two_d(shapes.batch, enc_len),
-                                                "attention_mask": two_d(shapes.batch, enc_len)})]}
+def _shape_ranges(onnx_shape: tuple, ranges: dict[str, Range]) -> tuple:
+    """(min, opt, max) shapes of one input: named dimensions take their range, fixed ones stay."""
+    return tuple(tuple(getattr(ranges[d], k) if isinstance(d, str) else d for d in onnx_shape)
+                 for k in ("min", "opt", "max"))
+
+
+def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], use_cache: bool,
+                     first: Range = Range(1, 1, 1)) -> dict[str, list]:
+    """Profiles of every part from its inputs' ONNX shapes (`dims[part][input]`, dimension names as exported:
+    batch, seq, encoder_seq, past). `first`: decoder tokens of the first step (the start token; a text prompt
+    for image-to-text models)."""
+    enc = seq_range(1, shapes.max_input)
+
+    def profile(name: str, part: str, ranges: dict[str, Range]) -> Profile:
+        return Profile(name, {inp: _shape_ranges(shape, ranges) for inp, shape in dims[part].items()})
+
+    encoder_side = {"batch": shapes.batch, "encoder_seq": enc}
+    profiles = {"encoder": [profile("encoder", "encoder", encoder_side)]}
     if not use_cache:
-        rows, dec_len = shapes.any_rows, seq_range(1, shapes.max_output + 1)
-        profiles["decoder"] = [Profile("full", {
-            "input_ids": two_d(rows, dec_len), "encoder_attention_mask": two_d(rows, enc_len),
-            "encoder_hidden_states": three_d(rows, enc_len, width("decoder", "encoder_hidden_states"))})]
+        rows, tokens = shapes.any_rows, seq_range(first.min, first.max + shapes.max_output)
+        profiles["decoder"] = [profile("full", "decoder", {"batch": rows, "seq": tokens, "encoder_seq": enc})]
         return profiles
-    profiles["cache_generator"] = [Profile("cache_generator", {"encoder_hidden_states": three_d(
-        shapes.batch, enc_len, width("cache_generator", "encoder_hidden_states"))})]
-
-    def decoder(name: str, rows: Range, past: Range) -> Profile:
-        spec = {"input_ids": two_d(rows, Range(1, 1, 1)), "encoder_attention_mask": two_d(rows, enc_len)}
-        for input_name, shape in dims["decoder"].items():
-            if input_name.startswith(("past.", "cross.")):
-                spec[input_name] = four_d(rows, shape[1], past if input_name.startswith("past.") else enc_len,
-                                          shape[3])
-        return Profile(name, spec)
-
-    profiles["decoder"] = [decoder("first", shapes.batch, Range(0, 0, 0)),
-                           decoder("step", shapes.rows, seq_range(1, shapes.max_output))]
+    profiles["cache_generator"] = [profile("cache_generator", "cache_generator", encoder_side)]
+    past = seq_range(1, first.max + shapes.max_output)
+    profiles["decoder"] = [
+        profile("first", "decoder", {"batch": shapes.batch, "seq": first, "encoder_seq": enc, "past": Range(0, 0, 0)}),
+        profile("step", "decoder", {"batch": shapes.rows, "seq": Range(1, 1, 1), "encoder_seq": enc, "past": past})]
     return profiles
 
 

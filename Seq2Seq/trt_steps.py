@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from NNDF.backends.trt_steps import EngineIO, KVBuffers
+from Seq2Seq.export import encoder_mask
 from Seq2Seq.torch_steps import Seq2SeqCache
 
 
@@ -45,13 +46,15 @@ class Seq2SeqTrtSteps:
         self.cache_generator = ios.get("cache_generator")
         self.device, self.use_cache = torch.device(device), use_cache
         self.hidden_size = hidden_size = self.encoder.shape("encoder_hidden_states")[-1]
+        fixed_length = self.encoder.shape("encoder_hidden_states")[1]  # image encoders: a fixed patch count
+        max_input = fixed_length if fixed_length > 0 else max_input
         self.vocab = self.decoder.shape("logits")[-1]
         empty = lambda n, dtype: torch.empty(n, dtype=dtype, device=self.device)  # noqa: E731
         self.hidden = empty(max_rows * max_input * hidden_size, self.encoder.dtype("encoder_hidden_states"))
         self.logits = empty(max_rows * max_output * self.vocab, self.decoder.dtype("logits"))
-        self.static = {(io, n): empty(max_rows * max(max_input, max_output), io.dtype(n))
-                       for io, names in ((self.encoder, ("input_ids", "attention_mask")),
-                                         (self.decoder, ("input_ids", "encoder_attention_mask"))) for n in names}
+        # static decoder inputs (fixed addresses for CUDA graphs); encoder inputs are bound as given
+        self.static = {n: empty(max_rows * max(max_input, max_output + 1), self.decoder.dtype(n))
+                       for n in ("input_ids", "encoder_attention_mask")}
         self.kv = self.cross = None
         if use_cache:
             self.past_names = [n for n in self.decoder.inputs if n.startswith("past.")]
@@ -63,19 +66,21 @@ class Seq2SeqTrtSteps:
             self.cross = KVBuffers(dims(self.cross_names), max_rows, max_input, dtype, self.device)
         self.profile = -1
 
-    def _feed(self, io: EngineIO, name: str, value: torch.Tensor) -> None:
-        view = _view(self.static[(io, name)], value.shape)
+    def _feed(self, name: str, value: torch.Tensor) -> None:
+        view = _view(self.static[name], value.shape)
         view.copy_(value)  # device to device: fixed addresses for CUDA graphs
-        io.bind(name, view, True)
+        self.decoder.bind(name, view, True)
 
     def start(self, encoder_inputs: dict) -> Seq2SeqCache:
-        ids, mask = encoder_inputs["input_ids"], encoder_inputs["attention_mask"]
-        rows, length = ids.shape
-        self._feed(self.encoder, "input_ids", ids)
-        self._feed(self.encoder, "attention_mask", mask)
+        inputs = {name: tensor.contiguous() for name, tensor in encoder_inputs.items()}
+        for name, tensor in inputs.items():
+            self.encoder.bind(name, tensor, True)
+        rows = next(iter(inputs.values())).shape[0]
+        length = self._encoder_length(inputs)
         hidden = _view(self.hidden, (rows, length, self.hidden_size))
         self.encoder.bind("encoder_hidden_states", hidden, False)
         self.encoder.execute()
+        mask = encoder_mask(inputs, hidden)
         if not self.use_cache:
             return Seq2SeqCache(hidden, mask, TrtState(rows, 0, length))
         self.cache_generator.bind("encoder_hidden_states", hidden, True)
@@ -83,6 +88,11 @@ class Seq2SeqTrtSteps:
             self.cache_generator.bind(name, tensor, False)
         self.cache_generator.execute()
         return Seq2SeqCache(None, mask, TrtState(rows, 0, length))
+
+    def _encoder_length(self, inputs: dict) -> int:
+        """Encoder output positions: the text length, or the engine's fixed count (image patches)."""
+        fixed = self.encoder.shape("encoder_hidden_states")[1]
+        return fixed if fixed > 0 else inputs["attention_mask"].shape[1]
 
     def _select_profile(self, profile: int) -> None:
         if profile != self.profile:
@@ -94,8 +104,8 @@ class Seq2SeqTrtSteps:
         state: TrtState = cache.kv
         past = state.length if self.use_cache else 0
         self._select_profile(1 if self.use_cache and past > 0 else 0)
-        self._feed(self.decoder, "input_ids", input_ids)
-        self._feed(self.decoder, "encoder_attention_mask", cache.encoder_mask)
+        self._feed("input_ids", input_ids)
+        self._feed("encoder_attention_mask", cache.encoder_mask)
         logits = _view(self.logits, (rows, seq, self.vocab))
         self.decoder.bind("logits", logits, False)
         if not self.use_cache:

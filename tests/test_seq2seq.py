@@ -97,8 +97,10 @@ def test_profiles_cover_prefill_rows_and_beam_rows():
 
     shapes = engine_shapes(Cfg(), ModelOptions(batch_size=2, num_beams=3, use_cache=True),
                            TRTOptions(input_profile_max_len=64, output_profile_max_len=32))
-    dims = {"encoder": {}, "cache_generator": {"encoder_hidden_states": ("batch", "encoder_seq", 512)},
-            "decoder": {"past.0.key": ("batch", 8, "past", 64), "cross.0.key": ("batch", 8, "encoder_seq", 64)}}
+    dims = {"encoder": {"input_ids": ("batch", "encoder_seq"), "attention_mask": ("batch", "encoder_seq")},
+            "cache_generator": {"encoder_hidden_states": ("batch", "encoder_seq", 512)},
+            "decoder": {"input_ids": ("batch", "seq"), "encoder_attention_mask": ("batch", "encoder_seq"),
+                        "past.0.key": ("batch", 8, "past", 64), "cross.0.key": ("batch", 8, "encoder_seq", 64)}}
     profiles = seq2seq_profiles(shapes, dims, use_cache=True)
     (encoder,), (generator,), (first, step) = profiles["encoder"], profiles["cache_generator"], profiles["decoder"]
     assert encoder.shapes["input_ids"] == ((2, 1), (2, 32), (2, 64))
@@ -106,7 +108,7 @@ def test_profiles_cover_prefill_rows_and_beam_rows():
     assert first.shapes["past.0.key"] == ((2, 8, 0, 64),) * 3
     assert first.shapes["cross.0.key"] == ((2, 8, 1, 64), (2, 8, 32, 64), (2, 8, 64, 64))
     assert step.shapes["input_ids"] == ((6, 1),) * 3
-    assert step.shapes["past.0.key"] == ((6, 8, 1, 64), (6, 8, 16, 64), (6, 8, 32, 64))
+    assert step.shapes["past.0.key"] == ((6, 8, 1, 64), (6, 8, 17, 64), (6, 8, 33, 64))  # start token + 32
     assert step.shapes["encoder_attention_mask"] == ((6, 1), (6, 32), (6, 64))
 
 
