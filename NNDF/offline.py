@@ -9,6 +9,7 @@ comes from the family's task (`Family.task.auto_class`).
 from __future__ import annotations
 
 import inspect
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,6 @@ from NNDF.artifacts import ArtifactStore, digest, file_digest
 from NNDF.errors import ModelLoadError
 from NNDF.family import Family, RandomWeights, Variant
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
@@ -31,7 +31,7 @@ def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
 
 def _recipe(variant: Variant) -> dict:
     spec: RandomWeights = variant.random
-    tok = {name: file_digest(spec.tokenizer_dir / name) for name in _TOKENIZER_FILES}
+    tok = {path.name: file_digest(path) for path in sorted(spec.tokenizer_dir.glob("*.json"))}
     return {"config": inspect.getsource(spec.make_config), "seed": spec.seed, "std": spec.std, "tokenizer": tok,
             "recipe_version": 1}
 
@@ -60,7 +60,9 @@ def _build_random(family: Family, spec: RandomWeights, out: Path) -> None:
     model = getattr(transformers, family.task.auto_class).from_config(config)
     redraw_weights(model, spec.seed, spec.std)
     model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    for path in spec.tokenizer_dir.glob("*.json"):  # tokenizer files, and an image processor's config if any
+        if not (out / path.name).exists():  # never the model's own config files
+            shutil.copyfile(path, out / path.name)
 
 
 def redraw_weights(model, seed: int, std: float) -> None:

@@ -68,6 +68,7 @@ class ModelOptions(OptionGroup):
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
     encoder_onnx: str | None = flag(None, "--encoder-onnx", help="encoder-decoder models: this encoder ONNX file (with --decoder-onnx)")
     cache_generator_onnx: str | None = flag(None, "--cache-generator-onnx", help="encoder-decoder models with --use-cache: this cross-attention cache generator ONNX file")
+    image: tuple = flag((), "--image", action="append", help="image-to-text models (BLIP): caption this PNG/JPEG (repeatable; run, compare, chat)")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
     cleanup: bool = flag(False, "--cleanup", help="remove this variant's artifacts from the working dir after the run")
     threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")

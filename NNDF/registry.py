@@ -11,7 +11,7 @@ import importlib.util
 from NNDF.errors import UnknownChoice, UsageError
 from NNDF.family import Family
 
-FAMILY_PACKAGES = ("GPT2", "OPT", "BLOOM", "T5", "BART")
+FAMILY_PACKAGES = ("GPT2", "OPT", "BLOOM", "T5", "BART", "BLIP")
 BACKEND_NAMES = ("frameworks", "onnxrt", "trt")
 
 

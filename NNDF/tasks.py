@@ -37,9 +37,38 @@ class CausalLM:
     padding_side = "left"  # new tokens follow the last real token of every row
     one_stream = True  # context and target are one token stream: any split of the same ids scores the same
 
+    accuracy_refusal = None  # why `accuracy` does not apply to this task (None: it does)
+
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         """The exported graphs / engines a run uses (names of the --<part>-onnx / --<part>-engine flags)."""
         return ("decoder",)
+
+    # --- inputs: items are what a user gives (texts here; ImagePrompt for image-to-text) ---
+
+    def items(self, options, texts: tuple) -> list:
+        if getattr(options, "image", ()):
+            raise UsageError("--image applies to image-to-text families (BLIP)")
+        return list(texts)
+
+    def item_from_line(self, line: str):
+        return line
+
+    def sample_item(self, sample: dict):
+        """A checkpoint.toml sample's input."""
+        return sample["input"]
+
+    def special_ids(self, run) -> tuple[int | None, int | None]:
+        """(EOS, pad) of generation."""
+        return run.tokenizer.eos_token_id, run.tokenizer.pad_token_id
+
+    def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
+        """Keyword arguments of HF `generate` for the same inputs (the outside reference)."""
+        return {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
+                "pad_token_id": self.special_ids(run)[1]}
+
+    def score_item(self, run, steps, item, target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token given an item (the expected output's perplexity)."""
+        return self.teacher_force(run, steps, self.passage_ids(run.tokenizer, item), target)
 
     def prompts(self, run, texts: list[str]) -> Prompt:
         """Left-padded ids and mask; padding requires --use-mask (without a mask it would be wrong)."""

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import torch
 
-from NNDF.tasks import Prompt, special_affixes, tokenize
+from NNDF.tasks import CausalLM, Prompt, special_affixes, tokenize
 from NNDF.steps import position_ids_from_mask
 
 
-class Seq2SeqLM:
+class Seq2SeqLM(CausalLM):
+    """Shares CausalLM's input handling (texts, checkpoint samples, special ids, scoring an item); overrides
+    what differs for an encoder."""
+
     kind = "seq2seq"
     auto_class = "AutoModelForSeq2SeqLM"
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
+
+    def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
+        return {**prompt.encoder, "pad_token_id": self.special_ids(run)[1]}
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")

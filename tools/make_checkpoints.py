@@ -26,6 +26,11 @@ INPUTS = {
         "A class definition defines a class object",
         "TensorRT is a Deep Learning compiler used for deep learning.\n",
     ],
+    "vision2seq": [  # images (relative to the repository root) and an optional conditional-captioning prefix
+        {"image": "BLIP/offline/images/red-square.png"},
+        {"image": "BLIP/offline/images/blue-circle.jpg"},
+        {"image": "BLIP/offline/images/red-square.png", "input": "a picture of"},
+    ],
     "seq2seq": [
         "translate English to German: The house is wonderful.",
         "summarize: The for statement is used to iterate over the elements of a sequence, such as a string or a list.",
@@ -50,10 +55,19 @@ def expected_outputs(family, variant: str) -> list[str]:
     auto = getattr(transformers, family.task.auto_class)
     model = auto.from_pretrained(source.location, dtype=torch.float32).eval()
     outputs = []
-    for text in INPUTS[family.kind]:
-        ids = tok(text, return_tensors="pt")
-        out = model.generate(**ids, max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=tok.pad_token_id)
-        prompt = 1 if model.config.is_encoder_decoder else ids["input_ids"].shape[1]  # the decoder start / prompt
+    for sample in INPUTS[family.kind]:
+        if isinstance(sample, dict):  # image-to-text: HF's own processor and generate
+            from PIL import Image
+            from transformers import AutoProcessor
+
+            processor = AutoProcessor.from_pretrained(source.location)
+            image = Image.open(ROOT / sample["image"]).convert("RGB")
+            ids = processor(images=image, text=sample.get("input") or None, return_tensors="pt")
+            prompt = max(ids["input_ids"].shape[1] - 1, 1) if "input_ids" in ids else 1  # [DEC] + text, no [SEP]
+        else:
+            ids = tok(sample, return_tensors="pt")
+            prompt = 1 if model.config.is_encoder_decoder else ids["input_ids"].shape[1]  # decoder start / prompt
+        out = model.generate(**ids, max_new_tokens=MAX_NEW_TOKENS, do_sample=False)
         outputs.append(tok.decode(out[0, prompt:], skip_special_tokens=True))
     return outputs
 
@@ -62,8 +76,10 @@ def write(family, expected: dict[str, list[str]]) -> None:
     lines = [f"# {family.name} golden samples for `run` / `compare`: greedy outputs made by HF generate",
              "# (fp32, CPU) with tools/make_checkpoints.py. Add entries for other variants under [sample.expected].",
              "", "[generation]", f"max_new_tokens = {MAX_NEW_TOKENS}", ""]
-    for i, text in enumerate(INPUTS[family.kind]):
-        lines += ["[[sample]]", f"input = {_toml_string(text)}", "[sample.expected]"]
+    for i, sample in enumerate(INPUTS[family.kind]):
+        fields = sample if isinstance(sample, dict) else {"input": sample}
+        lines += ["[[sample]]"] + [f"{key} = {_toml_string(value)}" for key, value in fields.items()]
+        lines += ["[sample.expected]"]
         lines += [f'"{variant}" = {{ fp32 = {_toml_string(outs[i])} }}' for variant, outs in expected.items()]
         lines.append("")
     family.checkpoint.write_text("\n".join(lines))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from NNDF import registry
 from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
@@ -147,6 +148,9 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
              trt: TRTOptions | None = None) -> Report:
     if options.num_beams > 1:
         raise UsageError("accuracy scores teacher-forced logits; --num-beams does not apply (use 1)")
+    refusal = registry.family(family).task.accuracy_refusal
+    if refusal:
+        raise UsageError(refusal)
     passages = load_passages(acc.dataset, acc.num_samples)
     run = open_run(family, options, backends, trt)
     tops = sorted({1, acc.topN, 10})

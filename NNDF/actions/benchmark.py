@@ -104,12 +104,12 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
 
     def call():
         prompt = _random_prompt(run, bench, generator)
-        inputs = prompt.encoder or {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask}
+        inputs = run.family.task.hf_generate_inputs(run, prompt)
         clock = GenerationClock(run.device)
         with torch.inference_mode():
             model.generate(**inputs, max_new_tokens=bench.output_seq_len,
                            min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,
-                           use_cache=run.options.use_cache, pad_token_id=run.tokenizer.pad_token_id,
+                           use_cache=run.options.use_cache,
                            logits_processor=LogitsProcessorList([Mark(clock)]))
         clock.finished()
         return clock.seconds()

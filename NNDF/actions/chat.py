@@ -32,9 +32,11 @@ class ChatResult:
         return {"backend": self.backend, "prompt": prompt, "text": self.text, "seconds": self.seconds}
 
 
-def _prompts(chat_opts: ChatOptions):
-    if chat_opts.prompt:
-        yield from chat_opts.prompt
+def _prompts(run, chat_opts: ChatOptions):
+    """Items to answer: --prompt texts (and --image files for image-to-text), else one per stdin line."""
+    task = run.family.task
+    if chat_opts.prompt or run.options.image:
+        yield from task.items(run.options, chat_opts.prompt)
         return
     interactive = sys.stdin.isatty()
     print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' quits.", file=sys.stderr)
@@ -45,7 +47,7 @@ def _prompts(chat_opts: ChatOptions):
         if not line or line.strip() == "exit":
             return
         if line.strip():
-            yield line.rstrip("\n")
+            yield task.item_from_line(line.rstrip("\n"))
 
 
 def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
@@ -66,7 +68,7 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
             backend, steps = stack.enter_context(backend_steps(run, name))
             note_export_check(report, name, backend)
             opened.append((name, steps))
-        for prompt in _prompts(chat_opts):
+        for prompt in _prompts(run, chat_opts):
             inputs = encode(run, [prompt])
             for name, steps in opened:
                 sync(run.device)
@@ -75,7 +77,7 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
                 sync(run.device)
                 seconds = time.perf_counter() - start
                 new = out.new_tokens(0, config.eos_token_id)
-                result = ChatResult(name, prompt, tuple(new), decode(run, new), seconds)
+                result = ChatResult(name, str(prompt), tuple(new), decode(run, new), seconds)
                 print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
                 report.results.append(result)
     finish(run)

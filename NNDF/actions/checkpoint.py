@@ -13,6 +13,7 @@ import math
 import statistics
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -39,7 +40,9 @@ class SampleResult:
     encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
 
     def row(self) -> dict:
-        row = {"backend": self.backend, "input": self.input[:30], "output": self.output[:60],
+        shown = self.input if len(self.input) <= 30 else (  # a path's end names the file; a text's start matters
+            "..." + self.input[-27:] if "/" in self.input.split(" | ")[0] else self.input[:30])
+        row = {"backend": self.backend, "input": shown, "output": self.output[:60],
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s
@@ -78,20 +81,18 @@ def _expected(sample: dict, run: RunContext) -> str | None:
     return sample.get("expected", {}).get(run.source.variant, {}).get(run.options.precision)
 
 
-def _perplexity(run: RunContext, steps, prompt: str, expected: str | None) -> float | None:
+def _perplexity(run: RunContext, steps, item, expected: str | None) -> float | None:
     if not expected:
         return None
-    task = run.family.task
-    ctx = task.passage_ids(run.tokenizer, prompt)
     target = run.tokenizer(expected, add_special_tokens=False)["input_ids"]
-    logp = task.teacher_force(run, steps, ctx, target)  # [len(target), V]
+    logp = run.family.task.score_item(run, steps, item, target)  # [len(target), V]
     nll = -logp.gather(1, torch.tensor(target, device=logp.device)[:, None]).mean()
     return math.exp(float(nll))
 
 
 def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
-    prompt = sample["input"]
-    inputs = encode(run, [prompt] * run.options.batch_size)
+    item = run.family.task.sample_item(sample)
+    inputs = encode(run, [item] * run.options.batch_size)
     out = generate_prompt(steps, inputs, config)
     text = decode(run, out.new_tokens(0, config.eos_token_id))
 
@@ -107,7 +108,7 @@ def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
     med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
     expected = _expected(sample, run)
     accuracy = None if expected is None else float(text == expected)
-    return SampleResult(name, prompt, text, expected, accuracy, _perplexity(run, steps, prompt, expected),
+    return SampleResult(name, str(item), text, expected, accuracy, _perplexity(run, steps, item, expected),
                         med["prefill"], med["decoder"], med["e2e"], med.get("encoder"))
 
 
@@ -124,6 +125,9 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
                    timing: TimingOptions, compare: bool, trt: TRTOptions | None = None) -> Report:
     run = open_run(family, options, backends, trt)
     max_new, samples = load_checkpoint(run)
+    if options.image:  # the user's images instead of the golden samples (nothing expected: accuracy n/a)
+        samples = [{"image": str(Path(item.image).resolve()), "input": item.text}
+                   for item in run.family.task.items(options, ())]
     config = generation_config(run, sampling, max_new)
     report = Report("compare" if compare else "run", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,

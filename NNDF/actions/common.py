@@ -74,6 +74,7 @@ def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens
     if sampling.do_sample and run.options.num_beams > 1:
         raise UsageError("--do-sample with --num-beams > 1 (beam sampling) is not supported: use one of them")
     tok = run.tokenizer
+    eos, pad = run.family.task.special_ids(run)
     cfg = SamplingConfig(
         do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
         top_p=sampling.top_p, repetition_penalty=sampling.repetition_penalty,
@@ -85,7 +86,7 @@ def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens
         breakers = dry_breaker_ids(tok, sampling.dry_sequence_breakers)
     return GenerationConfig(
         max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, num_beams=run.options.num_beams,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, sampling=cfg, seed=sampling.seed,
+        eos_token_id=eos, pad_token_id=pad, sampling=cfg, seed=sampling.seed,
         dry_breakers=breakers, forced_bos_token_id=run.source.generation.forced_bos_token_id,
     )
 
@@ -100,9 +101,10 @@ def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
     return frozenset(ids)
 
 
-def encode(run: RunContext, prompts: list[str]) -> Prompt:
-    """Model inputs for these prompts, as the family's task builds them (padding needs --use-mask)."""
-    return run.family.task.prompts(run, list(prompts))
+def encode(run: RunContext, items: list) -> Prompt:
+    """Model inputs for these items (texts; images for image-to-text), as the family's task builds them
+    (padding needs --use-mask)."""
+    return run.family.task.prompts(run, list(items))
 
 
 def generate_prompt(steps: DecoderSteps, prompt: Prompt, config: GenerationConfig,

@@ -107,11 +107,15 @@ class TensorRTBackend:
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
         return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
 
+    def positions_config(self, run: RunContext):
+        """The config whose position limit bounds the profiles (image-to-text: the text decoder's)."""
+        return run.source.config
+
     # --- shared: shapes, the engine cache, loading ---
 
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags and device before anything needs TensorRT."""
-        shapes = engine_shapes(run.source.config, run.options, run.trt)
+        shapes = engine_shapes(self.positions_config(run), run.options, run.trt)
         if run.device.type != "cuda":
             raise UsageError("the trt backend runs on CUDA: use --device cuda")
         return shapes

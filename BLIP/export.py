@@ -1,0 +1,4 @@
+"""BLIP export facts: nothing family-specific (fp16 islands, if the vision encoder needs them, go here)."""
+from NNDF.backends.onnx_export import ExportSpec
+
+EXPORT = ExportSpec()

@@ -1,0 +1,75 @@
+"""The three backends for image-to-text models, built on Seq2Seq's: the same steps, export and engines over the
+`ImageTextAdapter`, with the vision encoder reading `pixel_values` instead of token ids."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from NNDF.backends.frameworks import FrameworksBackend
+from NNDF.backends.onnx_export import ExportSpec
+from NNDF.backends.onnxrt import OnnxRuntimeBackend
+from NNDF.backends.trt_profiles import EngineShapes, seq_range
+from NNDF.context import RunContext
+from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
+from Seq2Seq.onnxrt import Seq2SeqOnnx
+from Seq2Seq.ort_steps import Seq2SeqOrtSteps
+from Seq2Seq.torch_steps import Seq2SeqTorchSteps
+from Seq2Seq.trt import Seq2SeqTensorRTBackend, seq2seq_profiles
+from Seq2Seq.trt_steps import Seq2SeqTrtSteps
+from Vision2Seq.model import ImageTextAdapter
+
+
+def _pixels_example(model, gen) -> dict:
+    size = model.config.image_size
+    param = next(model.parameters())
+    return {"pixel_values": torch.randn(2, 3, size, size, generator=gen).to(param.device, param.dtype)}
+
+
+IMAGE_ENCODER = EncoderInputs(("pixel_values",), ((0,),), _pixels_example)
+
+
+class ImageTextFrameworksBackend(FrameworksBackend):
+    def setup(self, run: RunContext) -> Seq2SeqTorchSteps:
+        return Seq2SeqTorchSteps(ImageTextAdapter(run.torch_model()), run.options.use_cache)
+
+
+class ImageTextOnnx(Seq2SeqOnnx):
+    """`vision2seq-<precision>-<kv|nokv>/`: encoder.onnx (the vision encoder), decoder.onnx, cache_generator.onnx."""
+
+    prefix = "vision2seq"
+
+    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
+        return export_seq2seq(ImageTextAdapter(model), out_dir, use_cache, self.spec, IMAGE_ENCODER)
+
+    def steps(self, run: RunContext, paths: dict[str, Path]) -> Seq2SeqOrtSteps:
+        return Seq2SeqOrtSteps(paths, run.device, run.options.use_cache, run.options.threads, IMAGE_ENCODER.names)
+
+    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
+        return validate(ImageTextAdapter(model), lambda: self.steps(run, paths), run.options.use_cache, self.spec,
+                        run.options.fp16, IMAGE_ENCODER)
+
+
+class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
+    """Vision-encoder, decoder and cache-generator engines; the first decoder step takes the text prompt."""
+
+    def __init__(self, spec: ExportSpec = ExportSpec()):
+        super().__init__(spec)
+        self.onnx = ImageTextOnnx(spec)
+
+    def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
+        from Seq2Seq.trt import _graph_dims
+
+        dims = {part: _graph_dims(path) for part, path in onnx_paths.items()}
+        return seq2seq_profiles(shapes, dims, run.options.use_cache, first=seq_range(1, shapes.max_input))
+
+    def positions_config(self, run: RunContext):
+        return run.source.config.text_config  # the text decoder's position limit bounds prompt + output
+
+    def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes) -> Seq2SeqTrtSteps:
+        return Seq2SeqTrtSteps(ios, run.device, run.options.use_cache, shapes.rows.max, shapes.max_input,
+                               shapes.max_input + shapes.max_output)
+
+
+def onnxrt_backend(spec: ExportSpec) -> OnnxRuntimeBackend:
+    return OnnxRuntimeBackend(spec, ImageTextOnnx)

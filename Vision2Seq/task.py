@@ -1,0 +1,126 @@
+"""The image-to-text task: images (and an optional text prompt) in, captions out.
+
+Items are `ImagePrompt(image path, text)`. The image goes through the model's HF image processor to
+`pixel_values` (the encoder's input); the decoder prompt is BLIP's: the text's ids with [CLS] replaced by the
+decoder BOS ([DEC]) and the closing [SEP] dropped, so an empty text is [DEC] alone and generation stops at [SEP].
+Images are captioned one at a time (prompts of different lengths would need padding, which BLIP's absolute
+positions do not support). `accuracy` (LAMBADA) is not defined for captioning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from NNDF.errors import UsageError
+from NNDF.family import ROOT
+from NNDF.tasks import CausalLM, Prompt
+
+
+@dataclass(frozen=True)
+class ImagePrompt:
+    image: str  # path to a PNG or JPEG
+    text: str = ""  # conditional captioning prefix ("a picture of"), or empty
+
+    def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any
+        return f"{self.image} | {self.text}" if self.text else self.image
+
+
+@lru_cache(maxsize=4)
+def _image_processor(location: str, local: bool):
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(location, local_files_only=local)
+
+
+def load_image(path: str):
+    """A PIL image in RGB; a missing or unreadable file is one line (UsageError)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not Path(path).is_file():
+        raise UsageError(f"--image {path}: no such file")
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError) as exc:
+        raise UsageError(f"--image {path}: not a readable image ({exc.__class__.__name__})") from None
+
+
+class ImageToText(CausalLM):
+    """Overrides every input and scoring method of CausalLM; `generate` and the steps are shared."""
+
+    kind = "vision2seq"
+    auto_class = "AutoModelForImageTextToText"
+    padding_side = "right"
+    one_stream = False
+    accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
+                        "compare, chat --image or benchmark")
+
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        # "encoder" is the vision encoder (--encoder-onnx / --encoder-engine)
+        return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")
+
+    def items(self, options, texts: tuple) -> list[ImagePrompt]:
+        if not options.image:
+            raise UsageError("image captioning needs images: give --image PATH (repeatable; PNG or JPEG)")
+        return [ImagePrompt(image, text) for image in options.image for text in (texts or ("",))]
+
+    def sample_item(self, sample: dict) -> ImagePrompt:
+        """checkpoint.toml: `image` (relative to the repository root) and an optional text `input`."""
+        image = Path(sample["image"])
+        return ImagePrompt(str(image if image.is_absolute() else ROOT / image), sample.get("input", ""))
+
+    def special_ids(self, run) -> tuple[int, int]:
+        """(EOS, pad) of generation: BLIP's text decoder stops at [SEP]."""
+        text = run.source.config.text_config
+        return text.sep_token_id, text.pad_token_id
+
+    def item_from_line(self, line: str) -> ImagePrompt:
+        """Interactive chat: each line is an image path."""
+        return ImagePrompt(line.strip())
+
+    def _processor(self, run):
+        return _image_processor(run.source.location, run.source.local_dir is not None)
+
+    def _decoder_ids(self, run, text: str) -> list[int]:
+        ids = run.tokenizer(text)["input_ids"]  # [CLS] ... [SEP]
+        return [run.source.config.text_config.bos_token_id] + ids[1:-1]
+
+    def prompts(self, run, items: list[ImagePrompt]) -> Prompt:
+        if len({item.text for item in items}) > 1:
+            raise UsageError("caption images with one text prompt at a time (BLIP prompts cannot be padded)")
+        images = [load_image(item.image) for item in items]
+        pixels = self._processor(run)(images=images, return_tensors="pt")["pixel_values"]
+        ids = torch.tensor([self._decoder_ids(run, items[0].text)] * len(items))
+        return Prompt(ids, torch.ones_like(ids), {"pixel_values": pixels.to(run.dtype)})
+
+    def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
+        """Random pixels at the model's resolution, and a decoder prompt of [DEC] + length - 1 random tokens."""
+        text, vision = run.source.config.text_config, run.source.config.vision_config
+        size = vision.image_size
+        pixels = torch.randn(batch, 3, size, size, generator=generator).to(run.device, run.dtype)
+        ids = torch.randint(0, text.vocab_size, (batch, length), generator=generator)
+        ids[:, 0] = text.bos_token_id
+        ids = ids.to(run.device)
+        return Prompt(ids, torch.ones_like(ids), {"pixel_values": pixels})
+
+    def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
+        """What BLIP's `generate` needs for the same decoder prompt (it drops the last id, as for [SEP], and sets
+        EOS and pad itself)."""
+        ids = torch.cat([prompt.input_ids, prompt.input_ids[:, :1]], dim=1)
+        return {"pixel_values": prompt.encoder["pixel_values"], "input_ids": ids}
+
+    def score_item(self, run, steps, item: ImagePrompt, target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token [len(target), V] given the image and the prompt."""
+        prompt = self.prompts(run, [item])
+        cache = steps.start({k: v.to(steps.device) for k, v in prompt.encoder.items()})
+        lead = prompt.input_ids[0].tolist()
+        dec = torch.tensor([lead + target[:-1]], device=steps.device)
+        ones = torch.ones_like(dec)
+        logits, _ = steps.forward(dec, ones, ones, cache)
+        return torch.log_softmax(logits[0, len(lead) - 1:].float(), dim=-1)
+
+
+IMAGE_TO_TEXT = ImageToText()

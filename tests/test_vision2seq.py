@@ -1,0 +1,98 @@
+"""Image-to-text (BLIP): captions equal HF `generate` token for token (greedy and beam, with and without KV cache,
+with and without a text prompt, a batch of images), TensorRT bookkeeping with ONNX Runtime standing in for the
+engines, and the image-specific errors."""
+import pytest
+
+from NNDF import registry
+from NNDF.actions.common import encode, generate_prompt
+from NNDF.context import make_context
+from NNDF.generation import GenerationConfig
+from NNDF.options import ModelOptions
+from Seq2Seq.trt_steps import Seq2SeqTrtSteps
+from Vision2Seq.task import ImagePrompt
+
+from conftest import ROOT, run_cli
+from test_trt import OrtIO
+
+IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
+CASES = [[ImagePrompt(IMAGES[0])], [ImagePrompt(IMAGES[1], "a picture of")], [ImagePrompt(i) for i in IMAGES]]
+NEW = 10
+
+
+def _run(workdir, use_cache):
+    return make_context(registry.family("BLIP"), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
+                                                              device="cpu"))
+
+
+def _hf(run, prompt, beams, use_cache):
+    eos, pad = run.family.task.special_ids(run)
+    out = run.torch_model().generate(**run.family.task.hf_generate_inputs(run, prompt), max_new_tokens=NEW,
+                                     num_beams=beams, do_sample=False, use_cache=use_cache)
+    rows = []
+    for r in range(prompt.batch):
+        new = out[r, prompt.input_ids.shape[1]:].tolist()
+        rows.append(new[: new.index(eos) + 1] if eos in new else new)
+    return rows
+
+
+def _ours(run, steps, prompt, beams):
+    eos, pad = run.family.task.special_ids(run)
+    out = generate_prompt(steps, prompt, GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                                                          pad_token_id=pad))
+    return [out.new_tokens(r, eos) for r in range(prompt.batch)]
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
+@pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
+def test_caption_parity(backend, use_cache, workdir):
+    run = _run(workdir, use_cache)
+    steps = registry.backend(run.family, backend).setup(run)
+    for items in CASES:
+        prompt = encode(run, items)
+        for beams in (1, 3):
+            assert _ours(run, steps, prompt, beams) == _hf(run, prompt, beams, use_cache), (items, beams)
+    steps.close()
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
+def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
+    """Seq2SeqTrtSteps over the vision-encoder / decoder / cache-generator graphs, ONNX Runtime executing each
+    bound call from the bound memory (not TensorRT: nothing here is a TensorRT result)."""
+    run = _run(workdir, use_cache)
+    paths, _ = registry.backend(run.family, "onnxrt").onnx.paths(run)
+    for items in CASES:
+        prompt = encode(run, items)
+        for beams in (1, 3):
+            ios = {part: OrtIO(path) for part, path in paths.items()}
+            steps = Seq2SeqTrtSteps(ios, "cpu", use_cache, max_rows=2 * beams, max_input=8, max_output=8 + NEW)
+            assert _ours(run, steps, prompt, beams) == _hf(run, prompt, beams, use_cache), (items, beams)
+
+
+@pytest.mark.parametrize("args,message", [
+    (("accuracy", "BLIP", "frameworks"), "error: accuracy (LAMBADA-style text scoring) is not defined for image "
+                                         "captioning; use run, compare, chat --image or benchmark"),
+    (("chat", "BLIP", "frameworks", "--prompt", "a picture of"),
+     "error: image captioning needs images: give --image PATH (repeatable; PNG or JPEG)"),
+    (("chat", "BLIP", "frameworks", "--image", "missing.png"), "error: --image missing.png: no such file"),
+    (("chat", "BLIP", "frameworks", "--image", str(ROOT / "README.md")),
+     f"error: --image {ROOT / 'README.md'}: not a readable image (UnidentifiedImageError)"),
+    (("chat", "GPT2", "frameworks", "--image", IMAGES[0]), "error: --image applies to image-to-text families (BLIP)"),
+])
+def test_image_errors(args, message, tmp_path):
+    proc = run_cli(*args, "-wd", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
+
+
+def test_chat_and_run_on_user_images(workdir, tmp_path):
+    import json
+
+    path = tmp_path / "chat.json"
+    proc = run_cli("chat", "BLIP", "--compare", "frameworks", "onnxrt", "--use-cache", "--image", IMAGES[1],
+                   "--prompt", "a picture of", "--max-new-tokens", "6", "-wd", str(workdir), "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(path.read_text())["results"]
+    assert [r["prompt"] for r in results] == [f"{IMAGES[1]} | a picture of"] * 2
+    assert results[0]["output_ids"] == results[1]["output_ids"] and len(results[0]["output_ids"]) > 0
+    proc = run_cli("run", "BLIP", "onnxrt", "--use-cache", "--image", IMAGES[0], "--iterations", "1",
+                   "--warmup", "0", "-wd", str(workdir))
+    assert proc.returncode == 0 and "n/a" in proc.stdout and "red-square" in proc.stdout
