@@ -1,6 +1,8 @@
 """Image-to-text (BLIP): captions equal HF `generate` token for token (greedy and beam, with and without KV cache,
 with and without a text prompt, a batch of images), TensorRT bookkeeping with ONNX Runtime standing in for the
 engines, and the image-specific errors."""
+import os
+
 import pytest
 
 from NNDF import registry
@@ -17,16 +19,18 @@ from test_trt import OrtIO
 IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
 CASES = [[ImagePrompt(IMAGES[0])], [ImagePrompt(IMAGES[1], "a picture of")], [ImagePrompt(i) for i in IMAGES]]
 NEW = 10
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/device/seq2seq_check.sh blip runs the parity on CUDA
 
 
-def _run(workdir, use_cache):
+def _run(workdir, use_cache, device="cpu"):
     return make_context(registry.family("BLIP"), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
-                                                              device="cpu"))
+                                                              device=device))
 
 
 def _hf(run, prompt, beams, use_cache):
     eos, pad = run.family.task.special_ids(run)
-    out = run.torch_model().generate(**run.family.task.hf_generate_inputs(run, prompt), max_new_tokens=NEW,
+    inputs = {k: v.to(run.device) for k, v in run.family.task.hf_generate_inputs(run, prompt).items()}
+    out = run.torch_model().generate(**inputs, max_new_tokens=NEW,
                                      num_beams=beams, do_sample=False, use_cache=use_cache)
     rows = []
     for r in range(prompt.batch):
@@ -45,7 +49,7 @@ def _ours(run, steps, prompt, beams):
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
 @pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
 def test_caption_parity(backend, use_cache, workdir):
-    run = _run(workdir, use_cache)
+    run = _run(workdir, use_cache, DEVICE)
     steps = registry.backend(run.family, backend).setup(run)
     for items in CASES:
         prompt = encode(run, items)

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""fp16 against fp32 for the encoder-decoder families, on CUDA (run by tools/device/seq2seq_check.sh).
+"""fp16 against fp32 for the encoder-decoder and image-to-text families, on CUDA (tools/device/seq2seq_check.sh).
 
 For each model: greedy-decode a padded batch with PyTorch fp32 (the reference), then teacher-force the same
 encoder inputs and decoder tokens through (a) the onnxrt backend in fp16 (ONNX Runtime CUDA, the family's
-declared fp32 islands) and (b) the same export without islands, and report per model: whether every logit is
-finite, max |fp16 - fp32| relative to max |fp32 logit|, and the share of positions whose argmax agrees.
-Writes one JSON line per case to stdout. Models: the offline variants, and random-weight t5-small /
-flan-t5-small shapes (HF's default init; trained weights, which is where T5's fp16 overflow is known, are not
-reachable here).
+declared fp32 islands) and (b) an alternative (no islands; for BLIP: the vision encoder kept fp32), and report
+per model: whether every logit is finite, max |fp16 - fp32| relative to max |fp32 logit|, and the share of
+positions whose argmax agrees. Writes one JSON line per case to stdout. Models: the offline variants, and
+random-weight t5-small / flan-t5-small / blip-base shapes (HF's default init; trained weights, which is where
+T5's fp16 overflow is known, are not reachable here).
+
+    python3 tools/device/fp16_seq2seq.py          # T5 and BART cases
+    python3 tools/device/fp16_seq2seq.py blip     # BLIP cases
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from NNDF.backends.onnx_export import ExportSpec  # noqa: E402
 from NNDF.backends.onnxrt import OnnxRuntimeBackend  # noqa: E402
 from NNDF.context import make_context  # noqa: E402
 from NNDF.options import ModelOptions  # noqa: E402
-from Seq2Seq.onnxrt import Seq2SeqOnnx  # noqa: E402
 from Seq2Seq.torch_steps import Seq2SeqTorchSteps  # noqa: E402
+from Vision2Seq.model import ImageTextAdapter  # noqa: E402
+
+IMAGES = tuple(str(ROOT / "BLIP" / "offline" / "images" / n) for n in ("red-square.png", "blue-circle.jpg"))
 
 PROMPTS = ["translate English to German: The house is wonderful.", "summarize: A class definition",
            "The for statement is used to iterate over the elements of a sequence"]
@@ -48,6 +53,26 @@ def shapes_model(name: str, gated: bool) -> Path:
     return out
 
 
+def blip_base_shapes() -> Path:
+    from transformers import AutoTokenizer, BlipConfig, BlipForConditionalGeneration
+
+    out = Path("/tmp/shapes/blip-base-shapes")
+    folder = ROOT / "BLIP" / "offline" / "blip-processor"
+    tok = AutoTokenizer.from_pretrained(folder)
+    config = BlipConfig(text_config=dict(vocab_size=30524, bos_token_id=tok.bos_token_id, pad_token_id=0,
+                                         sep_token_id=tok.sep_token_id, eos_token_id=tok.sep_token_id),
+                        vision_config=dict(image_size=384, patch_size=16))
+    torch.manual_seed(0)
+    BlipForConditionalGeneration(config).save_pretrained(out)
+    for path in folder.glob("*.json"):
+        shutil.copyfile(path, out / path.name)
+    processor = json.loads((out / "preprocessor_config.json").read_text())
+    processor["size"] = {"height": 384, "width": 384}
+    (out / "preprocessor_config.json").write_text(json.dumps(processor))
+    (out / "processor_config.json").unlink(missing_ok=True)
+    return out
+
+
 def logits_of(steps, encoder, decoder_ids):
     cache = steps.start(encoder)
     ones = torch.ones_like(decoder_ids)
@@ -56,20 +81,27 @@ def logits_of(steps, encoder, decoder_ids):
 
 def compare(family: str, variant: str | None, torch_dir: str | None, wd: Path) -> dict:
     fam = registry.family(family)
-    opts = dict(variant=variant, torch_dir=torch_dir, device="cuda", use_cache=True, use_mask=True)
+    image = fam.kind == "vision2seq"
+    opts = dict(variant=variant, torch_dir=torch_dir, device="cuda", use_cache=True, use_mask=True,
+                image=IMAGES if image else ())
     run32 = make_context(fam, ModelOptions(working_dir=str(wd / "fp32"), **opts))
-    prompt = encode(run32, PROMPTS)
+    prompt = encode(run32, fam.task.items(run32.options, () if image else PROMPTS))
     encoder = {k: v.cuda() for k, v in prompt.encoder.items()}
     model = run32.torch_model()
+    torch_model = ImageTextAdapter(model) if image else model
     with torch.inference_mode():
-        seqs = model.generate(**encoder, max_new_tokens=24, do_sample=False)
-    ref = logits_of(Seq2SeqTorchSteps(model, True), encoder, seqs[:, :-1])
+        inputs = {k: v.cuda() if torch.is_tensor(v) else v for k, v in fam.task.hf_generate_inputs(run32, prompt).items()}
+        seqs = model.generate(**inputs, max_new_tokens=24, do_sample=False)
+    ref = logits_of(Seq2SeqTorchSteps(torch_model, True), encoder, seqs[:, :-1])
     run32.release_torch_model()
     result = {"family": family, "model": variant or Path(torch_dir).name, "positions": int(ref.shape[0] * ref.shape[1])}
-    declared = registry.backend(fam, "onnxrt").onnx.spec
-    for label, spec in (("declared islands " + repr(declared.fp32_modules), declared), ("no islands", ExportSpec())):
+    onnx = registry.backend(fam, "onnxrt").onnx
+    declared = onnx.spec
+    other = ("vision encoder fp32", ExportSpec(fp32_modules=("vision_model",))) if image else ("no islands", ExportSpec())
+    for label, spec in (("declared islands " + repr(declared.fp32_modules), declared), other):
         run16 = make_context(fam, ModelOptions(working_dir=str(wd / label.split()[0]), fp16=True, **opts))
-        backend = OnnxRuntimeBackend(spec, Seq2SeqOnnx)
+        backend = OnnxRuntimeBackend(spec, type(onnx))
+        encoder = {k: v.cuda().half() if v.is_floating_point() else v.cuda() for k, v in prompt.encoder.items()}
         try:
             steps = backend.setup(run16)
             got = logits_of(steps, encoder, seqs[:, :-1])
@@ -87,6 +119,10 @@ def compare(family: str, variant: str | None, torch_dir: str | None, wd: Path) -
 def main() -> None:
     wd = Path("/tmp/wd-fp16")
     shutil.rmtree(wd, ignore_errors=True)
+    if sys.argv[1:] == ["blip"]:
+        for variant, torch_dir in (("blip-offline", None), (None, str(blip_base_shapes()))):
+            print(json.dumps(compare("BLIP", variant, torch_dir, wd)), flush=True)
+        return
     cases = [("T5", "t5-offline", None), ("T5", "flan-t5-offline", None), ("BART", "bart-offline", None),
              ("BART", "mbart-offline", None), ("T5", None, str(shapes_model("t5-small-shapes", False))),
              ("T5", None, str(shapes_model("flan-t5-small-shapes", True)))]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Encoder-decoder (T5, BART/mBART) GPU check, in ONE device call, after ../shared/device/stage.sh's packages are in
+# Encoder-decoder (T5, BART/mBART) and image-to-text (BLIP) GPU check, in ONE device call, after ../shared/device/stage.sh's packages are in
 # /tmp/site (onnxruntime-gpu, tensorrt_rtx); small wheels (tabulate, psutil, pytest) travel in .whl/.
 #
 #   run(command='sh .device/part-07/install.sh && bash tools/device/seq2seq_check.sh', carry=['.device/part-07', '.whl'])
@@ -13,6 +13,8 @@
 #
 #   bash tools/device/seq2seq_check.sh cuda   # only 1 and 2        bash tools/device/seq2seq_check.sh fp16  # only 3
 #   bash tools/device/seq2seq_check.sh trt    # only 4              (each fits one 10-minute call)
+#   bash tools/device/seq2seq_check.sh blip   # BLIP: CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision encoder
+#                                             # fp16 or fp32), trt builds fp32/fp16 with and without cache
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -34,6 +36,25 @@ done
 fi
 if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
 python3 tools/device/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"
+fi
+if [ "$MODE" = blip ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_vision2seq.py -k parity 2>&1 | tail -5
+python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
+python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
+python3 tools/device/fp16_seq2seq.py blip | tee "$OUT/fp16_blip.jsonl"
+n=0
+for precision in "" "--fp16"; do
+  for cache in "--use-cache" ""; do
+    n=$((n+1))
+    # shellcheck disable=SC2086
+    python3 run.py run BLIP trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
+      --input-profile-max-len 16 --output-profile-max-len 32 -wd $WD --json "$OUT/builds/$n.json" \
+      || echo "build $n failed: BLIP $precision $cache"
+  done
+done
+python3 run.py run BLIP trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-blip.md"
+cat "$OUT/trt_builds-blip.md"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = trt ]; then
 n=0
