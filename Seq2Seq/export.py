@@ -79,6 +79,13 @@ def kv_names(prefix: str, layers: int) -> list[str]:
     return [f"{prefix}.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
 
 
+def encoder_dim_names(name: str) -> list | None:
+    """The encoder graph's dimensions: its token inputs are the encoder's sequence."""
+    if name in ("input_ids", "attention_mask"):
+        return ["batch", "encoder_seq"]
+    return dim_names(name)
+
+
 def dim_names(name: str) -> list | None:
     fixed = {"input_ids": ["batch", "seq"], "attention_mask": ["batch", "encoder_seq"],
              "pixel_values": ["batch", None, None, None],
@@ -173,7 +180,7 @@ def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     paths = {"encoder": out_dir / "encoder.onnx", "decoder": out_dir / "decoder.onnx"}
     export_graph(model, _Encoder(model, encoder.names), tuple(inputs[n] for n in encoder.names), list(encoder.names),
                  ["encoder_hidden_states"], (tuple({axis: auto for axis in axes} for axes in encoder.dynamic_axes),),
-                 dim_names, paths["encoder"], spec)
+                 encoder_dim_names, paths["encoder"], spec)
     if use_cache:
         paths["cache_generator"] = out_dir / "cache_generator.onnx"
         export_graph(model, _CacheGenerator(model, layout), (hidden,), ["encoder_hidden_states"],

@@ -54,12 +54,13 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
 
     encoder_side = {"batch": shapes.batch, "encoder_seq": enc}
     profiles = {"encoder": [profile("encoder", "encoder", encoder_side)]}
+    longest = min(first.max + shapes.max_output, shapes.max_total)  # the decoder's position limit caps it
     if not use_cache:
-        rows, tokens = shapes.any_rows, seq_range(first.min, first.max + shapes.max_output)
+        rows, tokens = shapes.any_rows, seq_range(first.min, longest)
         profiles["decoder"] = [profile("full", "decoder", {"batch": rows, "seq": tokens, "encoder_seq": enc})]
         return profiles
     profiles["cache_generator"] = [profile("cache_generator", "cache_generator", encoder_side)]
-    past = seq_range(1, first.max + shapes.max_output)
+    past = seq_range(1, longest)
     profiles["decoder"] = [
         profile("first", "decoder", {"batch": shapes.batch, "seq": first, "encoder_seq": enc, "past": Range(0, 0, 0)}),
         profile("step", "decoder", {"batch": shapes.rows, "seq": Range(1, 1, 1), "encoder_seq": enc, "past": past})]

@@ -112,6 +112,29 @@ def test_profiles_cover_prefill_rows_and_beam_rows():
     assert step.shapes["encoder_attention_mask"] == ((6, 1), (6, 32), (6, 64))
 
 
+@pytest.mark.parametrize("family,variant", [("T5", "t5-offline"), ("BLIP", "blip-offline")])
+@pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
+def test_profiles_from_the_exported_graphs(family, variant, use_cache, workdir):
+    """Every input of every exported part gets a profile from its dimension names (no name left unmapped), and
+    the profiles accept the shapes a run binds."""
+    run = _run(family, variant, workdir, use_cache)
+    backend = registry.backend(run.family, "trt")
+    paths, _ = registry.backend(run.family, "onnxrt").onnx.paths(run)
+    shapes = engine_shapes(backend.positions_config(run), ModelOptions(batch_size=2, num_beams=2),
+                           TRTOptions(input_profile_max_len=16, output_profile_max_len=8))
+    profiles = backend.profiles(run, shapes, paths)
+    assert set(profiles) == set(paths)
+    for part, part_profiles in profiles.items():
+        for profile in part_profiles:
+            for name, (low, opt, high) in profile.shapes.items():
+                assert all(a <= b <= c for a, b, c in zip(low, opt, high)), (part, profile.name, name)
+    encoder = profiles["encoder"][0].shapes
+    if "input_ids" in encoder:  # text encoders: the prompt length range, 2 rows (before beam expansion)
+        assert encoder["input_ids"] == ((2, 1), (2, 8), (2, 16))
+    else:  # image encoders: fixed pixels
+        assert encoder["pixel_values"] == ((2, 3, 32, 32),) * 3
+
+
 @pytest.mark.parametrize("args,message", [
     (("T5", "onnxrt", "--use-cache", "--decoder-onnx", "d.onnx"),
      "error: --encoder-onnx, --decoder-onnx, --cache-generator-onnx go together for T5 with --use-cache: "

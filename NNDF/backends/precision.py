@@ -20,6 +20,8 @@ def _matches(name: str, patterns) -> bool:
 def _cast(value, dtype):
     if torch.is_tensor(value) and value.is_floating_point():
         return value.to(dtype)
+    if isinstance(value, dict):  # HF ModelOutput (e.g. a vision tower's BaseModelOutputWithPooling)
+        return type(value)(**{k: _cast(v, dtype) for k, v in value.items()})
     if isinstance(value, tuple):
         return tuple(_cast(v, dtype) for v in value)
     return value
@@ -33,7 +35,8 @@ def fp32_islands(model: torch.nn.Module, patterns: tuple[str, ...]):
     hooks, restore = [], [{n: p.dtype for n, p in m.named_parameters()} for m in islands]
     for module in islands:
         module.float()
-        hooks.append(module.register_forward_pre_hook(lambda _m, args: _cast(args, torch.float32)))
+        hooks.append(module.register_forward_pre_hook(  # positional and keyword inputs (pixel_values=...)
+            lambda _m, args, kwargs: (_cast(args, torch.float32), _cast(kwargs, torch.float32)), with_kwargs=True))
         hooks.append(module.register_forward_hook(lambda _m, _args, out: _cast(out, dtype)))
     try:
         yield [name for name, m in model.named_modules() if any(m is i for i in islands)]
