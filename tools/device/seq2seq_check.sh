@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Encoder-decoder (T5, BART/mBART) and image-to-text (BLIP) GPU check, in ONE device call, after ../shared/device/stage.sh's packages are in
-# /tmp/site (onnxruntime-gpu, tensorrt_rtx); small wheels (tabulate, psutil, pytest) travel in .whl/.
+# /tmp/site (onnxruntime-gpu, tensorrt_rtx; re-split with tools/device/resplit.sh); small wheels (tabulate, psutil,
+# pytest) travel in .whl/.
 #
 #   run(command='sh .device/part-07/install.sh && bash tools/device/seq2seq_check.sh', carry=['.device/part-07', '.whl'])
 #
