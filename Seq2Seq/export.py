@@ -21,13 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
-from NNDF.backends.onnx_export import ExportSpec, export_graph
-from NNDF.errors import ArtifactError
+from NNDF.backends.onnx_export import ExportSpec, LogitsCheck, export_graph
 
 PARTS = ("encoder", "decoder", "cache_generator")  # file stems; the cache generator only with a KV cache
 
@@ -211,19 +209,12 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
     ref, ort = Seq2SeqTorchSteps(model, use_cache), steps_factory()
     caches = [ref.start(encoder), ort.start(encoder)]
     cases = [("decoder pass", slice(0, 2))] + ([("cached step", slice(2, 3))] if use_cache else [])
-    errors, worst = [], 0.0
+    check = LogitsCheck(spec, fp16)
     for label, cols in cases:
         sub = dec[:, cols] if use_cache else dec[:, : cols.stop]
         ones = torch.ones_like(sub)
         ref_logits, caches[0] = ref.forward(sub, ones, ones, caches[0])
         ort_logits, caches[1] = ort.forward(sub, ones, ones, caches[1])
-        scale = float(ref_logits.float().abs().max()) if fp16 else 1.0
-        tol = spec.atol_fp16 * scale if fp16 else spec.atol_fp32
-        diff = float((ref_logits.float() - ort_logits.float().to(ref_logits.device)).abs().max())
-        worst = max(worst, diff)
-        if not np.isfinite(diff) or diff > tol:
-            errors.append(f"{label}: logits differ by {diff:.3g} (tolerance {tol:.3g})")
+        check.add(label, ref_logits, ort_logits)
     ort.close()
-    if errors:
-        raise ArtifactError("ONNX export does not match PyTorch: " + "; ".join(errors))
-    return worst
+    return check.worst()

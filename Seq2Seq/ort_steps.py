@@ -66,7 +66,7 @@ class Seq2SeqOrtSteps:
         feeds.update(zip(self.past_names, past))
         feeds.update(zip([n.replace("past.", "cross.") for n in self.past_names], cross))
         outputs = self.decoder.run(feeds, {"total": past[0].shape[2] + input_ids.shape[1]})
-        return outputs[0], Seq2SeqCache(None, cache.encoder_mask, (tuple(outputs[1:]), cross))
+        return outputs[0], cache.with_kv((tuple(outputs[1:]), cross))
 
     def new_cache(self, batch: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
@@ -74,7 +74,10 @@ class Seq2SeqOrtSteps:
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
         kv = None
         if cache.kv is not None:
-            kv = tuple(tuple(t.index_select(0, index) for t in group) for group in cache.kv)
+            past, cross = cache.kv
+            if cache.moves_inputs(index):  # beam steps keep each input's (identical) cross keys/values
+                cross = tuple(t.index_select(0, index) for t in cross)
+            kv = (tuple(t.index_select(0, index) for t in past), cross)
         return cache.select(index, kv)
 
     def close(self) -> None:

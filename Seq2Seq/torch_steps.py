@@ -6,7 +6,7 @@ on the first decoder step and reuses them). Reordering (beam search) covers all 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
@@ -20,10 +20,26 @@ class Seq2SeqCache:
     encoder_hidden: torch.Tensor  # [B, S, D] (None where only the cross-attention cache is needed)
     encoder_mask: torch.Tensor  # [B, S]: padding of the encoder input, applied in every cross-attention
     kv: object = None
+    items: torch.Tensor | None = None  # [B]: the encoder row (input) each row decodes; arange at start
+
+    def __post_init__(self):
+        if self.items is None:
+            self.items = torch.arange(self.encoder_mask.shape[0], device=self.encoder_mask.device)
+
+    def with_kv(self, kv) -> "Seq2SeqCache":
+        return replace(self, kv=kv)
+
+    def moves_inputs(self, index: torch.Tensor) -> bool:
+        """Whether reordering by `index` changes which input some row decodes (prompt expansion), so encoder-side
+        tensors (encoder output, mask, cross-attention keys/values) must be gathered. Beam search's per-step
+        reordering stays within each input's beams, where those tensors are identical: nothing to copy."""
+        return index.numel() != self.items.numel() or not torch.equal(self.items[index], self.items)
 
     def select(self, index: torch.Tensor, kv) -> "Seq2SeqCache":
+        if not self.moves_inputs(index):
+            return self.with_kv(kv)
         hidden = None if self.encoder_hidden is None else self.encoder_hidden.index_select(0, index)
-        return Seq2SeqCache(hidden, self.encoder_mask.index_select(0, index), kv)
+        return Seq2SeqCache(hidden, self.encoder_mask.index_select(0, index), kv, self.items[index])
 
 
 class Seq2SeqTorchSteps:
@@ -51,14 +67,15 @@ class Seq2SeqTorchSteps:
                          attention_mask=cache.encoder_mask, decoder_input_ids=input_ids,
                          past_key_values=cache.kv, use_cache=self.use_cache)
         kv = out.past_key_values if self.use_cache else None
-        return out.logits, Seq2SeqCache(cache.encoder_hidden, cache.encoder_mask, kv)
+        return out.logits, cache.with_kv(kv)
 
     def new_cache(self, batch: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
-        if cache.kv is not None:
-            cache.kv.reorder_cache(index)
+        if cache.kv is not None:  # HF's cache, in place; cross-attention keys/values only when inputs move
+            kv = cache.kv if cache.moves_inputs(index) else cache.kv.self_attention_cache
+            kv.reorder_cache(index)
         return cache.select(index, cache.kv)
 
     def close(self) -> None:

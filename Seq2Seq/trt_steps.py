@@ -122,7 +122,7 @@ class Seq2SeqTrtSteps:
         key = (rows, past, state.encoder_length, self.kv.current, self.cross.current)
         self.decoder.execute(key if one_token_step else None)
         self.kv.swap()
-        return logits, Seq2SeqCache(None, cache.encoder_mask, TrtState(rows, past + seq, state.encoder_length))
+        return logits, cache.with_kv(TrtState(rows, past + seq, state.encoder_length))
 
     def new_cache(self, batch: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
@@ -131,7 +131,8 @@ class Seq2SeqTrtSteps:
         state: TrtState = cache.kv
         if self.use_cache:
             self.kv.reorder(index, state.rows, state.length)
-            self.cross.reorder(index, state.rows, state.encoder_length)
+            if cache.moves_inputs(index):  # beam steps keep each input's (identical) cross keys/values
+                self.cross.reorder(index, state.rows, state.encoder_length)
         return cache.select(index, TrtState(len(index), state.length, state.encoder_length))
 
     def close(self) -> None:

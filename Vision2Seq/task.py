@@ -17,6 +17,7 @@ import torch
 from NNDF.errors import UsageError
 from NNDF.family import ROOT
 from NNDF.tasks import CausalLM, Prompt
+from Seq2Seq.task import Seq2SeqLM
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,7 @@ class ImageToText(CausalLM):
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
 
-    def parts(self, use_cache: bool) -> tuple[str, ...]:
-        # "encoder" is the vision encoder (--encoder-onnx / --encoder-engine)
-        return ("encoder", "decoder", "cache_generator") if use_cache else ("encoder", "decoder")
+    parts = Seq2SeqLM.parts  # the same three graphs; "encoder" is the vision encoder (--encoder-onnx/-engine)
 
     def items(self, options, texts: tuple) -> list[ImagePrompt]:
         if not options.image:

@@ -155,3 +155,18 @@ def test_missing_user_onnx_is_one_line(tmp_path):
     proc = run_cli("run", "T5", "onnxrt", "--encoder-onnx", "nope-e.onnx", "--decoder-onnx", str(ROOT / "README.md"),
                    "-wd", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --encoder-onnx nope-e.onnx does not exist"
+
+
+def test_beam_reordering_leaves_encoder_side_tensors_alone():
+    """Prompt expansion gathers the encoder side; per-step beam reordering (within each input's beams, whose
+    encoder output, mask and cross-attention keys/values are identical) copies none of it."""
+    from Seq2Seq.torch_steps import Seq2SeqCache
+
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    cache = Seq2SeqCache(torch.randn(2, 3, 4), mask)
+    expanded = cache.select(torch.tensor([0, 0, 0, 1, 1, 1]), None)  # 2 inputs x 3 beams
+    assert expanded.items.tolist() == [0, 0, 0, 1, 1, 1] and expanded.encoder_mask.tolist()[3] == [1, 1, 1]
+    beams = torch.tensor([2, 2, 0, 4, 3, 3])  # parents within each input
+    assert not expanded.moves_inputs(beams)
+    assert expanded.select(beams, None).encoder_hidden is expanded.encoder_hidden  # no gather, no copy
+    assert expanded.moves_inputs(torch.tensor([3, 3, 3, 0, 0, 0]))

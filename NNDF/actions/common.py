@@ -4,9 +4,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-import torch
 
 from NNDF import registry
+from NNDF.parts import given_parts
 from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, GenerationOutput, Observer, generate
@@ -26,20 +26,9 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
 
 
 def _check_part_flags(family, options: ModelOptions, trt: TRTOptions) -> None:
-    """--encoder-onnx / --cache-generator-engine ...: only for parts this run has, and all of them or none."""
-    parts = family.task.parts(options.use_cache)
-    flag = lambda part, kind: f"--{part.replace('_', '-')}-{kind}"  # noqa: E731
-    for kind, source in (("onnx", options), ("engine", trt)):
-        given = [p for p in ("encoder", "decoder", "cache_generator") if getattr(source, f"{p}_{kind}", None)]
-        for part in given:
-            if part not in parts:
-                why = "needs --use-cache" if part in family.task.parts(True) else \
-                    f"does not apply to {family.name} ({family.kind} models have: {', '.join(parts)})"
-                raise UsageError(f"{flag(part, kind)} {why}")
-        missing = [flag(p, kind) for p in parts if p not in given]
-        if given and missing:
-            raise UsageError(f"{', '.join(flag(p, kind) for p in parts)} go together for {family.name}"
-                             f"{' with --use-cache' if options.use_cache else ''}: missing {', '.join(missing)}")
+    """--encoder-onnx / --cache-generator-engine ...: only for parts this run has, all of them or none."""
+    given_parts(family, options.use_cache, "onnx", options)
+    given_parts(family, options.use_cache, "engine", trt)
 
 
 @contextmanager

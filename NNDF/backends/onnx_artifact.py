@@ -16,27 +16,17 @@ from NNDF.artifacts import digest, weights_identity, write_json_atomic
 from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError, UsageError
+from NNDF.errors import ArtifactError
+from NNDF.parts import given_parts, part_flag
 from NNDF.progress import status
 
 VALIDATION = "validation.json"  # max |ONNX - PyTorch| measured when the graph was exported
 
 
-def part_flag(part: str, kind: str = "onnx") -> str:
-    return f"--{part.replace('_', '-')}-{kind}"
-
-
-def user_files(run: RunContext, parts: tuple[str, ...], kind: str, source) -> dict[str, Path] | None:
-    """The user's files for `parts` (from `source.<part>_<kind>`), all or none; None when none were given."""
-    given = {part: getattr(source, f"{part}_{kind}", None) for part in parts}
-    if not any(given.values()):
-        return None
-    missing = [part_flag(p, kind) for p, value in given.items() if not value]
-    if missing:
-        raise UsageError(f"{', '.join(part_flag(p, kind) for p in parts)} go together for {run.family.name}"
-                         f"{' with --use-cache' if 'cache_generator' in parts else ''}: missing {', '.join(missing)}")
-    paths = {part: Path(value) for part, value in given.items()}
-    for part, path in paths.items():
+def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
+    """The user's files for this run's parts (checked as `given_parts` does), each of which must exist."""
+    paths = given_parts(run.family, run.options.use_cache, kind, source)
+    for part, path in (paths or {}).items():
         if not path.is_file():
             raise ArtifactError(f"{part_flag(part, kind)} {path} does not exist")
     return paths
@@ -81,7 +71,7 @@ class OnnxArtifact:
         }
 
     def user_paths(self, run: RunContext) -> dict[str, Path] | None:
-        return user_files(run, self.parts(run.options.use_cache), "onnx", run.options)
+        return user_files(run, "onnx", run.options)
 
     def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:
         """The graphs to use ({part: path}) and whether they were exported just now: the user's files, or a

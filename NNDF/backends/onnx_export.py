@@ -239,7 +239,7 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
     ref_steps, ort_steps = TorchSteps(model, use_cache), steps_factory()
     full = _example(model, batch=2, seq=6, past=0, use_cache=False, takes_positions=True)
     ids, mask, positions = full
-    errors, worst = [], 0.0
+    check = LogitsCheck(spec, fp16)
     cases = [("prompt pass", slice(0, 5))] + ([("cached step", slice(5, 6))] if use_cache else [])
     caches = [ref_steps.new_cache(2), ort_steps.new_cache(2)]
     for label, cols in cases:
@@ -247,14 +247,32 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
               (ids[:, : cols.stop], mask[:, : cols.stop], positions[:, : cols.stop])
         ref_logits, caches[0] = ref_steps.forward(*sub, caches[0])
         ort_logits, caches[1] = ort_steps.forward(*sub, caches[1])
-        scale = float(ref_logits.float().abs().max()) if fp16 else 1.0
-        tol = spec.atol_fp16 * scale if fp16 else spec.atol_fp32
         real = mask[:, cols.stop - ref_logits.shape[1]: cols.stop].bool()  # padded positions are don't-care
-        diff = float((ref_logits.float() - ort_logits.float().to(ref_logits.device)).abs()[real].max())
-        worst = max(worst, diff)
-        if not np.isfinite(diff) or diff > tol:
-            errors.append(f"{label}: logits differ by {diff:.3g} (tolerance {tol:.3g})")
+        check.add(label, ref_logits, ort_logits, real)
     ort_steps.close()
-    if errors:
-        raise ArtifactError("ONNX export does not match PyTorch: " + "; ".join(errors))
-    return worst
+    return check.worst()
+
+
+class LogitsCheck:
+    """Exported logits against PyTorch's, case by case: fp32 within `spec.atol_fp32`, fp16 within `atol_fp16`
+    times the logits' scale (max |logit|). `worst()` returns the largest difference, or raises once with every
+    mismatch listed."""
+
+    def __init__(self, spec: ExportSpec, fp16: bool):
+        self.spec, self.fp16 = spec, fp16
+        self.errors: list[str] = []
+        self.largest = 0.0
+
+    def add(self, label: str, ref: torch.Tensor, got: torch.Tensor, real: torch.Tensor | None = None) -> None:
+        ref, got = ref.float(), got.float().to(ref.device)
+        tol = self.spec.atol_fp16 * float(ref.abs().max()) if self.fp16 else self.spec.atol_fp32
+        gap = (ref - got).abs()
+        diff = float((gap[real] if real is not None else gap).max())
+        self.largest = max(self.largest, diff)
+        if not np.isfinite(diff) or diff > tol:
+            self.errors.append(f"{label}: logits differ by {diff:.3g} (tolerance {tol:.3g})")
+
+    def worst(self) -> float:
+        if self.errors:
+            raise ArtifactError("ONNX export does not match PyTorch: " + "; ".join(self.errors))
+        return self.largest

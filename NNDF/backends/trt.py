@@ -128,7 +128,7 @@ class TensorRTBackend:
                              "no_preview_dynamic_shapes": settings.disable_preview_dynamic_shapes}}
 
     def user_engines(self, run: RunContext) -> dict[str, Path] | None:
-        return user_files(run, self.onnx.parts(run.options.use_cache), "engine", run.trt)
+        return user_files(run, "engine", run.trt)
 
     def engine_paths(self, run: RunContext, trt, force: bool = False) -> dict[str, Path]:
         """Current engines for this run ({part: path}; built now if missing, stale or `force`d), or the user's."""

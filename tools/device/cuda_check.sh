@@ -13,11 +13,7 @@
 #   bash tools/device/cuda_check.sh baselines   # only: GPT-2 124M at batch 8 and gpt2-xl shapes at batch 1
 #                                               # (fp16, prompt 128, 256 new; the GPU-speed issue's baselines)
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-temp/device-out}
-mkdir -p "$OUT"
-if [ -d .whl ]; then python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl; fi
+. "$(dirname "$0")/env.sh"
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
@@ -48,3 +44,4 @@ python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/s
 python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
   --use-cache --input-seq-len 128 --output-seq-len 256 --iterations 10 --warmup 2 -wd $WD --json "$OUT/bench_gpt2_p128_n256.json"
 } 2>&1 | tee "$OUT/cuda_check.log"
+rmdir "$OUT/builds" 2>/dev/null || true

@@ -17,12 +17,20 @@
 #   bash tools/device/seq2seq_check.sh blip   # BLIP: CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision encoder
 #                                             # fp16 or fp32), trt builds fp32/fp16 with and without cache
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-temp/device-out}
-mkdir -p "$OUT/builds"
-if [ -d .whl ]; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null; fi
+. "$(dirname "$0")/env.sh"
 WD=/tmp/wd-s2s
+n=0
+build() {  # build <family> <max prompt> <max new>: --build-only in fp32/fp16, with/without cache, 2 x 2 beams
+  for precision in "" "--fp16"; do
+    for cache in "--use-cache" ""; do
+      n=$((n+1))
+      # shellcheck disable=SC2086
+      python3 run.py run "$1" trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
+        --input-profile-max-len "$2" --output-profile-max-len "$3" -wd $WD --json "$OUT/builds/$n.json" \
+        || echo "build $n failed: $1 $precision $cache"
+    done
+  done
+}
 {
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o, tensorrt_rtx as t; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, 'tensorrt_rtx', t.__version__)"
@@ -43,33 +51,14 @@ HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test
 python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
 python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
 python3 tools/device/fp16_seq2seq.py blip | tee "$OUT/fp16_blip.jsonl"
-n=0
-for precision in "" "--fp16"; do
-  for cache in "--use-cache" ""; do
-    n=$((n+1))
-    # shellcheck disable=SC2086
-    python3 run.py run BLIP trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
-      --input-profile-max-len 16 --output-profile-max-len 32 -wd $WD --json "$OUT/builds/$n.json" \
-      || echo "build $n failed: BLIP $precision $cache"
-  done
-done
+build BLIP 16 32
 python3 run.py run BLIP trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
 python3 tools/device/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-blip.md"
 cat "$OUT/trt_builds-blip.md"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = trt ]; then
-n=0
-for fam in T5 BART; do
-  for precision in "" "--fp16"; do
-    for cache in "--use-cache" ""; do
-      n=$((n+1))
-      # shellcheck disable=SC2086
-      python3 run.py run $fam trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
-        --input-profile-max-len 128 --output-profile-max-len 64 -wd $WD --json "$OUT/builds/$n.json" \
-        || echo "build $n failed: $fam $precision $cache"
-    done
-  done
-done
+build T5 128 64
+build BART 128 64
 echo "--- executing T5 engines (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
 python3 run.py run T5 trt --device cuda --use-cache --num-beams 2 --batch-size 2 --input-profile-max-len 128 \
   --output-profile-max-len 64 -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"

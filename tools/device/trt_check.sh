@@ -11,11 +11,7 @@
 # TensorRT-RTX says about executing on this GPU (Hopper: refused, one line, exit 2). The table of build
 # seconds, engine MB, module and GPU is written to $OUT/trt_builds-<which>.md (see docs/VERIFICATION.md).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-temp/device-out}
-mkdir -p "$OUT/builds"
-if [ -d .whl ]; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null; fi
+. "$(dirname "$0")/env.sh"
 WD=/tmp/wd-trt
 {
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
