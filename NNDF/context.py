@@ -26,6 +26,8 @@ def resolve_device(options: ModelOptions) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
         raise BackendUnavailable("--device cuda was asked for, but torch sees no CUDA GPU here; use --device cpu")
+    if options.use_cuda_graph and name != "cuda":
+        raise UsageError("--use-cuda-graph needs --device cuda (CUDA graphs are a GPU feature)")
     if options.fp16 and name != "cuda":
         raise UsageError("--fp16 needs --device cuda (fp16 on the CPU is slow or unsupported in these backends)")
     return torch.device(name)
@@ -65,6 +67,9 @@ class RunContext:
 
 
 def make_context(family: Family, options: ModelOptions, trt: TRTOptions | None = None) -> RunContext:
+    if options.static_cache and family.kind != "decoder":
+        raise UsageError(f"--static-cache is implemented for decoder-only families; {family.name} is {family.kind} "
+                         "(its encoder-decoder caches stay dynamic)")
     device = resolve_device(options)
     if options.threads:
         torch.set_num_threads(options.threads)

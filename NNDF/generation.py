@@ -78,7 +78,7 @@ class _Decoder:
         self._mask[:, : self.length] = attention_mask
         self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
         self.encoder = encoder
-        self.cache: Cache = None if encoder is not None else steps.new_cache(rows)
+        self.cache: Cache = None if encoder is not None else steps.new_cache(rows, self.length + max_new)
 
     @property
     def ids(self) -> torch.Tensor:  # [N, length]

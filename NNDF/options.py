@@ -62,6 +62,9 @@ class ModelOptions(OptionGroup):
     cpu: bool = flag(False, "--cpu", help="same as --device cpu")
     fp16: bool = flag(False, "--fp16", help="fp16 weights and activations (CUDA only)")
     use_cache: bool = flag(False, "--use-cache", "-kv", "--enable-kv-cache", help="use the KV cache (recommended)")
+    static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (decoder-only families; needs --use-cache)")
+    use_cuda_graph: bool = flag(False, "--use-cuda-graph", help="replay the one-token step from a CUDA graph (CUDA only; frameworks and onnxrt need --static-cache, trt keeps one graph per shape)")
+    torch_compile: bool = flag(False, "--torch-compile", help="frameworks with --static-cache: compile the one-token step with torch.compile (inductor; the first step compiles, which takes a while)")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
     batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
     num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
@@ -82,6 +85,10 @@ class ModelOptions(OptionGroup):
         _positive("--threads", self.threads, 0)
         if self.cpu and self.device == "cuda":
             raise UsageError("--cpu contradicts --device cuda")
+        if self.static_cache and not self.use_cache:
+            raise UsageError("--static-cache needs --use-cache (it is a kind of KV cache)")
+        if self.torch_compile and not self.static_cache:
+            raise UsageError("--torch-compile needs --static-cache (it compiles the fixed-shape one-token step)")
 
     @property
     def precision(self) -> str:
@@ -193,7 +200,6 @@ class TRTOptions(OptionGroup):
                                                 help="turn off FASTER_DYNAMIC_SHAPES_0805 where the TensorRT version has it (8.6-9.x); a no-op on 10+")
     workspace_mb: int = flag(0, "--workspace-mb", help="builder workspace limit in MiB (0: TensorRT's default, the device memory)")
     build_only: bool = flag(False, "--build-only", help="build the engines, report build seconds and sizes, do not run")
-    use_cuda_graph: bool = flag(False, "--use-cuda-graph", help="replay the one-token step from CUDA graphs")
     nvtx_verbose: bool = flag(False, "--nvtx-verbose", help="detailed NVTX ranges in engines (profiling)")
 
     def __post_init__(self):

@@ -27,12 +27,14 @@ class DecoderSteps(Protocol):
         input_ids [B, S] (the new tokens with a cache; the whole sequence without one), attention_mask
         [B, P + S] (P = cached length), position_ids [B, S]. Returns logits [B, S, V] ([B, 1, V] allowed when
         `last_only`: a hint that only the last position is needed, which a backend may use to skip work) and
-        the cache that now also holds these S tokens (None when `use_cache` is off).
+        the cache that now also holds these S tokens (None when `use_cache` is off). The logits are valid until
+        the next call (a CUDA-graph step returns its fixed output buffer).
         """
         ...
 
-    def new_cache(self, batch: int) -> Cache:
-        """An empty cache for `batch` rows (None when `use_cache` is off)."""
+    def new_cache(self, batch: int, max_length: int) -> Cache:
+        """An empty cache for `batch` rows that will hold at most `max_length` positions (prompt + new tokens;
+        a static cache allocates them all at once). None when `use_cache` is off."""
         ...
 
     def reorder_cache(self, cache: Cache, index: torch.Tensor) -> Cache:

@@ -92,7 +92,7 @@ class CausalLM:
         [len(target), V] (one forward pass, no sampling)."""
         x = torch.tensor([context + target], device=steps.device)
         mask = torch.ones_like(x)
-        logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1))
+        logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1, x.shape[1]))
         return torch.log_softmax(logits[0, len(context) - 1: -1].float(), dim=-1)
 
 

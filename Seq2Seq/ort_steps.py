@@ -68,7 +68,7 @@ class Seq2SeqOrtSteps:
         outputs = self.decoder.run(feeds, {"total": past[0].shape[2] + input_ids.shape[1]})
         return outputs[0], cache.with_kv((tuple(outputs[1:]), cross))
 
-    def new_cache(self, batch: int):
+    def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:

@@ -69,7 +69,7 @@ class Seq2SeqTorchSteps:
         kv = out.past_key_values if self.use_cache else None
         return out.logits, cache.with_kv(kv)
 
-    def new_cache(self, batch: int):
+    def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:

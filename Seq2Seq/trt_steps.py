@@ -124,7 +124,7 @@ class Seq2SeqTrtSteps:
         self.kv.swap()
         return logits, cache.with_kv(TrtState(rows, past + seq, state.encoder_length))
 
-    def new_cache(self, batch: int):
+    def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from NNDF.backends.torch_steps import TorchSteps
 from NNDF.context import RunContext
+from NNDF.errors import UsageError
 
 
 class FrameworksBackend:
@@ -17,4 +18,9 @@ class FrameworksBackend:
         return True, f"torch {torch.__version__}, {gpu}"
 
     def setup(self, run: RunContext) -> TorchSteps:
-        return TorchSteps(run.torch_model(), run.options.use_cache)
+        options = run.options
+        if options.use_cuda_graph and not options.static_cache:
+            raise UsageError("--use-cuda-graph with the frameworks backend needs --static-cache (a growing cache "
+                             "changes shapes every step)")
+        return TorchSteps(run.torch_model(), options.use_cache, options.static_cache, options.use_cuda_graph,
+                          options.torch_compile)

@@ -241,7 +241,7 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
     ids, mask, positions = full
     check = LogitsCheck(spec, fp16)
     cases = [("prompt pass", slice(0, 5))] + ([("cached step", slice(5, 6))] if use_cache else [])
-    caches = [ref_steps.new_cache(2), ort_steps.new_cache(2)]
+    caches = [ref_steps.new_cache(2, 6), ort_steps.new_cache(2, 6)]
     for label, cols in cases:
         sub = (ids[:, cols], mask[:, : cols.stop], positions[:, cols]) if use_cache else \
               (ids[:, : cols.stop], mask[:, : cols.stop], positions[:, : cols.stop])

@@ -123,7 +123,7 @@ class OrtSteps:
                 f"{path} is not a decoder graph {want} KV cache as this harness exports it "
                 f"(inputs: {', '.join(self.inputs)}; outputs: {', '.join(self.output_names[:3])}...)")
 
-    def new_cache(self, batch: int):
+    def new_cache(self, batch: int, max_length: int):
         if not self.use_cache:
             return None
         return tuple(empty_past(self.inputs[name], batch, self.graph.dtype(name), self.device)

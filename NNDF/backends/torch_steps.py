@@ -1,30 +1,93 @@
 """`frameworks` backend: the HuggingFace PyTorch model behind the step contract.
 
 The cache is HF's own `DynamicCache` (built from the model config, so sliding-window layers behave as in
-`generate`); position ids are passed only to models whose forward accepts them (BLOOM uses ALiBi and takes
-none). Runs under `torch.inference_mode` on the device the model lives on.
+`generate`), or with `static_cache` HF's `StaticCache`: buffers of the generation's full length written in place,
+so every one-token step has the same shapes. Position ids are passed only to models whose forward accepts them
+(BLOOM uses ALiBi and takes none). Runs under `torch.inference_mode` on the device the model lives on.
+
+With a static cache the one-token step can be replayed from a CUDA graph (`cuda_graph`) and compiled by
+`torch.compile` (`compile_step`, inductor without its own CUDA graphs: capture stays ours, so the graph, its
+static inputs and its cache are one object, `StaticSlot`). Slots are pooled per (rows, length): the benchmark's
+repeated generations reuse one captured graph.
 """
 from __future__ import annotations
 
 import inspect
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, StaticCache
+
+from NNDF.errors import UsageError
+
+
+class StaticSlot:
+    """A static cache for `rows` x `max_length` tokens plus the fixed-address inputs of its one-token step:
+    the attention mask at full width (columns not yet written are 1, the causal mask hides them), token ids,
+    positions, and once captured, the CUDA graph and its logits output. HF's layers keep their write position
+    on the device (`cumulative_length`), so a replayed step advances it without the host."""
+
+    def __init__(self, config, rows: int, max_length: int, device: torch.device):
+        self.rows, self.max_length = rows, max_length
+        self.cache = StaticCache(config=config, max_cache_len=max_length)
+        self.mask = torch.ones(rows, max_length, dtype=torch.long, device=device)
+        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None  # the graph's output, overwritten by each replay
+
+    def reset(self) -> StaticSlot:
+        self.mask.fill_(1)
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.zero_()
+        return self
+
+    def positions_state(self) -> list[torch.Tensor]:
+        return [layer.cumulative_length.clone() for layer in self.cache.layers]
+
+    def restore_positions(self, state: list[torch.Tensor]) -> None:
+        for layer, saved in zip(self.cache.layers, state):
+            layer.cumulative_length.copy_(saved)
+
+    def take_rows(self, source: StaticSlot, index: torch.Tensor) -> None:
+        """This slot's rows become `source`'s rows `index` (in place: captured graphs keep their addresses)."""
+        self.mask.copy_(source.mask.index_select(0, index))
+        for mine, theirs in zip(self.cache.layers, source.cache.layers):
+            keys, values = theirs.keys.index_select(0, index), theirs.values.index_select(0, index)
+            if not mine.is_initialized:
+                mine.lazy_initialization(keys, values)
+            mine.keys.copy_(keys)
+            mine.values.copy_(values)
+            mine.cumulative_length.copy_(theirs.cumulative_length)
+
+
+def check_static_cache_support(model: torch.nn.Module) -> None:
+    """HF marks the models whose forward works on a static cache (fixed shapes, no data-dependent host code)
+    with `_can_compile_fullgraph`; GPT-Neo, for one, slices its causal mask by the cache's length and would give
+    wrong tokens. Refuse the others in one line."""
+    if not getattr(model, "_can_compile_fullgraph", False):
+        raise UsageError(f"--static-cache: transformers' {type(model).__name__} does not support a static KV cache "
+                         "(it marks _can_compile_fullgraph False); drop --static-cache for this model")
 
 
 class TorchSteps:
     name = "frameworks"
 
-    def __init__(self, model: torch.nn.Module, use_cache: bool):
+    def __init__(self, model: torch.nn.Module, use_cache: bool, static_cache: bool = False,
+                 cuda_graph: bool = False, compile_step: bool = False):
         self.model = model.eval()
         self.device = next(model.parameters()).device
-        self.use_cache = use_cache
+        self.use_cache, self.static_cache, self.cuda_graph = use_cache, static_cache, cuda_graph
         params = inspect.signature(model.forward).parameters
         self._takes_positions = "position_ids" in params
         self._can_skip_logits = "logits_to_keep" in params  # LM head on the last position only, as HF generate
+        # the one-token step of a static cache: compiled shapes never change, so inductor compiles it once per rows
+        self._step_model = torch.compile(model, dynamic=False) if compile_step else model
+        self._slots: dict[tuple[int, int], StaticSlot] = {}
+        if static_cache:
+            check_static_cache_support(model)
 
-    @torch.inference_mode()
-    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
+    def _kwargs(self, input_ids, attention_mask, position_ids, cache, last_only) -> dict:
         kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=self.use_cache)
         if last_only and self._can_skip_logits:
             kwargs["logits_to_keep"] = 1
@@ -32,15 +95,71 @@ class TorchSteps:
             kwargs["position_ids"] = position_ids
         if self.use_cache:
             kwargs["past_key_values"] = cache
-        out = self.model(**kwargs)
+        return kwargs
+
+    @torch.inference_mode()
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
+        if isinstance(cache, StaticSlot):
+            return self._static_forward(input_ids, attention_mask, position_ids, cache, last_only)
+        out = self.model(**self._kwargs(input_ids, attention_mask, position_ids, cache, last_only))
         return out.logits, (out.past_key_values if self.use_cache else None)
 
-    def new_cache(self, batch: int):
-        return DynamicCache(config=self.model.config) if self.use_cache else None
+    def _static_forward(self, input_ids, attention_mask, position_ids, slot: StaticSlot, last_only):
+        slot.mask[:, : attention_mask.shape[1]].copy_(attention_mask)
+        if input_ids.shape[1] > 1 or attention_mask.shape[1] == input_ids.shape[1]:  # the prompt: eager
+            out = self.model(**self._kwargs(input_ids, slot.mask, position_ids, slot.cache, last_only))
+            return out.logits, slot
+        slot.ids.copy_(input_ids)
+        slot.positions.copy_(position_ids)
+        if not self.cuda_graph:
+            return self._one_token(slot), slot
+        if slot.graph is None:
+            self._capture(slot)
+        slot.graph.replay()
+        return slot.logits, slot  # valid until the next step (the loop reads it before stepping again)
+
+    def _one_token(self, slot: StaticSlot) -> torch.Tensor:
+        kwargs = self._kwargs(slot.ids, slot.mask, slot.positions, slot.cache, last_only=True)
+        return self._step_model(**kwargs).logits
+
+    def _capture(self, slot: StaticSlot) -> None:
+        """Warm up on a side stream (cuBLAS workspaces, inductor's compilation), then capture the step. Warm-up
+        writes the same K/V the real step writes; the write position is put back after each run."""
+        positions = slot.positions_state()
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._one_token(slot)
+                slot.restore_positions(positions)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            slot.logits = self._one_token(slot)
+        slot.restore_positions(positions)
+        slot.graph = graph
+
+    def new_cache(self, batch: int, max_length: int):
+        if not self.use_cache:
+            return None
+        if not self.static_cache:
+            return DynamicCache(config=self.model.config)
+        return self._slot(batch, max_length).reset()
+
+    def _slot(self, rows: int, max_length: int) -> StaticSlot:
+        key = (rows, max_length)
+        if key not in self._slots:
+            self._slots[key] = StaticSlot(self.model.config, rows, max_length, self.device)
+        return self._slots[key]
 
     def reorder_cache(self, cache, index):
+        if isinstance(cache, StaticSlot):
+            target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()
+            target.take_rows(cache, index)
+            return target
         cache.reorder_cache(index)
         return cache
 
     def close(self) -> None:
-        self.model = None
+        self.model = self._step_model = None
+        self._slots.clear()

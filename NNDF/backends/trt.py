@@ -181,5 +181,5 @@ class TensorRTBackend:
             folder = next(iter(paths.values())).parent.name
             print(f"warning: cached engine {folder} is unusable ({exc}); rebuilding", file=sys.stderr)
             engines = self._load_all(trt, self.engine_paths(run, trt, force=True))
-        ios = {part: TensorRTIO(trt, engine, run.device, run.trt.use_cuda_graph) for part, engine in engines.items()}
+        ios = {part: TensorRTIO(trt, engine, run.device, run.options.use_cuda_graph) for part, engine in engines.items()}
         return self.make_steps(run, ios, shapes)

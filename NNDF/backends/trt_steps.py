@@ -102,7 +102,7 @@ class TrtSteps:
             self.kv = KVBuffers(dims, max_rows, max_total, io.dtype(self.past_names[0]), device)
         self.profile = -1
 
-    def new_cache(self, batch: int):
+    def new_cache(self, batch: int, max_length: int):
         return TrtCache(batch, 0) if self.use_cache else None
 
     def reorder_cache(self, cache: TrtCache, index: torch.Tensor) -> TrtCache:

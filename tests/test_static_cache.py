@@ -1,0 +1,86 @@
+"""The static KV cache (and, on CUDA, the CUDA-graph step) produces the same tokens as the same backend with its
+plain growing cache: padded batches, greedy and beam search (prompt expansion to more rows, in-place beam
+reordering), EOS mid-way, and a second generation reusing the pooled buffers (and captured graph).
+
+On the CPU this runs the static cache alone; `tools/device/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
+where the CUDA-graph variants (and torch.compile for frameworks) join in.
+"""
+import os
+
+import pytest
+
+from NNDF import registry
+from NNDF.actions.common import backend_steps, encode, generate_prompt
+from NNDF.context import make_context
+from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
+from NNDF.options import ModelOptions
+
+from conftest import offline_variants, run_cli
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
+NEW = 12
+DECODERS = [v for v in offline_variants() if registry.family(v[0]).kind == "decoder"]
+# (static_cache, use_cuda_graph, torch_compile) per backend and device
+MODES = {"frameworks": [(True, False, False)] + ([(True, True, False), (True, True, True)] if DEVICE == "cuda" else []),
+         "onnxrt": [(True, False, False)] + ([(True, True, False)] if DEVICE == "cuda" else [])}
+CASES = [(b, m) for b, modes in MODES.items() for m in modes]
+
+
+def _tokens(run, backend, prompts, beams, eos):
+    with backend_steps(run, backend) as (_, steps):
+        out = []
+        for _ in range(2):  # the second generation reuses the static buffers (and the captured graph)
+            prompt = encode(run, prompts)
+            config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                                      pad_token_id=run.tokenizer.pad_token_id)
+            result = generate_prompt(steps, prompt, config)
+            out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
+        assert out[0] == out[1], "a second generation on the same buffers differs"
+        return out[0]
+
+
+def _run(family, name, workdir, static=False, graph=False, compiled=False):
+    return make_context(registry.family(family), ModelOptions(
+        variant=name, working_dir=str(workdir), batch_size=3, use_cache=True, use_mask=True, device=DEVICE,
+        static_cache=static, use_cuda_graph=graph, torch_compile=compiled))
+
+
+@pytest.mark.parametrize("variant", DECODERS, ids=lambda v: f"{v[0]}-{v[1]}")
+@pytest.mark.parametrize("backend,mode", CASES, ids=lambda c: c if isinstance(c, str) else
+                         "-".join(n for n, on in zip(("static", "graph", "compile"), c) if on))
+def test_static_cache_same_tokens(variant, backend, mode, workdir):
+    family, name = variant
+    plain, static = _run(family, name, workdir), _run(family, name, workdir, *mode)
+    if not plain.torch_model()._can_compile_fullgraph:  # HF's own static cache gives wrong tokens (GPT-Neo)
+        with pytest.raises(UsageError, match="does not support a static KV cache"):
+            _tokens(static, backend, PROMPTS, 1, None)
+        return
+    eos = plain.tokenizer.eos_token_id
+    for beams in (1, 3):
+        expected = _tokens(plain, backend, PROMPTS, beams, eos)
+        assert _tokens(static, backend, PROMPTS, beams, eos) == expected, f"beams={beams}"
+    # EOS mid-generation: a token the greedy search emits early becomes the EOS, so rows stop at different steps
+    early = expected[0][2]
+    for beams in (1, 3):
+        assert _tokens(static, backend, PROMPTS, beams, early) == _tokens(plain, backend, PROMPTS, beams, early)
+
+
+def test_static_cache_option_rules(workdir):
+    with pytest.raises(UsageError, match="--static-cache needs --use-cache"):
+        ModelOptions(static_cache=True)
+    with pytest.raises(UsageError, match="--torch-compile needs --static-cache"):
+        ModelOptions(use_cache=True, torch_compile=True)
+    with pytest.raises(UsageError, match="decoder-only families; T5 is seq2seq"):
+        make_context(registry.family("T5"), ModelOptions(use_cache=True, static_cache=True, working_dir=str(workdir)))
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU refusal")
+def test_cuda_graph_needs_cuda_cli(workdir):
+    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--static-cache", "--use-cuda-graph",
+                  "--cpu", "--working-dir", str(workdir))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == \
+        "error: --use-cuda-graph needs --device cuda (CUDA graphs are a GPU feature)"
+    assert "Traceback" not in out.stderr
