@@ -94,6 +94,17 @@ class ModelOptions(OptionGroup):
     def precision(self) -> str:
         return "fp16" if self.fp16 else "fp32"
 
+    def check_graph_needs_static(self, backend: str) -> None:
+        """frameworks and onnxrt capture only the static cache's fixed-shape step."""
+        if self.use_cuda_graph and not self.static_cache:
+            raise UsageError(f"--use-cuda-graph with the {backend} backend needs --static-cache (a growing cache "
+                             "changes shapes every step)")
+
+    @property
+    def cache_layout(self) -> str:
+        """How the KV cache is kept (artifact and engine names say it): nokv, kv (growing) or static."""
+        return "static" if self.static_cache else ("kv" if self.use_cache else "nokv")
+
 
 @dataclass(frozen=True)
 class SamplingOptions(OptionGroup):

@@ -7,6 +7,7 @@ from NNDF.backends.onnx_artifact import OnnxArtifact
 from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.context import RunContext
+from NNDF.options import ModelOptions
 from Seq2Seq.export import export_seq2seq, validate
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
 from Seq2Seq.task import SEQ2SEQ_LM
@@ -20,8 +21,8 @@ class Seq2SeqOnnx(OnnxArtifact):
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return SEQ2SEQ_LM.parts(use_cache)
 
-    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
-        return export_seq2seq(model, out_dir, use_cache, self.spec)
+    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
+        return export_seq2seq(model, out_dir, options.use_cache, self.spec)
 
     def steps(self, run: RunContext, paths: dict[str, Path]) -> Seq2SeqOrtSteps:
         return Seq2SeqOrtSteps(paths, run.device, run.options.use_cache, run.options.threads)

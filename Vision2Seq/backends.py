@@ -11,6 +11,7 @@ from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.backends.trt_profiles import EngineShapes, seq_range
 from NNDF.context import RunContext
+from NNDF.options import ModelOptions
 from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
 from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
@@ -39,8 +40,8 @@ class ImageTextOnnx(Seq2SeqOnnx):
 
     prefix = "vision2seq"
 
-    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
-        return export_seq2seq(ImageTextAdapter(model), out_dir, use_cache, self.spec, IMAGE_ENCODER)
+    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
+        return export_seq2seq(ImageTextAdapter(model), out_dir, options.use_cache, self.spec, IMAGE_ENCODER)
 
     def steps(self, run: RunContext, paths: dict[str, Path]) -> Seq2SeqOrtSteps:
         return Seq2SeqOrtSteps(paths, run.device, run.options.use_cache, run.options.threads, IMAGE_ENCODER.names)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from NNDF.backends.torch_steps import TorchSteps
 from NNDF.context import RunContext
-from NNDF.errors import UsageError
 
 
 class FrameworksBackend:
@@ -19,8 +18,6 @@ class FrameworksBackend:
 
     def setup(self, run: RunContext) -> TorchSteps:
         options = run.options
-        if options.use_cuda_graph and not options.static_cache:
-            raise UsageError("--use-cuda-graph with the frameworks backend needs --static-cache (a growing cache "
-                             "changes shapes every step)")
+        options.check_graph_needs_static(self.name)
         return TorchSteps(run.torch_model(), options.use_cache, options.static_cache, options.use_cuda_graph,
                           options.torch_compile)

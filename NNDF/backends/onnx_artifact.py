@@ -1,6 +1,6 @@
 """ONNX artifacts shared by the `onnxrt` and `trt` backends: export, reuse, or take the user's `--<part>-onnx`.
 
-An export is one folder under the working dir, `<prefix>-<precision>-<kv|nokv>/`, holding one file per part
+An export is one folder under the working dir, `<prefix>-<precision>-<kv|nokv|static>/`, holding one file per part
 (decoder-only: `model.onnx`; encoder-decoder: `encoder.onnx`, `decoder.onnx`, `cache_generator.onnx`) and a
 fingerprint of the model config, weights identity, export options and library versions; any difference
 re-exports. A fresh export is validated against PyTorch (on ONNX Runtime, on the run's device) before it is
@@ -17,6 +17,7 @@ from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
+from NNDF.options import ModelOptions
 from NNDF.parts import given_parts, part_flag
 from NNDF.progress import status
 
@@ -45,7 +46,7 @@ class OnnxArtifact:
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         raise NotImplementedError
 
-    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
+    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
         raise NotImplementedError
 
     def steps(self, run: RunContext, paths: dict[str, Path]):
@@ -55,7 +56,7 @@ class OnnxArtifact:
         raise NotImplementedError
 
     def artifact_name(self, run: RunContext) -> str:
-        return f"{self.prefix}-{run.options.precision}-{'kv' if run.options.use_cache else 'nokv'}"
+        return f"{self.prefix}-{run.options.precision}-{run.options.cache_layout}"
 
     def fingerprint(self, run: RunContext) -> dict:
         import onnx
@@ -65,7 +66,7 @@ class OnnxArtifact:
         return {
             "config": digest(run.source.config.to_dict()),
             "weights": weights_identity(run.source.local_dir, run.source.location),
-            "export": {"precision": run.options.precision, "use_cache": run.options.use_cache,
+            "export": {"precision": run.options.precision, "cache": run.options.cache_layout,
                        "device": run.device.type, "spec": repr(self.spec)},
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__},
         }
@@ -85,7 +86,7 @@ class OnnxArtifact:
         if fresh:
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
-                made = self.export(model, tmp, run.options.use_cache)
+                made = self.export(model, tmp, run.options)
                 max_diff = self.check(model, run, made)
                 write_json_atomic(tmp / VALIDATION, {"max_abs_diff_vs_pytorch": max_diff})
         self.max_diff = json.loads((folder / VALIDATION).read_text())["max_abs_diff_vs_pytorch"]
@@ -106,11 +107,18 @@ class DecoderOnnx(OnnxArtifact):
     def file_name(self, part: str) -> str:
         return "model.onnx"
 
-    def export(self, model, out_dir: Path, use_cache: bool) -> dict[str, Path]:
-        return {"decoder": export_decoder(model, out_dir, use_cache, self.spec)}
+    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
+        return {"decoder": export_decoder(model, out_dir, options.use_cache, self.spec, options.static_cache)}
 
     def steps(self, run: RunContext, paths: dict[str, Path]) -> OrtSteps:
-        return OrtSteps(paths["decoder"], run.device, run.options.use_cache, run.options.threads)
+        options = run.options
+        steps = OrtSteps(paths["decoder"], run.device, options.use_cache, options.threads, options.use_cuda_graph)
+        if steps.static != options.static_cache:
+            steps.close()
+            want = "a static-cache" if options.static_cache else "a growing-cache"
+            raise ArtifactError(f"{paths['decoder']} is not {want} decoder graph (--static-cache must match how "
+                                "it was exported)")
+        return steps
 
     def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
         return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)

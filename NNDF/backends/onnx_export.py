@@ -6,7 +6,15 @@ One graph serves both the prompt pass (past length 0) and the one-token steps:
     past.{i}.key / past.{i}.value [batch, heads, past, head_dim]
     -> logits [batch, seq, vocab], present.{i}.key / present.{i}.value [batch, heads, total, head_dim]
 
-Without the cache the graph is input_ids, attention_mask[, position_ids] -> logits. Export uses
+Without the cache the graph is input_ids, attention_mask[, position_ids] -> logits. The static-cache graph
+(`static=True`, HF's StaticCache inside) has fixed-length buffers and a write position instead:
+
+    input_ids [batch, seq], attention_mask [batch, max_length], position_ids [batch, seq], cache_position [] (where
+    this pass's first token goes), past.{i}.key / past.{i}.value [batch, heads, max_length, head_dim]
+    -> logits [batch, seq, vocab], present.{i}.* = past.{i}.* with the new keys and values written in place
+
+so every one-token step has the same shapes, and ONNX Runtime can write `present` into `past`'s own buffer
+(the update is a ScatterND that runs in place when its input and output share memory). Export uses
 `torch.onnx.export(dynamo=True)` (the TorchScript exporter fails on transformers' mask code). Afterwards the
 symbolic dimensions get readable names, tied weights stored twice are deduplicated, and models over 2 GB keep
 their weights in external data. Validation runs the file on ONNX Runtime for a padded prompt pass and a cached
@@ -41,8 +49,10 @@ class ExportSpec:
     fp16_clamp_always: bool = False  # export HF's data-dependent fp16 overflow clamp unconditionally (BART)
 
 
-def graph_names(num_layers: int, use_cache: bool, takes_positions: bool) -> tuple[list[str], list[str]]:
+def graph_names(num_layers: int, use_cache: bool, takes_positions: bool,
+                static: bool = False) -> tuple[list[str], list[str]]:
     inputs = ["input_ids", "attention_mask"] + (["position_ids"] if takes_positions else [])
+    inputs += ["cache_position"] if static else []
     outputs = ["logits"]
     if use_cache:
         inputs += [f"past.{i}.{kv}" for i in range(num_layers) for kv in ("key", "value")]
@@ -78,6 +88,43 @@ class _DecoderGraph(torch.nn.Module):
         return (out.logits, *presents)
 
 
+class _StaticDecoderGraph(_DecoderGraph):
+    """(ids, mask[, positions], cache_position, *past) -> (logits, *present) over HF's StaticCache: the layers
+    are HF's own, their buffers are the graph's past inputs (cloned: the graph does not mutate its inputs) and
+    their write position is `cache_position`; the buffers' length stays symbolic (max_length)."""
+
+    def forward(self, input_ids, attention_mask, *rest):
+        from transformers import StaticCache
+
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
+        if self.takes_positions:
+            kwargs["position_ids"], rest = rest[0], rest[1:]
+        write, past = rest[0], rest[1:]
+        cache = StaticCache(config=self.model.config, max_cache_len=past[0].shape[2])
+        for i, layer in enumerate(cache.layers):
+            layer.lazy_initialization(past[2 * i], past[2 * i + 1])
+            layer.keys, layer.values = past[2 * i].clone(), past[2 * i + 1].clone()
+            layer.cumulative_length = write.clone()
+        out = self.model(**kwargs, past_key_values=cache)
+        return (out.logits, *[t for layer in cache.layers for t in (layer.keys, layer.values)])
+
+
+def _static_example(model, batch: int, seq: int, past: int, spare: int, takes_positions: bool):
+    """`_example` with the cache in buffers of past + seq + spare positions (zeros after the written ones) and a
+    full-width mask (1 beyond the written columns, as the static steps pass it)."""
+    head_len = 3 if takes_positions else 2
+    args = _example(model, batch, seq, past, use_cache=True, takes_positions=takes_positions)
+    head, flat = args[:head_len], args[head_len:]
+    mask = torch.cat([head[1], head[1].new_ones(batch, spare)], dim=1)
+    buffers = []
+    for t in flat:
+        buffer = t.new_zeros(t.shape[0], t.shape[1], past + seq + spare, t.shape[3])
+        buffer[:, :, :past] = t
+        buffers.append(buffer)
+    write = torch.tensor(past, device=mask.device)
+    return (head[0], mask, *head[2:], write, *buffers)
+
+
 def _example(model, batch: int, seq: int, past: int, use_cache: bool, takes_positions: bool):
     """Example inputs: random ids with row 0 left-padded; with a cache, `past` tokens already run through
     the model (past > 0: the exporter specialises dimensions of size 0 and 1)."""
@@ -100,8 +147,11 @@ def _example(model, batch: int, seq: int, past: int, use_cache: bool, takes_posi
     return (*head, *flat)
 
 
-def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec: ExportSpec) -> Path:
+def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec: ExportSpec,
+                   static: bool = False) -> Path:
     """Export `model` to `out_dir/model.onnx` (+ `model.onnx.data` when large); returns the .onnx path."""
+    if static:
+        return _export_static_decoder(model, out_dir, spec)
     takes_positions = takes_position_ids(model)
     inputs, outputs = graph_names(model.config.num_hidden_layers, use_cache, takes_positions)
     args = _example(model, batch=2, seq=3, past=4 if use_cache else 0, use_cache=use_cache,
@@ -114,6 +164,30 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     export_graph(model, _DecoderGraph(model, use_cache, takes_positions), args, inputs, outputs, dynamic,
                  decoder_dim_names, path, spec)
     return path
+
+
+def _export_static_decoder(model: torch.nn.Module, out_dir: Path, spec: ExportSpec) -> Path:
+    from NNDF.backends.torch_steps import check_static_cache_support
+
+    check_static_cache_support(model)  # the graph runs HF's StaticCache code
+    takes_positions = takes_position_ids(model)
+    inputs, outputs = graph_names(model.config.num_hidden_layers, True, takes_positions, static=True)
+    args = _static_example(model, batch=2, seq=3, past=4, spare=2, takes_positions=takes_positions)
+    auto = torch.export.Dim.AUTO
+    rest = ([{0: auto, 1: auto}] if takes_positions else []) + [None]  # positions, cache_position (a scalar)
+    rest += [{0: auto, 2: auto}] * (len(args) - 2 - len(rest))
+    dynamic = ({0: auto, 1: auto}, {0: auto, 1: auto}, tuple(rest))
+    path = out_dir / "model.onnx"
+    export_graph(model, _StaticDecoderGraph(model, True, takes_positions), args, inputs, outputs, dynamic,
+                 static_dim_names, path, spec)
+    return path
+
+
+def static_dim_names(name: str) -> list | None:
+    """`decoder_dim_names` for the static-cache graph: the mask and the buffers have the full length."""
+    if name == "attention_mask" or name.startswith(("past.", "present.")):
+        return ["batch", "max_length"] if name == "attention_mask" else ["batch", None, "max_length", None]
+    return decoder_dim_names(name)
 
 
 def decoder_dim_names(name: str) -> list | None:
@@ -138,7 +212,7 @@ def export_graph(model: torch.nn.Module, graph: torch.nn.Module, args: tuple, in
             unconditional_fp16_clamp(spec.fp16_clamp_always):
         try:
             program = torch.onnx.export(
-                graph, args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
+                graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
                 opset_version=spec.opset, verbose=False,
             )
         except Exception as exc:  # torch.export raises many types; the user gets its summary in one line

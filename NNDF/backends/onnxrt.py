@@ -33,6 +33,7 @@ class OnnxRuntimeBackend:
         return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
 
     def setup(self, run: RunContext):
+        run.options.check_graph_needs_static(self.name)
         paths, fresh = self.onnx.paths(run)
         try:
             return self.onnx.steps(run, paths)

@@ -4,7 +4,11 @@
 wrapping its outputs copies nothing. On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by
 pointer for every input and output, and ONNX Runtime runs on torch's current stream: tokens, masks and cache
 never visit the host. `OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
-tensors (present.* of the previous step become past.* of the next).
+tensors (present.* of the previous step become past.* of the next), or for a static-cache graph (one with a
+`cache_position` input) an `OrtStaticSlot`: full-length buffers bound as both past and present, so the graph
+writes the new keys and values in place and every one-token step has the same shapes and addresses. With
+`cuda_graph`, ONNX Runtime captures that step once per slot (its CUDA-graph mode, `gpu_graph_id` = the slot's
+id) and replays it; the prompt pass runs uncaptured (`gpu_graph_id` -1).
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64
 _TORCH = {np.float32: torch.float32, np.float16: torch.float16, np.int64: torch.int64}
 
 
-def make_session(path: Path, device: torch.device, threads: int = 0):
+def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_stream=None):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -33,10 +37,13 @@ def make_session(path: Path, device: torch.device, threads: int = 0):
             raise BackendUnavailable(
                 "onnxrt on cuda needs onnxruntime-gpu (this onnxruntime has "
                 f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu")
-        stream = torch.cuda.current_stream(device).cuda_stream
+        # CUDA graphs cannot be captured on the legacy default stream: a graph session gets a stream of its own
+        stream = (cuda_graph_stream or torch.cuda.current_stream(device)).cuda_stream
         # use_tf32=0: fp32 means fp32 (TF32 matmuls differ from PyTorch's fp32 by ~5e-3 on GPT-2 logits)
-        providers = [("CUDAExecutionProvider", {"device_id": device.index or 0, "user_compute_stream": str(stream),
-                                                "use_tf32": "0"})]
+        cuda = {"device_id": str(device.index or 0), "user_compute_stream": str(stream), "use_tf32": "0"}
+        if cuda_graph_stream is not None:
+            cuda["enable_cuda_graph"] = "1"
+        providers = [("CUDAExecutionProvider", cuda)]
     else:
         providers = ["CPUExecutionProvider"]
     try:
@@ -54,9 +61,10 @@ class OrtGraph:
     the bound inputs (plus `extra_dims` for names only outputs have, e.g. "total" = past + new tokens).
     """
 
-    def __init__(self, path: Path, device: torch.device, threads: int = 0):
+    def __init__(self, path: Path, device: torch.device, threads: int = 0, cuda_graph: bool = False):
         self.path, self.device = path, device
-        self.session = make_session(path, device, threads)
+        self.stream = torch.cuda.Stream(device) if cuda_graph else None
+        self.session = make_session(path, device, threads, self.stream)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name: o for o in self.session.get_outputs()}
         self.output_names = list(self.outputs)
@@ -65,27 +73,42 @@ class OrtGraph:
         meta = self.inputs.get(name) or self.outputs[name]
         return _TORCH[_NP[meta.type]]
 
-    def run(self, feeds: dict, extra_dims: dict | None = None) -> list[torch.Tensor]:
-        if self.device.type != "cuda":
+    def run(self, feeds: dict, extra_dims: dict | None = None, outputs: dict | None = None,
+            graph_id: int = -1) -> list[torch.Tensor]:
+        """Outputs in graph order; `outputs` names buffers to write into (bound by pointer, e.g. a static cache's
+        own buffers), `graph_id` the CUDA graph to capture or replay (-1: none; needs a `cuda_graph` session)."""
+        if self.device.type != "cuda" and not outputs:
             arrays = {k: v.contiguous().numpy() for k, v in feeds.items()}
             return [torch.from_numpy(a) for a in self.session.run(self.output_names, arrays)]
         feeds = {k: v.contiguous() for k, v in feeds.items()}  # kept alive until the run ends
         binding = self.session.io_binding()
-        index = self.device.index or 0
+        place, index = self.device.type, self.device.index or 0
         dims = dict(extra_dims or {})
         for name, tensor in feeds.items():
             for label, size in zip(self.inputs[name].shape, tensor.shape):
                 if isinstance(label, str):
                     dims[label] = size
-            binding.bind_input(name, "cuda", index, _NP[self.inputs[name].type], tuple(tensor.shape),
+            binding.bind_input(name, place, index, _NP[self.inputs[name].type], tuple(tensor.shape),
                                tensor.data_ptr())
-        outputs = [torch.empty(self._shape(name, dims), dtype=self.dtype(name), device=self.device)
+        given = outputs or {}
+        results = [given[name] if name in given else
+                   torch.empty(self._shape(name, dims), dtype=self.dtype(name), device=self.device)
                    for name in self.output_names]
-        for name, tensor in zip(self.output_names, outputs):
-            binding.bind_output(name, "cuda", index, _NP[self.outputs[name].type], tuple(tensor.shape),
+        for name, tensor in zip(self.output_names, results):
+            binding.bind_output(name, place, index, _NP[self.outputs[name].type], tuple(tensor.shape),
                                 tensor.data_ptr())
-        self.session.run_with_iobinding(binding)
-        return outputs
+        if self.stream is None:
+            self.session.run_with_iobinding(binding)
+            return results
+        import onnxruntime as ort
+
+        run_options = ort.RunOptions()
+        run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)  # inputs written by torch are ready
+        self.session.run_with_iobinding(binding, run_options)
+        current.wait_stream(self.stream)
+        return results
 
     def _shape(self, name: str, dims: dict) -> tuple[int, ...]:
         shape = []
@@ -103,16 +126,52 @@ class OrtGraph:
         self.session = None
 
 
+class OrtStaticSlot:
+    """Static cache of one (rows, max_length) for a static-cache graph: the past buffers (bound as present too),
+    the full-width mask (1 beyond the written columns; the causal mask hides them), the one-token step's inputs
+    and logits at fixed addresses, and the CUDA graph id of that step."""
+
+    def __init__(self, steps: OrtSteps, rows: int, max_length: int, graph_id: int):
+        device = steps.device
+        self.rows, self.max_length, self.graph_id = rows, max_length, graph_id
+        self.past = [empty_past(steps.inputs[name], rows, steps.graph.dtype(name), device, max_length)
+                     for name in steps.past_names]
+        self.mask = torch.ones(rows, max_length, dtype=torch.long, device=device)
+        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.write = torch.zeros((), dtype=torch.long, device=device)
+        vocab = steps.graph.outputs["logits"].shape[-1]
+        self.logits = torch.empty(rows, 1, vocab, dtype=steps.graph.dtype("logits"), device=device)
+
+    def reset(self) -> OrtStaticSlot:
+        self.mask.fill_(1)
+        return self
+
+    def take_rows(self, source: OrtStaticSlot, index: torch.Tensor) -> None:
+        """This slot's rows become `source`'s rows `index`, in place (the captured step keeps its addresses)."""
+        self.mask.copy_(source.mask.index_select(0, index))
+        for mine, theirs in zip(self.past, source.past):
+            mine.copy_(theirs.index_select(0, index))
+
+
 class OrtSteps:
     name = "onnxrt"
 
-    def __init__(self, path: Path, device: torch.device, use_cache: bool, threads: int = 0):
+    def __init__(self, path: Path, device: torch.device, use_cache: bool, threads: int = 0,
+                 cuda_graph: bool = False):
         self.device, self.use_cache = device, use_cache
-        self.graph = OrtGraph(path, device, threads)
+        self.graph = OrtGraph(path, device, threads, cuda_graph)
         self.inputs, self.output_names = self.graph.inputs, self.graph.output_names
         self._check_signature(path)
         self.past_names = [n for n in self.inputs if n.startswith("past.")]
+        self.present_names = [n for n in self.output_names if n.startswith("present.")]
         self.takes_positions = "position_ids" in self.inputs
+        self.static = "cache_position" in self.inputs
+        if cuda_graph and not self.static:
+            raise ArtifactError(f"{path} has a growing KV cache: CUDA graphs need the static-cache graph "
+                                "(export with --static-cache)")
+        self.cuda_graph = cuda_graph
+        self._slots: dict[tuple[int, int], OrtStaticSlot] = {}
 
     def _check_signature(self, path: Path) -> None:
         has_past = any(n.startswith("past.") for n in self.inputs)
@@ -126,14 +185,28 @@ class OrtSteps:
     def new_cache(self, batch: int, max_length: int):
         if not self.use_cache:
             return None
+        if self.static:
+            return self._slot(batch, max_length).reset()
         return tuple(empty_past(self.inputs[name], batch, self.graph.dtype(name), self.device)
                      for name in self.past_names)
 
+    def _slot(self, rows: int, max_length: int) -> OrtStaticSlot:
+        key = (rows, max_length)
+        if key not in self._slots:
+            self._slots[key] = OrtStaticSlot(self, rows, max_length, graph_id=len(self._slots) + 1)
+        return self._slots[key]
+
     def reorder_cache(self, cache, index):
+        if isinstance(cache, OrtStaticSlot):
+            target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()
+            target.take_rows(cache, index)
+            return target
         return tuple(t.index_select(0, index) for t in cache)
 
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
         # the graph always computes logits for every position (accuracy needs them); `last_only` is a hint
+        if isinstance(cache, OrtStaticSlot):
+            return self._static_forward(input_ids, attention_mask, position_ids, cache)
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.takes_positions:
             feeds["position_ids"] = position_ids
@@ -142,11 +215,32 @@ class OrtSteps:
         outputs = self.graph.run(feeds, {"total": attention_mask.shape[1]})
         return outputs[0], (tuple(outputs[1:]) if self.use_cache else None)
 
+    def _static_forward(self, input_ids, attention_mask, position_ids, slot: OrtStaticSlot):
+        width, seq = attention_mask.shape[1], input_ids.shape[1]
+        slot.mask[:, :width].copy_(attention_mask)
+        slot.write.fill_(width - seq)
+        presents = dict(zip(self.present_names, slot.past))  # written in place
+        one_token = seq == 1 and width > 1
+        if one_token:  # fixed addresses: the step a CUDA graph replays
+            slot.ids.copy_(input_ids)
+            slot.positions.copy_(position_ids)
+            input_ids, position_ids = slot.ids, slot.positions
+            presents["logits"] = slot.logits
+        feeds = {"input_ids": input_ids, "attention_mask": slot.mask, "cache_position": slot.write}
+        if self.takes_positions:
+            feeds["position_ids"] = position_ids
+        feeds.update(zip(self.past_names, slot.past))
+        graph_id = slot.graph_id if one_token and self.cuda_graph else -1
+        logits = self.graph.run(feeds, outputs=presents, graph_id=graph_id)[0]
+        return logits, slot
+
     def close(self) -> None:
         self.graph.close()
+        self._slots.clear()
 
 
-def empty_past(meta, batch: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """A cache tensor with no positions yet [batch, heads, 0, head_dim] (heads and head_dim from the graph)."""
+def empty_past(meta, batch: int, dtype: torch.dtype, device, length: int = 0) -> torch.Tensor:
+    """A cache tensor [batch, heads, length, head_dim] of zeros (heads and head_dim from the graph): no
+    positions yet, or a static cache's full length."""
     _, heads, _, head_dim = meta.shape
-    return torch.zeros(batch, heads, 0, head_dim, dtype=dtype, device=device)
+    return torch.zeros(batch, heads, length, head_dim, dtype=dtype, device=device)
