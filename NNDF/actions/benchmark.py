@@ -6,7 +6,8 @@ encoder, its cross-attention cache and the first decoder step, with the encoder'
 decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
 tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
 `--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
-marked by a logits processor), as an outside reference.
+marked by a logits processor), as an outside reference; with `--static-cache` HF's own static cache
+(`cache_implementation="static"`), reported as "hf-generate-static".
 """
 from __future__ import annotations
 
@@ -102,6 +103,9 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
                 self.clock.first_token()
             return scores
 
+    static = {"cache_implementation": "static"} if run.options.static_cache else {}
+    name = "hf-generate-static" if static else "hf-generate"
+
     def call():
         prompt = _random_prompt(run, bench, generator)
         inputs = run.family.task.hf_generate_inputs(run, prompt)
@@ -109,14 +113,14 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
         with torch.inference_mode():
             model.generate(**inputs, max_new_tokens=bench.output_seq_len,
                            min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,
-                           use_cache=run.options.use_cache,
+                           use_cache=run.options.use_cache, **static,
                            logits_processor=LogitsProcessorList([Mark(clock)]))
         clock.finished()
         return clock.seconds()
 
     with MemoryWatch(run.device) as memory:
-        samples = measure(call, timing, "hf-generate")
-    return _summarize("hf-generate", samples, bench, run.options.batch_size, timing, memory)
+        samples = measure(call, timing, name)
+    return _summarize(name, samples, bench, run.options.batch_size, timing, memory)
 
 
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
@@ -125,7 +129,8 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
     report = Report("benchmark", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
-        "use_cache": options.use_cache, "num_beams": options.num_beams, "iterations": timing.iterations,
+        "use_cache": options.use_cache, "static_cache": options.static_cache, "use_cuda_graph": options.use_cuda_graph,
+        "torch_compile": options.torch_compile, "num_beams": options.num_beams, "iterations": timing.iterations,
         "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
     if bench.hf_baseline:
         report.results.append(_bench_hf_generate(run, sampling, timing, bench))

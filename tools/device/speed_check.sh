@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The GPU speed check (static KV cache, CUDA graphs), in ONE device call once the packages from
+# ../shared/device/stage.sh (+ tools/device/resplit.sh) are installed in /tmp/site:
+#
+#   run(command='sh .device/part-08/install.sh && bash tools/device/speed_check.sh', carry=['.device/part-08', '.whl'])
+#
+# 1. tests/test_static_cache.py on CUDA: the static cache, its CUDA-graph step (frameworks and onnxrt) and the
+#    torch.compile'd graph step give the same tokens as the plain path (fp32, every decoder family, greedy/beam,
+#    padded batches, EOS, buffer and graph reuse).
+# 2. tools/device/speed_matrix.py: the fp16 benchmark matrix -> $OUT/speed.json, speed.md, per-token plots.
+# 3. where ONNX Runtime places the exported GPT-2 graphs' nodes (Memcpy nodes would rule out its CUDA graphs).
+#
+#   bash tools/device/speed_check.sh quick   # GPT-2 124M shapes at batch 1 only (no gpt2-xl, no families)
+set -uo pipefail
+. "$(dirname "$0")/env.sh"
+{
+nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__)"
+python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
+[ "${1:-all}" = quick ] || python3 tools/make_shapes_model.py gpt2-xl /tmp/shapes/gpt2-xl >/dev/null 2>&1
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_static_cache.py 2>&1 | tail -15
+python3 tools/device/speed_matrix.py "$OUT" $([ "${1:-all}" = quick ] && echo --quick) --workdir /tmp/wd
+for f in /tmp/wd/GPT2/*/decoder-fp16-*/model.onnx; do python3 tools/device/ort_placement.py "$f"; done
+} 2>&1 | tee "$OUT/speed.log"
+rmdir "$OUT/builds" 2>/dev/null || true
