@@ -159,8 +159,9 @@ class OrtIO:
             target[...] = value
 
 
-@pytest.mark.parametrize("family,use_cache", [("GPT2", True), ("GPT2", False), ("BLOOM", True)])
-def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
+@pytest.mark.parametrize("family,cache", [("GPT2", "kv"), ("GPT2", "nokv"), ("BLOOM", "kv"), ("GPT2", "static"),
+                                          ("BLOOM", "static")])
+def test_trt_steps_bookkeeping_gives_hf_tokens(family, cache, workdir):
     """TrtSteps through the shared loop (greedy and beam, padded batch), with ONNX Runtime executing each
     bound step, equals HF generate: the binding shapes, buffer views and beam reordering are right."""
     from NNDF import registry
@@ -170,8 +171,10 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig, generate
 
+    use_cache = cache != "nokv"
     run = make_context(registry.family(family), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
-                                                             use_mask=True, device="cpu"))
+                                                             static_cache=cache == "static", use_mask=True,
+                                                             device="cpu"))
     path, _ = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec).path(run)
     prompt = encode(run, ["The for statement is used to", "A", "Names refer to"])
     ids, mask = prompt.input_ids, prompt.attention_mask
@@ -191,6 +194,8 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, use_cache, workdir):
         if use_cache:
             assert io.profiles == [0, 1]  # prompt profile once, then the one-token-step profile
             assert io.graph_keys[0] is None and all(k is not None for k in io.graph_keys[1:])
+            if cache == "static":  # one shape for every step: a graph per buffer parity, not per position
+                assert len(set(io.graph_keys[1:])) <= 2, set(io.graph_keys[1:])
         else:
             assert io.profiles == [0] and set(io.graph_keys) == {None}
 

@@ -110,9 +110,11 @@ class DecoderOnnx(OnnxArtifact):
     def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
         return {"decoder": export_decoder(model, out_dir, options.use_cache, self.spec, options.static_cache)}
 
-    def steps(self, run: RunContext, paths: dict[str, Path]) -> OrtSteps:
+    def steps(self, run: RunContext, paths: dict[str, Path], cuda_graph: bool | None = None) -> OrtSteps:
+        """OrtSteps over the decoder (CUDA graphs as the run asks, unless `cuda_graph` says otherwise)."""
         options = run.options
-        steps = OrtSteps(paths["decoder"], run.device, options.use_cache, options.threads, options.use_cuda_graph)
+        cuda_graph = options.use_cuda_graph and options.static_cache if cuda_graph is None else cuda_graph
+        steps = OrtSteps(paths["decoder"], run.device, options.use_cache, options.threads, cuda_graph)
         if steps.static != options.static_cache:
             steps.close()
             want = "a static-cache" if options.static_cache else "a growing-cache"
@@ -121,7 +123,8 @@ class DecoderOnnx(OnnxArtifact):
         return steps
 
     def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
-        return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)
+        return validate(model, lambda: self.steps(run, paths, cuda_graph=False), run.options.use_cache, self.spec,
+                        run.options.fp16)
 
     def path(self, run: RunContext, force: bool = False) -> tuple[Path, bool]:
         paths, fresh = self.paths(run, force)

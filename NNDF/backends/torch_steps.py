@@ -139,6 +139,7 @@ class TorchSteps:
         slot.restore_positions(positions)
         slot.graph = graph
 
+    @torch.inference_mode()  # the slots' tensors are inference tensors (made and updated inside forward)
     def new_cache(self, batch: int, max_length: int):
         if not self.use_cache:
             return None
@@ -152,6 +153,7 @@ class TorchSteps:
             self._slots[key] = StaticSlot(self.model.config, rows, max_length, self.device)
         return self._slots[key]
 
+    @torch.inference_mode()
     def reorder_cache(self, cache, index):
         if isinstance(cache, StaticSlot):
             target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()

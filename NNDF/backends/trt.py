@@ -102,7 +102,7 @@ class TensorRTBackend:
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
         dims, positions = _past_dims(onnx_paths["decoder"])
-        return {"decoder": decoder_profiles(shapes, dims, positions, run.options.use_cache)}
+        return {"decoder": decoder_profiles(shapes, dims, positions, run.options.use_cache, run.options.static_cache)}
 
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
         return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)

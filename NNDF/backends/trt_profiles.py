@@ -8,6 +8,8 @@ over the same graph:
     1 "step":   input_ids [rows, 1],            attention_mask [rows, 2..max_total], past.* [rows, H, 1..max_total-1, D]
 
 Without a cache one profile covers full recomputation: input_ids / attention_mask [batch..rows, 1..max_total].
+A static-cache graph (`--static-cache`) has the mask and past.* at the generation's full length L (prompt + new
+tokens, 2..max_total) in both profiles; the prompt profile differs in its token count and rows.
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def engine_shapes(config, options: ModelOptions, trt: TRTOptions) -> EngineShape
 
 
 def decoder_profiles(shapes: EngineShapes, past_dims: dict[str, tuple[int, int]], takes_positions: bool,
-                     use_cache: bool) -> list[Profile]:
+                     use_cache: bool, static: bool = False) -> list[Profile]:
     """Profiles for the decoder graph; `past_dims` maps each past input to its (heads, head_dim)."""
 
     def profile(name: str, r: Range, new: Range, total: Range, past: Range | None) -> Profile:
@@ -93,6 +95,10 @@ def decoder_profiles(shapes: EngineShapes, past_dims: dict[str, tuple[int, int]]
         full = seq_range(1, shapes.max_total)
         return [profile("full", shapes.any_rows, full, full, None)]
     prompt = seq_range(1, shapes.max_input)
+    if static:
+        length = seq_range(2, shapes.max_total)
+        return [profile("prompt", shapes.batch, prompt, length, length),
+                profile("step", shapes.rows, Range(1, 1, 1), length, length)]
     return [profile("prompt", shapes.batch, prompt, prompt, Range(0, 0, 0)),
             profile("step", shapes.rows, Range(1, 1, 1), seq_range(2, shapes.max_total),
                     seq_range(1, shapes.max_total - 1))]
@@ -120,7 +126,7 @@ def engine_name(family: str, variant: str, options: ModelOptions, trt: TRTOption
     """The seed's naming: model, variant, precision, cache, batch (or range), beams, lengths, postfix."""
     batch = (f"dynbatch{trt.min_dynamic_batch}-{shapes.rows.max // options.num_beams}" if trt.dynamic_batch
              else f"batch{options.batch_size}")
-    parts = [family, variant, options.precision, "kv" if options.use_cache else "nokv", batch,
+    parts = [family, variant, options.precision, options.cache_layout, batch,
              f"beams{options.num_beams}", f"in{shapes.max_input}", f"out{shapes.max_output}",
              f"pos{shapes.max_total}"]
     if trt.engine_postfix:

@@ -8,6 +8,11 @@ Every buffer is a torch tensor allocated once at the profile maxima and bound by
 - Logits: one flat buffer viewed as [rows, seq, vocab] (valid until the next call).
 Execution is enqueued on torch's current stream. With `use_cuda_graph`, a one-token step is captured once
 per (rows, past length, buffer parity) and replayed: inputs are copied into static buffers first.
+- Static-cache engines (built from the `--static-cache` graph: a `cache_position` input, past/present and mask of
+  the generation's full length) have the same shapes at every one-token step: a graph per (rows, length,
+  parity), i.e. two per generation shape instead of two per position. The buffers start zeroed (unwritten
+  positions are masked, but 0 x NaN would still be NaN) and each step carries the whole cache to the other
+  buffer (TensorRT cannot write an input in place).
 
 `KVBuffers` and `TrtSteps` hold the bookkeeping (shapes, views, swaps, profiles) and reach the engine only
 through `EngineIO`, so they are tested on the CPU with ONNX Runtime standing in for the engine
@@ -25,10 +30,12 @@ from NNDF.errors import UsageError
 
 @dataclass(frozen=True)
 class TrtCache:
-    """What the generation loop holds for a TensorRT run: rows and cached length (the data stays in KVBuffers)."""
+    """What the generation loop holds for a TensorRT run: rows and cached length (the data stays in KVBuffers);
+    `capacity`: a static cache's full length (0: the cache grows)."""
 
     rows: int
     length: int
+    capacity: int = 0
 
 
 class KVBuffers:
@@ -37,7 +44,7 @@ class KVBuffers:
     def __init__(self, dims: list[tuple[int, int]], max_rows: int, max_total: int, dtype, device):
         self.dims, self.max_rows, self.max_total = dims, max_rows, max_total
         size = lambda h, d: max_rows * h * max_total * d  # noqa: E731
-        self.buffers = [[torch.empty(size(h, d), dtype=dtype, device=device) for h, d in dims] for _ in range(2)]
+        self.buffers = [[torch.zeros(size(h, d), dtype=dtype, device=device) for h, d in dims] for _ in range(2)]
         self.current = 0  # index of the buffer set holding the cache
 
     def _views(self, which: int, rows: int, length: int) -> list[torch.Tensor]:
@@ -95,7 +102,8 @@ class TrtSteps:
         self.logits = torch.empty(max_rows * max_total * self.vocab, dtype=io.dtype("logits"), device=device)
         # static input buffers: fixed addresses, so a captured CUDA graph reads this step's tokens
         self.static = {n: torch.empty(max_rows * max_total, dtype=io.dtype(n), device=device)
-                       for n in ("input_ids", "attention_mask", "position_ids") if n in io.inputs}
+                       for n in ("input_ids", "attention_mask", "position_ids", "cache_position") if n in io.inputs}
+        self.static_cache = "cache_position" in io.inputs
         self.kv = None
         if use_cache:
             dims = [tuple(io.shape(n))[1::2] for n in self.past_names]  # (heads, head_dim)
@@ -103,11 +111,13 @@ class TrtSteps:
         self.profile = -1
 
     def new_cache(self, batch: int, max_length: int):
-        return TrtCache(batch, 0) if self.use_cache else None
+        if not self.use_cache:
+            return None
+        return TrtCache(batch, 0, max_length if self.static_cache else 0)
 
     def reorder_cache(self, cache: TrtCache, index: torch.Tensor) -> TrtCache:
-        self.kv.reorder(index, cache.rows, cache.length)
-        return TrtCache(len(index), cache.length)
+        self.kv.reorder(index, cache.rows, cache.capacity or cache.length)
+        return TrtCache(len(index), cache.length, cache.capacity)
 
     def _select_profile(self, profile: int) -> None:
         if profile != self.profile:
@@ -119,25 +129,33 @@ class TrtSteps:
         past = cache.length if self.use_cache else 0
         total = attention_mask.shape[1]
         self._select_profile(1 if self.use_cache and past > 0 else 0)
+        width = cache.capacity if self.static_cache else total  # the cache tensors' length
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids}
+        if self.static_cache:  # full-width mask, 1 beyond the written columns (the causal mask hides them)
+            feeds["attention_mask"] = torch.nn.functional.pad(attention_mask, (0, width - total), value=1)
         for name, buffer in self.static.items():
-            value = feeds[name]
-            view = buffer[: value.numel()].view(value.shape)
-            view.copy_(value)  # device to device; the host never sees the tokens
+            if name == "cache_position":  # where this pass's first token goes: a scalar
+                view = buffer[:1].view(())
+                view.fill_(past)
+            else:
+                value = feeds[name]
+                view = buffer[: value.numel()].view(value.shape)
+                view.copy_(value)  # device to device; the host never sees the tokens
             self.io.bind(name, view, True)
         logits = self.logits[: rows * seq * self.vocab].view(rows, seq, self.vocab)
         self.io.bind("logits", logits, False)
         if self.use_cache:
-            for name, tensor in zip(self.past_names, self.kv.past(rows, past)):
+            for name, tensor in zip(self.past_names, self.kv.past(rows, width if self.static_cache else past)):
                 self.io.bind(name, tensor, True)
-            for name, tensor in zip(self.present_names, self.kv.present(rows, total)):
+            for name, tensor in zip(self.present_names, self.kv.present(rows, width)):
                 self.io.bind(name, tensor, False)
         one_token_step = self.use_cache and seq == 1 and past > 0
-        self.io.execute((rows, past, self.kv.current) if one_token_step else None)
+        key = (rows, width if self.static_cache else past, self.kv.current) if one_token_step else None
+        self.io.execute(key)
         if not self.use_cache:
             return logits, None
         self.kv.swap()
-        return logits, TrtCache(rows, total)
+        return logits, TrtCache(rows, total, cache.capacity)
 
     def close(self) -> None:
         self.io, self.kv, self.logits, self.static = None, None, None, None

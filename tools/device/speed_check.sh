@@ -10,16 +10,26 @@
 # 2. tools/device/speed_matrix.py: the fp16 benchmark matrix -> $OUT/speed.json, speed.md, per-token plots.
 # 3. where ONNX Runtime places the exported GPT-2 graphs' nodes (Memcpy nodes would rule out its CUDA graphs).
 #
-#   bash tools/device/speed_check.sh quick   # GPT-2 124M shapes at batch 1 only (no gpt2-xl, no families)
+#   bash tools/device/speed_check.sh [all|gpt2|xl|quick]
+# all: everything (about 15 minutes on an H200: more than the device tool's 10-minute call, so there it runs
+# as `gpt2` (tests, GPT-2 124M at batch 1 and 8, the families' offline defaults, TensorRT static-cache builds)
+# and then `xl` (gpt2-xl shapes) on the same warm machine); quick: GPT-2 124M at batch 1 only.
 set -uo pipefail
 . "$(dirname "$0")/env.sh"
+GROUP=${1:-all}
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__)"
 python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
-[ "${1:-all}" = quick ] || python3 tools/make_shapes_model.py gpt2-xl /tmp/shapes/gpt2-xl >/dev/null 2>&1
-HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_static_cache.py 2>&1 | tail -15
-python3 tools/device/speed_matrix.py "$OUT" $([ "${1:-all}" = quick ] && echo --quick) --workdir /tmp/wd
-for f in /tmp/wd/GPT2/*/decoder-fp16-*/model.onnx; do python3 tools/device/ort_placement.py "$f"; done
-} 2>&1 | tee "$OUT/speed.log"
+case $GROUP in all|xl) python3 tools/make_shapes_model.py gpt2-xl /tmp/shapes/gpt2-xl >/dev/null 2>&1;; esac
+case $GROUP in all|gpt2|quick)
+  HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_static_cache.py 2>&1 | tail -15;; esac
+python3 tools/device/speed_matrix.py "$OUT" --group "$GROUP" --workdir /tmp/wd
+case $GROUP in all|gpt2)
+  for cache in --use-cache "--use-cache --static-cache"; do  # engine builds only: TensorRT-RTX cannot run on Hopper
+    python3 run.py run GPT2 trt --build-only --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 $cache \
+      --input-profile-max-len 128 --output-profile-max-len 256 -wd /tmp/wd 2>&1 | tail -6
+  done
+  for f in /tmp/wd/GPT2/*/decoder-fp16-*/model.onnx; do python3 tools/device/ort_placement.py "$f" 2>&1 | grep -v scatter_nd; done;; esac
+} 2>&1 | tee "$OUT/speed-$GROUP.log"
 rmdir "$OUT/builds" 2>/dev/null || true
