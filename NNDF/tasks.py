@@ -75,6 +75,14 @@ class CausalLM:
         ids, mask = tokenize(run, texts)
         return Prompt(ids, mask)
 
+    def position_limit(self, run) -> int | None:
+        """Longest prompt + generation the model's learned positions allow (None: no table, e.g. ALiBi)."""
+        for attr in ("n_positions", "max_position_embeddings"):
+            value = getattr(run.source.config, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
         ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)
         return Prompt(ids, torch.ones_like(ids))

@@ -21,6 +21,9 @@ class Seq2SeqLM(CausalLM):
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
 
+    def position_limit(self, run) -> int | None:
+        return None  # the prompt goes to the encoder, the new tokens to the decoder: no shared budget
+
     def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
         return {**prompt.encoder, "pad_token_id": self.special_ids(run)[1]}
 

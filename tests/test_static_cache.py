@@ -65,7 +65,12 @@ def test_static_cache_same_tokens(case, workdir):
     eos = plain.tokenizer.eos_token_id
     for beams in (1, 3):
         expected = _tokens(plain, backend, PROMPTS, beams, eos)
-        assert _tokens(static, backend, PROMPTS, beams, eos) == expected, f"beams={beams}"
+        try:
+            got = _tokens(static, backend, PROMPTS, beams, eos)
+        except UsageError as exc:  # seen on transformers 5.17 (GPT-J, BLOOM: eager attention); 5.23 captures them
+            assert "cannot be captured with transformers" in str(exc)
+            pytest.skip(str(exc))
+        assert got == expected, f"beams={beams}"
     # EOS mid-generation: a token the greedy search emits early becomes the EOS, so rows stop at different steps
     early = expected[0][2]
     for beams in (1, 3):
@@ -89,3 +94,12 @@ def test_cuda_graph_needs_cuda_cli(workdir):
     assert out.stderr.strip().splitlines()[-1] == \
         "error: --use-cuda-graph needs --device cuda (CUDA graphs are a GPU feature)"
     assert "Traceback" not in out.stderr
+
+
+def test_benchmark_beyond_position_table_is_refused(workdir):
+    """On CUDA this would be a device-side assert that poisons the process (seen on the H200)."""
+    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--input-seq-len", "200",
+                  "--output-seq-len", "100", "--working-dir", str(workdir))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == \
+        "error: --input-seq-len 200 + --output-seq-len 100 exceeds gpt2-offline's 256 positions; shorten them"

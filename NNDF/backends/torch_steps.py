@@ -134,8 +134,16 @@ class TorchSteps:
                 slot.restore_positions(positions)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            slot.logits = self._one_token(slot)
+        try:
+            with torch.cuda.graph(graph):
+                slot.logits = self._one_token(slot)
+        except RuntimeError as exc:  # e.g. transformers 5.17's eager-attention mask copies a CPU scalar per call
+            import transformers
+
+            first = str(exc).strip().splitlines()[0][:160]
+            raise UsageError(f"--use-cuda-graph: {type(self.model).__name__}'s step cannot be captured with "
+                             f"transformers {transformers.__version__} ({first}); add --torch-compile or drop "
+                             "--use-cuda-graph") from None
         slot.restore_positions(positions)
         slot.graph = graph
 
