@@ -22,7 +22,13 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     for name in backends:  # fail on a bad backend name before loading anything
         registry.backend(family, name)
     _check_part_flags(family, options, trt or TRTOptions())
-    return make_context(family, options, trt)
+    run = make_context(family, options, trt)
+    for name in backends:  # a backend that cannot run on this device is refused before any shape or model check
+        devices = getattr(registry.backend(family, name), "devices", ("cpu", "cuda"))
+        if run.device.type not in devices:
+            raise UsageError(f"the {name} backend runs on {' or '.join(d.upper() for d in devices)}: "
+                             f"use --device {devices[0]}")
+    return run
 
 
 def _check_part_flags(family, options: ModelOptions, trt: TRTOptions) -> None:

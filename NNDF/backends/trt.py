@@ -24,7 +24,7 @@ from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine
 from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_name, engine_shapes
 from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError, UsageError
+from NNDF.errors import ArtifactError
 from NNDF.progress import status
 
 def engine_file(part: str) -> str:
@@ -77,6 +77,7 @@ def _onnx_identity(path: Path) -> dict:
 
 class TensorRTBackend:
     name = "trt"
+    devices = ("cuda",)  # checked by `open_run` before anything loads
 
     def __init__(self, spec: ExportSpec = ExportSpec(), artifact: type[OnnxArtifact] = DecoderOnnx):
         self.onnx = artifact(spec)
@@ -114,11 +115,8 @@ class TensorRTBackend:
     # --- shared: shapes, the engine cache, loading ---
 
     def _shapes(self, run: RunContext) -> EngineShapes:
-        """Profile maxima; checks flags and device before anything needs TensorRT."""
-        shapes = engine_shapes(self.positions_config(run), run.options, run.trt)
-        if run.device.type != "cuda":
-            raise UsageError("the trt backend runs on CUDA: use --device cuda")
-        return shapes
+        """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
+        return engine_shapes(self.positions_config(run), run.options, run.trt)
 
     def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
         return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},
