@@ -65,6 +65,7 @@ class ModelOptions(OptionGroup):
     static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (decoder-only families; needs --use-cache)")
     use_cuda_graph: bool = flag(False, "--use-cuda-graph", help="replay the one-token step from a CUDA graph (CUDA only; frameworks and onnxrt need --static-cache, trt keeps one graph per shape)")
     torch_compile: bool = flag(False, "--torch-compile", help="frameworks with --static-cache: compile the one-token step with torch.compile (inductor; the first step compiles, which takes a while)")
+    compile_mode: str = flag("default", "--compile-mode", choices=("default", "max-autotune"), help="with --torch-compile: default (inductor's defaults) or max-autotune (inductor benchmarks Triton GEMM templates against cuBLAS per shape, fuses GEMM epilogues and tunes kernel launch configs; compiling takes minutes)")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
     batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
     num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
@@ -89,6 +90,8 @@ class ModelOptions(OptionGroup):
             raise UsageError("--static-cache needs --use-cache (it is a kind of KV cache)")
         if self.torch_compile and not self.static_cache:
             raise UsageError("--torch-compile needs --static-cache (it compiles the fixed-shape one-token step)")
+        if self.compile_mode != "default" and not self.torch_compile:
+            raise UsageError(f"--compile-mode {self.compile_mode} needs --torch-compile")
 
     @property
     def precision(self) -> str:

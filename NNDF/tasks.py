@@ -29,6 +29,15 @@ class Prompt:
         return self.input_ids.shape[0]
 
 
+def learned_positions(config) -> int | None:
+    """Size of a model's learned position table (None: relative positions or ALiBi, no table)."""
+    for attr in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 class CausalLM:
     """Decoder-only language models: the prompt is the decoder's input."""
 
@@ -75,13 +84,18 @@ class CausalLM:
         ids, mask = tokenize(run, texts)
         return Prompt(ids, mask)
 
-    def position_limit(self, run) -> int | None:
-        """Longest prompt + generation the model's learned positions allow (None: no table, e.g. ALiBi)."""
-        for attr in ("n_positions", "max_position_embeddings"):
-            value = getattr(run.source.config, attr, None)
-            if isinstance(value, int) and value > 0:
-                return value
-        return None
+    def position_config(self, run):
+        """The config whose learned positions bound the prompt plus the generation (image-to-text: the text
+        decoder's)."""
+        return run.source.config
+
+    def check_lengths(self, run, prompt: int, new: int) -> None:
+        """Refuse a prompt + generation beyond the model's learned positions: indexing past the position table
+        is a device-side assert on CUDA that poisons the process."""
+        limit = learned_positions(self.position_config(run))
+        if limit and prompt + new > limit:
+            raise UsageError(f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s "
+                             f"{limit} positions; shorten them")
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
         ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)

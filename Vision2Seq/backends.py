@@ -65,9 +65,6 @@ class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
         first = seq_range(1, min(shapes.max_input, shapes.max_total - 1))
         return seq2seq_profiles(shapes, dims, run.options.use_cache, first=first)
 
-    def positions_config(self, run: RunContext):
-        return run.source.config.text_config  # the text decoder's position limit bounds prompt + output
-
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes) -> Seq2SeqTrtSteps:
         return Seq2SeqTrtSteps(ios, run.device, run.options.use_cache, shapes.rows.max, shapes.max_input,
                                shapes.max_total)

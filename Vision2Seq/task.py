@@ -76,6 +76,9 @@ class ImageToText(CausalLM):
         text = run.source.config.text_config
         return text.sep_token_id, text.pad_token_id
 
+    def position_config(self, run):
+        return run.source.config.text_config  # the decoder prompt and the caption share its positions
+
     def item_from_line(self, line: str) -> ImagePrompt:
         """Interactive chat: each line is an image path."""
         return ImagePrompt(line.strip())

@@ -120,7 +120,7 @@ def test_profiles_from_the_exported_graphs(family, variant, use_cache, workdir):
     run = _run(family, variant, workdir, use_cache)
     backend = registry.backend(run.family, "trt")
     paths, _ = registry.backend(run.family, "onnxrt").onnx.paths(run)
-    shapes = engine_shapes(backend.positions_config(run), ModelOptions(batch_size=2, num_beams=2),
+    shapes = engine_shapes(run.family.task.position_config(run), ModelOptions(batch_size=2, num_beams=2),
                            TRTOptions(input_profile_max_len=16, output_profile_max_len=8))
     profiles = backend.profiles(run, shapes, paths)
     assert set(profiles) == set(paths)

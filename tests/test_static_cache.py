@@ -82,8 +82,22 @@ def test_static_cache_option_rules(workdir):
         ModelOptions(static_cache=True)
     with pytest.raises(UsageError, match="--torch-compile needs --static-cache"):
         ModelOptions(use_cache=True, torch_compile=True)
+    with pytest.raises(UsageError, match="--compile-mode max-autotune needs --torch-compile"):
+        ModelOptions(use_cache=True, static_cache=True, compile_mode="max-autotune")
     with pytest.raises(UsageError, match="decoder-only families; T5 is seq2seq"):
         make_context(registry.family("T5"), ModelOptions(use_cache=True, static_cache=True, working_dir=str(workdir)))
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled graph runs in test_static_cache_same_tokens")
+def test_autotuned_compile_keeps_tokens(workdir):
+    """--compile-mode max-autotune (inductor's autotuning and coordinate-descent tuning; the CPU's C++ kernels
+    here, fp32) gives the plain path's greedy tokens, twice over the same compiled step."""
+    plain = _run("GPT2", "gpt2-offline", workdir)
+    tuned = make_context(registry.family("GPT2"), ModelOptions(
+        variant="gpt2-offline", working_dir=str(workdir), use_cache=True, device=DEVICE, static_cache=True,
+        torch_compile=True, compile_mode="max-autotune"))
+    eos = plain.tokenizer.eos_token_id
+    assert _tokens(tuned, "frameworks", PROMPTS[:1], 1, eos) == _tokens(plain, "frameworks", PROMPTS[:1], 1, eos)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU refusal")
@@ -103,3 +117,18 @@ def test_benchmark_beyond_position_table_is_refused(workdir):
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1] == \
         "error: --input-seq-len 200 + --output-seq-len 100 exceeds gpt2-offline's 256 positions; shorten them"
+
+
+@pytest.mark.parametrize("family,lengths,expect", [
+    ("BLIP", ("40", "30"), "--input-seq-len 40 + --output-seq-len 30 exceeds blip-offline's 64 positions"),
+    ("BART", ("300", "8"), "--input-seq-len 300 exceeds bart-offline's 256 encoder positions; shorten it"),
+    ("BART", ("8", "256"), "--output-seq-len 256 (after the decoder's start token) exceeds bart-offline's 256 "
+                           "decoder positions; shorten it"),
+])
+def test_benchmark_beyond_other_position_tables_is_refused(family, lengths, expect, workdir):
+    """BLIP's text decoder holds the prompt and the caption; BART's encoder and decoder have a table each."""
+    out = run_cli("benchmark", family, "frameworks", "--use-cache", "--cpu", "--input-seq-len", lengths[0],
+                  "--output-seq-len", lengths[1], "--working-dir", str(workdir))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith(f"error: {expect}")
+    assert "Traceback" not in out.stderr

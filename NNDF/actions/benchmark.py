@@ -18,7 +18,6 @@ import torch
 
 from NNDF.actions.common import backend_steps, finish, generate_prompt, generation_config, open_run
 from NNDF.context import RunContext
-from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
@@ -124,24 +123,15 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
     return _summarize(name, samples, bench, run.options.batch_size, timing, memory)
 
 
-def _check_positions(run: RunContext, bench: BenchmarkOptions) -> None:
-    """Prompt + new tokens beyond the model's learned positions would index past its position table (on CUDA a
-    device-side assert that poisons the process): refuse in one line instead."""
-    limit = run.family.task.position_limit(run)
-    if limit and bench.input_seq_len + bench.output_seq_len > limit:
-        raise UsageError(f"--input-seq-len {bench.input_seq_len} + --output-seq-len {bench.output_seq_len} exceeds "
-                         f"{run.source.variant}'s {limit} positions; shorten them")
-
-
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
               timing: TimingOptions, bench: BenchmarkOptions, trt: TRTOptions | None = None) -> Report:
     run = open_run(family, options, backends, trt)
-    _check_positions(run, bench)
+    run.family.task.check_lengths(run, bench.input_seq_len, bench.output_seq_len)
     report = Report("benchmark", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
         "use_cache": options.use_cache, "static_cache": options.static_cache, "use_cuda_graph": options.use_cuda_graph,
-        "torch_compile": options.torch_compile, "num_beams": options.num_beams, "iterations": timing.iterations,
+        "torch_compile": options.torch_compile and options.compile_mode, "num_beams": options.num_beams, "iterations": timing.iterations,
         "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
     if bench.hf_baseline:
         report.results.append(_bench_hf_generate(run, sampling, timing, bench))

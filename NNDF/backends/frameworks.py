@@ -20,4 +20,4 @@ class FrameworksBackend:
         options = run.options
         options.check_graph_needs_static(self.name)
         return TorchSteps(run.torch_model(), options.use_cache, options.static_cache, options.use_cuda_graph,
-                          options.torch_compile)
+                          options.compile_mode if options.torch_compile else None)

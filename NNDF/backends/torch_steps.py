@@ -6,7 +6,7 @@ so every one-token step has the same shapes. Position ids are passed only to mod
 (BLOOM uses ALiBi and takes none). Runs under `torch.inference_mode` on the device the model lives on.
 
 With a static cache the one-token step can be replayed from a CUDA graph (`cuda_graph`) and compiled by
-`torch.compile` (`compile_step`, inductor without its own CUDA graphs: capture stays ours, so the graph, its
+`torch.compile` (`compile_mode`, inductor without its own CUDA graphs: capture stays ours, so the graph, its
 static inputs and its cache are one object, `StaticSlot`). Slots are pooled per (rows, length): the benchmark's
 repeated generations reuse one captured graph.
 """
@@ -70,11 +70,22 @@ def check_static_cache_support(model: torch.nn.Module) -> None:
                          "(it marks _can_compile_fullgraph False); drop --static-cache for this model")
 
 
+# --compile-mode -> inductor options. max-autotune is gpt-fast's decoding recipe without inductor's CUDA graphs
+# (we capture ourselves): GEMM templates autotuned against cuBLAS per shape (epilogues such as bias + GELU
+# fused into them) and coordinate-descent tuning of the generated kernels' launch configs.
+COMPILE_OPTIONS = {"default": {}, "max-autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
+
+
+def compile_step(model: torch.nn.Module, mode: str):
+    options = COMPILE_OPTIONS[mode]
+    return torch.compile(model, dynamic=False, options=options or None)
+
+
 class TorchSteps:
     name = "frameworks"
 
     def __init__(self, model: torch.nn.Module, use_cache: bool, static_cache: bool = False,
-                 cuda_graph: bool = False, compile_step: bool = False):
+                 cuda_graph: bool = False, compile_mode: str | None = None):
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.use_cache, self.static_cache, self.cuda_graph = use_cache, static_cache, cuda_graph
@@ -82,7 +93,7 @@ class TorchSteps:
         self._takes_positions = "position_ids" in params
         self._can_skip_logits = "logits_to_keep" in params  # LM head on the last position only, as HF generate
         # the one-token step of a static cache: compiled shapes never change, so inductor compiles it once per rows
-        self._step_model = torch.compile(model, dynamic=False) if compile_step else model
+        self._step_model = compile_step(model, compile_mode) if compile_mode else model
         self._slots: dict[tuple[int, int], StaticSlot] = {}
         if static_cache:
             check_static_cache_support(model)

@@ -108,15 +108,11 @@ class TensorRTBackend:
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
         return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
 
-    def positions_config(self, run: RunContext):
-        """The config whose position limit bounds the profiles (image-to-text: the text decoder's)."""
-        return run.source.config
-
     # --- shared: shapes, the engine cache, loading ---
 
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
-        return engine_shapes(self.positions_config(run), run.options, run.trt)
+        return engine_shapes(run.family.task.position_config(run), run.options, run.trt)
 
     def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
         return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},

@@ -7,10 +7,17 @@ Configurations (each a `run.py benchmark` option set, run in-process through NND
   eager         growing KV cache; HF `generate` (eager) timed beside it
   static-graph  --static-cache --use-cuda-graph; HF `generate` with its own static cache beside it
   compiled      --static-cache --use-cuda-graph --torch-compile (frameworks only)
+  autotuned     the same with --compile-mode max-autotune
 Writes OUT/speed-GROUP.json (every row, environment, anchors), OUT/speed-GROUP.md (the table) and per-token
-plots (OUT/per_token_MODEL_b1.png).
+plots (OUT/per_token_MODEL_b1.png). The families' offline defaults run at prompt 64 / 64 new tokens (their
+position tables hold 256; BLIP: 16 / 40).
 
-    python3 tools/device/speed_matrix.py OUT [--group quick|gpt2|xl|all]   # quick: GPT-2 124M at batch 1
+    python3 tools/device/speed_matrix.py OUT [--group quick|gpt2|xl|all|autotune]   # quick: GPT-2 124M, batch 1
+
+`autotune` is a frameworks-only group (no staged packages needed; one device call of ~6 minutes): compiled vs
+autotuned for GPT-2 124M (batch 1 and 8) and gpt2-xl shapes, the GPU time of the captured step alone with its
+kernels (`step_time`), the token check, an HF eager anchor and the offline defaults. It writes its JSON after
+every job, so a call cut off at its limit still returns what finished.
 """
 from __future__ import annotations
 
@@ -42,29 +49,44 @@ CONFIGS = {
     "eager": dict(backends=("frameworks", "onnxrt"), options={}),
     "static-graph": dict(backends=("frameworks", "onnxrt"), options=dict(static_cache=True, use_cuda_graph=True)),
     "compiled": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True)),
+    "autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True,
+                                                           compile_mode="max-autotune")),
 }
+# (prompt, new tokens) of the offline defaults: their position tables hold 256 (blip-offline's text decoder: 64)
+OFFLINE_LENGTHS = {"BLIP": (16, 40)}
 PROMPT, NEW = 128, 256
 SHAPES = {"gpt2": "/tmp/shapes/gpt2", "gpt2-xl": "/tmp/shapes/gpt2-xl"}
 
 
 def models(group: str):
-    """(label, family, torch_dir or None, batches, configs) of a group: quick, gpt2 (124M shapes at batch 1 and
-    8, and the families' offline defaults), xl (gpt2-xl shapes at batch 1), or all."""
+    """(label, family, torch_dir or None, batches, configs, (prompt, new)) of a group: quick, gpt2 (124M shapes
+    at batch 1 and 8, and the families' offline defaults), xl (gpt2-xl shapes at batch 1), or all."""
     if group == "quick":
-        return [("gpt2", "GPT2", SHAPES["gpt2"], (1,), tuple(CONFIGS))]
+        return [("gpt2", "GPT2", SHAPES["gpt2"], (1,), ("eager", "static-graph", "compiled"), (PROMPT, NEW))]
     out = []
     if group in ("gpt2", "all"):
-        out.append(("gpt2", "GPT2", SHAPES["gpt2"], (1, 8), tuple(CONFIGS)))
-        for family in ("GPT2", "OPT", "BLOOM"):
-            out.append((f"{family} offline default", family, None, (1,), ("eager", "static-graph")))
-        for family in ("T5", "BART", "BLIP"):  # encoder-decoder caches stay dynamic
-            out.append((f"{family} offline default", family, None, (1,), ("eager",)))
+        out.append(("gpt2", "GPT2", SHAPES["gpt2"], (1, 8), tuple(CONFIGS), (PROMPT, NEW)))
+        out += offline_defaults(("eager", "static-graph"))
     if group in ("xl", "all"):
-        out.append(("gpt2-xl", "GPT2", SHAPES["gpt2-xl"], (1,), tuple(CONFIGS)))
+        out.append(("gpt2-xl", "GPT2", SHAPES["gpt2-xl"], (1,), tuple(CONFIGS), (PROMPT, NEW)))
     return out
 
 
+def offline_defaults(decoder_configs):
+    def lengths(family):
+        return OFFLINE_LENGTHS.get(family, (64, 64))
+
+    out = [(f"{f} offline default", f, None, (1,), decoder_configs, lengths(f)) for f in ("GPT2", "OPT", "BLOOM")]
+    return out + [(f"{f} offline default", f, None, (1,), ("eager",), lengths(f))  # encoder-decoder caches
+                  for f in ("T5", "BART", "BLIP")]                                # stay dynamic
+
+
 DEVICE = "cuda"  # --device cpu: a smoke test of this script (fp32; the CUDA-graph configurations are refused)
+BACKENDS: tuple[str, ...] | None = None  # --backends: restrict every configuration (e.g. frameworks alone)
+
+
+def backends_of(config) -> tuple[str, ...]:
+    return tuple(b for b in CONFIGS[config]["backends"] if BACKENDS is None or b in BACKENDS)
 
 
 def options(torch_dir, batch, extra, workdir) -> ModelOptions:
@@ -72,16 +94,16 @@ def options(torch_dir, batch, extra, workdir) -> ModelOptions:
                         working_dir=workdir, **extra)
 
 
-def bench_rows(label, family, torch_dir, batch, config, workdir, iterations):
-    spec = CONFIGS[config]
-    hf = config != "compiled"
-    report = benchmark(family, spec["backends"], options(torch_dir, batch, spec["options"], workdir),
+def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None):
+    prompt, new = lengths or (PROMPT, NEW)
+    hf = config in ("eager", "static-graph") if hf is None else hf
+    report = benchmark(family, backends_of(config), options(torch_dir, batch, CONFIGS[config]["options"], workdir),
                        SamplingOptions(), TimingOptions(iterations=iterations, warmup=2),
-                       BenchmarkOptions(input_seq_len=PROMPT, output_seq_len=NEW, hf_baseline=hf))
+                       BenchmarkOptions(input_seq_len=prompt, output_seq_len=new, hf_baseline=hf))
     rows = []
     for r in report.results:
-        rows.append({"model": label, "batch": batch, "config": config, "backend": r.backend,
-                     "prefill_p50_ms": r.prefill_ms.p50, "prefill_p90_ms": r.prefill_ms.p90,
+        rows.append({"model": label, "batch": batch, "config": config, "backend": r.backend, "prompt": prompt,
+                     "new": new, "prefill_p50_ms": r.prefill_ms.p50, "prefill_p90_ms": r.prefill_ms.p90,
                      "tpot_p50_ms": r.tpot_ms.p50, "tpot_p90_ms": r.tpot_ms.p90, "tokens_per_s": r.tokens_per_s,
                      "peak_mib": r.peak_memory_mb, "onnx_max_diff": r.onnx_max_diff})
     return rows, report
@@ -89,9 +111,9 @@ def bench_rows(label, family, torch_dir, batch, config, workdir, iterations):
 
 def traced(label, family, torch_dir, config, workdir):
     """One traced run per backend (synchronised after each token) for the per-token plot."""
-    spec = CONFIGS[config]
-    report = benchmark(family, spec["backends"], options(torch_dir, 1, spec["options"], workdir), SamplingOptions(),
-                       TimingOptions(iterations=1, warmup=1), BenchmarkOptions(PROMPT, NEW, plot="/tmp/ignored.png"))
+    report = benchmark(family, backends_of(config), options(torch_dir, 1, CONFIGS[config]["options"], workdir),
+                       SamplingOptions(), TimingOptions(iterations=1, warmup=1),
+                       BenchmarkOptions(PROMPT, NEW, plot="/tmp/ignored.png"))
     return report.results
 
 
@@ -102,7 +124,7 @@ def same_tokens(family, torch_dir, batch, config, workdir, new=128):
     flip a near tie on random weights; the graph must replay its uncaptured step exactly."""
     out = {}
     gen = torch.Generator().manual_seed(1)
-    for backend in CONFIGS[config]["backends"]:
+    for backend in backends_of(config):
         tokens = []
         for extra in (CONFIGS[config]["options"], dict(static_cache=True), {}):
             run = open_run(family, options(torch_dir, batch, extra, workdir), (backend,))
@@ -111,11 +133,65 @@ def same_tokens(family, torch_dir, batch, config, workdir, new=128):
             config_ = GenerationConfig(max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
             with backend_steps(run, backend) as (_, steps):
                 tokens.append(generate_prompt(steps, prompt, config_).sequences[:, PROMPT:].cpu())
+
         def first(a, b):
             return [None if (x == y).all() else int((x != y).nonzero()[0]) for x, y in zip(a, b)]
 
         out[backend] = {"graph_vs_static": first(tokens[0], tokens[1]), "static_vs_plain": first(tokens[1], tokens[2])}
     return out
+
+
+def step_time(label, family, torch_dir, batch, config, workdir, replays=100, profiled=10) -> dict:
+    """The GPU time of the captured one-token step alone: back-to-back replays of its CUDA graph between two
+    CUDA events (the host launches far faster than the step runs, so this is device time, gaps between the
+    graph's kernels included). TPOT minus this is what the generation loop adds per token. Also the step's
+    kernels from torch.profiler (CUPTI sees the kernels of a replayed graph): count per step and the top 12 by
+    device time. The cache position advances with every replay, so prompt + replays stays below the buffer."""
+    from torch.profiler import ProfilerActivity, profile
+
+    run = open_run(family, options(torch_dir, batch, CONFIGS[config]["options"], workdir), ("frameworks",))
+    with backend_steps(run, "frameworks") as (_, steps):
+        length = PROMPT + NEW
+        assert PROMPT + 1 + 5 + replays + profiled < length
+        ids = torch.randint(0, run.source.config.vocab_size, (batch, PROMPT + 1), device=run.device)
+        positions = torch.arange(PROMPT + 1, device=run.device).expand(batch, -1)
+        mask = torch.ones(batch, PROMPT + 1, dtype=torch.long, device=run.device)
+        slot = steps.new_cache(batch, length)
+        steps.forward(ids[:, :PROMPT], mask[:, :PROMPT], positions[:, :PROMPT], slot, last_only=True)
+        steps.forward(ids[:, PROMPT:], mask, positions[:, PROMPT:], slot, last_only=True)  # captures the step
+        graph = slot.graph
+        for _ in range(5):
+            graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        result = {"model": label, "batch": batch, "config": config, "step_gpu_ms": start.elapsed_time(end) / replays}
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(profiled):
+                    graph.replay()
+                torch.cuda.synchronize()
+            events = [e for e in prof.key_averages() if _device_us(e) > 0]
+            events.sort(key=_device_us, reverse=True)
+            total = sum(_device_us(e) for e in events)
+            result["kernels_per_step"] = sum(e.count for e in events) / profiled
+            result["kernel_us_per_step"] = total / profiled
+            result["top_kernels"] = [{"name": e.key[:90], "per_step": e.count / profiled,
+                                      "us_per_step": _device_us(e) / profiled} for e in events[:12]]
+        except Exception as exc:  # the timing above stands without the breakdown
+            result["profile_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return result
+
+
+def _device_us(event) -> float:
+    for name in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(event, name):
+            return float(getattr(event, name))
+    return 0.0
 
 
 def table(rows) -> str:
@@ -128,29 +204,105 @@ def table(rows) -> str:
     return tabulate(lines, headers=keys, tablefmt="github", floatfmt=".4g")
 
 
+def autotune_jobs():
+    """This group's jobs in priority order (a cut-off run keeps the first ones): (kind, callable)."""
+    gpt2, xl = SHAPES["gpt2"], SHAPES["gpt2-xl"]
+    jobs = [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "compiled", WORKDIR, 10)),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "autotuned", WORKDIR, 10))]
+    jobs += [("step", lambda c=c: step_time("gpt2", "GPT2", gpt2, 1, c, WORKDIR))
+             for c in ("static-graph", "compiled", "autotuned")]
+    jobs += [("shapes", lambda: make_shapes("gpt2-xl")),
+             ("bench", lambda: bench_rows("gpt2-xl", "GPT2", xl, 1, "autotuned", WORKDIR, 3)),
+             ("bench", lambda: bench_rows("gpt2-xl", "GPT2", xl, 1, "compiled", WORKDIR, 3))]
+    jobs += [("step", lambda c=c: step_time("gpt2-xl", "GPT2", xl, 1, c, WORKDIR)) for c in ("autotuned", "compiled")]
+    jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 8, "autotuned", WORKDIR, 10)),
+             ("check", lambda: {"model": "gpt2", "batch": 1, "config": "autotuned",
+                                "first_difference": same_tokens("GPT2", gpt2, 1, "autotuned", WORKDIR)})]
+    for label, family, _, _, configs, lengths in offline_defaults(("eager", "static-graph")):
+        jobs += [("bench", lambda f=family, c=c, n=lengths, l=label: bench_rows(l, f, None, 1, c, WORKDIR, 3, n, False))
+                 for c in configs]
+    jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "eager", WORKDIR, 5))]  # HF eager anchor
+    return jobs
+
+
+def make_shapes(shape: str) -> dict:
+    import subprocess
+
+    subprocess.run([sys.executable, str(ROOT / "tools/make_shapes_model.py"), shape, SHAPES[shape]], check=True,
+                   capture_output=True)
+    return {"made": shape}
+
+
+WORKDIR = "/tmp/wd"
+
+
+def run_jobs(out: Path, jobs, deadline: float) -> None:
+    """Run each job, record its rows (or its error), rewrite the JSON and table after every one; start no job
+    once `deadline` seconds have passed (the device call's limit would kill the run and its summary)."""
+    doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
+           "new_tokens": NEW, "rows": [], "step_times": [], "token_checks": [], "log": []}
+    started = time.time()
+    for kind, job in jobs:
+        t0 = time.time()
+        if t0 - started > deadline:
+            doc["log"].append({"job": kind, "seconds": 0, "status": "skipped: past the deadline"})
+            continue
+        try:
+            got = job()
+            if kind == "bench":
+                doc["rows"] += got[0]
+            elif kind == "step":
+                doc["step_times"].append(got)
+            elif kind == "check":
+                doc["token_checks"].append(got)
+            status = "ok"
+        except Exception as exc:  # one failed job must not hide the others
+            traceback.print_exc()
+            status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        doc["log"].append({"job": kind, "seconds": round(time.time() - t0, 1), "status": status})
+        print(f"[{time.time() - started:6.0f}s] {kind}: {time.time() - t0:.0f}s {status}", flush=True)
+        doc["seconds"] = time.time() - started
+        (out / "speed-autotune.json").write_text(json.dumps(doc, indent=1, default=str))
+        steps = "\n".join(json.dumps({k: v for k, v in s.items() if k != "top_kernels"}) for s in doc["step_times"])
+        (out / "speed-autotune.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
+                                               "\n\ntoken checks:\n" + "\n".join(map(json.dumps, doc["token_checks"])))
+    print((out / "speed-autotune.md").read_text())
+    for s in doc["step_times"]:
+        print(f"\n{s['model']} b{s['batch']} {s['config']}: step {s['step_gpu_ms']:.4f} ms, "
+              f"{s.get('kernels_per_step')} kernels, {s.get('kernel_us_per_step')} us in kernels")
+        for k in s.get("top_kernels", []):
+            print(f"  {k['us_per_step']:8.1f} us  x{k['per_step']:.0f}  {k['name']}")
+
+
 def main() -> None:
-    global DEVICE, PROMPT, NEW
+    global DEVICE, PROMPT, NEW, BACKENDS, WORKDIR
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
-    parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all"), default="all")
+    parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no staging needed)")
+    parser.add_argument("--deadline", type=float, default=330, help="autotune: start no job after this many seconds")
     parser.add_argument("--prompt", type=int, default=PROMPT)
     parser.add_argument("--new", type=int, default=NEW)
     parser.add_argument("--gpt2-dir", default="/tmp/shapes/gpt2", help="GPT-2 124M shapes (make_shapes_model.py)")
     args = parser.parse_args()
-    DEVICE, PROMPT, NEW = args.device, args.prompt, args.new
+    DEVICE, PROMPT, NEW, WORKDIR = args.device, args.prompt, args.new, args.workdir
+    BACKENDS = tuple(args.backends) if args.backends else None
     SHAPES["gpt2"] = args.gpt2_dir
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.group == "autotune":
+        BACKENDS = ("frameworks",)
+        return run_jobs(args.out, autotune_jobs(), args.deadline)
     rows, checks, plots = [], [], {}
     started = time.time()
-    for label, family, torch_dir, batches, configs in models(args.group):
+    for label, family, torch_dir, batches, configs, lengths in models(args.group):
         for batch in batches:
             for config in configs:
                 t0 = time.time()
                 try:
                     got, _ = bench_rows(label, family, torch_dir, batch, config, args.workdir,
-                                        iterations=10 if label == "gpt2" else 3)
+                                        iterations=10 if label == "gpt2" else 3, lengths=lengths)
                     rows += got
                 except Exception as exc:  # one failed configuration must not hide the others
                     traceback.print_exc()
