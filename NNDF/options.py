@@ -160,14 +160,17 @@ class TimingOptions(OptionGroup):
 @dataclass(frozen=True)
 class BenchmarkOptions(OptionGroup):
     title = "benchmark"
-    input_seq_len: int = flag(128, "--input-seq-len", help="prompt length (random tokens)")
-    output_seq_len: int = flag(256, "--output-seq-len", help="new tokens per run (early stopping off)")
+    input_seq_len: int | None = flag(None, "--input-seq-len", type=int, help="prompt length in random tokens (default 128; when both lengths are left to their defaults and exceed the model's position table, both are halved until they fit, and the report says so)")
+    output_seq_len: int | None = flag(None, "--output-seq-len", type=int, help="new tokens per run, early stopping off (default 256; see --input-seq-len)")
     hf_baseline: bool = flag(False, "--hf-baseline", help="also time HF generate on the same inputs")
     plot: str | None = flag(None, "--plot", help="write a PNG of per-token latency against sequence length")
 
+    DEFAULT_LENGTHS = (128, 256)  # (prompt, new tokens): the reference demo's and the GPU anchors' shape
+
     def __post_init__(self):
-        _positive("--input-seq-len", self.input_seq_len)
-        _positive("--output-seq-len", self.output_seq_len)
+        for name, value in (("--input-seq-len", self.input_seq_len), ("--output-seq-len", self.output_seq_len)):
+            if value is not None:
+                _positive(name, value)
 
 
 @dataclass(frozen=True)

@@ -89,13 +89,14 @@ class CausalLM:
         decoder's)."""
         return run.source.config
 
-    def check_lengths(self, run, prompt: int, new: int) -> None:
-        """Refuse a prompt + generation beyond the model's learned positions: indexing past the position table
-        is a device-side assert on CUDA that poisons the process."""
+    def length_problem(self, run, prompt: int, new: int) -> str | None:
+        """Why a prompt + generation of these lengths does not fit the model's learned positions (None: it
+        does). Indexing past the position table is a device-side assert on CUDA that poisons the process."""
         limit = learned_positions(self.position_config(run))
         if limit and prompt + new > limit:
-            raise UsageError(f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s "
-                             f"{limit} positions; shorten them")
+            return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} "
+                    "positions; shorten them")
+        return None
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
         ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)

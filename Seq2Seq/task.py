@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import torch
 
-from NNDF.errors import UsageError
 from NNDF.tasks import CausalLM, Prompt, learned_positions, special_affixes, tokenize
 from NNDF.steps import position_ids_from_mask
 
@@ -22,16 +21,16 @@ class Seq2SeqLM(CausalLM):
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
 
-    def check_lengths(self, run, prompt: int, new: int) -> None:
+    def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned
         positions (BART) each has its own table; T5's relative positions have none."""
         limit = learned_positions(run.source.config)
         if limit and prompt > limit:
-            raise UsageError(f"--input-seq-len {prompt} exceeds {run.source.variant}'s {limit} encoder positions; "
-                             "shorten it")
+            return f"--input-seq-len {prompt} exceeds {run.source.variant}'s {limit} encoder positions; shorten it"
         if limit and new + 1 > limit:
-            raise UsageError(f"--output-seq-len {new} (after the decoder's start token) exceeds "
-                             f"{run.source.variant}'s {limit} decoder positions; shorten it")
+            return (f"--output-seq-len {new} (after the decoder's start token) exceeds {run.source.variant}'s "
+                    f"{limit} decoder positions; shorten it")
+        return None
 
     def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
         return {**prompt.encoder, "pad_token_id": self.special_ids(run)[1]}

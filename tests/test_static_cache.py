@@ -5,8 +5,10 @@ reordering), EOS mid-way, and a second generation reusing the pooled buffers (an
 On the CPU this runs the static cache alone; `tools/device/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
 where the CUDA-graph variants (and torch.compile for frameworks) join in.
 """
+import json
 import os
 
+import numpy as np
 import pytest
 
 from NNDF import registry
@@ -132,3 +134,17 @@ def test_benchmark_beyond_other_position_tables_is_refused(family, lengths, expe
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: {expect}")
     assert "Traceback" not in out.stderr
+
+
+def test_default_lengths_fit_the_position_table(workdir, tmp_path):
+    """Left to their defaults (128 + 256), the lengths are halved together until they fit gpt2-offline's 256
+    positions, and the report says what was measured; given lengths are never changed (test above)."""
+    path = tmp_path / "bench.json"
+    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--iterations", "1", "--warmup", "0",
+                  "--working-dir", str(workdir), "--json", str(path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads(path.read_text())
+    assert (data["settings"]["input_seq_len"], data["settings"]["output_seq_len"]) == (64, 128)
+    assert "the defaults 128 + 256 do not fit gpt2-offline's positions; measured 64 + 128" in out.stdout
+    tpot = (np.array(data["results"][0]["e2e_ms"]["samples"]) - data["results"][0]["prefill_ms"]["samples"]) / 127
+    assert data["results"][0]["tpot_ms"]["samples"] == pytest.approx(list(tpot))

@@ -18,6 +18,7 @@ import torch
 
 from NNDF.actions.common import backend_steps, finish, generate_prompt, generation_config, open_run
 from NNDF.context import RunContext
+from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
@@ -123,16 +124,38 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
     return _summarize(name, samples, bench, run.options.batch_size, timing, memory)
 
 
+def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:
+    """The lengths to measure. Given ones must fit the model's positions (else one line); when both are left to
+    their defaults they are halved together until they fit, and the note returned says so."""
+    default_prompt, default_new = BenchmarkOptions.DEFAULT_LENGTHS
+    given = bench.input_seq_len is not None or bench.output_seq_len is not None
+    prompt, new = bench.input_seq_len or default_prompt, bench.output_seq_len or default_new
+    problem = run.family.task.length_problem(run, prompt, new)
+    if problem and given:
+        raise UsageError(problem)
+    while problem and (prompt, new) != (1, 1):
+        prompt, new = max(prompt // 2, 1), max(new // 2, 1)
+        problem = run.family.task.length_problem(run, prompt, new)
+    if problem:
+        raise UsageError(problem)
+    note = None if (prompt, new) == (default_prompt, default_new) else (
+        f"lengths: the defaults {default_prompt} + {default_new} do not fit {run.source.variant}'s positions; "
+        f"measured {prompt} + {new} (set --input-seq-len / --output-seq-len to choose)")
+    return dataclasses.replace(bench, input_seq_len=prompt, output_seq_len=new), note
+
+
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
               timing: TimingOptions, bench: BenchmarkOptions, trt: TRTOptions | None = None) -> Report:
     run = open_run(family, options, backends, trt)
-    run.family.task.check_lengths(run, bench.input_seq_len, bench.output_seq_len)
+    bench, fitted = _lengths(run, bench)
     report = Report("benchmark", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
         "use_cache": options.use_cache, "static_cache": options.static_cache, "use_cuda_graph": options.use_cuda_graph,
         "torch_compile": options.torch_compile and options.compile_mode, "num_beams": options.num_beams, "iterations": timing.iterations,
         "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
+    if fitted:
+        report.notes.append(fitted)
     if bench.hf_baseline:
         report.results.append(_bench_hf_generate(run, sampling, timing, bench))
     for name in backends:

@@ -242,6 +242,14 @@ def run_jobs(out: Path, jobs, deadline: float) -> None:
     doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
            "new_tokens": NEW, "rows": [], "step_times": [], "token_checks": [], "log": []}
     started = time.time()
+
+    def save():
+        doc["seconds"] = time.time() - started
+        (out / "speed-autotune.json").write_text(json.dumps(doc, indent=1, default=str))
+        steps = "\n".join(json.dumps({k: v for k, v in s.items() if k != "top_kernels"}) for s in doc["step_times"])
+        (out / "speed-autotune.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
+                                               "\n\ntoken checks:\n" + "\n".join(map(json.dumps, doc["token_checks"])))
+
     for kind, job in jobs:
         t0 = time.time()
         if t0 - started > deadline:
@@ -261,11 +269,8 @@ def run_jobs(out: Path, jobs, deadline: float) -> None:
             status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
         doc["log"].append({"job": kind, "seconds": round(time.time() - t0, 1), "status": status})
         print(f"[{time.time() - started:6.0f}s] {kind}: {time.time() - t0:.0f}s {status}", flush=True)
-        doc["seconds"] = time.time() - started
-        (out / "speed-autotune.json").write_text(json.dumps(doc, indent=1, default=str))
-        steps = "\n".join(json.dumps({k: v for k, v in s.items() if k != "top_kernels"}) for s in doc["step_times"])
-        (out / "speed-autotune.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
-                                               "\n\ntoken checks:\n" + "\n".join(map(json.dumps, doc["token_checks"])))
+        save()
+    save()
     print((out / "speed-autotune.md").read_text())
     for s in doc["step_times"]:
         print(f"\n{s['model']} b{s['batch']} {s['config']}: step {s['step_gpu_ms']:.4f} ms, "
