@@ -15,7 +15,7 @@ position tables hold 256; BLIP: 16 / 40).
     python3 tools/device/speed_matrix.py OUT [--group quick|gpt2|xl|all|autotune]   # quick: GPT-2 124M, batch 1
 
 `autotune` is a frameworks-only group (no staged packages needed; one device call of ~6 minutes): compiled vs
-autotuned for GPT-2 124M (batch 1 and 8) and gpt2-xl shapes, the GPU time of the captured step alone with its
+autotuned for GPT-2 124M (batch 1; batch 8 autotuned) and gpt2-xl shapes, the GPU time of the captured step alone with its
 kernels (`step_time`), the token check, an HF eager anchor and the offline defaults. It writes its JSON after
 every job, so a call cut off at its limit still returns what finished.
 """
