@@ -24,7 +24,7 @@ class Seq2SeqLM(CausalLM):
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned
         positions (BART) each has its own table; T5's relative positions have none."""
-        limit = learned_positions(run.source.config)
+        limit = learned_positions(self.position_config(run))
         if limit and prompt > limit:
             return f"--input-seq-len {prompt} exceeds {run.source.variant}'s {limit} encoder positions; shorten it"
         if limit and new + 1 > limit:

@@ -19,12 +19,11 @@ from NNDF.tasks import Prompt
 def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
              trt: TRTOptions | None = None) -> RunContext:
     family = registry.family(family_name)
-    for name in backends:  # fail on a bad backend name before loading anything
-        registry.backend(family, name)
+    chosen = {name: registry.backend(family, name) for name in backends}  # a bad name fails before any loading
     _check_part_flags(family, options, trt or TRTOptions())
     run = make_context(family, options, trt)
-    for name in backends:  # a backend that cannot run on this device is refused before any shape or model check
-        devices = getattr(registry.backend(family, name), "devices", ("cpu", "cuda"))
+    for name, backend in chosen.items():  # a backend that cannot run on this device: refused before shape checks
+        devices = getattr(backend, "devices", ("cpu", "cuda"))
         if run.device.type not in devices:
             raise UsageError(f"the {name} backend runs on {' or '.join(d.upper() for d in devices)}: "
                              f"use --device {devices[0]}")
