@@ -1,0 +1,41 @@
+"""One normalized view of an HF config: the few numbers shared code needs, read in exactly one place.
+
+HF's own standard names (`num_hidden_layers`, `num_attention_heads`, `hidden_size`, `max_position_embeddings`,
+`vocab_size`, which every config maps through its `attribute_map`) and `get_text_config(decoder=True)` (the text
+decoder of a composite config such as an image-captioning model's) cover almost everything. What they do not
+say, a family declares in `ConfigNames` (its `config.py`), e.g. where an encoder-decoder config keeps its
+decoder depth. Tasks (position limits), exports and TensorRT profiles read `ModelDims`, never config attributes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConfigNames:
+    """Config attributes that HF's standard names do not cover, declared by a family."""
+
+    decoder_layers: str = "num_hidden_layers"  # encoder-decoder configs keep the decoder's depth elsewhere
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The decoder's (or the text decoder's) dimensions."""
+
+    layers: int  # decoder layers (decoder-only models: all layers)
+    heads: int
+    hidden: int
+    vocab: int
+    positions: int | None  # size of the learned position table; None: relative positions or ALiBi (no table)
+
+    @staticmethod
+    def of(config, names: ConfigNames = ConfigNames()) -> "ModelDims":
+        text = config.get_text_config(decoder=True)
+        positions = getattr(text, "max_position_embeddings", None)
+        return ModelDims(
+            layers=int(getattr(text, names.decoder_layers)),
+            heads=int(text.num_attention_heads),
+            hidden=int(text.hidden_size),
+            vocab=int(text.vocab_size),
+            positions=positions if isinstance(positions, int) and positions > 0 else None,
+        )
