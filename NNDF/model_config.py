@@ -31,6 +31,8 @@ class ModelDims:
     @staticmethod
     def of(config, names: ConfigNames = ConfigNames()) -> "ModelDims":
         text = config.get_text_config(decoder=True)
+        if type(text) is type(config):  # not composite: HF's copy may rename fields (BART), read the config itself
+            text = config
         positions = getattr(text, "max_position_embeddings", None)
         return ModelDims(
             layers=int(getattr(text, names.decoder_layers)),
