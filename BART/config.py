@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
+from NNDF.model_config import ConfigNames
 from Seq2Seq.task import SEQ2SEQ_LM
 
 HERE = Path(__file__).resolve().parent
@@ -47,6 +48,7 @@ FAMILY = Family(
     model_types=("bart", "mbart"),
     default_variant="bart-offline",
     checkpoint=HERE / "checkpoint.toml",
+    config_names=ConfigNames(decoder_layers="decoder_layers"),  # num_hidden_layers is the encoder's depth
     variants=(
         Variant("bart-offline", "random, tiny", random=RandomWeights(_bart_config, BART_TOKENIZER_DIR, seed=21)),
         Variant("mbart-offline", "random, tiny", random=RandomWeights(_mbart_config, MBART_TOKENIZER_DIR, seed=22)),

@@ -1,4 +1,4 @@
-"""BART on PyTorch: the shared encoder-decoder frameworks backend."""
-from Seq2Seq.frameworks import Seq2SeqFrameworksBackend
+"""BART on PyTorch: its task's frameworks backend."""
+from BART.config import FAMILY
 
-BACKEND = Seq2SeqFrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

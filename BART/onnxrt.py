@@ -1,5 +1,5 @@
-"""BART on ONNX Runtime: the shared three-graph encoder-decoder backend with BART's export facts."""
-from Seq2Seq.onnxrt import onnxrt_backend
+"""BART on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from BART.config import FAMILY
 from BART.export import EXPORT
 
-BACKEND = onnxrt_backend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

@@ -1,5 +1,5 @@
-"""BART on TensorRT: the shared encoder-decoder engines (encoder, decoder, cache generator) with BART's export facts."""
+"""BART on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from BART.config import FAMILY
 from BART.export import EXPORT
-from Seq2Seq.trt import Seq2SeqTensorRTBackend
 
-BACKEND = Seq2SeqTensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

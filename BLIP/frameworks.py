@@ -1,4 +1,4 @@
-"""BLIP on PyTorch: the shared image-to-text frameworks backend."""
-from Vision2Seq.backends import ImageTextFrameworksBackend
+"""BLIP on PyTorch: its task's frameworks backend."""
+from BLIP.config import FAMILY
 
-BACKEND = ImageTextFrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

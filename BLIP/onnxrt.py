@@ -1,5 +1,5 @@
-"""BLIP on ONNX Runtime: vision encoder, text decoder and cross-attention cache generator graphs."""
+"""BLIP on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from BLIP.config import FAMILY
 from BLIP.export import EXPORT
-from Vision2Seq.backends import onnxrt_backend
 
-BACKEND = onnxrt_backend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

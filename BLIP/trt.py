@@ -1,5 +1,5 @@
-"""BLIP on TensorRT: vision-encoder, decoder and cache-generator engines with BLIP's export facts."""
+"""BLIP on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from BLIP.config import FAMILY
 from BLIP.export import EXPORT
-from Vision2Seq.backends import ImageTextTensorRTBackend
 
-BACKEND = ImageTextTensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

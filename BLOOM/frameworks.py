@@ -1,4 +1,4 @@
-"""BLOOM on PyTorch: the shared frameworks backend, unchanged."""
-from NNDF.backends.frameworks import FrameworksBackend
+"""BLOOM on PyTorch: its task's frameworks backend."""
+from BLOOM.config import FAMILY
 
-BACKEND = FrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

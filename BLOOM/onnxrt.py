@@ -1,5 +1,5 @@
-"""BLOOM on ONNX Runtime: the shared backend with this family's export facts."""
+"""BLOOM on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from BLOOM.config import FAMILY
 from BLOOM.export import EXPORT
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 
-BACKEND = OnnxRuntimeBackend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

@@ -1,5 +1,5 @@
-"""BLOOM on TensorRT: the shared engine builder and runtime with this family's export facts."""
+"""BLOOM on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from BLOOM.config import FAMILY
 from BLOOM.export import EXPORT
-from NNDF.backends.trt import TensorRTBackend
 
-BACKEND = TensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

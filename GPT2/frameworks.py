@@ -1,4 +1,4 @@
-"""GPT2 on PyTorch: the shared frameworks backend, unchanged."""
-from NNDF.backends.frameworks import FrameworksBackend
+"""GPT2 on PyTorch: its task's frameworks backend."""
+from GPT2.config import FAMILY
 
-BACKEND = FrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

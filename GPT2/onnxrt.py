@@ -1,5 +1,5 @@
-"""GPT2 on ONNX Runtime: the shared backend with this family's export facts."""
+"""GPT2 on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from GPT2.config import FAMILY
 from GPT2.export import EXPORT
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 
-BACKEND = OnnxRuntimeBackend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

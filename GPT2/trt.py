@@ -1,5 +1,5 @@
-"""GPT2 on TensorRT: the shared engine builder and runtime with this family's export facts."""
+"""GPT2 on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from GPT2.config import FAMILY
 from GPT2.export import EXPORT
-from NNDF.backends.trt import TensorRTBackend
 
-BACKEND = TensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

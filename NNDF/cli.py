@@ -1,8 +1,10 @@
 """Command line: `python run.py <action> <MODEL> [backend ...] [flags]`, a thin adapter over the actions.
 
-Each action's parser is built from the option dataclasses it uses; the action is one library call that
-returns a `Report`, printed as a table and optionally written as JSON. Every `HarnessError` (and argparse's
-own errors) becomes one line on stderr and exit code 2; library warnings are silenced unless --verbose.
+Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`: option groups) plus the option
+groups the registered backends own; the action is one library call that returns a `Report`, printed as a table
+and optionally written as JSON. Every `HarnessError` (and argparse's own errors) becomes one line on stderr and
+exit code 2 (with --verbose, the traceback of what caused it follows); library warnings are silenced unless
+--verbose, the harness's own warnings are one `warning: ...` line each.
 """
 from __future__ import annotations
 
@@ -10,26 +12,13 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 import warnings
 
-from NNDF import progress
-from NNDF.errors import HarnessError
-from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, SamplingOptions,
-                          TimingOptions, TRTOptions)
-from NNDF.registry import BACKEND_NAMES, FAMILY_PACKAGES
-
-ACTIONS = {
-    "accuracy": ("LAMBADA TopN accuracy and perplexity", (ModelOptions, AccuracyOptions, TRTOptions)),
-    "benchmark": ("fixed-length random inputs: latency, tokens/s, memory",
-                  (ModelOptions, SamplingOptions, TimingOptions, BenchmarkOptions, TRTOptions)),
-    "chat": ("interactive prompts (or --prompt), several backends side by side",
-             (ModelOptions, SamplingOptions, ChatOptions, TRTOptions)),
-    "run": ("golden samples from the family's checkpoint.toml",
-            (ModelOptions, SamplingOptions, TimingOptions, TRTOptions)),
-    "compare": ("`run` over several backends, side by side",
-                (ModelOptions, SamplingOptions, TimingOptions, TRTOptions)),
-    "list": ("families, variants, and which backends work here", ()),
-}
+from NNDF import progress, registry
+from NNDF.actions import ACTIONS, Action
+from NNDF.errors import HarnessError, UnknownChoice, UsageError
+from NNDF.options import ModelOptions
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,27 +29,37 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
+    p = sub.add_parser(action.name, help=action.help, description=action.help)
+    families = ", ".join(registry.FAMILY_PACKAGES)
+    if not action.runs_models:
+        p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
+        p.add_argument("--json", help="also write the listing as JSON to this path")
+        return
+    p.add_argument("model", metavar="MODEL", help=f"model family: {families}")
+    p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
+    if action.side_by_side:
+        p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
+                       "(default: every backend usable here)")
+    for group in (*action.groups, *backend_groups):
+        group.add_to_parser(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="run.py", description="HuggingFace models on PyTorch, ONNX Runtime and TensorRT: "
                      "accuracy, speed, chat.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser, metavar="ACTION")
-    for action, (help_text, groups) in ACTIONS.items():
-        p = sub.add_parser(action, help=help_text, description=help_text)
-        if action == "list":
-            p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {', '.join(FAMILY_PACKAGES)}")
-            p.add_argument("--json", help="also write the listing as JSON to this path")
-            continue
-        p.add_argument("model", metavar="MODEL", help=f"model family: {', '.join(FAMILY_PACKAGES)}")
-        p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(BACKEND_NAMES)}")
-        if action in ("chat", "compare"):
-            p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
-                           "(default: every backend usable here)")
-        for group in groups:
-            group.add_to_parser(p)
+    backend_groups = registry.backend_option_groups()
+    for action in ACTIONS.values():
+        _add_action(sub, action, backend_groups)
     return parser
 
 
 def _quiet_libraries(verbose: bool) -> None:
+    """Our warnings as one `warning: ...` line each; library logs and warnings only with --verbose."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine())
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler], force=True)
     if verbose:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -72,53 +71,56 @@ def _quiet_libraries(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def _backends(args, family: str) -> tuple[str, ...]:
-    from NNDF import registry
+class _OneLine(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
 
+
+def _backends(args, action: Action) -> tuple[str, ...]:
     chosen = list(args.backends) + list(getattr(args, "compare", None) or [])
-    if not chosen and args.action in ("chat", "compare"):
-        fam = registry.family(family)
-        chosen = [b for b in registry.backends_of(fam) if registry.backend(fam, b).availability()[0]]
-    if not chosen:
-        raise HarnessError(f"name at least one backend: {', '.join(BACKEND_NAMES)}")
     for name in chosen:
-        if name not in BACKEND_NAMES:
-            from NNDF.errors import UnknownChoice
-
-            raise UnknownChoice("backend", name, BACKEND_NAMES)
+        if name not in registry.BACKENDS:
+            raise UnknownChoice("backend", name, registry.BACKENDS)
+    if not chosen and action.side_by_side:
+        fam, options = registry.family(args.model), _backend_options(args)
+        chosen = [b for b in registry.backends_of(fam) if registry.backend_class(b).availability(options)[0]]
+    if not chosen:
+        raise UsageError(f"name at least one backend: {', '.join(registry.BACKENDS)}")
     return tuple(dict.fromkeys(chosen))
 
 
-def dispatch(args) -> object:
-    from NNDF.actions import accuracy, benchmark, build, chat, checkpoint, listing
+def _backend_options(args) -> dict[type, object]:
+    return {group: group.from_namespace(args) for group in registry.backend_option_groups()}
 
-    if args.action == "list":
-        return listing.list_models(args.model)
-    backends = _backends(args, args.model)
-    opts = {g.__name__: g.from_namespace(args) for g in ACTIONS[args.action][1]}
-    model, trt = opts["ModelOptions"], opts["TRTOptions"]
-    if trt.build_only:
-        return build.build_only(args.model, backends, model, trt)
-    if args.action == "benchmark":
-        return benchmark.benchmark(args.model, backends, model, opts["SamplingOptions"], opts["TimingOptions"],
-                                   opts["BenchmarkOptions"], trt)
-    if args.action == "accuracy":
-        return accuracy.accuracy(args.model, backends, model, opts["AccuracyOptions"], trt)
-    if args.action == "chat":
-        return chat.chat(args.model, backends, model, opts["SamplingOptions"], opts["ChatOptions"], trt)
-    return checkpoint.run_checkpoint(args.model, backends, model, opts["SamplingOptions"], opts["TimingOptions"],
-                                     compare=args.action == "compare", trt=trt)
+
+def dispatch(args) -> object:
+    """Run the parsed command: the action's library function with its option groups."""
+    action = ACTIONS[args.action]
+    function = registry.load(action.function)
+    if not action.runs_models:
+        return function(args.model)
+    backends = _backends(args, action)
+    groups = [group.from_namespace(args) for group in action.groups]
+    owned = _backend_options(args)
+    for name in backends:  # a backend-owned flag may replace the action (TensorRT's --build-only)
+        report = registry.backend_class(name).run_instead(args.model, backends, {**owned, ModelOptions: groups[0]})
+        if report is not None:
+            return report
+    return function(args.model, backends, *groups, *owned.values())
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _quiet_libraries(getattr(args, "verbose", False))
+    verbose = getattr(args, "verbose", False)
+    _quiet_libraries(verbose)
     if getattr(args, "info", False):
         progress.FORCE = True
     try:
         report = dispatch(args)
     except HarnessError as exc:
+        if verbose and exc.__cause__ is not None:  # e.g. the exporter's own traceback behind a one-line error
+            traceback.print_exception(exc.__cause__, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

@@ -17,7 +17,7 @@ from NNDF.artifacts import ArtifactStore
 from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
 from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
-from NNDF.options import ModelOptions, TRTOptions
+from NNDF.options import ModelOptions, OptionGroup
 
 
 def resolve_device(options: ModelOptions) -> torch.device:
@@ -40,9 +40,13 @@ class RunContext:
     source: ModelSource
     device: torch.device
     store: ArtifactStore
-    trt: TRTOptions = field(default_factory=TRTOptions)
+    backend_options: dict[type, OptionGroup] = field(default_factory=dict)  # groups owned by backends, by class
     _tokenizer: object = field(default=None, repr=False)
     _model: torch.nn.Module | None = field(default=None, repr=False)
+
+    def options_of(self, group: type):
+        """A backend-owned option group's values (its defaults when the run was opened without them)."""
+        return self.backend_options.get(group) or group()
 
     @property
     def dtype(self) -> torch.dtype:
@@ -66,10 +70,12 @@ class RunContext:
             gc.collect()
 
 
-def make_context(family: Family, options: ModelOptions, trt: TRTOptions | None = None) -> RunContext:
-    if options.static_cache and family.kind != "decoder":
-        raise UsageError(f"--static-cache is implemented for decoder-only families; {family.name} is {family.kind} "
-                         "(its encoder-decoder caches stay dynamic)")
+def make_context(family: Family, options: ModelOptions, *backend_options: OptionGroup) -> RunContext:
+    """Resolve a run: device and precision checks, the model's source, its artifact store. `backend_options`:
+    option groups owned by backends (e.g. `TRTOptions`), given in any order."""
+    refusal = family.task.static_cache_refusal
+    if options.static_cache and refusal:
+        raise UsageError(f"--static-cache is not implemented for {family.name} ({family.kind} models): {refusal}")
     device = resolve_device(options)
     if options.threads:
         torch.set_num_threads(options.threads)
@@ -77,4 +83,5 @@ def make_context(family: Family, options: ModelOptions, trt: TRTOptions | None =
     working_dir = Path(options.working_dir)
     source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
     store = ArtifactStore(working_dir, family.name, source.variant)
-    return RunContext(family, options, source, device, store, trt or TRTOptions())
+    groups = {type(group): group for group in backend_options if group is not None}
+    return RunContext(family, options, source, device, store, groups)

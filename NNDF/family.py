@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+from NNDF.model_config import ConfigNames
+
+if TYPE_CHECKING:
+    from NNDF.tasks import Task
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,12 +51,13 @@ class Variant:
 @dataclass(frozen=True)
 class Family:
     name: str  # folder name and CLI spelling, e.g. "GPT2"
-    task: object  # NNDF.tasks.CausalLM, Seq2Seq.task.Seq2SeqLM, ...: how the model is loaded, prompted, scored
+    task: Task  # how the model is loaded, prompted, scored, and which backend classes serve it
     description: str
     model_types: tuple[str, ...]  # HF `config.model_type` values this family runs
     variants: tuple[Variant, ...]
     default_variant: str  # an offline variant: the README demo and tests use it
     checkpoint: Path = field(default=Path())  # the family's checkpoint.toml (golden samples)
+    config_names: ConfigNames = ConfigNames()  # config attributes HF's standard names do not cover
 
     def variant(self, name: str) -> Variant:
         """The declared variant `name`, or an undeclared HF id (any model of the family's architectures)."""
@@ -62,6 +68,7 @@ class Family:
 
     @property
     def kind(self) -> str:
+        """The task's label ("decoder", "seq2seq", ...), for messages and listings."""
         return self.task.kind
 
     @property

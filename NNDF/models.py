@@ -16,6 +16,7 @@ import torch
 
 from NNDF.errors import ModelLoadError
 from NNDF.family import Family, Variant
+from NNDF.model_config import ModelDims
 from NNDF.offline import materialize
 
 
@@ -28,9 +29,10 @@ class ModelSource:
     config: object  # transformers.PretrainedConfig
     trust_remote_code: bool = False
 
-    @property
-    def num_layers(self) -> int:
-        return int(self.config.num_hidden_layers)
+    @cached_property
+    def dims(self) -> ModelDims:
+        """The normalized view of the config (layers, heads, hidden size, vocabulary, position table)."""
+        return ModelDims.of(self.config, self.family.config_names)
 
     @cached_property
     def generation(self):

@@ -195,38 +195,3 @@ class ChatOptions(OptionGroup):
 
     def __post_init__(self):
         _positive("--max-new-tokens", self.max_new_tokens)
-
-
-@dataclass(frozen=True)
-class TRTOptions(OptionGroup):
-    title = "TensorRT (trt backend)"
-    trt_module: str = flag("auto", "--trt-module", choices=("auto", "tensorrt", "tensorrt_rtx"),
-                           help="TensorRT Python module (auto: tensorrt if installed, else tensorrt_rtx)")
-    dynamic_batch: bool = flag(False, "--dynamic-batch", help="build engines for a batch range instead of --batch-size")
-    min_dynamic_batch: int = flag(1, "--min-dynamic-batch", help="smallest batch of a dynamic-batch engine")
-    max_dynamic_batch: int = flag(0, "--max-dynamic-batch", help="largest batch of a dynamic-batch engine (0: --batch-size)")
-    input_profile_max_len: int = flag(0, "--input-profile-max-len", help="longest prompt the engine accepts (0: model maximum)")
-    output_profile_max_len: int = flag(0, "--output-profile-max-len", help="most new tokens the engine accepts (0: model maximum)")
-    n_positions: int = flag(0, "--n-positions", help="longest prompt + output (0: the model config's maximum)")
-    use_timing_cache: bool = flag(False, "--use-timing-cache", help="reuse TensorRT's timing cache across builds")
-    engine_postfix: str = flag("", "--engine-postfix", help="tag added to engine names (e.g. the GPU)")
-    decoder_engine: str | None = flag(None, "--decoder-engine", help="use this decoder engine instead of building one")
-    encoder_engine: str | None = flag(None, "--encoder-engine", help="encoder-decoder models: this encoder engine (with --decoder-engine)")
-    cache_generator_engine: str | None = flag(None, "--cache-generator-engine", help="encoder-decoder models with --use-cache: this cache generator engine")
-    disable_preview_dynamic_shapes: bool = flag(False, "--disable-preview-dynamic-shapes",
-                                                help="turn off FASTER_DYNAMIC_SHAPES_0805 where the TensorRT version has it (8.6-9.x); a no-op on 10+")
-    workspace_mb: int = flag(0, "--workspace-mb", help="builder workspace limit in MiB (0: TensorRT's default, the device memory)")
-    build_only: bool = flag(False, "--build-only", help="build the engines, report build seconds and sizes, do not run")
-    nvtx_verbose: bool = flag(False, "--nvtx-verbose", help="detailed NVTX ranges in engines (profiling)")
-
-    def __post_init__(self):
-        _positive("--min-dynamic-batch", self.min_dynamic_batch)
-        for name, value in (("--max-dynamic-batch", self.max_dynamic_batch), ("--workspace-mb", self.workspace_mb),
-                            ("--input-profile-max-len", self.input_profile_max_len),
-                            ("--output-profile-max-len", self.output_profile_max_len),
-                            ("--n-positions", self.n_positions)):
-            _positive(name, value, 0)
-        if self.dynamic_batch and self.max_dynamic_batch and self.min_dynamic_batch > self.max_dynamic_batch:
-            raise UsageError(f"--min-dynamic-batch {self.min_dynamic_batch} > --max-dynamic-batch {self.max_dynamic_batch}")
-        if self.engine_postfix and not all(c.isalnum() or c in "-_." for c in self.engine_postfix):
-            raise UsageError("--engine-postfix may only contain letters, digits, '-', '_' and '.'")

@@ -1,18 +1,59 @@
-"""The registry: which families and backends exist. Registration is this explicit list, not a glob.
+"""The registry: which families and backends exist. Registration is these explicit tables, not a glob.
 
-A family is a package with `config.py` defining `FAMILY`; it supports a backend when it has a module of that
-name (`GPT2/onnxrt.py`) defining `BACKEND`. Heavy imports happen only when a backend is used.
+- A family is a package whose `config.py` defines `FAMILY` (`NNDF.family.Family`); it supports a backend when it
+  has a module of that name (`GPT2/onnxrt.py`) defining `BACKEND` (`FAMILY.task.backend("onnxrt", EXPORT)`), or
+  when the backend's class `serves` the family's task (a backend added later needs no file in every family; it is
+  bound to the family's `export.py` facts).
+- A backend is one `BACKENDS` line: its class (`NNDF.backends.base.Backend`) and the option groups it owns
+  (flags only it reads). Classes and options are named as "module:attribute" strings and imported when used,
+  so `--help` and argument errors never import torch, ONNX Runtime or TensorRT.
+- Actions are registered in `NNDF.actions.ACTIONS`.
 """
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 
 from NNDF.errors import UnknownChoice, UsageError
 from NNDF.family import Family
 
 FAMILY_PACKAGES = ("GPT2", "OPT", "BLOOM", "T5", "BART", "BLIP")
-BACKEND_NAMES = ("frameworks", "onnxrt", "trt")
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    target: str  # "module:Class" of the backend (a `Backend` subclass)
+    options: tuple[str, ...] = ()  # "module:Class" of each option group the backend owns
+
+
+BACKENDS: dict[str, BackendEntry] = {
+    "frameworks": BackendEntry("NNDF.backends.frameworks:FrameworksBackend"),
+    "onnxrt": BackendEntry("NNDF.backends.onnxrt:OnnxRuntimeBackend"),
+    "trt": BackendEntry("NNDF.backends.trt:TensorRTBackend", ("NNDF.backends.trt_options:TRTOptions",)),
+}
+
+
+def load(target: str):
+    """The object a "module:attribute" string names."""
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def backend_names() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def backend_class(name: str):
+    """The registered class of backend `name` (availability, and the class a task uses unless it names its own)."""
+    if name not in BACKENDS:
+        raise UnknownChoice("backend", name, BACKENDS)
+    return load(BACKENDS[name].target)
+
+
+def backend_option_groups() -> list[type]:
+    """Every option group owned by a registered backend, in registry order."""
+    return [load(target) for entry in BACKENDS.values() for target in entry.options]
 
 
 def families() -> dict[str, Family]:
@@ -26,15 +67,28 @@ def family(name: str) -> Family:
     return table[name]
 
 
+def _has_module(fam: Family, name: str) -> bool:
+    return importlib.util.find_spec(f"{fam.name}.{name}") is not None
+
+
 def backends_of(fam: Family) -> list[str]:
-    """Backends this family has a module for, in CLI order."""
-    return [b for b in BACKEND_NAMES if importlib.util.find_spec(f"{fam.name}.{b}") is not None]
+    """Backends this family runs on, in registry order."""
+    return [b for b in BACKENDS if _has_module(fam, b) or backend_class(b).serves(fam.task)]
+
+
+def export_spec(fam: Family):
+    """The family's export facts (`<family>/export.py`'s `EXPORT`; the defaults where it has none)."""
+    if _has_module(fam, "export"):
+        return importlib.import_module(f"{fam.name}.export").EXPORT
+    return None
 
 
 def backend(fam: Family, name: str):
-    if name not in BACKEND_NAMES:
-        raise UnknownChoice("backend", name, BACKEND_NAMES)
+    """The family's bound backend `name`: its `<family>/<name>.py` module's `BACKEND`, else the task's binding."""
+    backend_class(name)  # an unknown name lists the valid ones
     if name not in backends_of(fam):
         raise UsageError(f"backend {name!r} is not implemented for {fam.name} yet; "
                          f"available: {', '.join(backends_of(fam))}")
-    return importlib.import_module(f"{fam.name}.{name}").BACKEND
+    if _has_module(fam, name):
+        return importlib.import_module(f"{fam.name}.{name}").BACKEND
+    return fam.task.backend(name, export_spec(fam))

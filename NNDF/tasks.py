@@ -1,13 +1,16 @@
 """What a kind of model does with text: which HF class loads it, how prompts become model inputs, how a text is
 scored by teacher forcing.
 
-A family declares its task (`Family.task`); actions and model loading ask the task instead of testing the
-family's kind. `CausalLM` (decoder-only: GPT-2, OPT, BLOOM) lives here; `Seq2Seq.task.Seq2SeqLM` adds an
-encoder whose inputs travel in `Prompt.encoder` and reach the backend through `steps.start`.
+`Task` is the contract; a family declares its task (`Family.task`) and actions, model loading and backends ask
+the task instead of testing the family. `CausalLM` (decoder-only) lives here; `Seq2Seq.task.Seq2SeqLM` adds an
+encoder whose inputs travel in `Prompt.encoder` and reach the backend through `steps.start`;
+`Vision2Seq.task.ImageToText` reads images with that encoder.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -29,90 +32,150 @@ class Prompt:
         return self.input_ids.shape[0]
 
 
-def learned_positions(config) -> int | None:
-    """Size of a model's learned position table (None: relative positions or ALiBi, no table)."""
-    for attr in ("n_positions", "max_position_embeddings"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
+class Task(ABC):
+    """How a kind of model is loaded, prompted and scored, which parts it exports, how long its inputs may be,
+    and which backend classes serve it. One instance per kind (`CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, ...);
+    a family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
 
+    kind: ClassVar[str]  # a label for messages and `list` (shared code never compares it)
+    auto_class: ClassVar[str]  # the transformers class that loads the model
+    padding_side: ClassVar[str]  # where padding goes in a batch of prompts
+    one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
+    accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
+    static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
+    backends: ClassVar[dict[str, str]] = {}  # backend name -> "module:Class" specialised for this kind
 
-class CausalLM:
-    """Decoder-only language models: the prompt is the decoder's input."""
+    def backend(self, name: str, spec=None):
+        """The backend `name` bound to this task and a family's `ExportSpec`: the class this task names for it,
+        else the registry's (`NNDF.registry.BACKENDS`). A family module binds it: `BACKEND = task.backend(...)`."""
+        from NNDF import registry
 
-    kind = "decoder"
-    auto_class = "AutoModelForCausalLM"
-    padding_side = "left"  # new tokens follow the last real token of every row
-    one_stream = True  # context and target are one token stream: any split of the same ids scores the same
+        target = self.backends.get(name)
+        cls = registry.load(target) if target else registry.backend_class(name)
+        return cls(self, spec)
 
-    accuracy_refusal = None  # why `accuracy` does not apply to this task (None: it does)
-
+    @abstractmethod
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         """The exported graphs / engines a run uses (names of the --<part>-onnx / --<part>-engine flags)."""
-        return ("decoder",)
 
-    # --- inputs: items are what a user gives (texts here; ImagePrompt for image-to-text) ---
+    # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
+
+    @abstractmethod
+    def items(self, options, texts: tuple) -> list:
+        """The items of a run from `--prompt` texts (and `--image` files where the task reads images)."""
+
+    @abstractmethod
+    def item_from_line(self, line: str):
+        """Interactive chat: the item a line of input stands for."""
+
+    @abstractmethod
+    def sample_item(self, sample: dict):
+        """A checkpoint.toml sample's input."""
+
+    @abstractmethod
+    def special_ids(self, run) -> tuple[int | None, int | None]:
+        """(EOS, pad) of generation."""
+
+    @abstractmethod
+    def prompts(self, run, items: list) -> Prompt:
+        """Model inputs for these items (padding needs --use-mask)."""
+
+    @abstractmethod
+    def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
+        """Fresh random inputs of `length` tokens (the benchmark's)."""
+
+    @abstractmethod
+    def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
+        """Keyword arguments of HF `generate` for the same inputs (the outside reference)."""
+
+    @abstractmethod
+    def length_problem(self, run, prompt: int, new: int) -> str | None:
+        """Why a prompt + generation of these lengths does not fit the model's position tables (None: it does).
+        Indexing past a position table is a device-side assert on CUDA that poisons the process."""
+
+    # --- teacher-forced scoring (accuracy, run's perplexity) ---
+
+    @abstractmethod
+    def score_item(self, run, steps, item, target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token given an item [len(target), V]."""
+
+    @abstractmethod
+    def passage_ids(self, tokenizer, text: str) -> list[int]:
+        """A text's ids as the task reads a passage."""
+
+    @abstractmethod
+    def split_passage(self, ids: list[int], k: int, eos: int | None) -> tuple[list[int], list[int], slice]:
+        """(context, target, rows of the last k tokens) of a passage."""
+
+    @abstractmethod
+    def teacher_force(self, run, steps, context: list[int], target: list[int]) -> torch.Tensor:
+        """log-softmax rows predicting each target token given the context and the targets before it."""
+
+
+class TextItems:
+    """Tasks whose items are texts: prompts, chat lines and checkpoint samples are strings."""
 
     def items(self, options, texts: tuple) -> list:
         if getattr(options, "image", ()):
-            raise UsageError("--image applies to image-to-text families (BLIP)")
+            raise UsageError(f"--image applies to image-to-text models; {self.kind} models read text")
         return list(texts)
 
     def item_from_line(self, line: str):
         return line
 
     def sample_item(self, sample: dict):
-        """A checkpoint.toml sample's input."""
         return sample["input"]
 
     def special_ids(self, run) -> tuple[int | None, int | None]:
-        """(EOS, pad) of generation."""
         return run.tokenizer.eos_token_id, run.tokenizer.pad_token_id
 
+    def score_item(self, run, steps, item, target: list[int]) -> torch.Tensor:
+        """The expected output's log-probabilities given a text item."""
+        return self.teacher_force(run, steps, self.passage_ids(run.tokenizer, item), target)
+
+
+class CausalLM(TextItems, Task):
+    """Decoder-only language models: the prompt is the decoder's input."""
+
+    kind = "decoder"
+    auto_class = "AutoModelForCausalLM"
+    padding_side = "left"  # new tokens follow the last real token of every row
+    one_stream = True
+
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        return ("decoder",)
+
     def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
-        """Keyword arguments of HF `generate` for the same inputs (the outside reference)."""
         return {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
                 "pad_token_id": self.special_ids(run)[1]}
-
-    def score_item(self, run, steps, item, target: list[int]) -> torch.Tensor:
-        """log-softmax rows predicting each target token given an item (the expected output's perplexity)."""
-        return self.teacher_force(run, steps, self.passage_ids(run.tokenizer, item), target)
 
     def prompts(self, run, texts: list[str]) -> Prompt:
         """Left-padded ids and mask; padding requires --use-mask (without a mask it would be wrong)."""
         ids, mask = tokenize(run, texts)
         return Prompt(ids, mask)
 
-    def position_config(self, run):
-        """The config whose learned positions bound the prompt plus the generation (image-to-text: the text
-        decoder's)."""
-        return run.source.config
-
     def length_problem(self, run, prompt: int, new: int) -> str | None:
-        """Why a prompt + generation of these lengths does not fit the model's learned positions (None: it
-        does). Indexing past the position table is a device-side assert on CUDA that poisons the process."""
-        limit = learned_positions(self.position_config(run))
+        """Prompt and generation share the decoder's positions."""
+        limit = run.source.dims.positions
         if limit and prompt + new > limit:
             return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} "
                     "positions; shorten them")
         return None
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
-        ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)
+        ids = torch.randint(0, run.source.dims.vocab, (batch, length), generator=generator).to(run.device)
         return Prompt(ids, torch.ones_like(ids))
 
     def passage_ids(self, tokenizer, text: str) -> list[int]:
-        """A text's ids as the model reads a context (with the tokenizer's specials, e.g. OPT's leading </s>)."""
+        """A text's ids as the model reads a context (with the tokenizer's specials, e.g. a leading BOS)."""
         return tokenizer(text)["input_ids"]
 
     def split_passage(self, ids: list[int], k: int, eos: int | None) -> tuple[list[int], list[int], slice]:
-        """(context, target, rows of the last k tokens): one pass scores every token after the first."""
+        """One pass scores every token after the first."""
         return ids[:1], ids[1:], slice(len(ids) - 1 - k, None)
 
     def teacher_force(self, run, steps, context: list[int], target: list[int]) -> torch.Tensor:
-        """log-softmax rows predicting each target token given the context and the targets before it
-        [len(target), V] (one forward pass, no sampling)."""
+        """One forward pass over context + target, no sampling."""
         x = torch.tensor([context + target], device=steps.device)
         mask = torch.ones_like(x)
         logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1, x.shape[1]))
@@ -132,7 +195,7 @@ def tokenize(run, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
-    """The special ids the tokenizer puts before and after a text (T5: [] and [</s>]; BART: [<s>] and [</s>])."""
+    """The special ids the tokenizer puts before and after a text (e.g. [] and [</s>], or [<s>] and [</s>])."""
     bare = tokenizer("a", add_special_tokens=False)["input_ids"]
     full = tokenizer("a")["input_ids"]
     for start in range(len(full) - len(bare) + 1):

@@ -1,4 +1,4 @@
-"""OPT on PyTorch: the shared frameworks backend, unchanged."""
-from NNDF.backends.frameworks import FrameworksBackend
+"""OPT on PyTorch: its task's frameworks backend."""
+from OPT.config import FAMILY
 
-BACKEND = FrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

@@ -1,5 +1,5 @@
-"""OPT on ONNX Runtime: the shared backend with this family's export facts."""
+"""OPT on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from OPT.config import FAMILY
 from OPT.export import EXPORT
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 
-BACKEND = OnnxRuntimeBackend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

@@ -1,5 +1,5 @@
-"""OPT on TensorRT: the shared engine builder and runtime with this family's export facts."""
+"""OPT on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from OPT.config import FAMILY
 from OPT.export import EXPORT
-from NNDF.backends.trt import TensorRTBackend
 
-BACKEND = TensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

@@ -4,22 +4,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.backends.onnx_artifact import OnnxArtifact
-from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import export_seq2seq, validate
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
-from Seq2Seq.task import SEQ2SEQ_LM
 
 
 class Seq2SeqOnnx(OnnxArtifact):
     """`seq2seq-<precision>-<kv|nokv>/`: encoder.onnx, decoder.onnx and, with a KV cache, cache_generator.onnx."""
 
     prefix = "seq2seq"
-
-    def parts(self, use_cache: bool) -> tuple[str, ...]:
-        return SEQ2SEQ_LM.parts(use_cache)
 
     def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
         return export_seq2seq(model, out_dir, options.use_cache, self.spec)
@@ -31,5 +26,5 @@ class Seq2SeqOnnx(OnnxArtifact):
         return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)
 
 
-def onnxrt_backend(spec: ExportSpec) -> OnnxRuntimeBackend:
-    return OnnxRuntimeBackend(spec, Seq2SeqOnnx)
+class Seq2SeqOnnxRuntimeBackend(OnnxRuntimeBackend):
+    artifact = Seq2SeqOnnx

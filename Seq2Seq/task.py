@@ -1,30 +1,32 @@
 """The encoder-decoder task: the prompt goes to the encoder; the decoder starts from the model's start token.
 
-Encoder inputs are right padded (models with learned absolute positions, like BART, would shift positions
-under left padding) and their mask travels with the encoder's output to every cross-attention. Teacher-forced
+Encoder inputs are right padded (learned absolute positions would shift under left padding) and their mask travels with the encoder's output to every cross-attention. Teacher-forced
 scoring feeds the context to the encoder (with the tokenizer's special tokens) and the target to the decoder.
 """
 from __future__ import annotations
 
 import torch
 
-from NNDF.tasks import CausalLM, Prompt, learned_positions, special_affixes, tokenize
 from NNDF.steps import position_ids_from_mask
+from NNDF.tasks import Prompt, Task, TextItems, special_affixes, tokenize
 
 
-class Seq2SeqLM(CausalLM):
-    """Shares CausalLM's input handling (texts, checkpoint samples, special ids, scoring an item); overrides
-    what differs for an encoder."""
+class Seq2SeqLM(TextItems, Task):
+    """Text in, text out through an encoder and a decoder."""
 
     kind = "seq2seq"
     auto_class = "AutoModelForSeq2SeqLM"
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
+    static_cache_refusal = "its encoder-decoder caches stay dynamic"
+    backends = {"frameworks": "Seq2Seq.frameworks:Seq2SeqFrameworksBackend",
+                "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnxRuntimeBackend",
+                "trt": "Seq2Seq.trt:Seq2SeqTensorRTBackend"}
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned
-        positions (BART) each has its own table; T5's relative positions have none."""
-        limit = learned_positions(self.position_config(run))
+        positions each has its own table (of one size); relative positions have none."""
+        limit = run.source.dims.positions
         if limit and prompt > limit:
             return f"--input-seq-len {prompt} exceeds {run.source.variant}'s {limit} encoder positions; shorten it"
         if limit and new + 1 > limit:
@@ -53,7 +55,7 @@ class Seq2SeqLM(CausalLM):
         return self._with_start(run, {"input_ids": ids, "attention_mask": mask})
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
-        ids = torch.randint(0, run.source.config.vocab_size, (batch, length), generator=generator).to(run.device)
+        ids = torch.randint(0, run.source.dims.vocab, (batch, length), generator=generator).to(run.device)
         return self._with_start(run, {"input_ids": ids, "attention_mask": torch.ones_like(ids)})
 
     def passage_ids(self, tokenizer, text: str) -> list[int]:

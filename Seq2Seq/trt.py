@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt import TensorRTBackend
 from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
@@ -68,8 +67,7 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
 
 
 class Seq2SeqTensorRTBackend(TensorRTBackend):
-    def __init__(self, spec: ExportSpec = ExportSpec()):
-        super().__init__(spec, Seq2SeqOnnx)
+    artifact = Seq2SeqOnnx
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
         dims = {part: _graph_dims(path) for part, path in onnx_paths.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
+from NNDF.model_config import ConfigNames
 from Seq2Seq.task import SEQ2SEQ_LM
 
 HERE = Path(__file__).resolve().parent
@@ -41,6 +42,7 @@ FAMILY = Family(
     model_types=("t5",),
     default_variant="t5-offline",
     checkpoint=HERE / "checkpoint.toml",
+    config_names=ConfigNames(decoder_layers="num_decoder_layers"),  # num_hidden_layers is the encoder's depth
     variants=(
         Variant("t5-offline", "random, tiny", random=RandomWeights(_t5_config, TOKENIZER_DIR, seed=11)),
         Variant("flan-t5-offline", "random, tiny", random=RandomWeights(_flan_config, TOKENIZER_DIR, seed=12)),

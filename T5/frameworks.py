@@ -1,4 +1,4 @@
-"""T5 on PyTorch: the shared encoder-decoder frameworks backend."""
-from Seq2Seq.frameworks import Seq2SeqFrameworksBackend
+"""T5 on PyTorch: its task's frameworks backend."""
+from T5.config import FAMILY
 
-BACKEND = Seq2SeqFrameworksBackend()
+BACKEND = FAMILY.task.backend("frameworks")

@@ -1,5 +1,5 @@
-"""T5 on ONNX Runtime: the shared three-graph encoder-decoder backend with T5's export facts."""
-from Seq2Seq.onnxrt import onnxrt_backend
+"""T5 on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
+from T5.config import FAMILY
 from T5.export import EXPORT
 
-BACKEND = onnxrt_backend(EXPORT)
+BACKEND = FAMILY.task.backend("onnxrt", EXPORT)

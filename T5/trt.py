@@ -1,5 +1,5 @@
-"""T5 on TensorRT: the shared encoder-decoder engines (encoder, decoder, cache generator) with T5's export facts."""
+"""T5 on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
+from T5.config import FAMILY
 from T5.export import EXPORT
-from Seq2Seq.trt import Seq2SeqTensorRTBackend
 
-BACKEND = Seq2SeqTensorRTBackend(EXPORT)
+BACKEND = FAMILY.task.backend("trt", EXPORT)

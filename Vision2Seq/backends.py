@@ -6,16 +6,13 @@ from pathlib import Path
 
 import torch
 
-from NNDF.backends.frameworks import FrameworksBackend
-from NNDF.backends.onnx_export import ExportSpec
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.backends.trt_profiles import EngineShapes, seq_range
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
-from Seq2Seq.onnxrt import Seq2SeqOnnx
+from Seq2Seq.frameworks import Seq2SeqFrameworksBackend
+from Seq2Seq.onnxrt import Seq2SeqOnnx, Seq2SeqOnnxRuntimeBackend
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
-from Seq2Seq.torch_steps import Seq2SeqTorchSteps
 from Seq2Seq.trt import Seq2SeqTensorRTBackend, seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.model import ImageTextAdapter
@@ -30,9 +27,9 @@ def _pixels_example(model, gen) -> dict:
 IMAGE_ENCODER = EncoderInputs(("pixel_values",), ((0,),), _pixels_example)
 
 
-class ImageTextFrameworksBackend(FrameworksBackend):
-    def setup(self, run: RunContext) -> Seq2SeqTorchSteps:
-        return Seq2SeqTorchSteps(ImageTextAdapter(run.torch_model()), run.options.use_cache)
+class ImageTextFrameworksBackend(Seq2SeqFrameworksBackend):
+    def model(self, run: RunContext):
+        return ImageTextAdapter(run.torch_model())
 
 
 class ImageTextOnnx(Seq2SeqOnnx):
@@ -54,9 +51,7 @@ class ImageTextOnnx(Seq2SeqOnnx):
 class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
     """Vision-encoder, decoder and cache-generator engines; the first decoder step takes the text prompt."""
 
-    def __init__(self, spec: ExportSpec = ExportSpec()):
-        super().__init__(spec)
-        self.onnx = ImageTextOnnx(spec)
+    artifact = ImageTextOnnx
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
         from Seq2Seq.trt import _graph_dims
@@ -70,5 +65,5 @@ class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
                                shapes.max_total)
 
 
-def onnxrt_backend(spec: ExportSpec) -> OnnxRuntimeBackend:
-    return OnnxRuntimeBackend(spec, ImageTextOnnx)
+class ImageTextOnnxRuntimeBackend(Seq2SeqOnnxRuntimeBackend):
+    artifact = ImageTextOnnx

@@ -1,9 +1,9 @@
 """The image-to-text task: images (and an optional text prompt) in, captions out.
 
 Items are `ImagePrompt(image path, text)`. The image goes through the model's HF image processor to
-`pixel_values` (the encoder's input); the decoder prompt is BLIP's: the text's ids with [CLS] replaced by the
-decoder BOS ([DEC]) and the closing [SEP] dropped, so an empty text is [DEC] alone and generation stops at [SEP].
-Images are captioned one at a time (prompts of different lengths would need padding, which BLIP's absolute
+`pixel_values` (the encoder's input); the decoder prompt follows the captioner's convention (BLIP's): the text's
+ids with [CLS] replaced by the decoder BOS ([DEC]) and the closing [SEP] dropped, so an empty text is [DEC] alone and generation stops at [SEP].
+Images are captioned one at a time (prompts of different lengths would need padding, which absolute
 positions do not support). `accuracy` (LAMBADA) is not defined for captioning.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 
 from NNDF.errors import UsageError
 from NNDF.family import ROOT
-from NNDF.tasks import CausalLM, Prompt
+from NNDF.tasks import Prompt
 from Seq2Seq.task import Seq2SeqLM
 
 
@@ -27,6 +27,11 @@ class ImagePrompt:
 
     def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any
         return f"{self.image} | {self.text}" if self.text else self.image
+
+
+def _text_config(run):
+    """The text decoder's config (HF's standard accessor for a composite config)."""
+    return run.source.config.get_text_config(decoder=True)
 
 
 @lru_cache(maxsize=4)
@@ -49,17 +54,17 @@ def load_image(path: str):
         raise UsageError(f"--image {path}: not a readable image ({exc.__class__.__name__})") from None
 
 
-class ImageToText(CausalLM):
-    """Overrides every input and scoring method of CausalLM; `generate` and the steps are shared."""
+class ImageToText(Seq2SeqLM):
+    """An encoder-decoder task whose encoder reads an image: the same parts (the "encoder" of --encoder-onnx /
+    --encoder-engine is the vision encoder), steps and exports; what differs is how items become inputs."""
 
     kind = "vision2seq"
     auto_class = "AutoModelForImageTextToText"
-    padding_side = "right"
-    one_stream = False
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
-
-    parts = Seq2SeqLM.parts  # the same three graphs; "encoder" is the vision encoder (--encoder-onnx/-engine)
+    backends = {"frameworks": "Vision2Seq.backends:ImageTextFrameworksBackend",
+                "onnxrt": "Vision2Seq.backends:ImageTextOnnxRuntimeBackend",
+                "trt": "Vision2Seq.backends:ImageTextTensorRTBackend"}
 
     def items(self, options, texts: tuple) -> list[ImagePrompt]:
         if not options.image:
@@ -72,12 +77,26 @@ class ImageToText(CausalLM):
         return ImagePrompt(str(image if image.is_absolute() else ROOT / image), sample.get("input", ""))
 
     def special_ids(self, run) -> tuple[int, int]:
-        """(EOS, pad) of generation: BLIP's text decoder stops at [SEP]."""
-        text = run.source.config.text_config
+        """(EOS, pad) of generation: the text decoder stops at [SEP]."""
+        text = _text_config(run)
         return text.sep_token_id, text.pad_token_id
 
-    def position_config(self, run):
-        return run.source.config.text_config  # the decoder prompt and the caption share its positions
+    def length_problem(self, run, prompt: int, new: int) -> str | None:
+        """The decoder prompt and the caption share the text decoder's positions."""
+        limit = run.source.dims.positions
+        if limit and prompt + new > limit:
+            return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} "
+                    "text decoder positions; shorten them")
+        return None
+
+    def passage_ids(self, tokenizer, text: str) -> list[int]:
+        raise UsageError(self.accuracy_refusal)
+
+    def split_passage(self, ids: list[int], k: int, eos: int | None):
+        raise UsageError(self.accuracy_refusal)
+
+    def teacher_force(self, run, steps, context: list[int], target: list[int]):
+        raise UsageError(self.accuracy_refusal)
 
     def item_from_line(self, line: str) -> ImagePrompt:
         """Interactive chat: each line is an image path."""
@@ -88,11 +107,11 @@ class ImageToText(CausalLM):
 
     def _decoder_ids(self, run, text: str) -> list[int]:
         ids = run.tokenizer(text)["input_ids"]  # [CLS] ... [SEP]
-        return [run.source.config.text_config.bos_token_id] + ids[1:-1]
+        return [_text_config(run).bos_token_id] + ids[1:-1]
 
     def prompts(self, run, items: list[ImagePrompt]) -> Prompt:
         if len({item.text for item in items}) > 1:
-            raise UsageError("caption images with one text prompt at a time (BLIP prompts cannot be padded)")
+            raise UsageError("caption images with one text prompt at a time (text prompts of different lengths would need padding, which the decoder's absolute positions do not allow)")
         images = [load_image(item.image) for item in items]
         pixels = self._processor(run)(images=images, return_tensors="pt")["pixel_values"]
         ids = torch.tensor([self._decoder_ids(run, items[0].text)] * len(items))
@@ -100,17 +119,16 @@ class ImageToText(CausalLM):
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
         """Random pixels at the model's resolution, and a decoder prompt of [DEC] + length - 1 random tokens."""
-        text, vision = run.source.config.text_config, run.source.config.vision_config
-        size = vision.image_size
+        text, size = _text_config(run), run.source.config.vision_config.image_size
         pixels = torch.randn(batch, 3, size, size, generator=generator).to(run.device, run.dtype)
-        ids = torch.randint(0, text.vocab_size, (batch, length), generator=generator)
+        ids = torch.randint(0, run.source.dims.vocab, (batch, length), generator=generator)
         ids[:, 0] = text.bos_token_id
         ids = ids.to(run.device)
         return Prompt(ids, torch.ones_like(ids), {"pixel_values": pixels})
 
     def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
-        """What BLIP's `generate` needs for the same decoder prompt (it drops the last id, as for [SEP], and sets
-        EOS and pad itself)."""
+        """What the model's `generate` needs for the same decoder prompt (it drops the last id, as for [SEP], and
+        sets EOS and pad itself)."""
         ids = torch.cat([prompt.input_ids, prompt.input_ids[:, :1]], dim=1)
         return {"pixel_values": prompt.encoder["pixel_values"], "input_ids": ids}
 

@@ -10,7 +10,8 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig
-from NNDF.options import ModelOptions, TRTOptions
+from NNDF.backends.trt_options import TRTOptions
+from NNDF.options import ModelOptions
 
 from conftest import offline_variants
 

@@ -12,7 +12,8 @@ from NNDF.actions.common import encode, generate_prompt
 from NNDF.backends.trt_profiles import engine_shapes
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig
-from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
+from NNDF.backends.trt_options import TRTOptions
+from NNDF.options import AccuracyOptions, ModelOptions
 from Seq2Seq.trt import seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 
@@ -120,7 +121,7 @@ def test_profiles_from_the_exported_graphs(family, variant, use_cache, workdir):
     run = _run(family, variant, workdir, use_cache)
     backend = registry.backend(run.family, "trt")
     paths, _ = registry.backend(run.family, "onnxrt").onnx.paths(run)
-    shapes = engine_shapes(run.family.task.position_config(run), ModelOptions(batch_size=2, num_beams=2),
+    shapes = engine_shapes(run.source.config.get_text_config(decoder=True), ModelOptions(batch_size=2, num_beams=2),
                            TRTOptions(input_profile_max_len=16, output_profile_max_len=8))
     profiles = backend.profiles(run, shapes, paths)
     assert set(profiles) == set(paths)

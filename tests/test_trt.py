@@ -12,7 +12,8 @@ import torch
 from NNDF.backends.trt_profiles import decoder_profiles, engine_name, engine_shapes, model_positions
 from NNDF.backends.trt_steps import KVBuffers
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, TRTOptions
+from NNDF.backends.trt_options import TRTOptions
+from NNDF.options import ModelOptions
 
 from conftest import run_cli
 

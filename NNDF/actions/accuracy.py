@@ -27,7 +27,7 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
-from NNDF.options import AccuracyOptions, ModelOptions, TRTOptions
+from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
 from NNDF.progress import bar
 from NNDF.results import Report, environment
 
@@ -145,14 +145,14 @@ def _aggregate(name: str, scores: list[PassageScore], tops: list[int]) -> Accura
 
 
 def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions,
-             trt: TRTOptions | None = None) -> Report:
+             *backend_options: OptionGroup) -> Report:
     if options.num_beams > 1:
         raise UsageError("accuracy scores teacher-forced logits; --num-beams does not apply (use 1)")
     refusal = registry.family(family).task.accuracy_refusal
     if refusal:
         raise UsageError(refusal)
     passages = load_passages(acc.dataset, acc.num_samples)
-    run = open_run(family, options, backends, trt)
+    run = open_run(family, options, backends, *backend_options)
     tops = sorted({1, acc.topN, 10})
     report = Report("accuracy", run.family.name, run.source.variant, {
         "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,

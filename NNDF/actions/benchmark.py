@@ -19,7 +19,7 @@ import torch
 from NNDF.actions.common import backend_steps, finish, generate_prompt, generation_config, open_run
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, TRTOptions
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, OptionGroup
 from NNDF.plot import plot_per_token
 from NNDF.results import Report, environment
 from NNDF.tasks import Prompt
@@ -83,7 +83,7 @@ def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
         if bench.plot:
             generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
         result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
-                            getattr(backend, "last_max_diff", None))
+                            backend.export_max_diff())
         return dataclasses.replace(result, per_token_ms=trace.per_token_ms())
 
 
@@ -145,8 +145,8 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
 
 
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-              timing: TimingOptions, bench: BenchmarkOptions, trt: TRTOptions | None = None) -> Report:
-    run = open_run(family, options, backends, trt)
+              timing: TimingOptions, bench: BenchmarkOptions, *backend_options: OptionGroup) -> Report:
+    run = open_run(family, options, backends, *backend_options)
     bench, fitted = _lengths(run, bench)
     report = Report("benchmark", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,

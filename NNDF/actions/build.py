@@ -1,10 +1,11 @@
-"""`--build-only`: build (or find current) the TensorRT engines of a run and report build seconds and sizes."""
+"""TensorRT's `--build-only` (the trt backend runs it instead of the action): build (or find current) the TensorRT engines of a run and report build seconds and sizes."""
 from __future__ import annotations
 
 from NNDF import registry
 from NNDF.actions.common import finish, open_run
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, TRTOptions
+from NNDF.backends.trt_options import TRTOptions
+from NNDF.options import ModelOptions
 from NNDF.results import Report, environment
 
 

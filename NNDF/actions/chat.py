@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
                                  note_export_check, open_run)
 from NNDF.errors import UsageError
-from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, TRTOptions
+from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, OptionGroup
 from NNDF.results import Report, environment
 from NNDF.timing import sync
 
@@ -51,10 +51,10 @@ def _prompts(run, chat_opts: ChatOptions):
 
 
 def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-         chat_opts: ChatOptions, trt: TRTOptions | None = None) -> Report:
+         chat_opts: ChatOptions, *backend_options: OptionGroup) -> Report:
     if any(not p.strip() for p in chat_opts.prompt):
         raise UsageError("empty --prompt: nothing to generate from")
-    run = open_run(family, options, backends, trt)
+    run = open_run(family, options, backends, *backend_options)
     config = generation_config(run, sampling, chat_opts.max_new_tokens)
     report = Report("chat", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "max_new_tokens": chat_opts.max_new_tokens,

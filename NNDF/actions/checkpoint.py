@@ -21,7 +21,7 @@ from NNDF.actions.common import (backend_steps, decode, encode, finish, generate
                                  note_export_check, open_run)
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, TRTOptions
+from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, OptionGroup
 from NNDF.results import Report, environment
 from NNDF.timing import GenerationClock, measure
 
@@ -121,15 +121,27 @@ def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
                           med("encoder_s") if results[0].encoder_s is not None else None)
 
 
+def run_samples(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
+                timing: TimingOptions, *backend_options: OptionGroup) -> Report:
+    """`run`: one row per sample and backend."""
+    return run_checkpoint(family, backends, options, sampling, timing, False, *backend_options)
+
+
+def compare_backends(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
+                     timing: TimingOptions, *backend_options: OptionGroup) -> Report:
+    """`compare`: one summary row per backend, side by side."""
+    return run_checkpoint(family, backends, options, sampling, timing, True, *backend_options)
+
+
 def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-                   timing: TimingOptions, compare: bool, trt: TRTOptions | None = None) -> Report:
-    run = open_run(family, options, backends, trt)
+                   timing: TimingOptions, side_by_side: bool, *backend_options: OptionGroup) -> Report:
+    run = open_run(family, options, backends, *backend_options)
     max_new, samples = load_checkpoint(run)
     if options.image:  # the user's images instead of the golden samples (nothing expected: accuracy n/a)
         samples = [{"image": str(Path(item.image).resolve()), "input": item.text}
                    for item in run.family.task.items(options, ())]
     config = generation_config(run, sampling, max_new)
-    report = Report("compare" if compare else "run", run.family.name, run.source.variant, {
+    report = Report("compare" if side_by_side else "run", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
         "num_beams": options.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
@@ -137,7 +149,7 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
         with backend_steps(run, name) as (backend, steps):
             results = [_run_sample(run, name, steps, s, config, timing) for s in samples]
             note_export_check(report, name, backend)
-        report.results.extend([_summary(name, results)] if compare else results)
+        report.results.extend([_summary(name, results)] if side_by_side else results)
     if not any(_expected(s, run) for s in samples):
         report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
                             f"{options.precision}: accuracy is n/a")

@@ -10,30 +10,25 @@ from NNDF.parts import given_parts
 from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, GenerationOutput, Observer, generate
-from NNDF.options import ModelOptions, SamplingOptions, TRTOptions
+from NNDF.options import ModelOptions, OptionGroup, SamplingOptions
 from NNDF.sampling import SamplingConfig
 from NNDF.steps import DecoderSteps
 from NNDF.tasks import Prompt
 
 
 def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
-             trt: TRTOptions | None = None) -> RunContext:
+             *backend_options: OptionGroup) -> RunContext:
+    """Resolve the family, check every named backend and the flags naming the user's files, then the run.
+    `backend_options`: option groups owned by backends (e.g. `TRTOptions`)."""
     family = registry.family(family_name)
-    chosen = {name: registry.backend(family, name) for name in backends}  # a bad name fails before any loading
-    _check_part_flags(family, options, trt or TRTOptions())
-    run = make_context(family, options, trt)
-    for name, backend in chosen.items():  # a backend that cannot run on this device: refused before shape checks
-        devices = getattr(backend, "devices", ("cpu", "cuda"))
-        if run.device.type not in devices:
-            raise UsageError(f"the {name} backend runs on {' or '.join(d.upper() for d in devices)}: "
-                             f"use --device {devices[0]}")
+    chosen = [registry.backend(family, name) for name in backends]  # a bad name fails before any loading
+    given_parts(family, options.use_cache, "onnx", options)  # --<part>-onnx: only this run's parts, all or none
+    for group in backend_options:
+        given_parts(family, options.use_cache, "engine", group)
+    run = make_context(family, options, *backend_options)
+    for backend in chosen:  # a backend that cannot run on this device: refused before shape checks
+        backend.check_device(run.device.type)
     return run
-
-
-def _check_part_flags(family, options: ModelOptions, trt: TRTOptions) -> None:
-    """--encoder-onnx / --cache-generator-engine ...: only for parts this run has, all of them or none."""
-    given_parts(family, options.use_cache, "onnx", options)
-    given_parts(family, options.use_cache, "engine", trt)
 
 
 @contextmanager
@@ -41,7 +36,7 @@ def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderS
     """Set one backend up, yield (backend, steps), then free it (one backend in memory at a time)."""
     backend = registry.backend(run.family, name)
     steps = backend.setup(run)
-    if not getattr(backend, "runs_torch_model", False):
+    if not backend.runs_torch_model:
         run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
     try:
         yield backend, steps
@@ -51,7 +46,7 @@ def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderS
 
 def note_export_check(report, name: str, backend) -> None:
     """Say how far the backend's exported graph was from PyTorch when it was validated (ONNX-based backends)."""
-    diff = getattr(backend, "last_max_diff", None)
+    diff = backend.export_max_diff()
     if diff is not None:
         report.notes.append(f"{name}: exported ONNX max |logits - PyTorch| = {diff:.3g} (validated at export)")
 

@@ -30,13 +30,8 @@ class BackendEntry:
 
 
 def backend_status() -> list[BackendEntry]:
-    from NNDF.backends.frameworks import FrameworksBackend
-    from NNDF.backends.onnxrt import OnnxRuntimeBackend
-    from NNDF.backends.trt import TensorRTBackend
-
-    return [BackendEntry("frameworks", *FrameworksBackend.availability()),
-            BackendEntry("onnxrt", *OnnxRuntimeBackend.availability()),
-            BackendEntry("trt", *TensorRTBackend.availability())]
+    """Every registered backend: whether it can run here, and why not."""
+    return [BackendEntry(name, *registry.backend_class(name).availability()) for name in registry.BACKENDS]
 
 
 def list_models(family_name: str | None = None) -> Report:

@@ -39,12 +39,12 @@ class OnnxArtifact:
 
     prefix = "model"
 
-    def __init__(self, spec: ExportSpec):
-        self.spec = spec
+    def __init__(self, spec: ExportSpec, task):
+        self.spec, self.task = spec, task
         self.max_diff: float | None = None
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
-        raise NotImplementedError
+        return self.task.parts(use_cache)
 
     def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
         raise NotImplementedError
@@ -100,9 +100,6 @@ class DecoderOnnx(OnnxArtifact):
     """The decoder-only graph (`onnx_export.export_decoder`), stored as `decoder-*/model.onnx`."""
 
     prefix = "decoder"
-
-    def parts(self, use_cache: bool) -> tuple[str, ...]:
-        return ("decoder",)
 
     def file_name(self, part: str) -> str:
         return "model.onnx"

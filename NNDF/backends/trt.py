@@ -12,20 +12,24 @@ This class serves decoder-only models; `Seq2Seq/trt.py` overrides `profiles` and
 from __future__ import annotations
 
 import json
-import sys
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from NNDF.artifacts import FINGERPRINT
+from NNDF.backends.base import Backend, option_group
 from NNDF.backends.onnx_artifact import DecoderOnnx, OnnxArtifact, user_files
-from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
 from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_name, engine_shapes
 from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
+from NNDF.backends.trt_options import TRTOptions
 from NNDF.progress import status
+
+log = logging.getLogger(__name__)
+
 
 def engine_file(part: str) -> str:
     return f"{part}.engine"
@@ -75,22 +79,23 @@ def _onnx_identity(path: Path) -> dict:
     return identity
 
 
-class TensorRTBackend:
+class TensorRTBackend(Backend):
     name = "trt"
-    devices = ("cuda",)  # checked by `open_run` before anything loads
+    devices = ("cuda",)
+    artifact: type[OnnxArtifact] = DecoderOnnx  # the ONNX parts engines are built from
 
-    def __init__(self, spec: ExportSpec = ExportSpec(), artifact: type[OnnxArtifact] = DecoderOnnx):
-        self.onnx = artifact(spec)
+    def __init__(self, task, spec=None):
+        super().__init__(task, spec)
+        self.onnx = self.artifact(self.spec, task)
         self.last_builds: list[EngineBuild] = []
 
-    @property
-    def last_max_diff(self) -> float | None:
+    def export_max_diff(self) -> float | None:
         return self.onnx.max_diff
 
-    @staticmethod
-    def availability(choice: str = "auto") -> tuple[bool, str]:
+    @classmethod
+    def availability(cls, options: dict | None = None) -> tuple[bool, str]:
         try:
-            trt = import_trt(choice)
+            trt = import_trt(option_group(options, TRTOptions).trt_module)
         except Exception as exc:  # BackendUnavailable, or a broken install raising at import
             return False, str(exc)
         gpu = gpu_identity()
@@ -98,6 +103,17 @@ class TensorRTBackend:
             return False, f"{describe(trt)} installed, but torch sees no CUDA GPU"
         return True, (f"{describe(trt)} on {gpu['gpu']} (compute capability {gpu['compute_capability']}); "
                       "whether engines run there is known when the first one loads")
+
+    @classmethod
+    def run_instead(cls, family: str, backends: tuple[str, ...], options: dict):
+        """`--build-only`: build (or find current) the run's engines and report them instead of the action."""
+        flags = option_group(options, TRTOptions)
+        if not flags.build_only:
+            return None
+        from NNDF.actions.build import build_only
+        from NNDF.options import ModelOptions
+
+        return build_only(family, backends, option_group(options, ModelOptions), flags)
 
     # --- what a model kind decides: the profiles of each part, and the steps over the loaded engines ---
 
@@ -112,7 +128,7 @@ class TensorRTBackend:
 
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
-        return engine_shapes(run.family.task.position_config(run), run.options, run.trt)
+        return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions))
 
     def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
         return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},
@@ -122,7 +138,7 @@ class TensorRTBackend:
                              "no_preview_dynamic_shapes": settings.disable_preview_dynamic_shapes}}
 
     def user_engines(self, run: RunContext) -> dict[str, Path] | None:
-        return user_files(run, "engine", run.trt)
+        return user_files(run, "engine", run.options_of(TRTOptions))
 
     def engine_paths(self, run: RunContext, trt, force: bool = False) -> dict[str, Path]:
         """Current engines for this run ({part: path}; built now if missing, stale or `force`d), or the user's."""
@@ -132,10 +148,11 @@ class TensorRTBackend:
         shapes = self._shapes(run)
         onnx_paths, _ = self.onnx.paths(run)
         profiles = self.profiles(run, shapes, onnx_paths)
-        settings = BuildSettings(run.trt.workspace_mb,
-                                 run.store.root.parent / "timing.cache" if run.trt.use_timing_cache else None,
-                                 run.trt.disable_preview_dynamic_shapes, run.trt.nvtx_verbose)
-        name = engine_name(run.family.name, run.source.variant, run.options, run.trt, shapes)
+        flags = run.options_of(TRTOptions)
+        settings = BuildSettings(flags.workspace_mb,
+                                 run.store.root.parent / "timing.cache" if flags.use_timing_cache else None,
+                                 flags.disable_preview_dynamic_shapes, flags.nvtx_verbose)
+        name = engine_name(run.family.name, run.source.variant, run.options, flags, shapes)
         fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
         built, seconds = False, {}
         if force or not run.store.is_current(name, fingerprint):
@@ -155,7 +172,7 @@ class TensorRTBackend:
     def build(self, run: RunContext) -> list[EngineBuild]:
         """--build-only: build (or find current) engines and report them; nothing runs."""
         self._shapes(run)
-        self.engine_paths(run, import_trt(run.trt.trt_module))
+        self.engine_paths(run, import_trt(run.options_of(TRTOptions).trt_module))
         return self.last_builds
 
     def _load_all(self, trt, paths: dict[str, Path]) -> dict:
@@ -163,7 +180,7 @@ class TensorRTBackend:
 
     def setup(self, run: RunContext):
         shapes = self._shapes(run)
-        trt = import_trt(run.trt.trt_module)
+        trt = import_trt(run.options_of(TRTOptions).trt_module)
         paths = self.engine_paths(run, trt)
         try:
             engines = self._load_all(trt, paths)
@@ -173,7 +190,7 @@ class TensorRTBackend:
             if self.user_engines(run):
                 raise
             folder = next(iter(paths.values())).parent.name
-            print(f"warning: cached engine {folder} is unusable ({exc}); rebuilding", file=sys.stderr)
+            log.warning("cached engine %s is unusable (%s); rebuilding", folder, exc)
             engines = self._load_all(trt, self.engine_paths(run, trt, force=True))
         ios = {part: TensorRTIO(trt, engine, run.device, run.options.use_cuda_graph) for part, engine in engines.items()}
         return self.make_steps(run, ios, shapes)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from NNDF.artifacts import safe_name
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, TRTOptions
+from NNDF.backends.trt_options import TRTOptions
+from NNDF.options import ModelOptions
 
 DEFAULT_POSITIONS = 2048  # for models without a position limit in their config (ALiBi: BLOOM)
 

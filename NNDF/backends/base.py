@@ -1,0 +1,75 @@
+"""The backend contract: what every backend (PyTorch, ONNX Runtime, TensorRT, or a new one) is to the harness.
+
+A backend class has a `name` (the CLI spelling), the `devices` it runs on, and `availability(options)`: whether it can run on this machine, and why not.
+An instance is bound to one task (how a kind of model is prompted and scored) and one family's `ExportSpec`;
+`setup(run)` returns the step functions the shared generation loop runs (`NNDF.steps.DecoderSteps`),
+`build(run)` prepares its artifacts without running anything, and `export_max_diff()` says how far an exported
+graph was from PyTorch when it was validated. Shared code calls only these, never `getattr` on a backend.
+
+A new backend: subclass `Backend` in its own module and add one line to `NNDF.registry.BACKENDS` (its class and
+the option groups it owns: flags only it reads, e.g. TensorRT's). Tasks whose kind needs a specialised class name
+it in their `backends` table (see `NNDF.tasks.Task`).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # imported for annotations only: keeps `--help` and `list` free of heavy imports
+    from NNDF.backends.onnx_export import ExportSpec
+    from NNDF.context import RunContext
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # checked by `open_run` before anything loads
+    runs_torch_model: ClassVar[bool] = False  # True: the run's HF model stays loaded while this backend runs
+
+    def __init__(self, task, spec: "ExportSpec | None" = None):
+        from NNDF.backends.onnx_export import ExportSpec
+
+        self.task = task
+        self.spec = spec if spec is not None else ExportSpec()
+
+    @classmethod
+    @abstractmethod
+    def availability(cls, options: dict | None = None) -> tuple[bool, str]:
+        """(usable here, why or what): `options` maps option-group classes to the values given (or is None)."""
+
+    @abstractmethod
+    def setup(self, run: "RunContext"):
+        """The step functions for this run (`DecoderSteps`, or `EncoderDecoderSteps` for an encoder)."""
+
+    def build(self, run: "RunContext") -> list:
+        """Prepare the run's artifacts (exports, engines) without running the model; results to report."""
+        return []
+
+    def export_max_diff(self) -> float | None:
+        """Export diagnostics: max |logits - PyTorch| of the run's exported graph when it was validated (None:
+        this backend exports nothing)."""
+        return None
+
+    @classmethod
+    def serves(cls, task) -> bool:
+        """Whether a family whose task is `task` runs on this backend without a `<family>/<backend>.py` module
+        (the backends a family declares with a module always do)."""
+        return False
+
+    @classmethod
+    def run_instead(cls, family: str, backends: tuple[str, ...], options: dict):
+        """A `Report` to return instead of running the action (a backend-owned flag such as TensorRT's
+        `--build-only` that replaces the action), or None to run it."""
+        return None
+
+    def check_device(self, device_type: str) -> None:
+        from NNDF.errors import UsageError
+
+        if device_type not in self.devices:
+            raise UsageError(f"the {self.name} backend runs on {' or '.join(d.upper() for d in self.devices)}: "
+                             f"use --device {self.devices[0]}")
+
+
+def option_group(options: dict | None, group: type):
+    """The values of one option group from an {group class: values} mapping (its defaults when absent)."""
+    value = (options or {}).get(group)
+    return value if value is not None else group()
