@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
-from GPT2.config import BPE_TOKENIZER_DIR
-from NNDF.offline import decoder_token_ids
+from NNDF.offline import SHARED_TOKENIZERS, decoder_token_ids
 from NNDF.tasks import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
+BPE_TOKENIZER_DIR = SHARED_TOKENIZERS / "byte-bpe"
 
 
 def _offline_config(tok):

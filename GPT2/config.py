@@ -9,12 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
-from NNDF.offline import decoder_token_ids
+from NNDF.offline import SHARED_TOKENIZERS, decoder_token_ids
 from NNDF.tasks import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
-# the byte-level BPE trained with gpt2-offline: the random variants here, in OPT/ and in BLOOM/ share it
-BPE_TOKENIZER_DIR = HERE / "offline" / "gpt2-offline"
+BPE_TOKENIZER_DIR = SHARED_TOKENIZERS / "byte-bpe"  # trained with gpt2-offline; OPT's and BLOOM's variants use it too
 
 
 def _neo_config(tok):

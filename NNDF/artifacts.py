@@ -66,12 +66,6 @@ class ArtifactStore:
         except (OSError, ValueError):
             return False
 
-    def recorded(self, name: str) -> dict:
-        try:
-            return json.loads((self.path(name) / FINGERPRINT).read_text())
-        except (OSError, ValueError):
-            return {}
-
     @contextmanager
     def build(self, name: str, fingerprint: dict) -> Iterator[Path]:
         """Yield a temporary folder to build into; on success it replaces artifact `name` atomically."""

@@ -1,7 +1,9 @@
 """Typed errors. Anything derived from `HarnessError` is reported by the CLI as one line, exit code 2.
 
 Messages say what was wrong and, where there is a choice, list the valid choices. `assert` is reserved for
-internal invariants; user-facing problems raise one of these.
+internal invariants; user-facing problems raise one of these, chained (`raise ... from exc`) to the library error
+behind them when there is one, so `--verbose` can show its traceback. Warnings (a cached artifact rebuilt, ...)
+go through `logging` (`logging.getLogger(__name__).warning`): the CLI prints each as one `warning: ...` line.
 """
 from __future__ import annotations
 
@@ -37,9 +39,3 @@ class ArtifactError(HarnessError):
 class DatasetError(HarnessError):
     """A dataset file or name that cannot be read."""
 
-
-def choose(what: str, value, choices):
-    """Return `value` if it is one of `choices`, else raise `UnknownChoice` listing them."""
-    if value not in choices:
-        raise UnknownChoice(what, value, choices)
-    return value

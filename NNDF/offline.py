@@ -3,7 +3,7 @@
 A variant is either a committed HF folder (GPT2's small trained model) or random weights from a config and a
 fixed seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe
 changes). A random variant declares the committed tokenizer folder it uses (`RandomWeights.tokenizer_dir`:
-GPT2's trained byte-level BPE, T5's unigram model, ...), so its text is decodable, and the class that builds it
+a shared byte-level BPE in `SHARED_TOKENIZERS`, a family's own unigram model, ...), so its text is decodable, and the class that builds it
 comes from the family's task (`Family.task.auto_class`).
 """
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 
 from NNDF.artifacts import ArtifactStore, digest, file_digest
 from NNDF.errors import ModelLoadError
-from NNDF.family import Family, RandomWeights, Variant
+from NNDF.family import ROOT, Family, RandomWeights, Variant
 
+SHARED_TOKENIZERS = ROOT / "data" / "tokenizers"  # tokenizer folders several families' offline variants use
 
 
 def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:

@@ -226,6 +226,10 @@ def save(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerFast, out: Path) 
     for path in out.iterdir():  # anything else (pickles, training state) is not needed to load
         if path.name not in keep:
             path.unlink()
+    shared = REPO_ROOT / "data" / "tokenizers" / "byte-bpe"  # the other families' offline variants use it too
+    shared.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(out / name, shared / name)
 
 
 def write_readme(out: Path, stats: dict, args: argparse.Namespace) -> None:

@@ -32,7 +32,8 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
-    from GPT2.config import BPE_TOKENIZER_DIR as OFFLINE_TOKENIZER_DIR
+    from NNDF.offline import SHARED_TOKENIZERS
+    OFFLINE_TOKENIZER_DIR = SHARED_TOKENIZERS / "byte-bpe"
 
     tok = AutoTokenizer.from_pretrained(OFFLINE_TOKENIZER_DIR, local_files_only=True)
     eos = tok.eos_token_id

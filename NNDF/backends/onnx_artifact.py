@@ -10,6 +10,7 @@ kept, and the max difference is recorded in `validation.json` and reported. User
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from NNDF.artifacts import digest, weights_identity, write_json_atomic
@@ -33,9 +34,9 @@ def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
     return paths
 
 
-class OnnxArtifact:
+class OnnxArtifact(ABC):
     """Where the graphs of a run come from, and how far they were from PyTorch when exported. Subclasses say
-    which parts exist, how to export and validate them, and how to run them on ONNX Runtime."""
+    how to export and validate the parts their task has, and how to run them on ONNX Runtime."""
 
     prefix = "model"
 
@@ -46,14 +47,17 @@ class OnnxArtifact:
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return self.task.parts(use_cache)
 
+    @abstractmethod
     def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
-        raise NotImplementedError
+        """Export the parts to `out_dir`; returns {part: path}."""
 
+    @abstractmethod
     def steps(self, run: RunContext, paths: dict[str, Path]):
-        raise NotImplementedError
+        """The step functions over these graphs on ONNX Runtime."""
 
+    @abstractmethod
     def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
-        raise NotImplementedError
+        """Validate the graphs against PyTorch; returns the max abs logits difference."""
 
     def artifact_name(self, run: RunContext) -> str:
         return f"{self.prefix}-{run.options.precision}-{run.options.cache_layout}"
