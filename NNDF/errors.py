@@ -36,6 +36,10 @@ class ArtifactError(HarnessError):
     """An ONNX file or engine given by the user is unreadable or does not fit the model."""
 
 
+class InferenceError(HarnessError):
+    """A backend failed while running a model (the library's own message is chained)."""
+
+
 class DatasetError(HarnessError):
     """A dataset file or name that cannot be read."""
 

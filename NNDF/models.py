@@ -61,8 +61,8 @@ def _from_pretrained(cls, family: Family, location: str, local: bool, what: str,
         return cls.from_pretrained(location, local_files_only=local, trust_remote_code=trust, **kwargs)
     except (OSError, ValueError) as exc:
         if local:
-            raise ModelLoadError(f"cannot read {what} in {location!r}: {exc}") from None
-        raise _hub_error(family, location, exc) from None
+            raise ModelLoadError(f"cannot read {what} in {location!r}: {exc}") from exc
+        raise _hub_error(family, location, exc) from exc
 
 
 def resolve_source(family: Family, variant_name: str, torch_dir: str | None, working_dir: Path,

@@ -51,7 +51,7 @@ def load_image(path: str):
         with Image.open(path) as image:
             return image.convert("RGB")
     except (UnidentifiedImageError, OSError) as exc:
-        raise UsageError(f"--image {path}: not a readable image ({exc.__class__.__name__})") from None
+        raise UsageError(f"--image {path}: not a readable image ({exc.__class__.__name__})") from exc
 
 
 class ImageToText(Seq2SeqLM):

@@ -79,9 +79,9 @@ def load_passages(dataset: str, count: int) -> list[str]:
             lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
             texts = [json.loads(ln)["text"] for ln in lines[:count]]
         except (OSError, UnicodeDecodeError) as exc:
-            raise DatasetError(f"cannot read dataset {dataset!r}: {exc.__class__.__name__}: {exc}") from None
-        except (ValueError, KeyError, TypeError):
-            raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line") from None
+            raise DatasetError(f"cannot read dataset {dataset!r}: {exc.__class__.__name__}: {exc}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line") from exc
     else:
         texts = _hub_passages(dataset, count)
     if not texts:
@@ -97,7 +97,7 @@ def _hub_passages(name: str, count: int) -> list[str]:
     except Exception as exc:  # datasets raises many types (connection, missing config, ...)
         raise DatasetError(
             f"cannot load dataset {name!r} ({type(exc).__name__}); the HuggingFace Hub may be unreachable: "
-            "pass a local JSONL file, e.g. --dataset data/lambada_offline.jsonl") from None
+            "pass a local JSONL file, e.g. --dataset data/lambada_offline.jsonl") from exc
     return [row["text"] for row in data.select(range(min(count, len(data))))]
 
 
@@ -146,7 +146,7 @@ def _aggregate(name: str, scores: list[PassageScore], tops: list[int]) -> Accura
 
 def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions,
              *backend_options: OptionGroup) -> Report:
-    if options.num_beams > 1:
+    if (options.num_beams or 1) > 1:  # the user's flag: a model's configured beams do not apply to scoring
         raise UsageError("accuracy scores teacher-forced logits; --num-beams does not apply (use 1)")
     refusal = registry.family(family).task.accuracy_refusal
     if refusal:

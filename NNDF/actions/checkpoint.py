@@ -73,7 +73,7 @@ def load_checkpoint(run: RunContext) -> tuple[int, list[dict]]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        raise UsageError(f"cannot read {path}: {exc}") from exc
     return int(data.get("generation", {}).get("max_new_tokens", 16)), list(data.get("sample", []))
 
 
@@ -143,7 +143,7 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
     config = generation_config(run, sampling, max_new)
     report = Report("compare" if side_by_side else "run", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
-        "num_beams": options.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
+        "num_beams": config.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
     for name in backends:
         with backend_steps(run, name) as (backend, steps):

@@ -50,7 +50,7 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
         return ort.InferenceSession(str(path), options, providers=providers)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable/invalid models
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise ArtifactError(f"ONNX Runtime cannot load {path}: {first}") from None
+        raise ArtifactError(f"ONNX Runtime cannot load {path}: {first}") from exc
 
 
 class OrtGraph:

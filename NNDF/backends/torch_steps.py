@@ -154,7 +154,7 @@ class TorchSteps:
             first = str(exc).strip().splitlines()[0][:160]
             raise UsageError(f"--use-cuda-graph: {type(self.model).__name__}'s step cannot be captured with "
                              f"transformers {transformers.__version__} ({first}); add --torch-compile or drop "
-                             "--use-cuda-graph") from None
+                             "--use-cuda-graph") from exc
         slot.restore_positions(positions)
         slot.graph = graph
 

@@ -25,7 +25,7 @@ from typing import Protocol
 
 import torch
 
-from NNDF.errors import UsageError
+from NNDF.errors import InferenceError, UsageError
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ class TensorRTIO:
     def execute(self, graph_key=None):
         if self.graphs is None or graph_key is None:
             if not self.context.execute_async_v3(self._stream()):
-                raise RuntimeError("TensorRT execute_async_v3 failed")
+                raise InferenceError("TensorRT execute_async_v3 failed for this engine")
             return
         graph = self.graphs.get(graph_key)
         if graph is None:  # first time for this shape and buffer parity: run once (shape setup), then capture
