@@ -104,3 +104,16 @@ def test_accuracy_with_beams(tmp_path):
 def test_beam_sampling_refused(tmp_path):
     _bad("chat", "GPT2", "frameworks", "--prompt", "x", "--do-sample", "--num-beams", "2", "-wd", str(tmp_path),
          expect="beam sampling) is not supported")
+
+
+def test_verbose_shows_the_cause_behind_the_one_line(tmp_path):
+    """A library error behind a one-line error (here ONNX Runtime rejecting a file) is chained: --verbose prints
+    its traceback before the line, without --verbose only the line is printed."""
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not an onnx model")
+    args = ("run", "GPT2", "onnxrt", "--decoder-onnx", str(bad), "-wd", str(tmp_path))
+    _bad(*args, expect="ONNX Runtime cannot load")
+    proc = run_cli(*args, "--verbose")
+    assert proc.returncode == 2
+    assert "Traceback" in proc.stderr and "InferenceSession" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ONNX Runtime cannot load")
