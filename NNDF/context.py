@@ -49,6 +49,14 @@ class RunContext:
         return self.backend_options.get(group) or group()
 
     @property
+    def num_beams(self) -> int:
+        """The beam width this run generates with: --num-beams, else the model's generation config (unless
+        --ignore-generation-config), else 1 (NNDF/decoding.py; TensorRT profiles size their rows by it)."""
+        from NNDF.decoding import effective_num_beams
+
+        return effective_num_beams(self.options, self.source.generation)
+
+    @property
     def dtype(self) -> torch.dtype:
         return torch.float16 if self.options.fp16 else torch.float32
 

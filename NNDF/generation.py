@@ -2,8 +2,12 @@
 
 `generate` runs greedy search, sampling, or beam search over a backend's `DecoderSteps`. Batches are left
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
-Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty, the
-`early_stopping=False` heuristic, top 2*beams candidates so finished beams never starve the running ones).
+Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty,
+`early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so
+finished beams never starve the running ones). Scores go through transformers' own logits processors
+(`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected with
+its `EosTokenCriteria`. What a run's settings are (a model's generation config under the user's flags) is
+decided in `NNDF.decoding`.
 Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder)`
 (encoder and cross-attention cache, whose result is the initial cache) before the decoder's first step, so
 the prefill time includes the encoder.
@@ -16,22 +20,45 @@ from dataclasses import dataclass, field
 
 import torch
 
-from NNDF.sampling import SamplingConfig, choose, force_token, process, suppress_tokens
+from transformers.generation.stopping_criteria import EosTokenCriteria
+
+from NNDF.errors import UsageError
+from NNDF.sampling import SamplingConfig, logits_processors, pick_tokens
 from NNDF.steps import Cache, DecoderSteps, position_ids_from_mask
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    max_new_tokens: int = 32
+    """One generation's settings, with HF `generate`'s meaning for every field of the same name."""
+
+    max_new_tokens: int | None = 32  # None: `max_length` decides
+    max_length: int | None = None  # prompt + new tokens (HF's max_length; the decoder's prompt counts)
     min_new_tokens: int = 0  # EOS is forbidden until this many tokens exist (benchmark: = max_new_tokens)
+    min_length: int = 0  # EOS is forbidden while prompt + new tokens < min_length (HF's min_length)
     num_beams: int = 1
     length_penalty: float = 1.0
+    early_stopping: bool | str = False  # beam search: False (HF's heuristic), True, or "never"
     eos_token_id: int | None = None
     pad_token_id: int = 0
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
     dry_breakers: frozenset[int] = frozenset()  # token ids that end a DRY repeat
-    forced_bos_token_id: int | None = None  # the first new token, whatever the model says (mBART's language)
+    forced_bos_token_id: int | None = None  # the first new token after a one-token prompt (mBART's language)
+    forced_eos_token_id: int | None = None  # the last token when the length limit is reached (BART, mBART)
+    no_repeat_ngram_size: int = 0  # 0: off
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()  # token sequences that may never be generated
+
+    def new_tokens(self, prompt_length: int) -> int:
+        """Most new tokens after a decoder prompt of this many columns (`max_new_tokens` wins, as in HF)."""
+        if self.max_new_tokens is not None:
+            return self.max_new_tokens
+        if self.max_length is None:
+            raise ValueError("GenerationConfig needs max_new_tokens or max_length")
+        new = self.max_length - prompt_length
+        if new <= 0:
+            raise UsageError(f"the prompt has {prompt_length} tokens and the model's generation config caps the "
+                             f"whole sequence at max_length {self.max_length}: give --max-new-tokens")
+        return new
 
 
 @dataclass
@@ -141,34 +168,41 @@ def generate(
     return run(steps, input_ids, attention_mask, config, observer, encoder)
 
 
-def _scores(logits: torch.Tensor, history: torch.Tensor, generated: int, config: GenerationConfig) -> torch.Tensor:
-    if generated < config.min_new_tokens:
-        logits = suppress_tokens(logits, config.eos_token_id)
-    scores = process(history, logits, config.sampling, config.dry_breakers)
-    if generated == 0 and config.forced_bos_token_id is not None:
-        scores = force_token(scores, config.forced_bos_token_id)
-    return scores
+def _processors(config: GenerationConfig, attention_mask: torch.Tensor, rows: torch.Tensor | None = None):
+    """The logits processors for a prompt's rows (`rows`: the prompt row of each generated row, for beams)."""
+    padding = None
+    if not bool(attention_mask.all()):  # HF: the repetition penalty skips each row's left padding
+        padding = (attention_mask != 0).int().argmax(dim=1)
+        padding = padding if rows is None else padding[rows]
+    return logits_processors(config, attention_mask.shape[1], padding, attention_mask.device)
+
+
+def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
+    return EosTokenCriteria(config.eos_token_id) if config.eos_token_id is not None else None
 
 
 def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder, observer)
+    prompt_length = input_ids.shape[1]
+    max_new = config.new_tokens(prompt_length)
+    processors = _processors(config, attention_mask)
+    eos_hit = _eos_criteria(config)
+    decoder = _Decoder(steps, input_ids, attention_mask, max_new, encoder, observer)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=steps.device)
-    prompt_length = input_ids.shape[1]
     logits = decoder.prefill()
     # EOS can only end generation once it is allowed: until then no host sync is needed per token.
-    watch_eos = config.eos_token_id is not None
-    for step in range(config.max_new_tokens):
-        tokens = choose(_scores(logits, decoder.ids, step, config), config.sampling, generator)
+    min_new = max(config.min_new_tokens, config.min_length - prompt_length)
+    for step in range(max_new):
+        tokens = pick_tokens(processors(decoder.ids, logits), config.sampling.do_sample, generator)
         tokens = torch.where(finished, config.pad_token_id, tokens)
         if step == 0:
             observer.first_token()
         observer.token(step)
-        last = step == config.max_new_tokens - 1
-        if watch_eos and step + 1 >= config.min_new_tokens:
-            finished |= tokens == config.eos_token_id
+        last = step == max_new - 1
+        if eos_hit is not None and step + 1 >= min_new:
+            finished |= eos_hit(tokens[:, None], None)
             last = last or bool(finished.all())
         if last:
             decoder.push(tokens)
@@ -179,23 +213,26 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
 
 
 def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
-    """Beam search with HF `generate`'s semantics (early_stopping=False, num_return_sequences=1)."""
+    """Beam search with HF `generate`'s semantics (`_beam_search`: early_stopping False / True / "never",
+    num_return_sequences=1)."""
     batch, prompt_length = input_ids.shape
     beams = config.num_beams
     device = steps.device
-    decoder = _Decoder(steps, input_ids, attention_mask, config.max_new_tokens, encoder, observer)
-    logits = decoder.prefill()
+    max_new = config.new_tokens(prompt_length)
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
+    processors = _processors(config, attention_mask, expand)
+    decoder = _Decoder(steps, input_ids, attention_mask, max_new, encoder, observer)
+    logits = decoder.prefill()
     decoder.reorder(expand)
     logits = logits[expand]
-    state = _BeamState(batch, beams, prompt_length, config, device)
-    for step in range(config.max_new_tokens):
-        log_probs = _scores(torch.log_softmax(logits, dim=-1), decoder.ids, step, config)
+    state = _BeamState(batch, beams, max_new, config, device)
+    for step in range(max_new):
+        log_probs = processors(decoder.ids, torch.log_softmax(logits, dim=-1))
         parents, tokens = state.advance(log_probs, step, decoder.ids)
         if step == 0:
             observer.first_token()
         observer.token(step)
-        if state.done or step == config.max_new_tokens - 1:
+        if state.done or step == max_new - 1:
             break
         decoder.reorder(parents)
         logits = decoder.append(tokens)
@@ -206,8 +243,10 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
 class _BeamState:
     """Running and finished hypotheses of a batch, all as tensors on the device."""
 
-    def __init__(self, batch: int, beams: int, prompt_length: int, config: GenerationConfig, device):
-        self.batch, self.beams, self.prompt_length, self.config = batch, beams, prompt_length, config
+    def __init__(self, batch: int, beams: int, max_new: int, config: GenerationConfig, device):
+        self.batch, self.beams, self.max_new, self.config = batch, beams, max_new, config
+        self.eos_hit = _eos_criteria(config)
+        self.stop_when_full = config.early_stopping is True  # HF compares with `is True`
         self.keep = 2 * beams  # candidates per step: enough live ones even if `beams` of them finish
         self.running_scores = torch.zeros(batch, beams, device=device)
         self.running_scores[:, 1:] = -1e9  # only beam 0 is live at first: no duplicate hypotheses
@@ -226,8 +265,11 @@ class _BeamState:
         parent_beam, token = top_index // vocab, top_index % vocab
         parent_row = parent_beam + torch.arange(batch, device=total.device)[:, None] * beams
         gen_len = step + 1
-        hits_eos = token == cfg.eos_token_id if cfg.eos_token_id is not None else torch.zeros_like(token, dtype=torch.bool)
-        hits_stop = hits_eos | (gen_len >= cfg.max_new_tokens)
+        if self.eos_hit is not None:
+            hits_eos = self.eos_hit(token.reshape(-1, 1), None).view_as(token)
+        else:
+            hits_eos = torch.zeros_like(token, dtype=torch.bool)
+        hits_stop = hits_eos | (gen_len >= self.max_new)
         self._collect_finished(top_scores, parent_row, token, hits_stop, history, gen_len)
         live = top_scores + hits_stop.float() * -1e9
         pick = torch.topk(live, beams, dim=1).indices
@@ -235,13 +277,20 @@ class _BeamState:
         rows = torch.gather(parent_row, 1, pick).view(-1)
         tokens = torch.gather(token, 1, pick).view(-1)
         self._update_stop_heuristic(gen_len)
-        self.done = bool((~self.improvable).all()) or bool(hits_stop.all())
+        # HF's `_beam_search_has_unfinished_sequences`: no item can improve, or (early_stopping=True) every item
+        # has `beams` finished hypotheses, or every candidate hit a stop
+        all_full = self.stop_when_full and bool(self.finished_any.all())
+        self.done = bool((~self.improvable).all()) or all_full or bool(hits_stop.all())
         return rows, tokens
 
     def _collect_finished(self, scores, parent_row, token, hits_stop, history, gen_len):
-        """Among the top `beams` candidates, those that just stopped may enter the finished set."""
+        """Among the top `beams` candidates, those that just stopped may enter the finished set (HF's
+        `_update_finished_beams`: not once an item cannot improve, nor, with early_stopping=True, once its
+        `beams` slots are full)."""
         normalized = scores / (gen_len**self.config.length_penalty)
         eligible = hits_stop[:, : self.beams] & self.improvable
+        if self.stop_when_full:
+            eligible = eligible & ~self.finished_any.all(dim=1, keepdim=True)
         for b, k in eligible.nonzero().tolist():
             score = normalized[b, k]
             worst = int(torch.argmin(self.finished_scores[b]))
@@ -252,9 +301,13 @@ class _BeamState:
                 self.finished_any[b, worst] = True
 
     def _update_stop_heuristic(self, length: int) -> None:
-        """HF's early_stopping=False rule: stop an item once its best running beam, normalized by the
-        current generated length, cannot beat its worst finished hypothesis (all slots filled)."""
-        best_running = self.running_scores[:, :1] / (length**self.config.length_penalty)
+        """HF's `_check_early_stop_heuristic`: stop an item once its best running beam, normalized by a
+        hypothetical length, cannot beat its worst finished hypothesis (all slots filled). The length is the
+        current one, except with early_stopping="never" and a positive length penalty: the longest possible."""
+        penalty = self.config.length_penalty
+        if self.config.early_stopping == "never" and penalty > 0.0:
+            length = self.max_new
+        best_running = self.running_scores[:, :1] / (length**penalty)
         full = self.finished_any.all(dim=1, keepdim=True)
         worst_finished = torch.where(full, self.finished_scores.min(dim=1, keepdim=True).values, -1e9)
         self.improvable = self.improvable & (best_running > worst_finished)

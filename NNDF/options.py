@@ -68,7 +68,8 @@ class ModelOptions(OptionGroup):
     compile_mode: str = flag("default", "--compile-mode", choices=("default", "max-autotune"), help="with --torch-compile: default (inductor's defaults) or max-autotune (inductor benchmarks Triton GEMM templates against cuBLAS per shape, fuses GEMM epilogues and tunes kernel launch configs; compiling takes minutes)")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
     batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
-    num_beams: int = flag(1, "--num-beams", "-nb", help="beam search width (1: greedy or sampling)")
+    num_beams: int | None = flag(None, "--num-beams", "-nb", type=int, help="beam search width (1: greedy or sampling; default: the model's generation config, else 1)")
+    ignore_generation_config: bool = flag(False, "--ignore-generation-config", help="do not apply the model's generation_config (beams, length penalty, min/max length, no-repeat n-grams, forced EOS, ...): the flags and their flags-only defaults decide; the decoder start token and a forced first token are still read")
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
     encoder_onnx: str | None = flag(None, "--encoder-onnx", help="encoder-decoder models: this encoder ONNX file (with --decoder-onnx)")
     cache_generator_onnx: str | None = flag(None, "--cache-generator-onnx", help="encoder-decoder models with --use-cache: this cross-attention cache generator ONNX file")
@@ -82,7 +83,8 @@ class ModelOptions(OptionGroup):
 
     def __post_init__(self):
         _positive("--batch-size", self.batch_size)
-        _positive("--num-beams", self.num_beams)
+        if self.num_beams is not None:
+            _positive("--num-beams", self.num_beams)
         _positive("--threads", self.threads, 0)
         if self.cpu and self.device == "cuda":
             raise UsageError("--cpu contradicts --device cuda")
@@ -111,12 +113,17 @@ class ModelOptions(OptionGroup):
 
 @dataclass(frozen=True)
 class SamplingOptions(OptionGroup):
-    title = "sampling (off unless --do-sample or a penalty is set)"
-    do_sample: bool = flag(False, "--do-sample", help="sample instead of greedy / beam search")
-    temperature: float = flag(1.0, "--temperature", help="softmax temperature (> 0)")
-    top_k: int = flag(0, "--top-k", help="keep the k most likely tokens (0: off)")
-    top_p: float = flag(1.0, "--top-p", help="nucleus sampling mass in (0, 1] (1: off)")
-    repetition_penalty: float = flag(1.0, "--repetition-penalty", help="HF-style repetition penalty (1: off)")
+    title = ("decoding: sampling, penalties, beam scoring (a flag not given takes the model's generation_config "
+             "value, as HF generate does, unless --ignore-generation-config)")
+    do_sample: bool | None = flag(None, "--do-sample", action=argparse.BooleanOptionalAction, help="sample instead of greedy / beam search (default: the model's generation config, else off)")
+    temperature: float | None = flag(None, "--temperature", type=float, help="softmax temperature (> 0; default: the model's generation config, else 1)")
+    top_k: int | None = flag(None, "--top-k", type=int, help="keep the k most likely tokens when sampling (0: off; default: the model's generation config, else HF's 50; 0 with --ignore-generation-config)")
+    top_p: float | None = flag(None, "--top-p", type=float, help="nucleus sampling mass in (0, 1] (1: off; default: the model's generation config, else 1)")
+    repetition_penalty: float | None = flag(None, "--repetition-penalty", type=float, help="HF-style repetition penalty (1: off; default: the model's generation config, else 1)")
+    no_repeat_ngram_size: int | None = flag(None, "--no-repeat-ngram-size", type=int, help="forbid repeating any n-gram of this size (0: off; default: the model's generation config, else 0)")
+    min_new_tokens: int | None = flag(None, "--min-new-tokens", type=int, help="forbid EOS before this many new tokens (replaces the config's min_length, as in HF; default: the model's generation config, else 0; benchmark always runs --output-seq-len tokens)")
+    length_penalty: float | None = flag(None, "--length-penalty", type=float, help="beam search: scores are divided by length ** this (default: the model's generation config, else 1)")
+    early_stopping: str | None = flag(None, "--early-stopping", choices=("true", "false", "never"), help="beam search stop rule, as HF's early_stopping (default: the model's generation config, else false)")
     dry_multiplier: float = flag(0.0, "--dry-multiplier", help="DRY penalty strength (0: off; typical 0.8)")
     dry_base: float = flag(1.75, "--dry-base", help="DRY exponential base")
     dry_allowed_length: int = flag(2, "--dry-allowed-length", help="repeats up to this length are not penalised")
@@ -126,13 +133,16 @@ class SamplingOptions(OptionGroup):
     seed: int = flag(0, "--seed", help="random seed for sampling and random inputs")
 
     def __post_init__(self):
-        if self.temperature <= 0:
+        if self.temperature is not None and self.temperature <= 0:
             raise UsageError(f"--temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
+        if self.top_p is not None and not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
+        if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise UsageError(f"--repetition-penalty must be > 0, got {self.repetition_penalty}")
-        _positive("--top-k", self.top_k, 0)
+        for name, value in (("--top-k", self.top_k), ("--no-repeat-ngram-size", self.no_repeat_ngram_size),
+                            ("--min-new-tokens", self.min_new_tokens)):
+            if value is not None:
+                _positive(name, value, 0)
         if self.dry_multiplier < 0 or self.dry_base <= 1:
             raise UsageError("--dry-multiplier must be >= 0 and --dry-base > 1")
         _positive("--dry-allowed-length", self.dry_allowed_length, 1)
@@ -191,7 +201,8 @@ class AccuracyOptions(OptionGroup):
 class ChatOptions(OptionGroup):
     title = "chat"
     prompt: tuple = flag((), "--prompt", action="append", help="run this prompt and exit (repeatable)")
-    max_new_tokens: int = flag(32, "--max-new-tokens", help="tokens to generate per prompt")
+    max_new_tokens: int | None = flag(None, "--max-new-tokens", type=int, help="most tokens to generate per prompt (default: the model's generation config's max_new_tokens or max_length, else 32)")
 
     def __post_init__(self):
-        _positive("--max-new-tokens", self.max_new_tokens)
+        if self.max_new_tokens is not None:
+            _positive("--max-new-tokens", self.max_new_tokens)

@@ -1,16 +1,27 @@
-"""Logits processing and token choice: EOS suppression, repetition penalty, DRY, temperature, top-k, top-p.
+"""Logits processing and token choice, through transformers' own `LogitsProcessor` classes.
 
-Each processor is a pure function over (token history [N, T], scores [N, V]) -> scores [N, V], applied in the
-order llama.cpp and HF use: penalties (repetition, then DRY) before temperature, top-k and top-p. All of it
-runs on the scores' device; only DRY walks the history on the host (it is off unless asked for).
+`logits_processors` builds the `LogitsProcessorList` that HF `generate` builds for the same settings, in HF
+5.23's order (`GenerationMixin._get_logits_processor`): repetition penalty, no-repeat n-grams, bad words,
+minimum length (`min_length`, then `min_new_tokens`), forced BOS, forced EOS; then DRY, where HF puts a caller's
+own `logits_processor`; then, only when sampling, temperature, top-k and top-p. Every processor reads the loop's
+token history, which is exactly HF's `input_ids` (decoder-only: left padding + prompt + generated;
+encoder-decoder: the decoder's start token + generated). All of it runs on the scores' device; only DRY walks
+the history on the host (it is off unless asked for).
+
+DRY ("Don't Repeat Yourself", llama.cpp's sampler) has no HF counterpart: `DryLogitsProcessor` is ours, a
+`LogitsProcessor` subclass. `pick_tokens` is HF's token choice: argmax, or one draw from softmax(scores) (here
+with a seeded generator).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-
-NEG_INF = float("-inf")
+from transformers.generation.logits_process import (ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor,
+                                                    LogitsProcessor, LogitsProcessorList, MinLengthLogitsProcessor,
+                                                    MinNewTokensLengthLogitsProcessor, NoBadWordsLogitsProcessor,
+                                                    NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor,
+                                                    TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
 
 
 @dataclass(frozen=True)
@@ -25,31 +36,6 @@ class SamplingConfig:
     dry_allowed_length: int = 2
     dry_penalty_last_n: int = 0  # 0: the whole history
     dry_max_exponent: float = 30.0  # caps base ** (n - allowed) so the penalty stays finite
-
-
-def suppress_tokens(scores: torch.Tensor, token_id: int | None) -> torch.Tensor:
-    """Forbid one token (EOS while fewer than min_new_tokens were generated)."""
-    if token_id is None:
-        return scores
-    scores = scores.clone()
-    scores[:, token_id] = NEG_INF
-    return scores
-
-
-def force_token(scores: torch.Tensor, token_id: int) -> torch.Tensor:
-    """Only `token_id` is possible (score 0, every other -inf), as HF's ForcedBOSTokenLogitsProcessor does."""
-    forced = torch.full_like(scores, NEG_INF)
-    forced[:, token_id] = 0.0
-    return forced
-
-
-def repetition_penalty(history: torch.Tensor, scores: torch.Tensor, penalty: float) -> torch.Tensor:
-    """CTRL-style penalty on every token already in `history` (prompt included), as HF applies it."""
-    if penalty == 1.0:
-        return scores
-    seen = torch.gather(scores, 1, history)
-    seen = torch.where(seen < 0, seen * penalty, seen / penalty)
-    return scores.scatter(1, history, seen)
 
 
 def dry_match_lengths(tokens: list[int], breakers: frozenset[int]) -> dict[int, int]:
@@ -83,56 +69,77 @@ def dry_match_lengths(tokens: list[int], breakers: frozenset[int]) -> dict[int, 
     return best
 
 
-def dry_penalty(
-    history: torch.Tensor, scores: torch.Tensor, cfg: SamplingConfig, breakers: frozenset[int]
-) -> torch.Tensor:
-    """DRY ("Don't Repeat Yourself"): logit[t] -= multiplier * base ** (n - allowed_length) for n >= allowed."""
-    if cfg.dry_multiplier == 0.0:
+class DryLogitsProcessor(LogitsProcessor):
+    """DRY: logit[t] -= multiplier * base ** min(n - allowed_length, max_exponent) for every candidate t that
+    would extend a repeat of length n >= allowed_length (`dry_match_lengths`), per row of the history."""
+
+    def __init__(self, multiplier: float, base: float = 1.75, allowed_length: int = 2, penalty_last_n: int = 0,
+                 max_exponent: float = 30.0, breakers: frozenset[int] = frozenset()):
+        self.multiplier, self.base, self.allowed_length = multiplier, base, allowed_length
+        self.penalty_last_n, self.max_exponent, self.breakers = penalty_last_n, max_exponent, frozenset(breakers)
+
+    @classmethod
+    def from_config(cls, cfg: SamplingConfig, breakers: frozenset[int] = frozenset()) -> DryLogitsProcessor:
+        return cls(cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length, cfg.dry_penalty_last_n,
+                   cfg.dry_max_exponent, breakers)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.multiplier == 0.0:
+            return scores
+        scores = scores.clone()
+        window = input_ids if self.penalty_last_n <= 0 else input_ids[:, -self.penalty_last_n:]
+        for row, tokens in enumerate(window.tolist()):
+            for token, n in dry_match_lengths(tokens, self.breakers).items():
+                if n >= self.allowed_length:
+                    exponent = min(n - self.allowed_length, self.max_exponent)
+                    scores[row, token] -= self.multiplier * self.base**exponent
         return scores
-    scores = scores.clone()
-    window = history if cfg.dry_penalty_last_n <= 0 else history[:, -cfg.dry_penalty_last_n :]
-    for row, tokens in enumerate(window.tolist()):
-        for token, n in dry_match_lengths(tokens, breakers).items():
-            if n >= cfg.dry_allowed_length:
-                exponent = min(n - cfg.dry_allowed_length, cfg.dry_max_exponent)
-                scores[row, token] -= cfg.dry_multiplier * cfg.dry_base**exponent
-    return scores
 
 
-def top_k_filter(scores: torch.Tensor, k: int) -> torch.Tensor:
-    if k <= 0 or k >= scores.shape[-1]:
-        return scores
-    kth = torch.topk(scores, k, dim=-1).values[:, -1:]
-    return scores.masked_fill(scores < kth, NEG_INF)
+def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, device) -> LogitsProcessorList:
+    """The processors of one generation (`config`: an `NNDF.generation.GenerationConfig`), built as HF 5.23's
+    `_get_logits_processor` builds them from the equivalent HF GenerationConfig.
 
-
-def top_p_filter(scores: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep the smallest set of tokens whose probability reaches `p` (at least one token)."""
-    if p >= 1.0:
-        return scores
-    sorted_scores, order = torch.sort(scores, descending=False)
-    cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-    drop_sorted = cumulative <= (1 - p)
-    drop_sorted[:, -1] = False
-    drop = drop_sorted.scatter(1, order, drop_sorted)
-    return scores.masked_fill(drop, NEG_INF)
-
-
-def process(history: torch.Tensor, scores: torch.Tensor, cfg: SamplingConfig, breakers=frozenset()) -> torch.Tensor:
-    """Penalties, then (when sampling) temperature, top-k and top-p."""
-    scores = repetition_penalty(history, scores, cfg.repetition_penalty)
-    scores = dry_penalty(history, scores, cfg, breakers)
+    `prompt_length`: columns of the decoder's prompt (HF's `input_ids_seq_length`, padding included);
+    `padding`: left-padding length per row [rows] (HF's `prompt_ignore_length` of the repetition penalty: pad
+    tokens are not penalised), None when no row is padded.
+    """
+    cfg: SamplingConfig = config.sampling
+    eos = config.eos_token_id
+    processors = LogitsProcessorList()
+    if cfg.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty, prompt_ignore_length=padding))
+    if config.no_repeat_ngram_size > 0:
+        processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
+    if config.bad_words_ids:
+        processors.append(NoBadWordsLogitsProcessor([list(w) for w in config.bad_words_ids], eos))
+    # HF: min_new_tokens, when set, replaces min_length by prompt + min_new_tokens (`_prepare_generated_length`)
+    min_length = prompt_length + config.min_new_tokens if config.min_new_tokens > 0 else config.min_length
+    if eos is not None and min_length > 0:
+        processors.append(MinLengthLogitsProcessor(min_length, eos, device=device))
+    if eos is not None and config.min_new_tokens > 0:
+        processors.append(MinNewTokensLengthLogitsProcessor(prompt_length, config.min_new_tokens, eos, device=device))
+    if config.forced_bos_token_id is not None:
+        processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
+    if config.forced_eos_token_id is not None:
+        max_length = prompt_length + config.new_tokens(prompt_length)
+        processors.append(ForcedEOSTokenLogitsProcessor(max_length, config.forced_eos_token_id, device=device))
+    if cfg.dry_multiplier > 0:
+        processors.append(DryLogitsProcessor.from_config(cfg, config.dry_breakers))
     if cfg.do_sample:
+        keep = 2 if config.num_beams > 1 else 1  # HF: one more than the EOS count with beams
         if cfg.temperature != 1.0:
-            scores = scores / cfg.temperature
-        scores = top_k_filter(scores, cfg.top_k)
-        scores = top_p_filter(scores, cfg.top_p)
-    return scores
+            processors.append(TemperatureLogitsWarper(cfg.temperature))
+        if cfg.top_k != 0:
+            processors.append(TopKLogitsWarper(top_k=cfg.top_k, min_tokens_to_keep=keep))
+        if cfg.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=cfg.top_p, min_tokens_to_keep=keep))
+    return processors
 
 
-def choose(scores: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
-    """Next token per row [N]: argmax, or a draw from softmax(scores) with the seeded generator."""
-    if not cfg.do_sample:
+def pick_tokens(scores: torch.Tensor, do_sample: bool, generator: torch.Generator | None) -> torch.Tensor:
+    """Next token per row [N], as HF's `_sample` picks it: argmax, or a draw from softmax(scores) (seeded)."""
+    if not do_sample:
         return scores.argmax(dim=-1)
     probs = scores.softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)

@@ -113,7 +113,7 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
         clock = GenerationClock(run.device)
         with torch.inference_mode():
             model.generate(**inputs, max_new_tokens=bench.output_seq_len,
-                           min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.options.num_beams,
+                           min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.num_beams,
                            use_cache=run.options.use_cache, **static,
                            logits_processor=LogitsProcessorList([Mark(clock)]))
         clock.finished()
@@ -152,7 +152,7 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
         "use_cache": options.use_cache, "static_cache": options.static_cache, "use_cuda_graph": options.use_cuda_graph,
-        "torch_compile": options.torch_compile and options.compile_mode, "num_beams": options.num_beams, "iterations": timing.iterations,
+        "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams, "iterations": timing.iterations,
         "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
     if fitted:
         report.notes.append(fitted)

@@ -57,8 +57,8 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
     run = open_run(family, options, backends, *backend_options)
     config = generation_config(run, sampling, chat_opts.max_new_tokens)
     report = Report("chat", run.family.name, run.source.variant, {
-        "device": run.device.type, "precision": options.precision, "max_new_tokens": chat_opts.max_new_tokens,
-        "use_cache": options.use_cache, "num_beams": options.num_beams, "do_sample": sampling.do_sample},
+        "device": run.device.type, "precision": options.precision, "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
+        "use_cache": options.use_cache, "num_beams": config.num_beams, "do_sample": config.sampling.do_sample},
         environment=environment(run.device))
     with ExitStack() as stack:
         opened = []

@@ -11,7 +11,6 @@ from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, GenerationOutput, Observer, generate
 from NNDF.options import ModelOptions, OptionGroup, SamplingOptions
-from NNDF.sampling import SamplingConfig
 from NNDF.steps import DecoderSteps
 from NNDF.tasks import Prompt
 
@@ -58,36 +57,21 @@ def finish(run: RunContext) -> None:
         run.store.cleanup()
 
 
-def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens: int,
-                      min_new_tokens: int = 0) -> GenerationConfig:
-    if sampling.do_sample and run.options.num_beams > 1:
-        raise UsageError("--do-sample with --num-beams > 1 (beam sampling) is not supported: use one of them")
-    tok = run.tokenizer
-    eos, pad = run.family.task.special_ids(run)
-    cfg = SamplingConfig(
-        do_sample=sampling.do_sample, temperature=sampling.temperature, top_k=sampling.top_k,
-        top_p=sampling.top_p, repetition_penalty=sampling.repetition_penalty,
-        dry_multiplier=sampling.dry_multiplier, dry_base=sampling.dry_base,
-        dry_allowed_length=sampling.dry_allowed_length, dry_penalty_last_n=sampling.dry_penalty_last_n,
-    )
-    breakers = frozenset()
-    if sampling.dry_multiplier > 0:
-        breakers = dry_breaker_ids(tok, sampling.dry_sequence_breakers)
-    return GenerationConfig(
-        max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, num_beams=run.options.num_beams,
-        eos_token_id=eos, pad_token_id=pad, sampling=cfg, seed=sampling.seed,
-        dry_breakers=breakers, forced_bos_token_id=run.source.generation.forced_bos_token_id,
-    )
+def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens: int | None = None,
+                      min_new_tokens: int | None = None) -> GenerationConfig:
+    """The run's generation settings: the model's generation config under the user's flags, as HF `generate`
+    honours it (NNDF/decoding.py). `max_new_tokens` / `min_new_tokens`: lengths the action fixes (None: the
+    flags, else the model's config, else the defaults)."""
+    from NNDF.decoding import resolve
+
+    return resolve(run, sampling, max_new_tokens, min_new_tokens)
 
 
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
-    """Token ids whose text contains a sequence breaker (so a repeat never spans one)."""
-    ids = set()
-    for i in range(len(tokenizer)):
-        text = tokenizer.decode([i])
-        if any(b and b in text for b in breakers):
-            ids.add(i)
-    return frozenset(ids)
+    """Token ids whose text contains a sequence breaker (so a repeat never spans one): NNDF/decoding.py."""
+    from NNDF.decoding import dry_breaker_ids as breaker_ids
+
+    return breaker_ids(tokenizer, breakers)
 
 
 def encode(run: RunContext, items: list) -> Prompt:

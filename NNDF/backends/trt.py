@@ -128,7 +128,8 @@ class TensorRTBackend(Backend):
 
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
-        return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions))
+        return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions),
+                             beams=run.num_beams)
 
     def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
         return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},

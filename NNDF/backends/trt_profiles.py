@@ -61,7 +61,7 @@ def model_positions(config) -> int:
     return DEFAULT_POSITIONS
 
 
-def engine_shapes(config, options: ModelOptions, trt: TRTOptions) -> EngineShapes:
+def engine_shapes(config, options: ModelOptions, trt: TRTOptions, beams: int | None = None) -> EngineShapes:
     """Maxima from the model config, overridable by --n-positions / --input- / --output-profile-max-len."""
     n_pos = trt.n_positions or model_positions(config)
     max_input = min(trt.input_profile_max_len or n_pos, n_pos)
@@ -75,7 +75,7 @@ def engine_shapes(config, options: ModelOptions, trt: TRTOptions) -> EngineShape
                              f"got {low} <= {batch} <= {high}")
     else:
         low = high = batch
-    beams = options.num_beams
+    beams = beams or options.num_beams or 1  # RunContext.num_beams: --num-beams, else the model's generation config
     return EngineShapes(Range(low, batch, high), Range(low * beams, batch * beams, high * beams), max_input,
                         max_output, max_total)
 
@@ -125,10 +125,11 @@ def four_d(rows: Range, heads: int, seq: Range, head_dim: int) -> tuple:
 
 def engine_name(family: str, variant: str, options: ModelOptions, trt: TRTOptions, shapes: EngineShapes) -> str:
     """The seed's naming: model, variant, precision, cache, batch (or range), beams, lengths, postfix."""
-    batch = (f"dynbatch{trt.min_dynamic_batch}-{shapes.rows.max // options.num_beams}" if trt.dynamic_batch
+    beams = shapes.rows.opt // shapes.batch.opt  # the effective beam count the shapes were made for
+    batch = (f"dynbatch{trt.min_dynamic_batch}-{shapes.rows.max // beams}" if trt.dynamic_batch
              else f"batch{options.batch_size}")
     parts = [family, variant, options.precision, options.cache_layout, batch,
-             f"beams{options.num_beams}", f"in{shapes.max_input}", f"out{shapes.max_output}",
+             f"beams{beams}", f"in{shapes.max_input}", f"out{shapes.max_output}",
              f"pos{shapes.max_total}"]
     if trt.engine_postfix:
         parts.append(trt.engine_postfix)

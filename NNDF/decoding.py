@@ -1,0 +1,180 @@
+"""Which decoding a run does: the model's HF `GenerationConfig`, honoured as HF `generate` honours it, under the
+user's flags.
+
+HF `generate` (transformers 5.23, `_prepare_generation_config`) starts from the model's `generation_config`
+(generation_config.json, else derived from config.json: `ModelSource.generation`), fills what it leaves unset
+with HF's global defaults (`GenerationConfig._get_default_generation_params`), and lets its caller's arguments
+override both. `resolve` does the same with the user's flags as the caller's arguments: a flag that was given
+(its option field is not None) wins; else the model's value; else HF's global default. These defaults are the
+flags' old defaults except one: top-k is 50 when sampling (HF's), not 0.
+
+Lengths are the caller's arguments too: an action that fixes them passes them (`run`/`compare`: checkpoint.toml's
+max_new_tokens; `benchmark`: exactly --output-seq-len new tokens); `chat` without --max-new-tokens takes the
+config's max_new_tokens, else its max_length (prompt + new tokens, the decoder's prompt counted as HF counts it),
+else 32 new tokens.
+
+`--ignore-generation-config` gives the flags-only behaviour: only the decoder's start token and a forced first
+token (mBART's target language) come from the model (as the task reads them); everything else is the flag or
+its flags-only default (greedy, one beam, no penalties, top-k off).
+
+Settings HF honours that our loop does not implement (constraints, encoder_repetition_penalty, several returned
+sequences, ...) are refused in one line naming the field and `--ignore-generation-config`, never ignored in
+silence; a model with several EOS ids is warned about (the task's EOS ends generation). The effective beam count
+is needed before any generation (TensorRT profiles size their rows by it): `effective_num_beams`, exposed as
+`RunContext.num_beams`.
+"""
+from __future__ import annotations
+
+import warnings
+
+from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
+from NNDF.sampling import SamplingConfig
+
+DEFAULT_MAX_NEW_TOKENS = 32  # chat, when neither --max-new-tokens nor the model's config gives a length
+HF_TOP_K = 50  # HF's global default top_k (applies when sampling and the model's config sets none)
+
+# generation-config fields HF `generate` acts on and our loop does not: field -> its neutral value(s)
+_UNSUPPORTED = {
+    "num_return_sequences": (None, 1),
+    "encoder_repetition_penalty": (None, 1.0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "constraints": (None,),
+    "force_words_ids": (None,),
+    "penalty_alpha": (None,),
+    "dola_layers": (None,),
+    "guidance_scale": (None, 1.0),
+    "sequence_bias": (None,),
+    "suppress_tokens": (None,),
+    "begin_suppress_tokens": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "remove_invalid_values": (None, False),
+    "renormalize_logits": (None, False),
+    "stop_strings": (None,),
+    "max_time": (None,),
+    "watermarking_config": (None,),
+    "token_healing": (None, False),
+    "prompt_lookup_num_tokens": (None,),
+}
+_UNSUPPORTED_WARPERS = {  # only act when sampling
+    "min_p": (None,),
+    "top_h": (None,),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+}
+_EARLY_STOPPING = {"true": True, "false": False, "never": "never"}
+
+
+def model_generation_config(run):
+    """The model's HF GenerationConfig, or None under --ignore-generation-config."""
+    if getattr(run.options, "ignore_generation_config", False):
+        return None
+    return run.source.generation
+
+
+def effective_num_beams(options, generation) -> int:
+    """--num-beams, else the model's generation config's num_beams (unless ignored), else 1."""
+    if options.num_beams is not None:
+        return options.num_beams
+    if getattr(options, "ignore_generation_config", False) or generation is None:
+        return 1
+    return generation.num_beams or 1
+
+
+def _value(flag, hf, name: str, default):
+    """The flag if given, else the model's value, else the default."""
+    if flag is not None:
+        return flag
+    value = getattr(hf, name, None) if hf is not None else None
+    return default if value is None else value
+
+
+def _refuse_unsupported(hf, do_sample: bool) -> None:
+    fields = dict(_UNSUPPORTED, **(_UNSUPPORTED_WARPERS if do_sample else {}))
+    active = [f"{name}={getattr(hf, name, None)!r}" for name, neutral in fields.items()
+              if getattr(hf, name, None) not in neutral]
+    if active:
+        raise UsageError(f"the model's generation config sets {', '.join(active)}, which this harness's generation "
+                         "loop does not implement: add --ignore-generation-config to run without it")
+
+
+def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: int | None = None) -> GenerationConfig:
+    """Our GenerationConfig for a run: the model's generation config (`run.source.generation`) under the flags
+    (`run.options`: --num-beams, --ignore-generation-config; `sampling`: a SamplingOptions), as HF `generate`
+    would decode with the same arguments. `max_new_tokens` / `min_new_tokens`: lengths the action fixes
+    (None: --max-new-tokens / --min-new-tokens, else the model's config, else the defaults)."""
+    hf = model_generation_config(run)
+    beams = effective_num_beams(run.options, hf)
+    do_sample = bool(_value(sampling.do_sample, hf, "do_sample", False))
+    if do_sample and beams > 1:
+        says = "the model's generation config"
+        sample_src = "--do-sample" if sampling.do_sample else f"{says}'s do_sample=True"
+        beam_src = "--num-beams > 1" if run.options.num_beams is not None else f"{says}'s num_beams={beams}"
+        raise UsageError(f"{sample_src} with {beam_src} (beam sampling) is not supported: use one of them "
+                         "(--no-do-sample, --num-beams 1, or --ignore-generation-config)")
+    if hf is not None:
+        _refuse_unsupported(hf, do_sample)
+    eos, pad = run.family.task.special_ids(run)
+    _warn_other_eos(hf, eos)
+
+    max_length = None
+    if max_new_tokens is None:
+        max_new_tokens = _value(None, hf, "max_new_tokens", None)
+        if max_new_tokens is None and hf is not None and hf.max_length is not None:
+            max_length = hf.max_length
+        elif max_new_tokens is None:
+            max_new_tokens = DEFAULT_MAX_NEW_TOKENS
+    min_length = 0
+    if min_new_tokens is None:
+        min_new_tokens = _value(sampling.min_new_tokens, hf, "min_new_tokens", None)
+        if min_new_tokens is None:  # HF: min_new_tokens, when set, replaces min_length
+            min_length = _value(None, hf, "min_length", 0)
+            min_new_tokens = 0
+
+    cfg = SamplingConfig(
+        do_sample=do_sample,
+        temperature=float(_value(sampling.temperature, hf, "temperature", 1.0)),
+        top_k=int(_value(sampling.top_k, hf, "top_k", HF_TOP_K if hf is not None else 0)),
+        top_p=float(_value(sampling.top_p, hf, "top_p", 1.0)),
+        repetition_penalty=float(_value(sampling.repetition_penalty, hf, "repetition_penalty", 1.0)),
+        dry_multiplier=sampling.dry_multiplier, dry_base=sampling.dry_base,
+        dry_allowed_length=sampling.dry_allowed_length, dry_penalty_last_n=sampling.dry_penalty_last_n,
+    )
+    early = sampling.early_stopping
+    early = _EARLY_STOPPING[early] if isinstance(early, str) else early
+    bad_words = _value(None, hf, "bad_words_ids", ())
+    breakers = frozenset()
+    if sampling.dry_multiplier > 0:
+        breakers = dry_breaker_ids(run.tokenizer, sampling.dry_sequence_breakers)
+    return GenerationConfig(
+        max_new_tokens=max_new_tokens, max_length=max_length, min_new_tokens=min_new_tokens,
+        min_length=int(min_length), num_beams=beams,
+        length_penalty=float(_value(sampling.length_penalty, hf, "length_penalty", 1.0)),
+        early_stopping=_value(early, hf, "early_stopping", False),
+        eos_token_id=eos, pad_token_id=pad, sampling=cfg, seed=sampling.seed, dry_breakers=breakers,
+        # the forced first token is part of the task's prompt (mBART's target language): read even when ignored
+        forced_bos_token_id=run.source.generation.forced_bos_token_id,
+        forced_eos_token_id=_value(None, hf, "forced_eos_token_id", None),
+        no_repeat_ngram_size=int(_value(sampling.no_repeat_ngram_size, hf, "no_repeat_ngram_size", 0)),
+        bad_words_ids=tuple(tuple(int(t) for t in word) for word in bad_words),
+    )
+
+
+def _warn_other_eos(hf, eos: int | None) -> None:
+    ids = getattr(hf, "eos_token_id", None)
+    if isinstance(ids, (list, tuple)) and set(ids) - {eos}:
+        warnings.warn(f"the model's generation config lists several EOS ids {list(ids)}; generation here stops "
+                      f"only at the tokenizer's EOS {eos}", stacklevel=2)
+
+
+def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
+    """Token ids whose text contains a sequence breaker (so a DRY repeat never spans one)."""
+    ids = set()
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i])
+        if any(b and b in text for b in breakers):
+            ids.add(i)
+    return frozenset(ids)
