@@ -70,7 +70,3 @@ class Family:
     def kind(self) -> str:
         """The task's label ("decoder", "seq2seq", ...), for messages and listings."""
         return self.task.kind
-
-    @property
-    def variant_names(self) -> list[str]:
-        return [v.name for v in self.variants]

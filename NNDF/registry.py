@@ -40,10 +40,6 @@ def load(target: str):
     return getattr(importlib.import_module(module), attribute)
 
 
-def backend_names() -> tuple[str, ...]:
-    return tuple(BACKENDS)
-
-
 def backend_class(name: str):
     """The registered class of backend `name` (availability, and the class a task uses unless it names its own)."""
     if name not in BACKENDS:
