@@ -30,14 +30,24 @@ class ModelDims:
 
     @staticmethod
     def of(config, names: ConfigNames = ConfigNames()) -> "ModelDims":
-        text = config.get_text_config(decoder=True)
-        if type(text) is type(config):  # not composite: HF's copy may rename fields (BART), read the config itself
-            text = config
-        positions = getattr(text, "max_position_embeddings", None)
+        text = _text_config(config)
         return ModelDims(
             layers=int(getattr(text, names.decoder_layers)),
             heads=int(text.num_attention_heads),
             hidden=int(text.hidden_size),
             vocab=int(text.vocab_size),
-            positions=positions if isinstance(positions, int) and positions > 0 else None,
+            positions=ModelDims.positions_of(config),
         )
+
+    @staticmethod
+    def positions_of(config) -> int | None:
+        """`positions` alone (the one reader of a position limit; TensorRT profiles need nothing else)."""
+        positions = getattr(_text_config(config), "max_position_embeddings", None)
+        return positions if isinstance(positions, int) and positions > 0 else None
+
+
+def _text_config(config):
+    """The (text) decoder's config: a composite config's text part, else the config itself (HF's copy of a plain
+    config may rename fields, BART's; a bare object without `get_text_config` is taken as it is)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return config if type(text) is type(config) else text

@@ -13,8 +13,7 @@ import torch
 
 from NNDF.backends.ort_steps import OrtGraph, empty_past
 from NNDF.errors import ArtifactError
-from Seq2Seq.export import encoder_mask
-from Seq2Seq.torch_steps import Seq2SeqCache
+from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 
 
 class Seq2SeqOrtSteps:

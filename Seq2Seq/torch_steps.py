@@ -13,6 +13,20 @@ from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 
+def encoder_mask(encoder_inputs: dict, hidden: torch.Tensor) -> torch.Tensor:
+    """The encoder's padding mask [B, S] that `Seq2SeqCache` carries: the input's own `attention_mask`, or all
+    ones for an encoder without one (images have no padding)."""
+    mask = encoder_inputs.get("attention_mask")
+    if mask is None:
+        mask = torch.ones(hidden.shape[:2], dtype=torch.long, device=hidden.device)
+    return mask
+
+
+def empty_kv() -> EncoderDecoderCache:
+    """HF's cache for an encoder-decoder run before its first decoder step."""
+    return EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+
 @dataclass
 class Seq2SeqCache:
     """What the generation loop holds for an encoder-decoder run; `kv` is backend-specific (None without cache)."""
@@ -52,12 +66,8 @@ class Seq2SeqTorchSteps:
 
     @torch.inference_mode()
     def start(self, encoder_inputs: dict) -> Seq2SeqCache:
-        from Seq2Seq.export import encoder_mask
-
         hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state
-        kv = None
-        if self.use_cache:
-            kv = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        kv = empty_kv() if self.use_cache else None
         return Seq2SeqCache(hidden, encoder_mask(encoder_inputs, hidden), kv)
 
     @torch.inference_mode()

@@ -26,7 +26,7 @@ from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 
 
-def _graph_dims(path: Path) -> dict[str, tuple]:
+def graph_dims(path: Path) -> dict[str, tuple]:
     """Every input's shape as stored in the ONNX (ints for fixed dims, names for dynamic ones)."""
     import onnx
 
@@ -70,7 +70,7 @@ class Seq2SeqTensorRTBackend(TensorRTBackend):
     artifact = Seq2SeqOnnx
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
-        dims = {part: _graph_dims(path) for part, path in onnx_paths.items()}
+        dims = {part: graph_dims(path) for part, path in onnx_paths.items()}
         return seq2seq_profiles(shapes, dims, run.options.use_cache)
 
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes) -> Seq2SeqTrtSteps:

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from NNDF.backends.trt_steps import EngineIO, KVBuffers
-from Seq2Seq.export import encoder_mask
-from Seq2Seq.torch_steps import Seq2SeqCache
+from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,20 @@ from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
 from Seq2Seq.frameworks import Seq2SeqFrameworksBackend
 from Seq2Seq.onnxrt import Seq2SeqOnnx, Seq2SeqOnnxRuntimeBackend
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
-from Seq2Seq.trt import Seq2SeqTensorRTBackend, seq2seq_profiles
+from Seq2Seq.trt import Seq2SeqTensorRTBackend, graph_dims, seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.model import ImageTextAdapter
 
 
 def _pixels_example(model, gen) -> dict:
-    size = model.config.image_size
+    """Random pixels at the vision encoder's resolution (the HF config's `vision_config`)."""
+    size = model.config.vision_config.image_size
     param = next(model.parameters())
     return {"pixel_values": torch.randn(2, 3, size, size, generator=gen).to(param.device, param.dtype)}
 
 
-IMAGE_ENCODER = EncoderInputs(("pixel_values",), ((0,),), _pixels_example)
+# pixel_values [batch, 3, H, W]: only the batch is dynamic (the encoder's patch count follows from H and W)
+IMAGE_ENCODER = EncoderInputs(("pixel_values",), (("batch", None, None, None),), _pixels_example)
 
 
 class ImageTextFrameworksBackend(Seq2SeqFrameworksBackend):
@@ -54,9 +56,7 @@ class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
     artifact = ImageTextOnnx
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
-        from Seq2Seq.trt import _graph_dims
-
-        dims = {part: _graph_dims(path) for part, path in onnx_paths.items()}
+        dims = {part: graph_dims(path) for part, path in onnx_paths.items()}
         first = seq_range(1, min(shapes.max_input, shapes.max_total - 1))
         return seq2seq_profiles(shapes, dims, run.options.use_cache, first=first)
 

@@ -3,11 +3,12 @@ shape that Seq2Seq's steps and exports use: `get_encoder()(pixel_values=...)` gi
 `forward(encoder_outputs=, attention_mask=, decoder_input_ids=, past_key_values=, use_cache=)` runs the text
 decoder with cross-attention to them. The text decoder keeps HF's own `EncoderDecoderCache` (self-attention
 grows per step, the image's cross-attention keys/values are filled on the first step), exactly as T5/BART do.
-Nothing is copied from the model: the adapter only renames arguments.
+Nothing is copied from the model: the adapter only renames arguments. `config` is the model's own HF config
+(composite: `text_config`, `vision_config`), as on any HF model; Seq2Seq reads no fields of it (its export
+takes the decoder depth and hidden size from an example pass, the vocabulary from `ModelDims`), and the image
+encoder's example inputs (`Vision2Seq.backends.IMAGE_ENCODER`) read the image size from `vision_config`.
 """
 from __future__ import annotations
-
-from types import SimpleNamespace
 
 import torch
 
@@ -16,11 +17,7 @@ class ImageTextAdapter(torch.nn.Module):
     def __init__(self, model: torch.nn.Module):
         super().__init__()
         self.model = model
-        text, vision = model.config.text_config, model.config.vision_config
-        # the facts Seq2Seq reads (`Seq2Seq.export.Layout`, example inputs), under its names
-        self.config = SimpleNamespace(decoder_layers=text.num_hidden_layers, decoder_start_token_id=text.bos_token_id,
-                                      d_model=vision.hidden_size, vocab_size=text.vocab_size,
-                                      image_size=vision.image_size)
+        self.config = model.config
 
     def get_encoder(self) -> torch.nn.Module:
         return self.model.vision_model  # pixel_values -> last_hidden_state [B, patches + 1, hidden]

@@ -94,7 +94,7 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, variant, use_cache, workd
 
 def test_profiles_cover_prefill_rows_and_beam_rows():
     class Cfg:
-        n_positions = 512
+        max_position_embeddings = 512
 
     shapes = engine_shapes(Cfg(), ModelOptions(batch_size=2, num_beams=3, use_cache=True),
                            TRTOptions(input_profile_max_len=64, output_profile_max_len=32))

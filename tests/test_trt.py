@@ -19,7 +19,7 @@ from conftest import run_cli
 
 
 class Cfg:
-    n_positions = 256
+    max_position_embeddings = 256  # HF's standard name (GPT-2's n_positions is an alias of it)
 
 
 def test_static_batch_profiles_with_cache():

@@ -34,6 +34,7 @@ from transformers import DynamicCache
 
 from NNDF.backends.precision import fp32_islands, unconditional_fp16_clamp
 from NNDF.errors import ArtifactError
+from NNDF.model_config import ModelDims
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's hard limit is 2 GiB per file
 
@@ -70,7 +71,7 @@ class _DecoderGraph(torch.nn.Module):
     def __init__(self, model: torch.nn.Module, use_cache: bool, takes_positions: bool):
         super().__init__()
         self.model, self.use_cache, self.takes_positions = model, use_cache, takes_positions
-        self.num_layers = model.config.num_hidden_layers
+        self.num_layers = ModelDims.of(model.config).layers
 
     def forward(self, input_ids, attention_mask, *rest):
         kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=self.use_cache)
@@ -130,7 +131,7 @@ def _example(model, batch: int, seq: int, past: int, use_cache: bool, takes_posi
     the model (past > 0: the exporter specialises dimensions of size 0 and 1)."""
     device = next(model.parameters()).device
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (batch, past + seq), generator=gen).to(device)
+    ids = torch.randint(0, ModelDims.of(model.config).vocab, (batch, past + seq), generator=gen).to(device)
     mask = torch.ones_like(ids)
     mask[0, : min(2, past + seq - 1)] = 0
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -153,7 +154,7 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     if static:
         return _export_static_decoder(model, out_dir, spec)
     takes_positions = takes_position_ids(model)
-    inputs, outputs = graph_names(model.config.num_hidden_layers, use_cache, takes_positions)
+    inputs, outputs = graph_names(ModelDims.of(model.config).layers, use_cache, takes_positions)
     args = _example(model, batch=2, seq=3, past=4 if use_cache else 0, use_cache=use_cache,
                     takes_positions=takes_positions)
     auto = torch.export.Dim.AUTO  # let torch.export name and relate the dims (total = past + seq)
@@ -171,7 +172,7 @@ def _export_static_decoder(model: torch.nn.Module, out_dir: Path, spec: ExportSp
 
     check_static_cache_support(model)  # the graph runs HF's StaticCache code
     takes_positions = takes_position_ids(model)
-    inputs, outputs = graph_names(model.config.num_hidden_layers, True, takes_positions, static=True)
+    inputs, outputs = graph_names(ModelDims.of(model.config).layers, True, takes_positions, static=True)
     args = _static_example(model, batch=2, seq=3, past=4, spare=2, takes_positions=takes_positions)
     auto = torch.export.Dim.AUTO
     rest = ([{0: auto, 1: auto}] if takes_positions else []) + [None]  # positions, cache_position (a scalar)
@@ -215,11 +216,12 @@ def export_graph(model: torch.nn.Module, graph: torch.nn.Module, args: tuple, in
                 graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs, dynamic_shapes=dynamic_shapes,
                 opset_version=spec.opset, verbose=False,
             )
-        except Exception as exc:  # torch.export raises many types; the user gets its summary in one line
-            raise ArtifactError(f"ONNX export of {path.stem} failed: {_export_summary(exc)}") from None
-        proto = program.model_proto  # serialise while fp32 islands are still fp32 (weights are read lazily)
+        except Exception as exc:  # torch.export raises many types: the user gets its summary in one line, the
+            # cause stays chained (`__cause__`) for a traceback under --verbose
+            raise ArtifactError(f"ONNX export of {path.stem} failed: {_export_summary(exc)}") from exc
+        _dedupe_initializers(program.model)  # while fp32 islands are still fp32 (weights are read lazily)
+        proto = program.model_proto
     _name_dimensions(proto, dim_names)
-    _dedupe_initializers(proto)
     _save(proto, path, large)
 
 
@@ -250,47 +252,67 @@ def _name_dimensions(proto, dim_names) -> None:
                 dim.dim_param = label
 
 
-def _dedupe_initializers(proto) -> None:
-    """Tied input/output embeddings get exported twice (sometimes the second copy pre-transposed by constant
-    folding); keep one copy, point identical uses at it, and derive a transposed copy with a Transpose node."""
-    from onnx import helper, numpy_helper
+def _dedupe_initializers(model) -> None:
+    """Store each weight once. onnx_ir's `DeduplicateHashedInitializersPass` merges initializers of equal dtype,
+    shape and bytes (hashed: no second copy of the weights is held) of any size up to 4 G elements, in the main
+    graph and in each subgraph (within each graph, not across), except graph inputs and outputs. Ours covers the
+    rest: its hash needs C-contiguous data (`_contiguous_constants`), and a tied weight whose second copy the
+    exporter's constant folding pre-transposed is no duplicate to it (`_derive_transposed_copies`)."""
+    from onnx_ir.passes.common import DeduplicateHashedInitializersPass
 
-    def key(array) -> str:
-        return hashlib.sha256(array.tobytes() + str((array.dtype, array.shape)).encode()).hexdigest()
-
-    seen: dict[str, str] = {}
-    rename: dict[str, str] = {}
-    kept, transposes = [], []
-    for init in proto.graph.initializer:
-        array = numpy_helper.to_array(init)
-        if array.size < 1024:  # small constants are not worth it
-            kept.append(init)
-            continue
-        if key(array) in seen:
-            rename[init.name] = seen[key(array)]
-        elif array.ndim == 2 and key(array.T) in seen:
-            transposes.append(helper.make_node("Transpose", [seen[key(array.T)]], [init.name], perm=[1, 0]))
-        else:
-            seen[key(array)] = init.name
-            kept.append(init)
-    if not rename and not transposes:
-        return
-    del proto.graph.initializer[:]
-    proto.graph.initializer.extend(kept)
-    for node in _all_nodes(proto.graph):
-        for i, name in enumerate(node.input):
-            if name in rename:
-                node.input[i] = rename[name]
-    for node in reversed(transposes):  # computed once at session start (constant folding)
-        proto.graph.node.insert(0, node)
+    _contiguous_constants(model)
+    DeduplicateHashedInitializersPass()(model)
+    _derive_transposed_copies(model)
 
 
-def _all_nodes(graph):
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.g is not None and attr.g.node:
-                yield from _all_nodes(attr.g)
+def _contiguous_constants(model) -> None:
+    """Constants the exporter folded may be strided views (a folded Transpose of a weight); onnx_ir 1.1's hashed
+    pass hashes the raw buffer and rejects those. Copy them contiguous (they are small: the exporter folds only
+    small constants)."""
+    import onnx_ir as ir
+
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            raw = getattr(value.const_value, "raw", None)
+            if (isinstance(raw, np.ndarray) and not raw.flags.c_contiguous) or \
+                    (isinstance(raw, torch.Tensor) and not raw.is_contiguous()):
+                tensor = value.const_value
+                value.const_value = ir.Tensor(np.ascontiguousarray(tensor.numpy()), dtype=tensor.dtype,
+                                              name=value.name)
+
+
+def _derive_transposed_copies(model) -> None:
+    """A tied weight whose second copy the exporter's constant folding pre-transposed (a small model's tied
+    embeddings, e.g. tests/test_onnx_export.py's) is not a duplicate to onnx_ir's pass: replace it with a Transpose
+    of the kept copy (folded once at session start). 2-D initializers of at least 1024 elements, within each
+    graph."""
+    import onnx_ir as ir
+
+    def key(array) -> tuple:
+        return array.dtype.str, array.shape, hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
+
+    for graph in model.graphs():
+        seen: dict[tuple, object] = {}
+        for value in tuple(graph.initializers.values()):
+            tensor = value.const_value
+            if (tensor is None or len(tensor.shape) != 2 or tensor.size < 1024 or value.is_graph_input()
+                    or value.is_graph_output()):
+                continue
+            array = tensor.numpy()
+            source = seen.get(key(array.T))
+            if source is None:
+                seen.setdefault(key(array), value)
+                continue
+            node = ir.node("Transpose", [source], {"perm": [1, 0]}, name=f"{value.name}_from_{source.name}")
+            output = node.outputs[0]
+            output.dtype, output.shape = value.dtype, value.shape
+            value.replace_all_uses_with(output)
+            graph.initializers.pop(value.name)
+            output.name = value.name
+            if len(graph):
+                graph.insert_before(graph.node(0), node)
+            else:
+                graph.append(node)
 
 
 def _save(proto, path: Path, large: bool) -> None:

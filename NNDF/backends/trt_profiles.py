@@ -17,10 +17,14 @@ from dataclasses import dataclass
 
 from NNDF.artifacts import safe_name
 from NNDF.errors import UsageError
+from NNDF.model_config import ModelDims
 from NNDF.backends.trt_options import TRTOptions
 from NNDF.options import ModelOptions
 
-DEFAULT_POSITIONS = 2048  # for models without a position limit in their config (ALiBi: BLOOM)
+# The engine profiles' longest sequence (prompt + new tokens) where the model has no position table (ALiBi,
+# relative positions: `ModelDims.positions` is None). A build-time cap on the engine's shapes (memory, build time),
+# not a limit of the model; --n-positions overrides it.
+ENGINE_MAX_POSITIONS = 2048
 
 
 @dataclass(frozen=True)
@@ -54,11 +58,8 @@ class Profile:
 
 
 def model_positions(config) -> int:
-    for attr in ("n_positions", "max_position_embeddings", "seq_length"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return DEFAULT_POSITIONS
+    """The engine's position maximum: the model's position table (`ModelDims`), else `ENGINE_MAX_POSITIONS`."""
+    return ModelDims.positions_of(config) or ENGINE_MAX_POSITIONS
 
 
 def engine_shapes(config, options: ModelOptions, trt: TRTOptions, beams: int | None = None) -> EngineShapes:
@@ -112,10 +113,6 @@ def seq_range(low: int, high: int) -> Range:
 
 def two_d(rows: Range, seq: Range) -> tuple:
     return ((rows.min, seq.min), (rows.opt, seq.opt), (rows.max, seq.max))
-
-
-def three_d(rows: Range, seq: Range, width: int) -> tuple:
-    return tuple((r, s, width) for r, s in zip((rows.min, rows.opt, rows.max), (seq.min, seq.opt, seq.max)))
 
 
 def four_d(rows: Range, heads: int, seq: Range, head_dim: int) -> tuple:
