@@ -176,7 +176,7 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, cache, workdir):
     run = make_context(registry.family(family), ModelOptions(working_dir=str(workdir), use_cache=use_cache,
                                                              static_cache=cache == "static", use_mask=True,
                                                              device="cpu"))
-    path, _ = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec).path(run)
+    path, _ = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec, run.family.task).path(run)
     prompt = encode(run, ["The for statement is used to", "A", "Names refer to"])
     ids, mask = prompt.input_ids, prompt.attention_mask
     model, tok = run.torch_model(), run.tokenizer
