@@ -86,7 +86,7 @@ class Observer:
     def finished(self) -> None: ...
 
 
-class _Decoder:
+class _RunningBatch:
     """Tracks tokens, mask, positions and cache of a running batch and feeds the backend one step at a time.
 
     Token ids and mask live in buffers allocated once for prompt + max_new_tokens columns, so a step writes one
@@ -164,8 +164,8 @@ def generate(
     attention_mask = attention_mask.to(steps.device)
     if encoder is not None:
         encoder = {name: t.to(steps.device) for name, t in encoder.items()}
-    run = _beam_search if config.num_beams > 1 else _greedy_or_sample
-    return run(steps, input_ids, attention_mask, config, observer, encoder)
+    search = _beam_search if config.num_beams > 1 else _greedy_or_sample
+    return search(steps, input_ids, attention_mask, config, observer, encoder)
 
 
 def _processors(config: GenerationConfig, attention_mask: torch.Tensor, rows: torch.Tensor | None = None):
@@ -186,7 +186,7 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
     max_new = config.new_tokens(prompt_length)
     processors = _processors(config, attention_mask)
     eos_hit = _eos_criteria(config)
-    decoder = _Decoder(steps, input_ids, attention_mask, max_new, encoder, observer)
+    decoder = _RunningBatch(steps, input_ids, attention_mask, max_new, encoder, observer)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
@@ -221,7 +221,7 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
     max_new = config.new_tokens(prompt_length)
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
     processors = _processors(config, attention_mask, expand)
-    decoder = _Decoder(steps, input_ids, attention_mask, max_new, encoder, observer)
+    decoder = _RunningBatch(steps, input_ids, attention_mask, max_new, encoder, observer)
     logits = decoder.prefill()
     decoder.reorder(expand)
     logits = logits[expand]
