@@ -5,6 +5,11 @@ groups the registered backends own; the action is one library call that returns 
 and optionally written as JSON. Every `HarnessError` (and argparse's own errors) becomes one line on stderr and
 exit code 2 (with --verbose, the traceback of what caused it follows); library warnings are silenced unless
 --verbose, the harness's own warnings are one `warning: ...` line each.
+
+Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). A flag of the action's option
+groups that the action does not read (`Action.ignores`), or a backend's own flag without that backend, is
+refused in one line saying where it applies. `--json` is checked before the action runs (a folder, or a place
+that cannot be written, fails at once rather than after the run).
 """
 from __future__ import annotations
 
@@ -19,18 +24,23 @@ from NNDF import progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
 from NNDF.options import ModelOptions
+from NNDF.results import check_output_path, say
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line and exit code 2."""
+    """argparse, but errors are one line and exit code 2, and flags are never abbreviated."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
-        print(f"error: {self.prog}: {message}", file=sys.stderr)
+        say(f"error: {self.prog}: {' '.join(message.split())}")
         raise SystemExit(2)
 
 
 def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
-    p = sub.add_parser(action.name, help=action.help, description=action.help)
+    p = sub.add_parser(action.name, help=action.help, description=action.help, allow_abbrev=False)
     families = ", ".join(registry.FAMILY_PACKAGES)
     if not action.runs_models:
         p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
@@ -41,7 +51,9 @@ def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
     if action.side_by_side:
         p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
                        "(default: every backend usable here)")
-    for group in (*action.groups, *backend_groups):
+    for group in action.groups:  # flags the action ignores are parsed (to be refused by name) but not shown
+        group.add_to_parser(p, hidden=frozenset(action.ignores))
+    for group in backend_groups:
         group.add_to_parser(p)
 
 
@@ -76,6 +88,36 @@ class _OneLine(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
+def _refuse_inapplicable(args, action: Action) -> None:
+    """A flag the action does not read is an error naming the actions it applies to."""
+    for group in action.groups:
+        for name in group.given(args):
+            if action.applies(group, name):
+                continue
+            where = [a.name for a in ACTIONS.values() if a.applies(group, name)]
+            raise UsageError(f"{group.flag_name(name)} does not apply to {action.name} "
+                             f"(it applies to {', '.join(where) or 'no action'})")
+
+
+def _refuse_unowned(args, backends: tuple[str, ...]) -> None:
+    """A backend's own flag (TensorRT's --dynamic-batch, ...) given without that backend would be ignored."""
+    for backend, entry in registry.BACKENDS.items():
+        if backend in backends:
+            continue
+        for target in entry.options:
+            group = registry.load(target)
+            given = group.given(args)
+            if given:
+                raise UsageError(f"{group.flag_name(given[0])} is a flag of the {backend} backend, which this run "
+                                 f"does not use ({', '.join(backends)}): name {backend} or drop the flag")
+
+
+def _check_output(args) -> None:
+    """--json: checked before the action runs, so a bad path fails at once and leaves nothing behind."""
+    if getattr(args, "json", None) is not None:
+        check_output_path(args.json, "--json")
+
+
 def _backends(args, action: Action) -> tuple[str, ...]:
     chosen = list(args.backends) + list(getattr(args, "compare", None) or [])
     for name in chosen:
@@ -96,16 +138,21 @@ def _backend_options(args) -> dict[type, object]:
 def dispatch(args) -> object:
     """Run the parsed command: the action's library function with its option groups."""
     action = ACTIONS[args.action]
+    _check_output(args)
     function = registry.load(action.function)
     if not action.runs_models:
         return function(args.model)
+    _refuse_inapplicable(args, action)
     backends = _backends(args, action)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = _backend_options(args)
-    for name in backends:  # a backend-owned flag may replace the action (TensorRT's --build-only)
+    for name, entry in registry.BACKENDS.items():  # a backend-owned flag may replace the action (--build-only),
+        if not entry.options:  # also when that backend is not named (it then says what is wrong)
+            continue
         report = registry.backend_class(name).run_instead(args.model, backends, {**owned, ModelOptions: groups[0]})
         if report is not None:
             return report
+    _refuse_unowned(args, backends)
     return function(args.model, backends, *groups, *owned.values())
 
 
@@ -118,14 +165,38 @@ def main(argv: list[str] | None = None) -> int:
         progress.FORCE = True
     try:
         report = dispatch(args)
+        report.print()
+        _write_json(report, getattr(args, "json", None))
     except HarnessError as exc:
         if verbose and exc.__cause__ is not None:  # e.g. the exporter's own traceback behind a one-line error
             traceback.print_exception(exc.__cause__, file=sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        say("interrupted")
         return 130
-    report.print()
-    report.write_json(getattr(args, "json", None))
+    except Exception as exc:  # noqa: BLE001 - only out-of-memory is the user's to fix; anything else is a bug
+        if not _out_of_memory(exc):
+            raise
+        if verbose:
+            traceback.print_exception(exc, file=sys.stderr)
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:160]
+        say(f"error: out of memory ({first}): use a smaller --batch-size, shorter lengths or fewer beams")
+        return 2
     return 0
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's failure (a RuntimeError)."""
+    if isinstance(exc, MemoryError) or exc.__class__.__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _write_json(report, path: str | None) -> None:
+    try:
+        report.write_json(path)
+    except OSError as exc:  # checked before the run; the place changed since (removed, filled up, ...)
+        raise UsageError(f"--json {path}: cannot write it ({exc.strerror or exc}); the results are printed above") \
+            from exc

@@ -18,6 +18,7 @@ from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
 from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
 from NNDF.options import ModelOptions, OptionGroup
+from NNDF.results import writable_problem
 
 
 def resolve_device(options: ModelOptions) -> torch.device:
@@ -78,6 +79,20 @@ class RunContext:
             gc.collect()
 
 
+def check_working_dir(name: str) -> Path:
+    """--working-dir: a folder (created when first needed) in a place that can be written; refused in one line
+    before anything is loaded or exported into it."""
+    if not name.strip():
+        raise UsageError("--working-dir: give a folder path")
+    try:
+        problem = writable_problem(Path(name), folder=True)
+    except (OSError, ValueError) as exc:  # a name the OS refuses (too long, NUL byte)
+        problem = f"is not a usable path ({exc.__class__.__name__})"
+    if problem:
+        raise UsageError(f"--working-dir {name}: {problem}; give a folder in a writable place")
+    return Path(name)
+
+
 def make_context(family: Family, options: ModelOptions, *backend_options: OptionGroup) -> RunContext:
     """Resolve a run: device and precision checks, the model's source, its artifact store. `backend_options`:
     option groups owned by backends (e.g. `TRTOptions`), given in any order."""
@@ -88,7 +103,7 @@ def make_context(family: Family, options: ModelOptions, *backend_options: Option
     if options.threads:
         torch.set_num_threads(options.threads)
     variant = options.variant or family.default_variant
-    working_dir = Path(options.working_dir)
+    working_dir = check_working_dir(options.working_dir)
     source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
     store = ArtifactStore(working_dir, family.name, source.variant)
     groups = {type(group): group for group in backend_options if group is not None}

@@ -3,10 +3,15 @@
 Each field carries its flags and help in `metadata`; `add_to_parser` builds the argparse group from them and
 `from_namespace` builds the dataclass back, so a flag is declared exactly once. `__post_init__` validates
 values (impossible sizes, contradicting flags) and raises `UsageError` with the valid range.
+
+Every flag's argparse default is `argparse.SUPPRESS`: a flag the user gave is exactly an attribute of the parsed
+namespace (`given`), so the CLI can refuse a flag that does not apply to an action instead of ignoring it;
+`from_namespace` fills in the dataclass defaults for the rest.
 """
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import MISSING, dataclass, field, fields
 
 from NNDF.errors import UsageError
@@ -21,35 +26,77 @@ def _positive(name: str, value: int, minimum: int = 1) -> None:
         raise UsageError(f"{name} must be >= {minimum}, got {value}")
 
 
+def finite_float(text: str) -> float:
+    """argparse type for float flags: a finite number (`inf` / `nan` are refused, e.g. --duration inf never ends)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def int64(text: str) -> int:
+    """argparse type for integer flags: what the libraries underneath accept (an int64)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+    if not -(2 ** 63) <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (a 64-bit integer)")
+    return value
+
+
 class OptionGroup:
     """Mixin: argparse round-trip for a dataclass of `flag` fields."""
 
     title = "options"
 
     @classmethod
-    def add_to_parser(cls, parser: argparse.ArgumentParser) -> None:
+    def add_to_parser(cls, parser: argparse.ArgumentParser, hidden: frozenset[str] = frozenset()) -> None:
+        """Add every field's flags; `hidden`: field names left out of `--help` (flags that do not apply to the
+        parser's action: still parsed, so the CLI can refuse them by name)."""
         group = parser.add_argument_group(cls.title)
         for f in fields(cls):
             meta = f.metadata
             kwargs = dict(meta["argparse"])
             default = f.default if f.default is not MISSING else f.default_factory()
-            if kwargs.get("action") == "append":  # argparse appends to a copy of the default: start empty
-                default = None
             if isinstance(default, bool) and "action" not in kwargs:
                 kwargs["action"] = "store_true"
             elif "type" not in kwargs and "action" not in kwargs and default is not None:
                 kwargs["type"] = type(default)
-            group.add_argument(*meta["flags"], dest=f.name, default=default, help=meta["help"], **kwargs)
+            if kwargs.get("type") in (float, int):  # numbers the libraries underneath can take
+                kwargs["type"] = finite_float if kwargs["type"] is float else int64
+            help_text = argparse.SUPPRESS if f.name in hidden else meta["help"]
+            group.add_argument(*meta["flags"], dest=f.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
+
+    @classmethod
+    def flag_name(cls, name: str) -> str:
+        """The flag spelling of field `name` (its first, long spelling)."""
+        return next(f.metadata["flags"][0] for f in fields(cls) if f.name == name)
+
+    @classmethod
+    def given(cls, ns: argparse.Namespace) -> list[str]:
+        """Names of this group's fields the user gave on the command line."""
+        return [f.name for f in fields(cls) if hasattr(ns, f.name)]
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace):
-        values = {f.name: getattr(ns, f.name) for f in fields(cls)}
-        for f in fields(cls):  # argparse gives lists for nargs; the dataclasses are frozen and hashable
-            if isinstance(values[f.name], list):
-                values[f.name] = tuple(values[f.name])
-            elif values[f.name] is None and isinstance(f.default, tuple):
-                values[f.name] = f.default
+        values = {}
+        for f in fields(cls):
+            value = getattr(ns, f.name, MISSING)
+            if value is MISSING:  # not given: the dataclass default
+                value = f.default if f.default is not MISSING else f.default_factory()
+            if isinstance(value, list):  # argparse gives lists for nargs; the dataclasses are frozen and hashable
+                value = tuple(value)
+            elif value is None and isinstance(f.default, tuple):
+                value = f.default
+            values[f.name] = value
         return cls(**values)
+
+
+MAX_THREADS = 1024  # torch and ONNX Runtime thread pools: far above any CPU this runs on
 
 
 @dataclass(frozen=True)
@@ -73,7 +120,7 @@ class ModelOptions(OptionGroup):
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
     encoder_onnx: str | None = flag(None, "--encoder-onnx", help="encoder-decoder models: this encoder ONNX file (with --decoder-onnx)")
     cache_generator_onnx: str | None = flag(None, "--cache-generator-onnx", help="encoder-decoder models with --use-cache: this cross-attention cache generator ONNX file")
-    image: tuple = flag((), "--image", action="append", help="image-to-text models (BLIP): caption this PNG/JPEG (repeatable; run, compare, chat)")
+    image: tuple = flag((), "--image", action="append", help="image-to-text models: caption this PNG/JPEG (repeatable; run, compare, chat)")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
     cleanup: bool = flag(False, "--cleanup", help="remove this variant's artifacts from the working dir after the run")
     threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
@@ -86,6 +133,8 @@ class ModelOptions(OptionGroup):
         if self.num_beams is not None:
             _positive("--num-beams", self.num_beams)
         _positive("--threads", self.threads, 0)
+        if self.threads > MAX_THREADS:
+            raise UsageError(f"--threads must be <= {MAX_THREADS}, got {self.threads}")
         if self.cpu and self.device == "cuda":
             raise UsageError("--cpu contradicts --device cuda")
         if self.static_cache and not self.use_cache:

@@ -6,13 +6,54 @@ the same results (atomically) with the raw samples, so numbers can be recomputed
 """
 from __future__ import annotations
 
+import os
 import platform
+import sys
+import tempfile
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 
 from tabulate import tabulate
 
 from NNDF.artifacts import write_json_atomic
+from NNDF.errors import UsageError
+
+
+def say(line: str) -> None:
+    """One line on stderr, whatever it contains (arguments that are not valid UTF-8 arrive as lone surrogates)."""
+    print(line.encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr, flush=True)
+
+
+def writable_problem(path: Path, folder: bool = False) -> str | None:
+    """Why `path` cannot be written later (as a file, or as a folder to create files in), or None: it is not
+    the other kind of thing, and its nearest existing folder accepts a new file (tried with a temporary file,
+    removed at once: permissions, read-only file systems, /proc alike). Nothing is created."""
+    if path.exists() and folder != path.is_dir():
+        return "is a file, not a folder" if folder else "is a folder, not a file"
+    parent = path if folder and path.exists() else path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{parent} is a file, not a folder"
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".write-check.", suffix=".tmp")
+    except OSError as exc:
+        return f"cannot create files in {parent} ({exc.strerror or exc.__class__.__name__})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def check_output_path(path: str, flag: str) -> None:
+    """An output file flag (--json, --plot): refused in one line before any work if it cannot be written."""
+    if not path.strip():
+        raise UsageError(f"{flag}: give a file path")
+    try:
+        problem = writable_problem(Path(path))
+    except (OSError, ValueError) as exc:  # a name the OS refuses (too long, NUL byte)
+        problem = f"is not a usable path ({exc.__class__.__name__})"
+    if problem:
+        raise UsageError(f"{flag} {path}: {problem}; give a file path in a writable folder")
 
 
 def environment(device=None) -> dict:

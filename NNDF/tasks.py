@@ -93,6 +93,12 @@ class Task(ABC):
         """Why a prompt + generation of these lengths does not fit the model's position tables (None: it does).
         Indexing past a position table is a device-side assert on CUDA that poisons the process."""
 
+    def prompt_length(self, prompt: Prompt) -> int:
+        """The prompt length `length_problem` measures for these inputs: the text the encoder reads where the
+        task has a text encoder (its `input_ids`, HF's name), else the decoder's prompt."""
+        text = (prompt.encoder or {}).get("input_ids")
+        return int((text if text is not None else prompt.input_ids).shape[1])
+
     # --- teacher-forced scoring (accuracy, run's perplexity) ---
 
     @abstractmethod

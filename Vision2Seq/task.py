@@ -41,17 +41,23 @@ def _image_processor(location: str, local: bool):
     return AutoImageProcessor.from_pretrained(location, local_files_only=local)
 
 
+def _check_file(path: str, what: str) -> None:
+    if not Path(path).is_file():
+        kind = "a folder" if Path(path).is_dir() else "no such file"
+        raise UsageError(f"{what} {path}: {kind}; give a PNG or JPEG file")
+
+
 def load_image(path: str):
     """A PIL image in RGB; a missing or unreadable file is one line (UsageError)."""
     from PIL import Image, UnidentifiedImageError
 
-    if not Path(path).is_file():
-        raise UsageError(f"--image {path}: no such file")
+    _check_file(path, "--image")
     try:
         with Image.open(path) as image:
             return image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as exc:
-        raise UsageError(f"--image {path}: not a readable image ({exc.__class__.__name__})") from exc
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise UsageError(f"{path}: not a readable image ({exc.__class__.__name__}); give a PNG or JPEG file") \
+            from exc
 
 
 class ImageToText(Seq2SeqLM):
@@ -67,8 +73,11 @@ class ImageToText(Seq2SeqLM):
                 "trt": "Vision2Seq.backends:ImageTextTensorRTBackend"}
 
     def items(self, options, texts: tuple) -> list[ImagePrompt]:
+        """--image files (checked here, before anything loads) with each --prompt text."""
         if not options.image:
             raise UsageError("image captioning needs images: give --image PATH (repeatable; PNG or JPEG)")
+        for image in options.image:
+            _check_file(image, "--image")
         return [ImagePrompt(image, text) for image in options.image for text in (texts or ("",))]
 
     def sample_item(self, sample: dict) -> ImagePrompt:
@@ -99,8 +108,10 @@ class ImageToText(Seq2SeqLM):
         raise UsageError(self.accuracy_refusal)
 
     def item_from_line(self, line: str) -> ImagePrompt:
-        """Interactive chat: each line is an image path."""
-        return ImagePrompt(line.strip())
+        """Interactive chat: each line is an image path (a missing file is refused: one message, the chat goes on)."""
+        path = line.strip()
+        _check_file(path, "image")
+        return ImagePrompt(path)
 
     def _processor(self, run):
         return _image_processor(run.source.location, run.source.local_dir is not None)

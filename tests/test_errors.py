@@ -25,6 +25,8 @@ def test_unknown_backend():
 
 
 def test_trt_needs_cuda(tmp_path):
+    """With TensorRT and a GPU: "runs on CUDA: use --device cuda"; without: what is missing, and that it runs on
+    CUDA."""
     _bad("run", "GPT2", "trt", "--device", "cpu", "-wd", str(tmp_path), expect="the trt backend runs on CUDA")
 
 
@@ -36,12 +38,13 @@ def test_unknown_action():
     _bad("fly", "GPT2", expect="invalid choice: 'fly'")
 
 
-@pytest.mark.parametrize("flag,value,expect", [("--batch-size", "0", "--batch-size must be >= 1"),
-                                               ("--num-beams", "-2", "--num-beams must be >= 1"),
-                                               ("--iterations", "0", "--iterations must be >= 1"),
-                                               ("--percentile", "101", "--percentile must be in (0, 100]")])
-def test_impossible_sizes(flag, value, expect):
-    _bad("run", "GPT2", "frameworks", flag, value, expect=expect)
+@pytest.mark.parametrize("action,flag,value,expect", [("run", "--batch-size", "0", "--batch-size must be >= 1"),
+                                                      ("run", "--num-beams", "-2", "--num-beams must be >= 1"),
+                                                      ("run", "--iterations", "0", "--iterations must be >= 1"),
+                                                      ("benchmark", "--percentile", "101",
+                                                       "--percentile must be in (0, 100]")])
+def test_impossible_sizes(action, flag, value, expect):
+    _bad(action, "GPT2", "frameworks", flag, value, expect=expect)
 
 
 def test_unknown_variant_offline_hub(tmp_path):
@@ -94,11 +97,12 @@ def test_cuda_without_gpu_is_refused(tmp_path):
 
 
 def test_empty_prompt(tmp_path):
-    _bad("chat", "GPT2", "frameworks", "--batch-size", "1", "--prompt", "", "-wd", str(tmp_path), expect="empty --prompt")
+    _bad("chat", "GPT2", "frameworks", "--prompt", "", "-wd", str(tmp_path), expect="empty --prompt")
 
 
 def test_accuracy_with_beams(tmp_path):
-    _bad("accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path), expect="--num-beams does not apply")
+    _bad("accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path),
+         expect="--num-beams does not apply to accuracy")
 
 
 def test_beam_sampling_refused(tmp_path):

@@ -8,6 +8,10 @@ An `Action` declares its option groups and its library function; the CLI (NNDF/c
 the declaration and calls `function(model, backends, *groups, *backend_option_groups)`. Adding an action is
 its module plus one line in `ACTIONS`. Functions are named as "module:function" strings and imported only when
 the action runs, so `--help` stays light.
+
+`ignores` names the fields of the action's option groups that it does not read (`--batch-size` for `chat`, which
+answers one prompt at a time): the CLI refuses those flags for the action in one line that says where they
+apply, instead of accepting and ignoring them. A new action ignores nothing unless it says so.
 """
 from __future__ import annotations
 
@@ -25,20 +29,30 @@ class Action:
     groups: tuple[type, ...] = ()  # option groups, in the order the function takes them after (model, backends)
     runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (model, **flags) (`list`)
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
+    ignores: frozenset[str] = frozenset()  # fields of `groups` this action does not read: their flags are refused
+
+    def applies(self, group: type, name: str) -> bool:
+        """Whether field `name` of option group `group` means something to this action."""
+        return group in self.groups and name not in self.ignores
 
 
 _RUN = (ModelOptions, SamplingOptions, TimingOptions)
+_ONE_SEQUENCE = {"batch_size", "use_mask"}  # one prompt or passage at a time: no batch, never padded
+_ONE_TOKEN_STEP = {"use_cuda_graph", "torch_compile", "compile_mode"}  # speed-ups of generation's one-token steps
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("accuracy", "LAMBADA TopN accuracy and perplexity", "NNDF.actions.accuracy:accuracy",
-           (ModelOptions, AccuracyOptions)),
+           (ModelOptions, AccuracyOptions),  # teacher forcing: no decoding, no one-token steps, text passages
+           ignores=frozenset({*_ONE_SEQUENCE, *_ONE_TOKEN_STEP, "num_beams", "ignore_generation_config", "image"})),
     Action("benchmark", "fixed-length random inputs: latency, tokens/s, memory", "NNDF.actions.benchmark:benchmark",
-           (*_RUN, BenchmarkOptions)),
+           (*_RUN, BenchmarkOptions),  # random inputs (pixels too), always --output-seq-len tokens
+           ignores=frozenset({"image", "min_new_tokens"})),
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
-           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True),
-    Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples", _RUN),
+           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True, ignores=frozenset(_ONE_SEQUENCE)),
+    Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples", _RUN,
+           ignores=frozenset({"percentile"})),  # medians only
     Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends", _RUN,
-           side_by_side=True),
+           side_by_side=True, ignores=frozenset({"percentile"})),
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
            runs_models=False),
 )}

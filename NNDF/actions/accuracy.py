@@ -76,17 +76,49 @@ def load_passages(dataset: str, count: int) -> list[str]:
     path = Path(dataset)
     if path.suffix in (".jsonl", ".json") or path.exists():
         try:
-            lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-            texts = [json.loads(ln)["text"] for ln in lines[:count]]
+            lines = [(n, ln) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
         except (OSError, UnicodeDecodeError) as exc:
             raise DatasetError(f"cannot read dataset {dataset!r}: {exc.__class__.__name__}: {exc}") from exc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line") from exc
+        texts = [_jsonl_text(dataset, number, line) for number, line in lines[:count]]
     else:
         texts = _hub_passages(dataset, count)
     if not texts:
         raise DatasetError(f"dataset {dataset!r} has no passages")
     return texts
+
+
+def _jsonl_text(dataset: str, number: int, line: str) -> str:
+    """The "text" of line `number` of a JSONL file: a non-empty string."""
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line (line "
+                           f"{number} is not JSON: {exc})") from exc
+    text = row.get("text") if isinstance(row, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        got = "no \"text\" field" if not isinstance(row, dict) or "text" not in row else (
+            f"\"text\" is {json.dumps(text)[:40]}")
+        raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line (line "
+                           f"{number}: {got}; a passage is a non-empty string)")
+    return text
+
+
+def check_passages(run: RunContext, passages: list[str], k: int) -> None:
+    """Refuse, before any backend is set up, a passage that cannot be scored: one word (lm-eval needs a context
+    before the last word), no more than k tokens, or longer than the model's positions (past a position table is
+    an IndexError on the CPU and a device-side assert on CUDA)."""
+    task, limit = run.family.task, run.source.dims.positions
+    for number, text in enumerate(passages, 1):
+        if " " not in text.strip():
+            raise DatasetError(f"passage {number} is a single word: lm-eval scoring needs a context before the "
+                               "last word")
+        ids = task.passage_ids(run.tokenizer, text)
+        if len(ids) <= k:
+            raise UsageError(f"passage {number} has only {len(ids)} tokens; --tokens-to-generate must be below "
+                             "that")
+        if task.length_problem(run, len(ids), 0):
+            raise DatasetError(f"passage {number} is {len(ids)} tokens, longer than {run.source.variant}'s {limit} "
+                               "positions: use shorter passages")
 
 
 def _hub_passages(name: str, count: int) -> list[str]:
@@ -153,6 +185,10 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
         raise UsageError(refusal)
     passages = load_passages(acc.dataset, acc.num_samples)
     run = open_run(family, options, backends, *backend_options)
+    if acc.topN > run.source.dims.vocab:
+        raise UsageError(f"--topN {acc.topN} exceeds {run.source.variant}'s vocabulary of {run.source.dims.vocab} "
+                         "tokens")
+    check_passages(run, passages, acc.tokens_to_generate)
     tops = sorted({1, acc.topN, 10})
     report = Report("accuracy", run.family.name, run.source.variant, {
         "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,

@@ -21,7 +21,7 @@ from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, OptionGroup
 from NNDF.plot import plot_per_token
-from NNDF.results import Report, environment
+from NNDF.results import Report, check_output_path, environment
 from NNDF.tasks import Prompt
 from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
 
@@ -138,7 +138,7 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
         problem = run.family.task.length_problem(run, prompt, new)
     if problem:
         raise UsageError(problem)
-    note = None if (prompt, new) == (default_prompt, default_new) else (
+    note = None if given or (prompt, new) == (default_prompt, default_new) else (
         f"lengths: the defaults {default_prompt} + {default_new} do not fit {run.source.variant}'s positions; "
         f"measured {prompt} + {new} (set --input-seq-len / --output-seq-len to choose)")
     return dataclasses.replace(bench, input_seq_len=prompt, output_seq_len=new), note
@@ -146,6 +146,8 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
 
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
               timing: TimingOptions, bench: BenchmarkOptions, *backend_options: OptionGroup) -> Report:
+    if bench.plot is not None:  # an output path: refused before the run, not after it
+        check_output_path(bench.plot, "--plot")
     run = open_run(family, options, backends, *backend_options)
     bench, fitted = _lengths(run, bench)
     report = Report("benchmark", run.family.name, run.source.variant, {

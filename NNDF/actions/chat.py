@@ -1,21 +1,32 @@
 """`chat`: prompts from `--prompt` (repeatable) or stdin, answered by every chosen backend side by side.
 
-Interactive mode reads one prompt per line until `exit` or end of input (also when stdin is a pipe), and
+Interactive mode reads one prompt per line until `exit`, `quit` or end of input (also when stdin is a pipe), and
 prints `<backend>: <text>. Time: <s>s` for each backend as soon as it answers. All backends stay set up for
 the whole session, so only the first prompt pays for exports and loading.
+
+Lengths: a prompt whose tokens plus the new tokens (--max-new-tokens, else the model's generation config) do not
+fit the model's position table is refused, never truncated (cutting a prompt changes what is asked; an
+encoder-decoder's instruction comes first). With `--prompt` every prompt is checked before any backend is set
+up (one line, exit 2); in interactive mode the line is refused with a message saying how many tokens fit, and
+the conversation goes on. Any other bad line (not UTF-8, a missing image, ...) is also one message, and the
+conversation goes on; the report at the end holds every answer.
 """
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import Iterator
 
 from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
                                  note_export_check, open_run)
-from NNDF.errors import UsageError
+from NNDF.errors import HarnessError, UsageError
+from NNDF.generation import GenerationConfig
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, OptionGroup
-from NNDF.results import Report, environment
+from NNDF.results import Report, environment, say
+from NNDF.tasks import Prompt
 from NNDF.timing import sync
 
 
@@ -32,22 +43,100 @@ class ChatResult:
         return {"backend": self.backend, "prompt": prompt, "text": self.text, "seconds": self.seconds}
 
 
-def _prompts(run, chat_opts: ChatOptions):
-    """Items to answer: --prompt texts (and --image files for image-to-text), else one per stdin line."""
-    task = run.family.task
-    if chat_opts.prompt or run.options.image:
-        yield from task.items(run.options, chat_opts.prompt)
+QUIT = frozenset({"exit", "quit"})
+
+
+def _lines() -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of stdin until end of input or Ctrl-C; text is None for a line that is not UTF-8."""
+    if sys.stdin is None:  # started with stdin closed: nothing to read
         return
     interactive = sys.stdin.isatty()
-    print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' quits.", file=sys.stderr)
+    raw = getattr(sys.stdin, "buffer", None)  # bytes: a line that is not UTF-8 is refused alone
+    number = 0
     while True:
         if interactive:
             print("Prompt: ", end="", file=sys.stderr, flush=True)
-        line = sys.stdin.readline()
-        if not line or line.strip() == "exit":
+        try:
+            line = raw.readline() if raw is not None else sys.stdin.readline()
+        except KeyboardInterrupt:  # Ctrl-C at the prompt ends the conversation; the report keeps the answers
+            print(file=sys.stderr)
             return
-        if line.strip():
-            yield task.item_from_line(line.rstrip("\n"))
+        if not line:
+            return
+        number += 1
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                say(f"error: line {number} is not UTF-8 text (byte {line[exc.start]:#04x} at {exc.start}); "
+                    "skipped")
+                yield number, None
+                continue
+        yield number, line.rstrip("\r\n")
+
+
+def length_refusal(run, inputs: Prompt, config: GenerationConfig) -> str | None:
+    """Why these inputs plus the generation do not fit the model's position table (None: they do), with the
+    longest prompt that would fit."""
+    task = run.family.task
+    length = task.prompt_length(inputs)
+    new = config.new_tokens(inputs.input_ids.shape[1])  # --max-new-tokens, else the model's max_new_tokens / max_length
+    if task.length_problem(run, length, new) is None:
+        return None
+    limit, variant = run.source.dims.positions, run.source.variant
+    if task.length_problem(run, 1, new) is not None:
+        return (f"{new} new tokens (--max-new-tokens, else the model's generation config) do not fit {variant}'s "
+                f"{limit} positions: give a smaller --max-new-tokens")
+    fits, over = 1, length  # the longest prompt that fits: length_problem is monotone in the prompt's length
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        fits, over = (middle, over) if task.length_problem(run, middle, new) is None else (fits, middle)
+    return (f"the prompt is {length} tokens; with {new} new tokens {variant}'s {limit} positions take a prompt of at "
+            f"most {fits} tokens: shorten it, or give a smaller --max-new-tokens")
+
+
+def _prepare(run, item, config: GenerationConfig, which: str = "") -> Prompt:
+    """Model inputs for one item, refused (UsageError) when they do not fit the model."""
+    inputs = encode(run, [item])
+    refusal = length_refusal(run, inputs, config)
+    if refusal:
+        raise UsageError(which + refusal)
+    return inputs
+
+
+def _answer(run, opened, item, inputs: Prompt, config: GenerationConfig, report: Report) -> None:
+    for name, steps in opened:
+        sync(run.device)
+        start = time.perf_counter()
+        out = generate_prompt(steps, inputs, config)
+        sync(run.device)
+        seconds = time.perf_counter() - start
+        new = out.new_tokens(0, config.eos_token_id)
+        result = ChatResult(name, str(item), tuple(new), decode(run, new), seconds)
+        print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
+        report.results.append(result)
+
+
+def _conversation(run, opened, config: GenerationConfig, report: Report) -> None:
+    """Interactive: one item per stdin line; a bad line is one message and the conversation goes on."""
+    task = run.family.task
+    print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' or 'quit' ends.", file=sys.stderr)
+    for number, line in _lines():
+        if line is None or not line.strip():
+            continue
+        if line.strip().lower() in QUIT:
+            return
+        try:
+            item = task.item_from_line(line)
+            _answer(run, opened, item, _prepare(run, item, config), config, report)
+        except KeyboardInterrupt:  # Ctrl-C while answering ends the conversation; the report keeps the answers
+            say("interrupted: the conversation ends")
+            return
+        except HarnessError as exc:
+            say(f"error: line {number}: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a conversation survives any line; --verbose shows the cause
+            logging.getLogger(__name__).debug("line %d failed", number, exc_info=True)
+            say(f"error: line {number} failed ({exc.__class__.__name__}: {exc}); the conversation goes on")
 
 
 def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
@@ -60,6 +149,11 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
         "device": run.device.type, "precision": options.precision, "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
         "use_cache": options.use_cache, "num_beams": config.num_beams, "do_sample": config.sampling.do_sample},
         environment=environment(run.device))
+    interactive = not (chat_opts.prompt or options.image)
+    # --prompt / --image: every item checked (tokens, images, lengths) before any backend is set up
+    items = [] if interactive else run.family.task.items(run.options, chat_opts.prompt)
+    prepared = [(item, _prepare(run, item, config, f"prompt {n} of {len(items)}: " if len(items) > 1 else ""))
+                for n, item in enumerate(items, 1)]
     with ExitStack() as stack:
         opened = []
         for name in backends:
@@ -68,17 +162,9 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
             backend, steps = stack.enter_context(backend_steps(run, name))
             note_export_check(report, name, backend)
             opened.append((name, steps))
-        for prompt in _prompts(run, chat_opts):
-            inputs = encode(run, [prompt])
-            for name, steps in opened:
-                sync(run.device)
-                start = time.perf_counter()
-                out = generate_prompt(steps, inputs, config)
-                sync(run.device)
-                seconds = time.perf_counter() - start
-                new = out.new_tokens(0, config.eos_token_id)
-                result = ChatResult(name, str(prompt), tuple(new), decode(run, new), seconds)
-                print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
-                report.results.append(result)
+        if interactive:
+            _conversation(run, opened, config, report)
+        for item, inputs in prepared:
+            _answer(run, opened, item, inputs, config, report)
     finish(run)
     return report

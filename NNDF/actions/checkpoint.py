@@ -6,9 +6,15 @@ whether it equals the expected text (accuracy = share of samples that do; n/a wh
 for this variant and precision), the teacher-forced perplexity of the expected text, and median seconds for
 the prompt pass, one decoder step, and the full generation. `run` prints one row per sample; `compare` one
 row per backend, side by side.
+
+The expected outputs are HF `generate`'s greedy outputs under the model's generation config
+(tools/make_checkpoints.py). A run that decodes differently (beams, sampling, a penalty or rule the flags add or
+change) cannot be held to them: its accuracy is n/a and a note says why (perplexity, teacher-forced on the
+expected text, still applies).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import tomllib
@@ -20,7 +26,7 @@ import torch
 from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
                                  note_export_check, open_run)
 from NNDF.context import RunContext
-from NNDF.errors import UsageError
+from NNDF.errors import HarnessError, UsageError
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions, OptionGroup
 from NNDF.results import Report, environment
 from NNDF.timing import GenerationClock, measure
@@ -90,7 +96,39 @@ def _perplexity(run: RunContext, steps, item, expected: str | None) -> float | N
     return math.exp(float(nll))
 
 
-def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
+# GenerationConfig fields that change a greedy continuation (beam-only ones count with beams)
+_DECODING = ("num_beams", "min_new_tokens", "min_length", "no_repeat_ngram_size", "bad_words_ids",
+             "forced_bos_token_id", "forced_eos_token_id")
+_BEAM_ONLY = ("length_penalty", "early_stopping")
+
+
+def decoding_change(run: RunContext, sampling: SamplingOptions, config, max_new: int) -> str | None:
+    """How this run's decoding differs from the one the expected outputs were made with (HF generate, greedy,
+    under the model's generation config), or None when it does not."""
+    if config.sampling.do_sample:
+        return "sampling (--do-sample or the model's do_sample)"
+    defaults = SamplingOptions()
+    flags_given = (run.options.num_beams is not None or run.options.ignore_generation_config
+                   or any(getattr(sampling, f.name) != getattr(defaults, f.name)
+                          for f in dataclasses.fields(SamplingOptions) if f.name != "seed"))
+    if not flags_given:
+        return None
+    reference_run = dataclasses.replace(run, options=dataclasses.replace(
+        run.options, num_beams=None, ignore_generation_config=False))
+    try:
+        reference = generation_config(reference_run, SamplingOptions(do_sample=False), max_new)
+    except HarnessError:
+        return "the model's generation config, which the expected outputs follow, cannot be applied here"
+    names = _DECODING + (_BEAM_ONLY if config.num_beams > 1 else ())
+    changed = [f"{n} {getattr(config, n)} instead of {getattr(reference, n)}" for n in names
+               if getattr(config, n) != getattr(reference, n)]
+    cfg, ref = config.sampling, reference.sampling
+    changed += [f"{n} {getattr(cfg, n)} instead of {getattr(ref, n)}" for n in ("repetition_penalty", "dry_multiplier")
+                if getattr(cfg, n) != getattr(ref, n)]
+    return ", ".join(changed) or None
+
+
+def _run_sample(run, name, steps, sample, config, timing, greedy: bool = True) -> SampleResult:
     item = run.family.task.sample_item(sample)
     inputs = encode(run, [item] * run.options.batch_size)
     out = generate_prompt(steps, inputs, config)
@@ -107,7 +145,7 @@ def _run_sample(run, name, steps, sample, config, timing) -> SampleResult:
     samples = measure(call, timing, f"{name} sample")
     med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
     expected = _expected(sample, run)
-    accuracy = None if expected is None else float(text == expected)
+    accuracy = None if expected is None or not greedy else float(text == expected)
     return SampleResult(name, str(item), text, expected, accuracy, _perplexity(run, steps, item, expected),
                         med["prefill"], med["decoder"], med["e2e"], med.get("encoder"))
 
@@ -141,17 +179,22 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
         samples = [{"image": str(Path(item.image).resolve()), "input": item.text}
                    for item in run.family.task.items(options, ())]
     config = generation_config(run, sampling, max_new)
+    change = decoding_change(run, sampling, config, max_new)
     report = Report("compare" if side_by_side else "run", run.family.name, run.source.variant, {
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
         "num_beams": config.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
     for name in backends:
         with backend_steps(run, name) as (backend, steps):
-            results = [_run_sample(run, name, steps, s, config, timing) for s in samples]
+            results = [_run_sample(run, name, steps, s, config, timing, change is None) for s in samples]
             note_export_check(report, name, backend)
         report.results.extend([_summary(name, results)] if side_by_side else results)
     if not any(_expected(s, run) for s in samples):
         report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
                             f"{options.precision}: accuracy is n/a")
+    elif change:
+        report.notes.append(f"checkpoint.toml's expected outputs are HF generate's greedy outputs under the model's "
+                            f"generation config; this run decodes otherwise ({change}): accuracy is n/a "
+                            "(perplexity of the expected text still applies)")
     finish(run)
     return report

@@ -24,9 +24,13 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     given_parts(family, options.use_cache, "onnx", options)  # --<part>-onnx: only this run's parts, all or none
     for group in backend_options:
         given_parts(family, options.use_cache, "engine", group)
+    groups = {ModelOptions: options, **{type(group): group for group in backend_options if group is not None}}
+    asked = "cpu" if options.cpu else options.device  # None: the default, chosen by make_context
+    for backend in chosen:  # what a backend misses here (library, GPU), before the device checks and any loading
+        backend.check_device(asked, groups)
     run = make_context(family, options, *backend_options)
-    for backend in chosen:  # a backend that cannot run on this device: refused before shape checks
-        backend.check_device(run.device.type)
+    for backend in chosen:  # the device the default resolved to
+        backend.check_device(run.device.type, groups)
     return run
 
 

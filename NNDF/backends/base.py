@@ -61,10 +61,23 @@ class Backend(ABC):
         `--build-only` that replaces the action), or None to run it."""
         return None
 
-    def check_device(self, device_type: str) -> None:
-        from NNDF.errors import UsageError
+    def check_device(self, device_type: str | None, options: dict | None = None) -> None:
+        """Refuse, in one line, a backend that cannot run here (`availability` with the run's option groups:
+        what is missing) or on the device asked for (`device_type`: "cpu", "cuda", or None before the default
+        is chosen). `open_run` calls it before anything loads."""
+        import torch
 
-        if device_type not in self.devices:
+        from NNDF.errors import BackendUnavailable, UsageError
+
+        usable, why = self.availability(options)
+        no_gpu = "cpu" not in self.devices and not torch.cuda.is_available()
+        if not usable:
+            if no_gpu and "sees no CUDA GPU" not in why:
+                why += (f"; and torch sees no CUDA GPU here (the {self.name} backend runs on "
+                        f"{' or '.join(d.upper() for d in self.devices)})")
+            lead = "" if why.startswith(f"the {self.name} backend") else f"the {self.name} backend cannot run here: "
+            raise BackendUnavailable(lead + why)
+        if device_type is not None and device_type not in self.devices:
             raise UsageError(f"the {self.name} backend runs on {' or '.join(d.upper() for d in self.devices)}: "
                              f"use --device {self.devices[0]}")
 

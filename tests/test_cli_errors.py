@@ -1,0 +1,314 @@
+"""Issue 12, the CLI half: every bad input is one line on stderr and exit code 2 (never a traceback), checked
+before long work where it can be; flags are never abbreviated and a flag an action does not read is refused;
+an interactive chat survives any line. Cheap cases run in-process through `cli.main`; what needs a real
+process (stdin bytes, exit codes of the whole program) runs through `run.py`."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from NNDF import cli
+from NNDF.actions import ACTIONS
+from NNDF.options import OptionGroup
+from dataclasses import fields
+
+LONG = "hello world " * 300  # ~600 tokens: past every offline model's 256 positions
+
+
+def _main(capsys, *argv: str) -> str:
+    """cli.main in-process: exit 2 and exactly one `error:` line on stderr; returns that line."""
+    code = cli.main(list(argv))
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def _bad(*args, expect: str, stdin=None) -> str:
+    proc = run_cli(*args, stdin=stdin)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expect in lines[0], proc.stderr
+    return lines[0]
+
+
+def _run_bytes(*args: str, stdin: bytes) -> subprocess.CompletedProcess:
+    """run.py with raw bytes on stdin (conftest's run_cli is text only)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=ROOT, env=env, input=stdin,
+                          capture_output=True, timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(errors="replace"),
+                                       proc.stderr.decode(errors="replace"))
+
+
+# --- flags: exact spellings, and only the ones an action reads ---
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_no_abbreviations_anywhere(capsys):
+    parser = cli.build_parser()
+    assert parser.allow_abbrev is False
+    assert all(p.allow_abbrev is False for p in _subparsers(parser).values())
+    for argv in (["run", "GPT2", "frameworks", "--iter", "2"], ["run", "GPT2", "frameworks", "--use-cach"],
+                 ["benchmark", "GPT2", "frameworks", "--input-seq", "8"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(argv)
+        assert exit_info.value.code == 2
+        assert "unrecognized arguments" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["chat", "GPT2", "frameworks", "--batch-size", "2", "--prompt", "x"],
+     "--batch-size does not apply to chat (it applies to benchmark, run, compare)"),
+    (["accuracy", "GPT2", "frameworks", "-b", "2"], "--batch-size does not apply to accuracy"),
+    (["accuracy", "GPT2", "frameworks", "--num-beams", "1"], "--num-beams does not apply to accuracy"),
+    (["accuracy", "GPT2", "frameworks", "--use-mask"], "--use-mask does not apply to accuracy"),
+    (["benchmark", "GPT2", "frameworks", "--min-new-tokens", "3"], "--min-new-tokens does not apply to benchmark"),
+    (["benchmark", "BLIP", "frameworks", "--image", "x.png"], "--image does not apply to benchmark"),
+    (["run", "GPT2", "frameworks", "--percentile", "90"], "--percentile does not apply to run (it applies to benchmark)"),
+    (["compare", "GPT2", "--compare", "frameworks", "--dynamic-batch"], "--dynamic-batch is a flag of the trt backend"),
+])
+def test_flags_an_action_does_not_read_are_refused(capsys, argv, expect):
+    assert expect in _main(capsys, *argv)
+
+
+def test_ignored_flags_are_declared_fields_and_hidden_from_help():
+    parser = cli.build_parser()
+    for action in ACTIONS.values():
+        names = {f.name for group in action.groups for f in fields(group)}
+        assert action.ignores <= names, (action.name, action.ignores - names)
+        if action.runs_models:
+            text = _subparsers(parser)[action.name].format_help()
+            for group in action.groups:
+                for name in action.ignores & {f.name for f in fields(group)}:
+                    assert f"{group.flag_name(name)} " not in text, (action.name, name)
+
+
+def test_non_finite_numbers_are_refused(capsys):
+    for argv in (["benchmark", "GPT2", "frameworks", "--duration", "inf"],
+                 ["chat", "GPT2", "frameworks", "--temperature", "nan"]):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.build_parser().parse_args(argv)
+        assert exit_info.value.code == 2 and "finite number" in capsys.readouterr().err
+
+
+def test_numbers_past_what_the_libraries_take(capsys, workdir):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.build_parser().parse_args(["run", "GPT2", "frameworks", "--seed", str(10 ** 20)])
+    assert exit_info.value.code == 2 and "out of range" in capsys.readouterr().err
+    assert "--threads must be <= 1024" in _main(capsys, "run", "GPT2", "frameworks", "--threads", "5000")
+    line = _main(capsys, "accuracy", "GPT2", "frameworks", "--topN", "100000", "--num-samples", "1", "--dataset",
+                 str(ROOT / "data" / "lambada_offline.jsonl"), "-wd", str(workdir))
+    assert "--topN 100000 exceeds" in line and "vocabulary" in line
+
+
+# --- output paths and the working dir: refused before the run, nothing left behind ---
+
+def test_json_folder_or_unwritable_is_refused_before_the_run(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    for path, expect in ((tmp_path, "is a folder, not a file"),
+                         (tmp_path / "file" / "out.json", "is a file, not a folder"),
+                         (Path("/proc/nope/out.json"), "cannot create files in /proc")):
+        line = _main(capsys, "run", "GPT2", "frameworks", "-wd", str(tmp_path / "w"), "--json", str(path))
+        assert line.startswith(f"error: --json {path}: ") and expect in line, line
+        line = _main(capsys, "list", "--json", str(path))
+        assert expect in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # no working dir, no .tmp files
+
+
+def test_working_dir_file_or_unwritable_is_refused(capsys, tmp_path):
+    (tmp_path / "file").write_text("")
+    for wd, expect in ((tmp_path / "file", "is a file, not a folder"),
+                       (tmp_path / "file" / "sub", "is a file, not a folder"),
+                       (Path("/proc/nope"), "cannot create files in /proc")):
+        line = _main(capsys, "run", "GPT2", "frameworks", "-wd", str(wd))
+        assert line.startswith(f"error: --working-dir {wd}: ") and expect in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_plot_folder_is_refused_before_the_run(capsys, tmp_path):
+    line = _main(capsys, "benchmark", "GPT2", "frameworks", "-wd", str(tmp_path / "w"), "--plot", str(tmp_path))
+    assert f"--plot {tmp_path}: is a folder" in line and not (tmp_path / "w").exists()
+
+
+# --- datasets ---
+
+@pytest.mark.parametrize("line,expect", [('{"text": 5}', '"text" is 5'), ('{"text": null}', '"text" is null'),
+                                         ("[1, 2]", 'no "text" field'), ('"just a string"', 'no "text" field'),
+                                         ("{not json", "is not JSON")])
+def test_dataset_lines_that_are_not_text(capsys, tmp_path, line, expect):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a fine first passage"}\n\n' + line + "\n")
+    line = _main(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(tmp_path / "w"))
+    assert "(line 3" in line and expect in line, line
+
+
+def test_dataset_number_text_through_the_program(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": 12}\n')
+    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(tmp_path / "w"), expect='"text" is 12')
+
+
+def test_passage_longer_than_the_model_is_refused_before_scoring(capsys, workdir, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": LONG}) + "\n")
+    line = _main(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(workdir))
+    assert "passage 1 is" in line and "256 positions" in line
+
+
+# --- chat lengths: refused, never truncated, checked before any backend is set up ---
+
+@pytest.mark.parametrize("family", ["GPT2", "OPT", "BART"])
+def test_chat_prompt_longer_than_the_positions(workdir, family):
+    line = _bad("chat", family, "frameworks", "--prompt", "fine", "--prompt", LONG, "-wd", str(workdir),
+                expect="prompt 2 of 2: the prompt is")
+    assert "256 positions take a prompt of at most" in line
+
+
+def test_chat_max_new_tokens_past_the_positions(capsys, workdir):
+    line = _main(capsys, "chat", "GPT2", "frameworks", "--max-new-tokens", "5000", "--prompt", "hi", "-wd",
+                 str(workdir))
+    assert "5000 new tokens" in line and "give a smaller --max-new-tokens" in line
+
+
+def test_interactive_chat_survives_bad_lines(workdir):
+    stdin = b"The for statement\nnot \xff\xfe utf-8\n" + LONG.encode() + b"\nA class\n  QUIT \nnever read\n"
+    proc = _run_bytes("chat", "GPT2", "frameworks", "--max-new-tokens", "3", "-wd", str(workdir), stdin=stdin)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.count(". Time: ") == 2  # both good lines answered, `quit` ended it before the last
+    assert "error: line 2 is not UTF-8 text" in proc.stderr
+    assert "error: line 3: the prompt is" in proc.stderr
+    assert "| A class" in proc.stdout and "never read" not in proc.stdout  # the report holds every answer
+
+
+def test_interactive_image_chat_survives_a_bad_path(workdir):
+    image = ROOT / "BLIP" / "offline" / "images" / "red-square.png"
+    proc = run_cli("chat", "BLIP", "frameworks", "--max-new-tokens", "3", "-wd", str(workdir),
+                   stdin=f"missing.png\n{ROOT / 'BLIP'}\n{image}\nexit\n")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "error: line 1: image missing.png: no such file" in proc.stderr
+    assert "error: line 2: image" in proc.stderr and "a folder" in proc.stderr
+    assert proc.stdout.count(". Time: ") == 1
+
+
+def test_missing_image_flag_is_refused_before_setup(capsys, tmp_path):
+    for action in ("chat", "run"):
+        line = _main(capsys, action, "BLIP", "frameworks", "--image", "missing.png", "-wd", str(tmp_path / "w"))
+        assert "--image missing.png: no such file" in line
+
+
+# --- backends, benchmark lengths, golden outputs under other decoding ---
+
+def test_trt_says_what_is_missing(tmp_path):
+    from NNDF.backends.trt import TensorRTBackend
+
+    if TensorRTBackend.availability()[0]:
+        pytest.skip("TensorRT and a GPU are here")
+    for device in ("cpu", "cuda"):
+        line = _bad("run", "GPT2", "trt", "--device", device, "-wd", str(tmp_path), expect="the trt backend")
+        assert "use --device" not in line
+        assert "TensorRT" in line or "sees no CUDA GPU" in line
+
+
+def test_benchmark_given_lengths_have_no_defaults_note(capsys, workdir):
+    assert cli.main(["benchmark", "GPT2", "frameworks", "--input-seq-len", "4", "--output-seq-len", "3",
+                     "--iterations", "1", "--warmup", "0", "-wd", str(workdir)]) == 0
+    assert "the defaults" not in capsys.readouterr().out
+    line = _main(capsys, "benchmark", "GPT2", "frameworks", "--input-seq-len", "200", "--output-seq-len", "100",
+                 "-wd", str(workdir))
+    assert "exceeds" in line and "the defaults" not in line
+
+
+def test_run_with_beams_reports_accuracy_na_and_why(workdir, tmp_path):
+    path = tmp_path / "run.json"
+    proc = run_cli("run", "GPT2", "frameworks", "--use-cache", "--num-beams", "2", "--iterations", "1", "--warmup", "0",
+                   "-wd", str(workdir), "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(path.read_text())
+    assert all(r["accuracy"] is None and r["perplexity"] > 0 for r in data["results"])
+    assert any("num_beams 2 instead of 1" in n and "accuracy is n/a" in n for n in data["notes"])
+
+
+# --- property: random argv never gives anything but exit 0 or 2 ---
+
+def _random_token(rng: random.Random, flags: list[str]) -> str:
+    kind = rng.randrange(9)
+    if kind < 3:
+        return rng.choice(flags)
+    if kind == 3:
+        return str(rng.choice([0, 1, -1, 2, 3, 10 ** 30, -(10 ** 30)]))
+    if kind == 4:
+        return rng.choice(["nan", "inf", "-inf", "1e400", "0.5", "-0.0", "1,5", "", " ", "-", "--", "-x", "--=",
+                           "cpu", "cuda", "true", "never", "GPT2", "BLIP", "frameworks", "onnxrt", "trt", "%s", "%(prog)s"])
+    if kind == 5:  # bytes that need not be UTF-8, as the OS hands them to Python
+        return os.fsdecode(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 12))))
+    if kind == 6:
+        return "".join(chr(rng.randrange(0x20, 0x2FFF)) for _ in range(rng.randrange(1, 8)))
+    if kind == 7:
+        return rng.choice(flags) + "=" + rng.choice(["1", "x", "", "nan"])
+    return "--" + "".join(rng.choice("abcdefghijklmnopqrstuvwxyz-") for _ in range(rng.randrange(1, 10)))
+
+
+def test_random_arguments_exit_0_or_2_and_never_raise():
+    rng = random.Random(20240612)
+    parser = cli.build_parser()
+    subparsers = _subparsers(parser)
+    flags = {name: [s for a in p._actions for s in a.option_strings] for name, p in subparsers.items()}
+    outcomes = {0: 0, 2: 0, "parsed": 0}
+    for _ in range(400):
+        action = rng.choice(list(ACTIONS))
+        argv = [action] + [_random_token(rng, flags[action]) for _ in range(rng.randrange(0, 7))]
+        if rng.random() < 0.1:
+            argv = [_random_token(rng, flags[action])] + argv
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as exc:
+                assert exc.code in (0, 2), (argv, exc.code)
+                assert exc.code == 0 or err.getvalue().startswith("error: "), (argv, err.getvalue())
+                outcomes[exc.code] += 1
+                continue
+        outcomes["parsed"] += 1
+        spec = ACTIONS[args.action]
+        try:  # what dispatch does with the values before any model is touched: refusals and validation
+            cli._refuse_inapplicable(args, spec)
+            for group in spec.groups:
+                group.from_namespace(args)
+        except cli.HarnessError:
+            pass
+    assert outcomes[2] > 100 and outcomes["parsed"] > 20, outcomes
+
+
+def test_random_full_runs_of_cheap_commands(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a random --json=NAME lands here
+    rng = random.Random(7)
+    runs = [["list"], ["list", "BLOOM", "--json", str(tmp_path / "new" / "l.json")], ["list", "--json", ""]]
+    runs += [["list", _random_token(rng, ["--json"])] for _ in range(4)]
+    runs += [[action, os.fsdecode(bytes(rng.randrange(128, 256) for _ in range(5))), "frameworks"]
+             for action in ("run", "chat", "accuracy", "benchmark", "compare")]
+    for argv in runs:
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:  # argparse's own refusals
+            code = exc.code
+        err = capsys.readouterr().err
+        assert code in (0, 2) and "Traceback" not in err, (argv, err)
+        if code == 2:
+            assert err.strip().splitlines()[-1].startswith("error: "), (argv, err)
+    assert json.loads((tmp_path / "new" / "l.json").read_text())["family"] == "BLOOM"
