@@ -16,7 +16,7 @@ import torch
 
 from NNDF.errors import UsageError
 from NNDF.family import ROOT
-from NNDF.tasks import Prompt
+from NNDF.tasks import Prompt, shared_positions_problem
 from Seq2Seq.task import Seq2SeqLM
 
 
@@ -92,11 +92,7 @@ class ImageToText(Seq2SeqLM):
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The decoder prompt and the caption share the text decoder's positions."""
-        limit = run.source.dims.positions
-        if limit and prompt + new > limit:
-            return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} "
-                    "text decoder positions; shorten them")
-        return None
+        return shared_positions_problem(run, prompt, new, "text decoder positions")
 
     def passage_ids(self, tokenizer, text: str) -> list[int]:
         raise UsageError(self.accuracy_refusal)
