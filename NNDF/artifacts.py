@@ -1,24 +1,44 @@
-"""Artifacts under the working directory: names, fingerprints, atomic writes, cleanup.
+"""Artifacts under the working directory: names, fingerprints, content digests, atomic writes, cleanup.
 
 Layout: `<working-dir>/<FAMILY>/<variant>/<part>-<options>/` holds one artifact (e.g. `model.onnx` plus
-external data) and `fingerprint.json`. An artifact is reused only if its recorded fingerprint equals the one
-computed now (model config, weights identity, export options, library versions); otherwise it is rebuilt.
-Artifacts are built in a temporary sibling folder and renamed into place, so an interrupted build never
-leaves a partial artifact where a later run would find it.
+external data), `fingerprint.json` and `digests.json`. An artifact is reused only if its recorded fingerprint
+equals the one computed now (model config, weights identity, export options, library versions) and every file
+still has the content digest recorded when it was built; otherwise it is rebuilt. A fingerprint that differs
+is an ordinary rebuild (new options, new library versions); damage is a warning and a rebuild: a file whose
+content no longer matches its digest (flipped bytes, truncation), a missing file, an edited, deleted or
+unreadable `fingerprint.json` (its own digest is recorded too), or a missing or unreadable `digests.json` (an
+artifact built before digests were recorded is rebuilt once). Digests are checked when an artifact is about to
+be used, once per process per file (a file whose inode, size, modification and change times are those it had
+when hashed is not hashed again). Cost: docs/PERFORMANCE.md ("Artifact digests").
+
+Artifacts are built in a temporary sibling folder and renamed into place, so an interrupted build never leaves
+a partial artifact where a later run would find it. Folders and files get the modes the umask gives ordinary
+folders and files (`tempfile` would leave 0700 / 0600).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
 import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+log = logging.getLogger(__name__)
+
 FINGERPRINT = "fingerprint.json"
+DIGESTS = "digests.json"
+DIGEST_ALGORITHM = "sha256"  # hashlib name; recorded in digests.json (measured choice: docs/PERFORMANCE.md)
+DIGEST_BLOCK = 64 << 20  # files larger than this are hashed block by block, in parallel (recorded too)
+_CHUNK = 1 << 22
+_HASHED: dict[tuple, str] = {}  # (algorithm, device, inode, size, mtime_ns, ctime_ns) -> hex digest, this process
+_SETTLE_NS = 2_000_000_000  # files changed more recently than this when hashed are hashed again next time
 
 
 def safe_name(text: str) -> str:
@@ -33,20 +53,126 @@ def digest(obj) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def file_digest(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def _hash_range(path: Path, algorithm: str, offset: int, length: int):
+    """The hash object of `length` bytes of the file from `offset` (its own file handle: threads share none)."""
+    h = hashlib.new(algorithm)
+    buffer = bytearray(min(_CHUNK, max(length, 1)))
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        f.seek(offset)
+        while length > 0 and (n := f.readinto(view[:min(length, len(buffer))])):
+            h.update(view[:n])
+            length -= n
+    return h
+
+
+def file_digest(path: Path, algorithm: str = DIGEST_ALGORITHM, block: int = DIGEST_BLOCK) -> str:
+    """Hex digest of a file's content: for a file of at most `block` bytes, the plain digest (what `sha256sum`
+    prints); for a larger one, the digest of its blocks' digests (blocks of `block` bytes, the last shorter),
+    hashed on up to 16 threads (hashlib releases the GIL: ~linear in cores, docs/PERFORMANCE.md).
+
+    Remembered for this process while the file's inode, size, modification and change times stay the same (any
+    write, chmod or `touch` sets the change time, which cannot be set back), so a file checked once is not
+    hashed again by the same run. As in git's "racy clean" rule, a file changed within `_SETTLE_NS` of being
+    hashed is not remembered: file times are coarse (a clock tick), so a second write in that tick would not
+    show."""
+    stat = os.stat(path)
+    key = (algorithm, block, stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    if key in _HASHED:
+        return _HASHED[key]
+    if stat.st_size <= block:
+        value = _hash_range(path, algorithm, 0, stat.st_size).hexdigest()
+    else:
+        offsets = range(0, stat.st_size, block)
+        with ThreadPoolExecutor(min(len(offsets), os.cpu_count() or 1, 16)) as pool:
+            blocks = pool.map(lambda offset: _hash_range(path, algorithm, offset, block).digest(), offsets)
+            value = hashlib.new(algorithm, b"".join(blocks)).hexdigest()
+    if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _SETTLE_NS:
+        _HASHED[key] = value
+    return value
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode the umask gives an ordinary new file (0644 under umask 022)."""
+    return 0o666 & ~_umask()
+
+
+def dir_mode() -> int:
+    """The mode the umask gives an ordinary new folder (0755 under umask 022)."""
+    return 0o777 & ~_umask()
 
 
 def write_json_atomic(path: Path, data) -> None:
+    """Write JSON through a temporary file renamed into place, with an ordinary file's mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True, default=str)
+        os.chmod(tmp, file_mode())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != DIGESTS)
+
+
+def record_digests(folder: Path) -> None:
+    """Write `digests.json`: the digest of every file in the folder (`fingerprint.json` included)."""
+    files = {p.relative_to(folder).as_posix(): file_digest(p) for p in _files(folder)}
+    write_json_atomic(folder / DIGESTS, {"algorithm": DIGEST_ALGORITHM, "block_bytes": DIGEST_BLOCK, "files": files})
+
+
+def _read_json(path: Path):
+    """The JSON in `path`; ValueError naming the file and what is wrong with it."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path.name} is missing") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path.name} is unreadable ({type(exc).__name__})") from None
+
+
+def damage(folder: Path, expected_fingerprint: dict | None = None) -> str | None:
+    """What is wrong with an artifact folder's content, or None if every file matches its recorded digest.
+    With `expected_fingerprint`, a folder whose intact fingerprint differs returns "stale" before any file is
+    hashed (an ordinary rebuild, not damage)."""
+    try:
+        record = _read_json(folder / DIGESTS)
+        algorithm, block, files = record["algorithm"], int(record["block_bytes"]), dict(record["files"])
+        hashlib.new(algorithm)
+        if block <= 0:
+            raise TypeError
+    except ValueError as exc:  # missing, not JSON, or an algorithm this Python lacks
+        return f"{exc}; its content cannot be checked" if DIGESTS in str(exc) else f"{DIGESTS}: {exc}"
+    except (KeyError, TypeError):
+        return f"{DIGESTS} is unreadable (not a digest record)"
+    try:
+        recorded = _read_json(folder / FINGERPRINT)
+    except ValueError as exc:
+        return str(exc)
+    if files.get(FINGERPRINT) != file_digest(folder / FINGERPRINT, algorithm, block):
+        return f"{FINGERPRINT} was edited after the build"
+    if expected_fingerprint is not None and recorded != json.loads(json.dumps(expected_fingerprint, default=str)):
+        return "stale"
+    for name, expected in files.items():
+        try:
+            if file_digest(folder / name, algorithm, block) != expected:
+                return f"{name} does not match the {algorithm} digest recorded when it was built"
+        except FileNotFoundError:
+            return f"{name} is missing"
+        except OSError as exc:
+            return f"{name} is unreadable ({exc.strerror or type(exc).__name__})"
+    return None
 
 
 class ArtifactStore:
@@ -58,23 +184,37 @@ class ArtifactStore:
     def path(self, name: str) -> Path:
         return self.root / safe_name(name)
 
-    def is_current(self, name: str, fingerprint: dict) -> bool:
-        """True if artifact `name` exists and was built with exactly this fingerprint."""
-        record = self.path(name) / FINGERPRINT
-        try:
-            return json.loads(record.read_text()) == json.loads(json.dumps(fingerprint, default=str))
-        except (OSError, ValueError):
-            return False
+    def problem(self, name: str, fingerprint: dict) -> str | None:
+        """Why artifact `name` cannot be reused, or None when it can: "missing", "stale" (built with another
+        fingerprint), or what is damaged (a file's content, the fingerprint or the digest record)."""
+        folder = self.path(name)
+        if not folder.is_dir():
+            return "missing"
+        return damage(folder, fingerprint)
+
+    def is_current(self, name: str, fingerprint: dict, rebuild: str = "rebuilding it") -> bool:
+        """True if artifact `name` exists, was built with exactly this fingerprint and is undamaged. Damage is
+        logged as a warning (`rebuild` says what happens next); "missing" and "stale" are silent."""
+        why = self.problem(name, fingerprint)
+        if why not in (None, "missing", "stale"):
+            log.warning("cached artifact %s is damaged (%s); %s", self.path(name), why, rebuild)
+        return why is None
 
     @contextmanager
     def build(self, name: str, fingerprint: dict) -> Iterator[Path]:
-        """Yield a temporary folder to build into; on success it replaces artifact `name` atomically."""
+        """Yield a temporary folder to build into; on success it replaces artifact `name` atomically, with its
+        fingerprint and the digest of every file."""
         final = self.path(name)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.building-"))
         try:
             yield tmp
             write_json_atomic(tmp / FINGERPRINT, fingerprint)
+            files, folders = file_mode(), dir_mode()
+            for path in [tmp, *tmp.rglob("*")]:  # before hashing: chmod changes a file's change time
+                if not path.is_symlink():
+                    os.chmod(path, folders if path.is_dir() else files)
+            record_digests(tmp)
             if final.exists():  # move the stale one aside first: the rename below must not merge folders
                 stale = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.stale-"))
                 os.replace(final, stale / "old")

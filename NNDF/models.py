@@ -8,6 +8,7 @@ when the user asked for it.
 """
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import torch
 
 from NNDF.errors import ModelLoadError
-from NNDF.family import Family, Variant
+from NNDF.family import ROOT, Family, Variant
+from NNDF.integrity import damaged_file
 from NNDF.model_config import ModelDims
 from NNDF.offline import materialize
 
@@ -28,6 +30,7 @@ class ModelSource:
     local_dir: Path | None  # set when `location` is a local folder
     config: object  # transformers.PretrainedConfig
     trust_remote_code: bool = False
+    repair: str = ""  # what to do when a file of the local folder is damaged
 
     @cached_property
     def dims(self) -> ModelDims:
@@ -54,15 +57,48 @@ def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
     )
 
 
-def _from_pretrained(cls, family: Family, location: str, local: bool, what: str, trust: bool, **kwargs):
-    """`cls.from_pretrained` with the errors users can act on: a local folder never touches the network, and a
-    hub failure becomes one line pointing to --torch-dir and the offline default."""
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
+
+
+def _from_pretrained(cls, family: Family, location: str, local: bool, what: str, trust: bool, repair: str = "",
+                     **kwargs):
+    """`cls.from_pretrained` with the errors users can act on: a local folder never touches the network, and
+    its damaged files are named (with `repair`: what to do); a hub failure becomes one line pointing to
+    --torch-dir and the offline default."""
+    from safetensors import SafetensorError
+
     try:
         return cls.from_pretrained(location, local_files_only=local, trust_remote_code=trust, **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError, RuntimeError) as exc:
+        damaged = isinstance(exc, (SafetensorError, EOFError, pickle.UnpicklingError))  # a weights file cut short
         if local:
-            raise ModelLoadError(f"cannot read {what} in {location!r}: {exc}") from exc
+            broken = damaged_file(Path(location))
+            if broken:
+                raise ModelLoadError(f"cannot read {what}: {broken[0]} is damaged ({broken[1]}); {repair}") from exc
+            if isinstance(exc, RuntimeError):  # torch's own errors: not a file problem we can name
+                raise
+            raise ModelLoadError(f"cannot read {what} in {location!r}: {_first_line(exc)}"
+                                 f"{'; ' + repair if damaged else ''}") from exc
+        if damaged:
+            raise ModelLoadError(f"cannot read {what} of {location!r} ({_first_line(exc)}); its copy in the "
+                                 "HuggingFace cache is damaged: delete it there (hf cache delete) and download it "
+                                 "again") from exc
+        if isinstance(exc, RuntimeError):
+            raise
         raise _hub_error(family, location, exc) from exc
+
+
+def _repair_hint(variant: Variant, torch_dir: str | None, local_dir: Path | None) -> str:
+    if torch_dir:
+        return "replace it with an intact copy of the model (download it again, or save it again with save_pretrained)"
+    if variant.local_dir is not None:
+        where = variant.local_dir.relative_to(ROOT) if variant.local_dir.is_relative_to(ROOT) else variant.local_dir
+        return f"restore the committed offline model (git checkout -- {where})"
+    if local_dir is not None:
+        return f"delete {local_dir} and run again to rebuild it"
+    return ""
 
 
 def resolve_source(family: Family, variant_name: str, torch_dir: str | None, working_dir: Path,
@@ -78,15 +114,16 @@ def resolve_source(family: Family, variant_name: str, torch_dir: str | None, wor
     elif variant.offline:
         local_dir = materialize(family, variant, working_dir)
     location = str(local_dir) if local_dir else variant.name
+    repair = _repair_hint(variant, torch_dir, local_dir)
     config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
-                              trust_remote_code)
+                              trust_remote_code, repair)
     if config.model_type not in family.model_types:
         raise ModelLoadError(
             f"{location!r} is a {config.model_type!r} model; family {family.name} runs "
             f"{', '.join(family.model_types)}"
         )
     name = f"local:{Path(torch_dir).name}" if torch_dir else variant.name
-    return ModelSource(family, name, location, local_dir, config, trust_remote_code)
+    return ModelSource(family, name, location, local_dir, config, trust_remote_code, repair)
 
 
 def load_tokenizer(source: ModelSource):
@@ -95,7 +132,7 @@ def load_tokenizer(source: ModelSource):
     from transformers import AutoTokenizer
 
     tok = _from_pretrained(AutoTokenizer, source.family, source.location, source.local_dir is not None,
-                           "a tokenizer", source.trust_remote_code)
+                           "a tokenizer", source.trust_remote_code, source.repair)
     tok.padding_side = source.family.task.padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -107,5 +144,5 @@ def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.devi
 
     auto_class = getattr(transformers, source.family.task.auto_class)
     model = _from_pretrained(auto_class, source.family, source.location, source.local_dir is not None,
-                             "model weights", source.trust_remote_code, dtype=dtype)
+                             "model weights", source.trust_remote_code, source.repair, dtype=dtype)
     return model.to(device).eval()

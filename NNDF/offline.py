@@ -1,10 +1,13 @@
 """Offline variants: models that need no network, for the README demo, the tests and air-gapped machines.
 
-A variant is either a committed HF folder (GPT2's small trained model) or random weights from a config and a
-fixed seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe
-changes). A random variant declares the committed tokenizer folder it uses (`RandomWeights.tokenizer_dir`:
-a shared byte-level BPE in `SHARED_TOKENIZERS`, a family's own unigram model, ...), so its text is decodable, and the class that builds it
-comes from the family's task (`Family.task.auto_class`).
+A variant is either a committed HF folder (GPT2's small trained model) or random weights from a config and a fixed
+seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe changes; rebuilt
+with a warning if a file no longer matches the content digest recorded when it was built: a truncated
+`model.safetensors`, a damaged `config.json`, an edited or deleted fingerprint). A damaged file of the committed
+folder is a one-line error naming it (`NNDF/models.py`). A random variant declares the committed tokenizer folder
+it uses (`RandomWeights.tokenizer_dir`: a shared byte-level BPE in `SHARED_TOKENIZERS`, a family's own unigram
+model, ...), so its text is decodable, and the class that builds it comes from the family's task
+(`Family.task.auto_class`).
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ def _recipe(variant: Variant) -> dict:
 def _random_model(family: Family, variant: Variant, working_dir: Path) -> Path:
     store = ArtifactStore(working_dir, family.name, variant.name)
     fingerprint = {"offline_recipe": digest(_recipe(variant))}
-    if not store.is_current("hf-model", fingerprint):
+    if not store.is_current("hf-model", fingerprint):  # checks every file's digest (~2 MB: milliseconds)
         with store.build("hf-model", fingerprint) as tmp:
             _build_random(family, variant.random, tmp)
     return store.path("hf-model")

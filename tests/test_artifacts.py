@@ -48,3 +48,63 @@ def test_cleanup(tmp_path):
     with store.build("decoder", {}) as tmp:
         (tmp / "f").write_text("x")
     assert store.cleanup() and not store.root.exists()
+
+
+def test_digests_are_recorded_and_checked(tmp_path, caplog):
+    import json
+    import logging
+
+    from NNDF.artifacts import DIGESTS, damage
+
+    store = ArtifactStore(tmp_path, "GPT2", "v")
+    with store.build("decoder", {"a": 1}) as tmp:
+        (tmp / "model.onnx").write_bytes(b"graph v1")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "model.onnx.data").write_bytes(b"weights")
+    folder = store.path("decoder")
+    record = json.loads((folder / DIGESTS).read_text())
+    assert record["algorithm"] == "sha256"
+    assert sorted(record["files"]) == ["fingerprint.json", "model.onnx", "sub/model.onnx.data"]
+    with caplog.at_level(logging.WARNING):
+        assert store.is_current("decoder", {"a": 1})
+        assert not store.is_current("decoder", {"a": 2})  # another fingerprint: an ordinary rebuild, silent
+        assert not store.is_current("other", {"a": 1})  # never built: silent
+    assert not caplog.records
+    (folder / "sub" / "model.onnx.data").write_bytes(b"WEIGHTS")  # same size, other bytes
+    with caplog.at_level(logging.WARNING):
+        assert not store.is_current("decoder", {"a": 1}, rebuild="re-exporting")
+    assert caplog.messages == [f"cached artifact {folder} is damaged (sub/model.onnx.data does not match the sha256 "
+                               "digest recorded when it was built); re-exporting"]
+    (folder / "model.onnx").unlink()
+    assert damage(folder) == "model.onnx is missing"
+    (folder / DIGESTS).write_text("{")
+    assert damage(folder) == "digests.json is unreadable (JSONDecodeError); its content cannot be checked"
+
+
+def test_digest_of_a_rewritten_file_is_recomputed(tmp_path):
+    """The per-process memo keys on inode, size, mtime and ctime: restoring the mtime does not hide a rewrite."""
+    import os
+
+    from NNDF.artifacts import file_digest
+
+    path = tmp_path / "f"
+    path.write_bytes(b"aaaa")
+    first, stat = file_digest(path), path.stat()
+    path.write_bytes(b"bbbb")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_digest(path) != first
+
+
+def test_large_files_are_digested_block_by_block(tmp_path):
+    """Up to a block: the plain digest (sha256sum's); beyond: the digest of the blocks' digests, in order."""
+    import hashlib
+
+    from NNDF.artifacts import file_digest
+
+    path = tmp_path / "f"
+    path.write_bytes(b"0123456789")
+    assert file_digest(path, block=10) == hashlib.sha256(b"0123456789").hexdigest()
+    blocks = b"".join(hashlib.sha256(part).digest() for part in (b"0123", b"4567", b"89"))
+    assert file_digest(path, block=4) == hashlib.sha256(blocks).hexdigest()
+    path.write_bytes(b"012345678")  # truncated by one byte: another digest
+    assert file_digest(path, block=4) != hashlib.sha256(blocks).hexdigest()

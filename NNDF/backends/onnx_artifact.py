@@ -2,10 +2,12 @@
 
 An export is one folder under the working dir, `<prefix>-<precision>-<kv|nokv|static>/`, holding one file per part
 (decoder-only: `model.onnx`; encoder-decoder: `encoder.onnx`, `decoder.onnx`, `cache_generator.onnx`) and a
-fingerprint of the model config, weights identity, export options and library versions; any difference
-re-exports. A fresh export is validated against PyTorch (on ONNX Runtime, on the run's device) before it is
-kept, and the max difference is recorded in `validation.json` and reported. User files come all together:
-`--encoder-onnx --decoder-onnx --cache-generator-onnx` are all-or-nothing for the parts the run needs.
+fingerprint of the model config, weights identity, export options and library versions; any difference re-exports,
+and so does damage to a cached file (its content digest, `NNDF/artifacts.py`), with a warning. A fresh export is
+validated against PyTorch (on ONNX Runtime, on the run's device) before it is kept, and the max difference is
+recorded in `validation.json` and reported. User files come all together: `--encoder-onnx --decoder-onnx
+--cache-generator-onnx` are all-or-nothing for the parts the run needs, and each is checked against the model
+before use (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
+from NNDF.integrity import check_user_onnx
 from NNDF.options import ModelOptions
 from NNDF.parts import given_parts, part_flag
 from NNDF.progress import status
@@ -83,10 +86,13 @@ class OnnxArtifact(ABC):
         current export (made now if missing, stale, or `force`d)."""
         user = self.user_paths(run)
         if user:
+            for part, path in user.items():
+                check_user_onnx(run, part, path)
             return user, False
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
-        fresh = force or not run.store.is_current(name, fingerprint) or not (folder / VALIDATION).is_file()
+        fresh = (force or not run.store.is_current(name, fingerprint, rebuild="re-exporting")
+                 or not (folder / VALIDATION).is_file())
         if fresh:
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):

@@ -4,9 +4,12 @@ Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/<part>.engine` (on
 `decoder`, or `encoder` / `decoder` / `cache_generator`; name per the seed's conventions, see
 `trt_profiles.engine_name`) with `fingerprint.json`: each ONNX's identity (its export fingerprint, sizes and
 modification times), the profiles, the TensorRT module and version, the GPU and its compute capability, and
-the build settings. Any mismatch rebuilds; an engine that no longer deserializes is rebuilt with a warning; a
-GPU the TensorRT build cannot run on is a one-line error. `--decoder-engine PATH` (with `--encoder-engine` and
-`--cache-generator-engine` for encoder-decoder models, all or nothing) uses the user's engines as they are.
+the build settings. Any mismatch rebuilds; an engine whose content no longer matches the digest recorded at build
+(`NNDF/artifacts.py`), or that no longer deserializes, is rebuilt with a warning; a GPU the TensorRT build
+cannot run on is a one-line error. `--decoder-engine PATH` (with `--encoder-engine` and
+`--cache-generator-engine` for encoder-decoder models, all or nothing) uses the user's engines as they are,
+once their inputs and outputs fit the model (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype;
+written against TensorRT's API and not verified with TensorRT here).
 This class serves decoder-only models; `Seq2Seq/trt.py` overrides `profiles` and `make_steps`.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_na
 from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
+from NNDF.integrity import check_user_engine
 from NNDF.backends.trt_options import TRTOptions
 from NNDF.progress import status
 
@@ -193,5 +197,8 @@ class TensorRTBackend(Backend):
             folder = next(iter(paths.values())).parent.name
             log.warning("cached engine %s is unusable (%s); rebuilding", folder, exc)
             engines = self._load_all(trt, self.engine_paths(run, trt, force=True))
+        if self.user_engines(run):  # ours are built from checked graphs; the user's are checked before use
+            for part, engine in engines.items():
+                check_user_engine(trt, engine, run, part, paths[part])
         ios = {part: TensorRTIO(trt, engine, run.device, run.options.use_cuda_graph) for part, engine in engines.items()}
         return self.make_steps(run, ios, shapes)
