@@ -37,8 +37,13 @@ def _mbart_config(tok):
 
     return MBartConfig(vocab_size=len(tok), bos_token_id=tok.bos_token_id, pad_token_id=tok.pad_token_id,
                        eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.eos_token_id,
-                       forced_bos_token_id=tok.convert_tokens_to_ids("de_DE"), forced_eos_token_id=None,
-                       scale_embedding=True, **_sizes())
+                       forced_eos_token_id=None, scale_embedding=True, **_sizes())
+
+
+def _mbart_generation(tok) -> dict:
+    """mBART-50 generates in the target language: its code is forced as the first token (HF keeps this in the
+    generation config; transformers 5's MBartConfig drops it from the model config)."""
+    return {"forced_bos_token_id": tok.convert_tokens_to_ids("de_DE")}
 
 
 FAMILY = Family(
@@ -51,7 +56,8 @@ FAMILY = Family(
     config_names=ConfigNames(decoder_layers="decoder_layers"),  # num_hidden_layers is the encoder's depth
     variants=(
         Variant("bart-offline", "random, tiny", random=RandomWeights(_bart_config, BART_TOKENIZER_DIR, seed=21)),
-        Variant("mbart-offline", "random, tiny", random=RandomWeights(_mbart_config, MBART_TOKENIZER_DIR, seed=22)),
+        Variant("mbart-offline", "random, tiny", random=RandomWeights(_mbart_config, MBART_TOKENIZER_DIR, seed=22,
+                                                                     make_generation=_mbart_generation)),
         Variant("facebook/bart-base", "139M"),
         Variant("facebook/bart-large", "406M"),
         Variant("facebook/bart-large-cnn", "406M"),

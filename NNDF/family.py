@@ -32,6 +32,9 @@ class RandomWeights:
     tokenizer_dir: Path
     seed: int = 0
     std: float = 0.2
+    # generation_config.json fields (tokenizer -> dict): transformers 5 keeps generation defaults such as
+    # forced_bos_token_id there and silently drops them from a model config's constructor
+    make_generation: Callable[..., dict] | None = None
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,9 @@ def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
 def _recipe(variant: Variant) -> dict:
     spec: RandomWeights = variant.random
     tok = {path.name: file_digest(path) for path in sorted(spec.tokenizer_dir.glob("*.json"))}
-    return {"config": inspect.getsource(spec.make_config), "seed": spec.seed, "std": spec.std, "tokenizer": tok,
-            "recipe_version": 1}
+    generation = inspect.getsource(spec.make_generation) if spec.make_generation else None
+    return {"config": inspect.getsource(spec.make_config), "generation": generation, "seed": spec.seed,
+            "std": spec.std, "tokenizer": tok, "recipe_version": 1}
 
 
 def _random_model(family: Family, variant: Variant, working_dir: Path) -> Path:
@@ -63,6 +64,8 @@ def _build_random(family: Family, spec: RandomWeights, out: Path) -> None:
     config = spec.make_config(tok)
     model = getattr(transformers, family.task.auto_class).from_config(config)
     redraw_weights(model, spec.seed, spec.std)
+    if spec.make_generation is not None:
+        model.generation_config.update(**spec.make_generation(tok))
     model.save_pretrained(out, safe_serialization=True)
     for path in spec.tokenizer_dir.glob("*.json"):  # tokenizer files, and an image processor's config if any
         if not (out / path.name).exists():  # never the model's own config files
