@@ -2,6 +2,8 @@
 # GPU check for the harness core, in ONE device call, after the packages from ../shared/device/stage.sh are
 # installed in /tmp/site (onnxruntime-gpu). Small pure-Python wheels (tabulate, psutil) travel in .whl/.
 #
+#   bash tools/device/cuda_check.sh    # any CUDA machine with the requirements plus onnxruntime-gpu
+# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
 #   run(command='sh .device/part-07/install.sh && bash tools/device/cuda_check.sh', carry=['.device/part-07', '.whl'])
 #
 # It runs, on CUDA: the parity tests (tests/test_parity.py: every offline variant, frameworks and onnxrt with

@@ -3,6 +3,8 @@
 # /tmp/site (onnxruntime-gpu, tensorrt_rtx; re-split with tools/device/resplit.sh); small wheels (tabulate, psutil,
 # pytest) travel in .whl/.
 #
+#   bash tools/device/seq2seq_check.sh    # any CUDA machine with the requirements plus onnxruntime-gpu and TensorRT or TensorRT-RTX
+# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
 #   run(command='sh .device/part-07/install.sh && bash tools/device/seq2seq_check.sh', carry=['.device/part-07', '.whl'])
 #
 # 1. parity tests on CUDA (tests/test_parity.py -k "T5 or BART": frameworks and onnxrt with IO binding, greedy and

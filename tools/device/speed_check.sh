@@ -2,6 +2,8 @@
 # The GPU speed check (static KV cache, CUDA graphs), in ONE device call once the packages from
 # ../shared/device/stage.sh (+ tools/device/resplit.sh) are installed in /tmp/site:
 #
+#   bash tools/device/speed_check.sh    # any CUDA machine with the requirements plus onnxruntime-gpu and TensorRT or TensorRT-RTX
+# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
 #   run(command='sh .device/part-08/install.sh && bash tools/device/speed_check.sh', carry=['.device/part-08', '.whl'])
 #
 # 1. tests/test_static_cache.py on CUDA: the static cache, its CUDA-graph step (frameworks and onnxrt) and the

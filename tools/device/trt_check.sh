@@ -2,6 +2,8 @@
 # TensorRT engine builds, in ONE device call, after ../shared/device/stage.sh's packages are in /tmp/site
 # (tensorrt_rtx 1.7 and onnxruntime-gpu; full TensorRT cannot be installed in this workplace).
 #
+#   bash tools/device/trt_check.sh    # any CUDA machine with the requirements plus TensorRT or TensorRT-RTX
+# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
 #   run(command='sh .device/part-07/install.sh && bash tools/device/trt_check.sh', carry=['.device/part-07', '.whl'])
 #   bash tools/device/trt_check.sh offline   # only the families' offline defaults (fits one 10-minute call)
 #   bash tools/device/trt_check.sh gpt2      # only GPT-2 124M shapes
