@@ -162,7 +162,7 @@ class CausalLM(TextItems, Task):
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """Prompt and generation share the decoder's positions."""
-        return shared_positions_problem(run, prompt, new, "positions")
+        return shared_positions_problem(run, prompt, new)
 
     def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
         ids = torch.randint(0, run.source.dims.vocab, (batch, length), generator=generator).to(run.device)
@@ -184,11 +184,11 @@ class CausalLM(TextItems, Task):
         return torch.log_softmax(logits[0, len(context) - 1: -1].float(), dim=-1)
 
 
-def shared_positions_problem(run, prompt: int, new: int, table: str) -> str | None:
+def shared_positions_problem(run, prompt: int, new: int) -> str | None:
     """Why a prompt and its generation, which share one decoder's position table, do not fit it (None: they do)."""
     limit = run.source.dims.positions
     if limit and prompt + new > limit:
-        return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} {table}; "
+        return (f"--input-seq-len {prompt} + --output-seq-len {new} exceeds {run.source.variant}'s {limit} positions; "
                 "shorten them")
     return None
 

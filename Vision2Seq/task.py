@@ -92,7 +92,7 @@ class ImageToText(Seq2SeqLM):
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The decoder prompt and the caption share the text decoder's positions."""
-        return shared_positions_problem(run, prompt, new, "text decoder positions")
+        return shared_positions_problem(run, prompt, new)
 
     def passage_ids(self, tokenizer, text: str) -> list[int]:
         raise UsageError(self.accuracy_refusal)

@@ -77,10 +77,12 @@ def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
                                          "captioning; use run, compare, chat --image or benchmark"),
     (("chat", "BLIP", "frameworks", "--prompt", "a picture of"),
      "error: image captioning needs images: give --image PATH (repeatable; PNG or JPEG)"),
-    (("chat", "BLIP", "frameworks", "--image", "missing.png"), "error: --image missing.png: no such file"),
+    (("chat", "BLIP", "frameworks", "--image", "missing.png"),
+     "error: --image missing.png: no such file; give a PNG or JPEG file"),
     (("chat", "BLIP", "frameworks", "--image", str(ROOT / "README.md")),
-     f"error: --image {ROOT / 'README.md'}: not a readable image (UnidentifiedImageError)"),
-    (("chat", "GPT2", "frameworks", "--image", IMAGES[0]), "error: --image applies to image-to-text models; decoder models read text"),
+     f"error: {ROOT / 'README.md'}: not a readable image (UnidentifiedImageError); give a PNG or JPEG file"),
+    (("chat", "GPT2", "frameworks", "--image", IMAGES[0]),
+     "error: --image applies to image-to-text models; decoder models read text"),
 ])
 def test_image_errors(args, message, tmp_path):
     proc = run_cli(*args, "-wd", str(tmp_path))
