@@ -96,6 +96,18 @@ class DryLogitsProcessor(LogitsProcessor):
         return scores
 
 
+def _repetition_penalty(penalty: float, padding: torch.Tensor | None) -> RepetitionPenaltyLogitsProcessor:
+    """HF's repetition penalty as the installed transformers' `generate` builds it: 5.23 passes each row's left
+    padding (pad tokens are not penalised); 5.17 accepts only an int there and its `generate` passes nothing
+    (pad tokens are penalised like any other). Parity is with the installed version (both are supported)."""
+    if padding is None:
+        return RepetitionPenaltyLogitsProcessor(penalty)
+    try:
+        return RepetitionPenaltyLogitsProcessor(penalty, prompt_ignore_length=padding)
+    except ValueError:  # transformers < 5.23: per-row padding is not a thing its generate does
+        return RepetitionPenaltyLogitsProcessor(penalty)
+
+
 def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, device) -> LogitsProcessorList:
     """The processors of one generation (`config`: an `NNDF.generation.GenerationConfig`), built as HF 5.23's
     `_get_logits_processor` builds them from the equivalent HF GenerationConfig.
@@ -108,7 +120,7 @@ def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, 
     eos = config.eos_token_id
     processors = LogitsProcessorList()
     if cfg.repetition_penalty != 1.0:
-        processors.append(RepetitionPenaltyLogitsProcessor(cfg.repetition_penalty, prompt_ignore_length=padding))
+        processors.append(_repetition_penalty(cfg.repetition_penalty, padding))
     if config.no_repeat_ngram_size > 0:
         processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
     if config.bad_words_ids:
