@@ -8,7 +8,8 @@
 #   bash tools/device/contracts_check.sh [ONNX_DIR]   # any CUDA machine with the requirements plus TensorRT or
 #                                                     # TensorRT-RTX; ONNX_DIR (default .devonnx) from
 #                                                     # tools/device/export_offline_onnx.sh on any machine
-# or, in this workplace, after carrying the TensorRT-RTX parts (see the closing note of issue 11):
+# or, in this workplace (TensorRT-RTX wheels split into .devrtx/part-NN, each installed by one earlier call; see
+# docs/VERIFICATION.md, "Core contracts"):
 #   run(command='sh .devrtx/part-03/install.sh && bash tools/device/contracts_check.sh', carry=['.devrtx/part-03',
 #       '.whl', '.devonnx'])
 set -o pipefail
