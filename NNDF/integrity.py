@@ -10,8 +10,7 @@
   matrix; ONNX only, the one check a graph without KV cache allows), and the dtype (fp16 / fp32, against
   `--fp16`). Anything else (a file ONNX cannot parse, numerics) is left to the runtime, which reports it.
 
-The model's side is `run.source.dims` (`ModelDims`); the head size is the config's standard `head_dim` where it
-has one (T5's `d_kv`, through HF's attribute map), else hidden / heads.
+The model's side is `run.source.dims` (`ModelDims`: layers, heads, head size, hidden size, vocabulary).
 """
 from __future__ import annotations
 
@@ -147,13 +146,6 @@ def _layers(tensors: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
     return {n: t for n, t in tensors.items() if (m := _LAYERED.match(n)) and m.group(1) == prefix}
 
 
-def _head_dim(run) -> int:
-    text = run.source.config.get_text_config(decoder=True)
-    size = getattr(text, "head_dim", None)  # HF's standard name (T5 maps it to d_kv); else hidden / heads
-    dims = run.source.dims
-    return size if isinstance(size, int) and size > 0 else dims.hidden // dims.heads
-
-
 def _names_problem(sig: Signature, run, part: str, noun: str) -> str | None:
     """A missing, unexpected or wrong-kind input/output name, phrased as what the file is not."""
     options = run.options
@@ -227,7 +219,7 @@ def mismatch(sig: Signature, run, part: str, noun: str = "graph") -> str | None:
         problem = _count_problem(tensors, prefix, kind, dims.layers, model)
         if problem:
             return fits + problem
-    heads, head_dim = dims.heads, _head_dim(run)
+    heads, head_dim = dims.heads, dims.head_dim
     for tensors, prefix, _ in layered:
         for name, t in _layers(tensors, prefix).items():
             if len(t.shape) != 4:

@@ -27,6 +27,7 @@ class ModelDims:
     hidden: int
     vocab: int
     positions: int | None  # size of the learned position table; None: relative positions or ALiBi (no table)
+    head_dim: int = 0  # per-head size: the config's standard `head_dim` where it has one, else hidden / heads
 
     @staticmethod
     def of(config, names: ConfigNames = ConfigNames()) -> "ModelDims":
@@ -37,6 +38,7 @@ class ModelDims:
             hidden=int(text.hidden_size),
             vocab=int(text.vocab_size),
             positions=ModelDims.positions_of(config),
+            head_dim=_head_dim(text),
         )
 
     @staticmethod
@@ -51,3 +53,8 @@ def _text_config(config):
     config may rename fields, BART's; a bare object without `get_text_config` is taken as it is)."""
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     return config if type(text) is type(config) else text
+
+
+def _head_dim(text) -> int:
+    size = getattr(text, "head_dim", None)  # HF's standard name (T5 maps it to d_kv)
+    return size if isinstance(size, int) and size > 0 else int(text.hidden_size) // int(text.num_attention_heads)
