@@ -19,17 +19,19 @@ its flags-only default (greedy, one beam, no penalties, top-k off).
 
 Settings HF honours that our loop does not implement (constraints, encoder_repetition_penalty, several returned
 sequences, ...) are refused in one line naming the field and `--ignore-generation-config`, never ignored in
-silence; a model with several EOS ids is warned about (the task's EOS ends generation). The effective beam count
+silence; a model with several EOS ids is warned about through logging (the task's EOS ends generation). The effective beam count
 is needed before any generation (TensorRT profiles size their rows by it): `effective_num_beams`, exposed as
 `RunContext.num_beams`.
 """
 from __future__ import annotations
 
-import warnings
+import logging
 
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.sampling import SamplingConfig
+
+log = logging.getLogger(__name__)  # the CLI prints each warning as one `warning: ...` line, --verbose or not
 
 DEFAULT_MAX_NEW_TOKENS = 32  # chat, when neither --max-new-tokens nor the model's config gives a length
 HF_TOP_K = 50  # HF's global default top_k (applies when sampling and the model's config sets none)
@@ -70,7 +72,7 @@ _EARLY_STOPPING = {"true": True, "false": False, "never": "never"}
 
 def model_generation_config(run):
     """The model's HF GenerationConfig, or None under --ignore-generation-config."""
-    if getattr(run.options, "ignore_generation_config", False):
+    if run.options.ignore_generation_config:
         return None
     return run.source.generation
 
@@ -79,7 +81,7 @@ def effective_num_beams(options, generation) -> int:
     """--num-beams, else the model's generation config's num_beams (unless ignored), else 1."""
     if options.num_beams is not None:
         return options.num_beams
-    if getattr(options, "ignore_generation_config", False) or generation is None:
+    if options.ignore_generation_config or generation is None:
         return 1
     return generation.num_beams or 1
 
@@ -166,8 +168,8 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
 def _warn_other_eos(hf, eos: int | None) -> None:
     ids = getattr(hf, "eos_token_id", None)
     if isinstance(ids, (list, tuple)) and set(ids) - {eos}:
-        warnings.warn(f"the model's generation config lists several EOS ids {list(ids)}; generation here stops "
-                      f"only at the tokenizer's EOS {eos}", stacklevel=2)
+        log.warning("the model's generation config lists several EOS ids %s; generation here stops only at the "
+                    "tokenizer's EOS %s", list(ids), eos)
 
 
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
