@@ -88,11 +88,15 @@ class _OneLine(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
-def _refuse_inapplicable(args, action: Action) -> None:
-    """A flag the action does not read is an error naming the actions it applies to."""
-    for group in action.groups:
+def _refuse_inapplicable(args, action: Action, family) -> None:
+    """A flag the action does not read is an error naming the actions it applies to; a flag the family's kind
+    of model never reads (`Task.ignores`) names the kind."""
+    for group in (*action.groups, *registry.backend_option_groups()):
         for name in group.given(args):
-            if action.applies(group, name):
+            if name in family.task.ignores:
+                raise UsageError(f"{group.flag_name(name)} does not apply to {family.name} "
+                                 f"({family.kind} models)")
+            if group not in action.groups or action.applies(group, name):
                 continue
             where = [a.name for a in ACTIONS.values() if a.applies(group, name)]
             raise UsageError(f"{group.flag_name(name)} does not apply to {action.name} "
@@ -139,10 +143,14 @@ def dispatch(args) -> object:
     """Run the parsed command: the action's library function with its option groups."""
     action = ACTIONS[args.action]
     _check_output(args)
-    function = registry.load(action.function)
     if not action.runs_models:
-        return function(args.model)
-    _refuse_inapplicable(args, action)
+        return registry.load(action.function)(args.model)
+    family = registry.family(args.model)
+    target = family.task.action_function(action)  # the family's kind may run the action its own way
+    if target is None:
+        raise UsageError(f"{family.name}: {family.task.refusal(action)}")
+    function = registry.load(target)
+    _refuse_inapplicable(args, action, family)
     backends = _backends(args, action)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = _backend_options(args)

@@ -70,7 +70,8 @@ class RunContext:
     def torch_model(self) -> torch.nn.Module:
         """The HF model on the run's device and dtype (loaded once, shared by backends of this run)."""
         if self._model is None:
-            self._model = load_torch_model(self.source, self.dtype, self.device)
+            class_name = self.family.task.model_class(self.source, self.options)
+            self._model = load_torch_model(self.source, self.dtype, self.device, class_name)
         return self._model
 
     def release_torch_model(self) -> None:

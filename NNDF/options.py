@@ -48,6 +48,28 @@ def int64(text: str) -> int:
     return value
 
 
+class BatchSize(argparse.Action):
+    """--batch-size N, or min opt max (a TensorRT profile, seed 002's spelling): the batch run is N (or opt);
+    the three values also go to `batch_profile` (TensorRT's option group), which only encoder engines read."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            numbers = [int(v) for v in values]
+        except ValueError:
+            parser.error(f"argument {option_string}: invalid integer in {' '.join(values)!r}")
+        if len(numbers) not in (1, 3):
+            parser.error(f"argument {option_string}: give N, or min opt max (got {len(numbers)} values)")
+        if len(numbers) == 3:
+            if not 1 <= numbers[0] <= numbers[1] <= numbers[2]:
+                parser.error(f"argument {option_string}: min opt max must satisfy 1 <= min <= opt <= max, "
+                             f"got {' '.join(values)}")
+            namespace.batch_profile = tuple(numbers)
+        setattr(namespace, self.dest, numbers[len(numbers) // 2])
+
+
+ACTIONS = {"BatchSize": BatchSize}  # argparse actions named in `flag(..., action=...)` by string
+
+
 class OptionGroup:
     """Mixin: argparse round-trip for a dataclass of `flag` fields."""
 
@@ -61,6 +83,9 @@ class OptionGroup:
         for f in fields(cls):
             meta = f.metadata
             kwargs = dict(meta["argparse"])
+            kwargs["action"] = ACTIONS.get(kwargs.get("action"), kwargs.get("action"))
+            if kwargs["action"] is None:
+                del kwargs["action"]
             default = f.default if f.default is not MISSING else f.default_factory()
             if isinstance(default, bool) and "action" not in kwargs:
                 kwargs["action"] = "store_true"
@@ -114,13 +139,14 @@ class ModelOptions(OptionGroup):
     torch_compile: bool = flag(False, "--torch-compile", help="frameworks with --static-cache: compile the one-token step with torch.compile (inductor; the first step compiles, which takes a while)")
     compile_mode: str = flag("default", "--compile-mode", choices=("default", "max-autotune"), help="with --torch-compile: default (inductor's defaults) or max-autotune (inductor benchmarks Triton GEMM templates against cuBLAS per shape, fuses GEMM epilogues and tunes kernel launch configs; compiling takes minutes)")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
-    batch_size: int = flag(1, "--batch-size", "-b", help="batch size (benchmark, run, compare)")
+    batch_size: int = flag(1, "--batch-size", "-b", action="BatchSize", nargs="+", metavar="N", help="batch size (benchmark, run, compare, predict); encoder models on trt also take three values, min opt max (seed 002's form): the engine's batch profile, and the middle one is the batch run")
     num_beams: int | None = flag(None, "--num-beams", "-nb", type=int, help="beam search width (1: greedy or sampling; default: the model's generation config, else 1)")
     ignore_generation_config: bool = flag(False, "--ignore-generation-config", help="do not apply the model's generation_config (beams, length penalty, min/max length, no-repeat n-grams, forced EOS, ...): the flags and their flags-only defaults decide; the decoder start token and a forced first token are still read")
     decoder_onnx: str | None = flag(None, "--decoder-onnx", help="use this decoder ONNX file instead of exporting one")
     encoder_onnx: str | None = flag(None, "--encoder-onnx", help="encoder-decoder models: this encoder ONNX file (with --decoder-onnx)")
     cache_generator_onnx: str | None = flag(None, "--cache-generator-onnx", help="encoder-decoder models with --use-cache: this cross-attention cache generator ONNX file")
     image: tuple = flag((), "--image", action="append", help="image-to-text models: caption this PNG/JPEG (repeatable; run, compare, chat)")
+    task: str | None = flag(None, "--task", choices=("feature-extraction", "text-classification", "token-classification"), help="encoder models: what the model computes (default: from the checkpoint: its classification head if it has one, else sentence embeddings)")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
     cleanup: bool = flag(False, "--cleanup", help="remove this variant's artifacts from the working dir after the run")
     threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
@@ -139,8 +165,6 @@ class ModelOptions(OptionGroup):
             raise UsageError("--cpu contradicts --device cuda")
         if self.static_cache and not self.use_cache:
             raise UsageError("--static-cache needs --use-cache (it is a kind of KV cache)")
-        if self.torch_compile and not self.static_cache:
-            raise UsageError("--torch-compile needs --static-cache (it compiles the fixed-shape one-token step)")
         if self.compile_mode != "default" and not self.torch_compile:
             raise UsageError(f"--compile-mode {self.compile_mode} needs --torch-compile")
 
@@ -149,7 +173,10 @@ class ModelOptions(OptionGroup):
         return "fp16" if self.fp16 else "fp32"
 
     def check_graph_needs_static(self, backend: str) -> None:
-        """frameworks and onnxrt capture only the static cache's fixed-shape step."""
+        """Generative models: frameworks and onnxrt compile and capture only the static cache's fixed-shape
+        one-token step (encoder models compile and capture their one forward pass without it)."""
+        if self.torch_compile and not self.static_cache:
+            raise UsageError("--torch-compile needs --static-cache (it compiles the fixed-shape one-token step)")
         if self.use_cuda_graph and not self.static_cache:
             raise UsageError(f"--use-cuda-graph with the {backend} backend needs --static-cache (a growing cache "
                              "changes shapes every step)")
@@ -244,6 +271,17 @@ class AccuracyOptions(OptionGroup):
         _positive("--num-samples", self.num_samples)
         _positive("--tokens-to-generate", self.tokens_to_generate)
         _positive("--topN", self.topN)
+
+
+@dataclass(frozen=True)
+class PredictOptions(OptionGroup):
+    title = "predict (encoder models)"
+    prompt: tuple = flag((), "--prompt", action="append", help="a text to embed or classify (repeatable)")
+    dataset: str | None = flag(None, "--dataset", help="a JSONL file of texts (field 'text'), one prediction per line")
+
+    def __post_init__(self):
+        if self.prompt and self.dataset:
+            raise UsageError("--prompt and --dataset are alternatives: give one")
 
 
 @dataclass(frozen=True)

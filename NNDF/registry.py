@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from NNDF.errors import UnknownChoice, UsageError
 from NNDF.family import Family
 
-FAMILY_PACKAGES = ("GPT2", "OPT", "BLOOM", "T5", "BART", "BLIP")
+FAMILY_PACKAGES = ("GPT2", "OPT", "BLOOM", "T5", "BART", "BLIP", "BERT")
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class BackendEntry:
 
 BACKENDS: dict[str, BackendEntry] = {
     "frameworks": BackendEntry("NNDF.backends.frameworks:FrameworksBackend"),
-    "onnxrt": BackendEntry("NNDF.backends.onnxrt:OnnxRuntimeBackend"),
+    "onnxrt": BackendEntry("NNDF.backends.onnxrt:OnnxRuntimeBackend", ("NNDF.backends.ort_options:ORTOptions",)),
     "trt": BackendEntry("NNDF.backends.trt:TensorRTBackend", ("NNDF.backends.trt_options:TRTOptions",)),
 }
 

@@ -1,10 +1,12 @@
-"""What a kind of model does with text: which HF class loads it, how prompts become model inputs, how a text is
-scored by teacher forcing.
+"""What a kind of model does with its inputs: which HF class loads it, which actions it runs (and how), how
+prompts become model inputs, how a text is scored by teacher forcing.
 
-`Task` is the contract; a family declares its task (`Family.task`) and actions, model loading and backends ask
-the task instead of testing the family. `CausalLM` (decoder-only) lives here; `Seq2Seq.task.Seq2SeqLM` adds an
-encoder whose inputs travel in `Prompt.encoder` and reach the backend through `steps.start`;
-`Vision2Seq.task.ImageToText` reads images with that encoder.
+`Task` is the contract every kind keeps; a family declares its task (`Family.task`) and the CLI, actions, model
+loading and backends ask the task instead of testing the family. `GenerativeTask` adds what the shared
+generation loop and the generative actions need. `CausalLM` (decoder-only) lives here;
+`Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the backend through
+`steps.start`; `Vision2Seq.task.ImageToText` reads images with that encoder; `Encoder.task.TextEncoder`
+(embeddings, classification) generates nothing and brings its own implementations of the actions (`actions`).
 """
 from __future__ import annotations
 
@@ -33,17 +35,36 @@ class Prompt:
 
 
 class Task(ABC):
-    """How a kind of model is loaded, prompted and scored, which parts it exports, how long its inputs may be,
-    and which backend classes serve it. One instance per kind (`CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, ...);
-    a family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
+    """How a kind of model is loaded, which parts it exports, which backend classes serve it and which actions it
+    runs. One instance per kind (`CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, `Encoder.task.TEXT_ENCODER`, ...); a
+    family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
 
     kind: ClassVar[str]  # a label for messages and `list` (shared code never compares it)
-    auto_class: ClassVar[str]  # the transformers class that loads the model
-    padding_side: ClassVar[str]  # where padding goes in a batch of prompts
-    one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
-    accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
+    auto_class: ClassVar[str]  # the transformers class that loads the model (see `model_class`)
+    padding_side: ClassVar[str]  # where padding goes in a batch of inputs
     static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
     backends: ClassVar[dict[str, str]] = {}  # backend name -> "module:Class" specialised for this kind
+    # action name -> "module:function" this kind runs instead of the action's shared function (NNDF.actions)
+    actions: ClassVar[dict[str, str]] = {}
+    # action name -> why this kind does not run it, and what to use instead (one line)
+    refused_actions: ClassVar[dict[str, str]] = {}
+    # option fields (of any action's or backend's option group) this kind never reads: the CLI refuses them
+    ignores: ClassVar[frozenset[str]] = frozenset()
+
+    def model_class(self, source, options) -> str:
+        """The transformers class that loads this run's model (`auto_class` unless the kind picks per checkpoint)."""
+        return self.auto_class
+
+    def action_function(self, action) -> str | None:
+        """The "module:function" that runs `action` (an `NNDF.actions.Action`) for this kind: its own, else the
+        action's shared one; None with `refusal(action)` saying why."""
+        if action.name in self.refused_actions:
+            return None
+        return self.actions.get(action.name, action.function)
+
+    def refusal(self, action) -> str:
+        """One line: why this kind does not run `action`, and what to use instead."""
+        return self.refused_actions.get(action.name, f"{action.name} does not apply to {self.kind} models")
 
     def backend(self, name: str, spec=None):
         """The backend `name` bound to this task and a family's `ExportSpec`: the class this task names for it,
@@ -58,11 +79,22 @@ class Task(ABC):
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         """The exported graphs / engines a run uses (names of the --<part>-onnx / --<part>-engine flags)."""
 
-    # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
-
     @abstractmethod
     def items(self, options, texts: tuple) -> list:
         """The items of a run from `--prompt` texts (and `--image` files where the task reads images)."""
+
+
+class GenerativeTask(Task):
+    """A kind of model that generates tokens: prompts for the shared generation loop (NNDF/generation.py), HF
+    `generate`'s arguments for the same inputs, teacher-forced scoring. `predict` is for encoders."""
+
+    one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
+    accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
+    refused_actions = {"predict": "predict is for encoder models (embeddings, classification); this model "
+                                  "generates text: use chat (or run / compare)"}
+    ignores = frozenset({"task", "ort_optimize", "seq_len", "batch_profile"})  # encoder models' flags
+
+    # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
 
     @abstractmethod
     def item_from_line(self, line: str):
@@ -140,7 +172,7 @@ class TextItems:
         return self.teacher_force(run, steps, self.passage_ids(run.tokenizer, item), target)
 
 
-class CausalLM(TextItems, Task):
+class CausalLM(TextItems, GenerativeTask):
     """Decoder-only language models: the prompt is the decoder's input."""
 
     kind = "decoder"

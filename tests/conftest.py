@@ -19,11 +19,12 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("work")
 
 
-def offline_variants():
-    """(family, variant) for every offline variant of every registered family."""
+def offline_variants(task_type: type | None = None):
+    """(family, variant) for every offline variant of every registered family (whose task is a `task_type`)."""
     from NNDF import registry
 
-    return [(f.name, v.name) for f in registry.families().values() for v in f.variants if v.offline]
+    return [(f.name, v.name) for f in registry.families().values() for v in f.variants
+            if v.offline and (task_type is None or isinstance(f.task, task_type))]
 
 
 def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: int = 600):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from NNDF import cli
+from NNDF import cli, registry
 from NNDF.actions import ACTIONS
 from NNDF.options import OptionGroup
 from dataclasses import fields
@@ -74,7 +74,7 @@ def test_no_abbreviations_anywhere(capsys):
 
 @pytest.mark.parametrize("argv,expect", [
     (["chat", "GPT2", "frameworks", "--batch-size", "2", "--prompt", "x"],
-     "--batch-size does not apply to chat (it applies to benchmark, run, compare)"),
+     "--batch-size does not apply to chat (it applies to benchmark, run, compare, predict)"),
     (["accuracy", "GPT2", "frameworks", "-b", "2"], "--batch-size does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--num-beams", "1"], "--num-beams does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--use-mask"], "--use-mask does not apply to accuracy"),
@@ -287,7 +287,7 @@ def test_random_arguments_exit_0_or_2_and_never_raise():
         outcomes["parsed"] += 1
         spec = ACTIONS[args.action]
         try:  # what dispatch does with the values before any model is touched: refusals and validation
-            cli._refuse_inapplicable(args, spec)
+            cli._refuse_inapplicable(args, spec, registry.family("GPT2"))
             for group in spec.groups:
                 group.from_namespace(args)
         except cli.HarnessError:

@@ -16,7 +16,7 @@ from NNDF.options import ModelOptions
 from NNDF.tasks import CausalLM
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ("NNDF", "Seq2Seq", "Vision2Seq")
+SHARED = ("NNDF", "Seq2Seq", "Vision2Seq", "Encoder")
 CALLS: list = []
 
 
@@ -73,7 +73,7 @@ def test_registered_action_is_on_the_command_line(toy_registered, capsys):
     assert cli.main(["toy", "GPT2", "toy", "--variant", "gpt2-offline", "--use-cache"]) == 0
     (model, backends, options, backend_options), = CALLS
     assert (model, backends, options.variant, options.use_cache) == ("GPT2", ("toy",), "gpt2-offline", True)
-    assert [type(g).__name__ for g in backend_options] == ["TRTOptions"]  # every backend's own flags arrive
+    assert [type(g).__name__ for g in backend_options] == ["ORTOptions", "TRTOptions"]  # every backend's own flags arrive
     assert "toy" in capsys.readouterr().out
 
 

@@ -14,6 +14,7 @@ from NNDF.backends.trt_options import TRTOptions
 from NNDF.options import ModelOptions
 
 from conftest import offline_variants
+from NNDF.tasks import GenerativeTask
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/device/cuda_check.sh runs this file on CUDA too
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
@@ -41,7 +42,7 @@ def _ours(run, steps, prompt, beams, eos, pad):
 
 
 # text-in families; image-to-text parity (captions of images) is in test_vision2seq.py
-TEXT_VARIANTS = [v for v in offline_variants() if registry.family(v[0]).kind != "vision2seq"]
+TEXT_VARIANTS = [v for v in offline_variants(GenerativeTask) if registry.family(v[0]).kind != "vision2seq"]
 
 
 @pytest.fixture(scope="module", params=TEXT_VARIANTS, ids=lambda p: f"{p[0]}-{p[1]}")

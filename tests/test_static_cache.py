@@ -83,7 +83,7 @@ def test_static_cache_option_rules(workdir):
     with pytest.raises(UsageError, match="--static-cache needs --use-cache"):
         ModelOptions(static_cache=True)
     with pytest.raises(UsageError, match="--torch-compile needs --static-cache"):
-        ModelOptions(use_cache=True, torch_compile=True)
+        ModelOptions(use_cache=True, torch_compile=True).check_graph_needs_static("frameworks")
     with pytest.raises(UsageError, match="--compile-mode max-autotune needs --torch-compile"):
         ModelOptions(use_cache=True, static_cache=True, compile_mode="max-autotune")
     with pytest.raises(UsageError, match=r"--static-cache is not implemented for T5 \(seq2seq models\): its encoder-decoder caches stay dynamic"):

@@ -9,6 +9,11 @@ the declaration and calls `function(model, backends, *groups, *backend_option_gr
 its module plus one line in `ACTIONS`. Functions are named as "module:function" strings and imported only when
 the action runs, so `--help` stays light.
 
+A kind of model may run an action its own way: its task's `actions` table names the function to run instead
+(encoder models: `Encoder/`), its `refused_actions` say why an action does not apply (one line that names the
+action to use), and its `ignores` name option fields it never reads (refused like an action's `ignores`). An
+action whose `function` is None (`predict`) runs only for kinds that implement it.
+
 `ignores` names the fields of the action's option groups that it does not read (`--batch-size` for `chat`, which
 answers one prompt at a time): the CLI refuses those flags for the action in one line that says where they
 apply, instead of accepting and ignoring them. A new action ignores nothing unless it says so.
@@ -17,15 +22,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, SamplingOptions,
-                          TimingOptions)
+from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, PredictOptions,
+                          SamplingOptions, TimingOptions)
 
 
 @dataclass(frozen=True)
 class Action:
     name: str  # the CLI spelling
     help: str
-    function: str  # "module:function" of the library function
+    function: str | None  # "module:function" of the library function (None: only kinds that implement it)
     groups: tuple[type, ...] = ()  # option groups, in the order the function takes them after (model, backends)
     runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (model, **flags) (`list`)
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
@@ -53,6 +58,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            ignores=frozenset({"percentile"})),  # medians only
     Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends", _RUN,
            side_by_side=True, ignores=frozenset({"percentile"})),
+    Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side", None,
+           (ModelOptions, PredictOptions), side_by_side=True),
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
            runs_models=False),
 )}

@@ -29,6 +29,8 @@ class TRTOptions(OptionGroup):
     workspace_mb: int = flag(0, "--workspace-mb", help="builder workspace limit in MiB (0: TensorRT's default, the device memory)")
     build_only: bool = flag(False, "--build-only", help="build the engines, report build seconds and sizes, do not run")
     nvtx_verbose: bool = flag(False, "--nvtx-verbose", help="detailed NVTX ranges in engines (profiling)")
+    seq_len: tuple = flag((), "--seq-len", nargs=3, type=int, metavar=("MIN", "OPTIMUM", "MAX"), help="encoder models: the engine's sequence-length profile (seed 002's flag; default: 1, --input-seq-len, the model's position limit)")
+    batch_profile: tuple = flag((), "--batch-profile", nargs=3, type=int, metavar=("MIN", "OPTIMUM", "MAX"), help="encoder models: the engine's batch profile (also given as a three-value --batch-size, seed 002's form; default: the batch size, or the --dynamic-batch range)")
 
     def __post_init__(self):
         _positive("--min-dynamic-batch", self.min_dynamic_batch)
@@ -39,5 +41,8 @@ class TRTOptions(OptionGroup):
             _positive(name, value, 0)
         if self.dynamic_batch and self.max_dynamic_batch and self.min_dynamic_batch > self.max_dynamic_batch:
             raise UsageError(f"--min-dynamic-batch {self.min_dynamic_batch} > --max-dynamic-batch {self.max_dynamic_batch}")
+        for name, value in (("--seq-len", self.seq_len), ("--batch-profile", self.batch_profile)):
+            if value and not 1 <= value[0] <= value[1] <= value[2]:
+                raise UsageError(f"{name} min opt max must satisfy 1 <= min <= opt <= max, got {' '.join(map(str, value))}")
         if self.engine_postfix and not all(c.isalnum() or c in "-_." for c in self.engine_postfix):
             raise UsageError("--engine-postfix may only contain letters, digits, '-', '_' and '.'")
