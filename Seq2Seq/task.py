@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 
 from NNDF.steps import position_ids_from_mask
-from NNDF.tasks import Prompt, Task, TextItems, special_affixes, tokenize
+from NNDF.tasks import GenerativeTask, Prompt, TextItems, special_affixes, tokenize
 
 
-class Seq2SeqLM(TextItems, Task):
+class Seq2SeqLM(TextItems, GenerativeTask):
     """Text in, text out through an encoder and a decoder."""
 
     kind = "seq2seq"
