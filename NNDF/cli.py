@@ -149,8 +149,8 @@ def dispatch(args) -> object:
     target = family.task.action_function(action)  # the family's kind may run the action its own way
     if target is None:
         raise UsageError(f"{family.name}: {family.task.refusal(action)}")
-    function = registry.load(target)
     _refuse_inapplicable(args, action, family)
+    function = registry.load(target)
     backends = _backends(args, action)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = _backend_options(args)
