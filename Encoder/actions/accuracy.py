@@ -1,0 +1,147 @@
+"""`accuracy` for encoder models: a labelled JSONL (`text`, `label`) through every chosen backend, each held to
+the labels and to PyTorch fp32 on the CPU.
+
+The reference is the `frameworks` backend, fp32, on the CPU, computed in the same call: it is the run's own
+`frameworks` results when the run is exactly that, else an extra pass (the report says which). Per backend:
+- text classification: accuracy (share of texts whose most likely class is the file's label), agreement (share
+  whose class equals the reference's) and the largest |logit - reference logit|;
+- token classification: agreement per token and the largest logit difference (the file has one label per text,
+  not per token: accuracy is n/a);
+- feature extraction: mean and minimum cosine similarity of each text's embedding to the reference's (labels are
+  not read).
+Labels are the model's `id2label` names (matched ignoring case: "positive" is SST-2's "POSITIVE") or class
+indices; a label the model does not have is one line naming it and the valid ones.
+
+The default `--dataset` ("lambada", the generative families' default) means `data/encoder_offline.jsonl` here:
+40 short plain English sentences, alternately labelled "positive" and "negative" (no "neutral"), so the default
+works for the default (embeddings) and for 2- and 3-class sentiment classifiers alike. `--num-samples` (default
+20) takes the first lines.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from Encoder.actions.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names, read_jsonl, text_of
+from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.errors import DatasetError
+from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
+from NNDF.results import Report, environment
+
+REFERENCE = "frameworks"  # the backend whose fp32 CPU outputs every backend is compared with
+
+
+@dataclass(frozen=True)
+class LabelAccuracy:
+    backend: str
+    accuracy: float | None  # share of texts labelled as the file says (None: token classification)
+    agreement: float  # share of texts (tokens) whose class equals the reference's
+    max_abs_diff: float  # largest |logit - reference logit|
+    num_samples: int
+    predicted: tuple[str, ...]  # per text (text classification) or per token
+
+    def row(self) -> dict:
+        return {"backend": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
+                "agreement": self.agreement, "max logit diff": self.max_abs_diff, "samples": self.num_samples}
+
+
+@dataclass(frozen=True)
+class EmbeddingAgreement:
+    backend: str
+    mean_cosine: float  # to the reference's embedding of the same text
+    min_cosine: float
+    num_samples: int
+    cosines: tuple[float, ...]  # per text
+
+    def row(self) -> dict:
+        return {"backend": self.backend, "mean cosine": self.mean_cosine, "min cosine": self.min_cosine,
+                "samples": self.num_samples}
+
+
+def _dataset(acc: AccuracyOptions) -> tuple[str, str, str | None]:
+    """The file to read, its name for the report, and a note when the generative default ("lambada") was
+    replaced by the encoders' own."""
+    if acc.dataset != AccuracyOptions.dataset:
+        return acc.dataset, acc.dataset, None
+    shown = str(DEFAULT_DATASET.relative_to(DEFAULT_DATASET.parents[1]))
+    return str(DEFAULT_DATASET), shown, f"dataset: {shown}, the default for encoder models (--dataset FILE.jsonl)"
+
+
+def _gold(dataset: str, rows: list[tuple[int, dict]], names: list[str]) -> list[int]:
+    """Each line's class index, from its label's name (any case) or index."""
+    lookup = {n.lower(): i for i, n in enumerate(names)}
+    valid = f"{', '.join(names)} (or indices 0-{len(names) - 1})"
+    gold = []
+    for number, row in rows:
+        label = row.get("label")
+        if "label" not in row:
+            raise DatasetError(f"--dataset {dataset}: line {number} has no \"label\" field (one of {valid})")
+        index = label if isinstance(label, int) and not isinstance(label, bool) else (
+            lookup.get(label.lower()) if isinstance(label, str) else None)
+        if index is None or not 0 <= index < len(names):
+            raise DatasetError(f"--dataset {dataset}: line {number}: unknown label {label!r}; the model's labels: "
+                               f"{valid}")
+        gold.append(index)
+    return gold
+
+
+def _reference(family: str, run, texts: list[str], backends: tuple[str, ...], report: Report) -> Forwarded | None:
+    """frameworks fp32 on the CPU (None: the run's own frameworks pass is exactly that)."""
+    if REFERENCE in backends and run.device.type == "cpu" and not run.options.fp16:
+        report.notes.append(f"agreement: with this run's {REFERENCE} results (fp32, CPU)")
+        return None
+    options = dataclasses.replace(run.options, device="cpu", cpu=False, fp16=False, use_cuda_graph=False,
+                                  torch_compile=False, compile_mode="default", cleanup=False)
+    reference = open_run(family, options, (REFERENCE,))
+    with backend_steps(reference, REFERENCE) as (_, steps):
+        out = forward_texts(reference, steps, texts, options.batch_size)
+    finish(reference)
+    report.notes.append(f"agreement: with {REFERENCE} fp32 on the CPU, computed in this run as the reference")
+    return out
+
+
+def _labels_result(name: str, out: Forwarded, ref: Forwarded, gold: list[int] | None, names) -> LabelAccuracy:
+    """Classification: accuracy (text classes) and agreement with the reference (text or token classes)."""
+    ours = torch.cat([v.reshape(-1, v.shape[-1]) for v in out.values]).argmax(-1)  # [texts or tokens]
+    theirs = torch.cat([v.reshape(-1, v.shape[-1]) for v in ref.values]).argmax(-1)
+    diff = max(float((a - b).abs().max()) for a, b in zip(out.values, ref.values))
+    accuracy = None if gold is None else float((ours == torch.tensor(gold)).double().mean())
+    return LabelAccuracy(name, accuracy, float((ours == theirs).double().mean()), diff, len(out.values),
+                         tuple(names[i] for i in ours.tolist()))
+
+
+def _embedding_result(name: str, out: Forwarded, ref: Forwarded) -> EmbeddingAgreement:
+    cosines = tuple(cosine(a, b) for a, b in zip(out.values, ref.values))
+    return EmbeddingAgreement(name, sum(cosines) / len(cosines), min(cosines), len(cosines), cosines)
+
+
+def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions,
+             *backend_options: OptionGroup) -> Report:
+    dataset, shown, note = _dataset(acc)
+    rows = read_jsonl(dataset, acc.num_samples)
+    texts = [text_of(dataset, number, row) for number, row in rows]
+    run = open_run(family, options, backends, *backend_options)
+    head = run.family.task.head(run.source, options)
+    names = label_names(run, len(run.family.task.labels(run.source)))
+    gold = _gold(dataset, rows, names) if head.architecture and not head.per_token else None  # before any pass
+    report = Report("accuracy", run.family.name, run.source.variant, {
+        "task": head.name, "dataset": shown, "num_samples": len(texts), "device": run.device.type,
+        "precision": options.precision}, environment=environment(run.device))
+    report.notes += [note] if note else []
+    outputs = {}
+    for name in backends:
+        with backend_steps(run, name) as (backend, steps):
+            outputs[name] = forward_texts(run, steps, texts, options.batch_size)
+            note_export_check(report, name, backend)
+    ref = _reference(family, run, texts, backends, report) or outputs[REFERENCE]
+    if head.architecture is None:
+        report.results = [_embedding_result(name, out, ref) for name, out in outputs.items()]
+    else:
+        report.results = [_labels_result(name, out, ref, gold, names) for name, out in outputs.items()]
+    if head.per_token:
+        report.notes.append("token classification: agreement per token; the file has one label per text, so "
+                            "accuracy is n/a")
+    finish(run)
+    return report
