@@ -56,7 +56,7 @@ class EmbeddingAgreement:
     cosines: tuple[float, ...]  # per text
 
     def row(self) -> dict:
-        return {"backend": self.backend, "mean cosine": self.mean_cosine, "min cosine": self.min_cosine,
+        return {"backend": self.backend, "mean cosine": f"{self.mean_cosine:.6f}", "min cosine": f"{self.min_cosine:.6f}",
                 "samples": self.num_samples}
 
 
