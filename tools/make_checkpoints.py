@@ -4,6 +4,8 @@
     python tools/make_checkpoints.py            # all families in NNDF/registry.py
     python tools/make_checkpoints.py T5 BART    # some of them
 
+Encoder families (no generation) are handed to tools/make_encoder_checkpoints.py.
+
 The expected text is produced by transformers' own greedy `generate` (fp32, CPU), never by this harness, so
 `run` / `compare` check our backends against an outside reference. Sample inputs live in this script
 (prompts for decoder-only models, task prompts for encoder-decoder ones); the file is rewritten.
@@ -87,9 +89,15 @@ def write(family, expected: dict[str, list[str]]) -> None:
 
 def main() -> None:
     from NNDF import registry
+    from NNDF.tasks import GenerativeTask
 
     for family in registry.families().values():
         if sys.argv[1:] and family.name not in sys.argv[1:]:
+            continue
+        if not isinstance(family.task, GenerativeTask):  # encoder models generate nothing: their own tool
+            from make_encoder_checkpoints import write_family
+
+            write_family(family)
             continue
         expected = {v.name: expected_outputs(family, v.name) for v in family.variants if v.offline}
         write(family, expected)
