@@ -117,7 +117,7 @@ def test_refusals_are_one_line(capsys, workdir, argv, expect):
 @pytest.mark.parametrize("lines,expect", [
     (['{"text": "fine"}', '{"text": "also fine"', '{"text": "x"}'], "line 2 is not JSON"),
     (['{"text": "fine"}', "", '{"txt": "typo"}'], "line 3 has no \"text\" field"),
-    (['{"text": "   "}'], "line 1 has \"text\" is \"   \""),
+    (['{"text": "   "}'], "line 1 has \"text\": \"   \"; a text is a non-empty string"),
 ])
 def test_predict_dataset_errors_name_the_line(capsys, workdir, tmp_path, lines, expect):
     data = tmp_path / "bad.jsonl"

@@ -52,8 +52,8 @@ def text_of(dataset: str, number: int, row: dict) -> str:
     """The non-empty "text" of line `number`."""
     text = row.get("text")
     if not isinstance(text, str) or not text.strip():
-        got = "no \"text\" field" if "text" not in row else f"\"text\" is {json.dumps(text)[:40]}"
-        raise DatasetError(f"--dataset {dataset}: line {number} has {got} (a non-empty string)")
+        got = "has no \"text\" field" if "text" not in row else f"has \"text\": {json.dumps(text)[:40]}"
+        raise DatasetError(f"--dataset {dataset}: line {number} {got}; a text is a non-empty string")
     return text
 
 
