@@ -87,7 +87,7 @@ class OnnxArtifact(ABC):
         user = self.user_paths(run)
         if user:
             for part, path in user.items():
-                check_user_onnx(run, part, path)
+                self.check_user_file(run, part, path)
             return user, False
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
@@ -96,11 +96,19 @@ class OnnxArtifact(ABC):
         if fresh:
             model = run.torch_model()
             with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
-                made = self.export(model, tmp, run.options)
-                max_diff = self.check(model, run, made)
-                write_json_atomic(tmp / VALIDATION, {"max_abs_diff_vs_pytorch": max_diff})
+                write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
         self.max_diff = json.loads((folder / VALIDATION).read_text())["max_abs_diff_vs_pytorch"]
         return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
+
+    def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
+        """Export the parts into `out_dir` and validate them; returns the validation record (`validation.json`:
+        at least `max_abs_diff_vs_pytorch`)."""
+        made = self.export(model, out_dir, run.options)
+        return {"max_abs_diff_vs_pytorch": self.check(model, run, made)}
+
+    def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
+        """ArtifactError when the user's `--<part>-onnx` file does not fit the run's model (before it is used)."""
+        check_user_onnx(run, part, path)
 
     def file_name(self, part: str) -> str:
         return f"{part}.onnx"

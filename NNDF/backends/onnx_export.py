@@ -222,7 +222,7 @@ def export_graph(model: torch.nn.Module, graph: torch.nn.Module, args: tuple, in
         _dedupe_initializers(program.model)  # while fp32 islands are still fp32 (weights are read lazily)
         proto = program.model_proto
     _name_dimensions(proto, dim_names)
-    _save(proto, path, large)
+    save_onnx(proto, path, large)
 
 
 def _export_summary(exc: Exception) -> str:
@@ -315,7 +315,8 @@ def _derive_transposed_copies(model) -> None:
                 graph.append(node)
 
 
-def _save(proto, path: Path, large: bool) -> None:
+def save_onnx(proto, path: Path, large: bool) -> None:
+    """Write a graph; `large`: its weights go to one external-data file beside it (`<name>.data`)."""
     import onnx
 
     if large:
@@ -352,10 +353,10 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
 class LogitsCheck:
     """Exported logits against PyTorch's, case by case: fp32 within `spec.atol_fp32`, fp16 within `atol_fp16`
     times the logits' scale (max |logit|). `worst()` returns the largest difference, or raises once with every
-    mismatch listed."""
+    mismatch listed. `quantity` names what is compared in messages (an encoder's embeddings)."""
 
-    def __init__(self, spec: ExportSpec, fp16: bool):
-        self.spec, self.fp16 = spec, fp16
+    def __init__(self, spec: ExportSpec, fp16: bool, quantity: str = "logits"):
+        self.spec, self.fp16, self.quantity = spec, fp16, quantity
         self.errors: list[str] = []
         self.largest = 0.0
 
@@ -366,7 +367,7 @@ class LogitsCheck:
         diff = float((gap[real] if real is not None else gap).max())
         self.largest = max(self.largest, diff)
         if not np.isfinite(diff) or diff > tol:
-            self.errors.append(f"{label}: logits differ by {diff:.3g} (tolerance {tol:.3g})")
+            self.errors.append(f"{label}: {self.quantity} differ by {diff:.3g} (tolerance {tol:.3g})")
 
     def worst(self) -> float:
         if self.errors:

@@ -39,8 +39,12 @@ class OnnxRuntimeBackend(Backend):
         self.onnx.paths(run)
         return []
 
-    def setup(self, run: RunContext):
+    def check_options(self, run: RunContext) -> None:
+        """Refuse flags this kind cannot honour on ONNX Runtime (generative: CUDA graphs need the static cache)."""
         run.options.check_graph_needs_static(self.name)
+
+    def setup(self, run: RunContext):
+        self.check_options(run)
         paths, fresh = self.onnx.paths(run)
         try:
             return self.onnx.steps(run, paths)

@@ -110,6 +110,12 @@ class OrtGraph:
         current.wait_stream(self.stream)
         return results
 
+    def output_shape(self, name: str, feeds: dict) -> tuple[int, ...]:
+        """The shape output `name` will have for these inputs (its named dimensions read off the inputs')."""
+        dims = {label: size for key, tensor in feeds.items()
+                for label, size in zip(self.inputs[key].shape, tensor.shape) if isinstance(label, str)}
+        return self._shape(name, dims)
+
     def _shape(self, name: str, dims: dict) -> tuple[int, ...]:
         shape = []
         for label in self.outputs[name].shape:

@@ -128,6 +128,14 @@ class TensorRTBackend(Backend):
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
         return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
 
+    def engine_name(self, run: RunContext, shapes: EngineShapes) -> str:
+        """The engine folder's name (`trt_profiles.engine_name`: the seed's conventions)."""
+        return engine_name(run.family.name, run.source.variant, run.options, run.options_of(TRTOptions), shapes)
+
+    def check_engine(self, trt, engine, run: RunContext, part: str, path: Path) -> None:
+        """ArtifactError when the user's `--<part>-engine` does not fit the run's model (before it is used)."""
+        check_user_engine(trt, engine, run, part, path)
+
     # --- shared: shapes, the engine cache, loading ---
 
     def _shapes(self, run: RunContext) -> EngineShapes:
@@ -157,7 +165,7 @@ class TensorRTBackend(Backend):
         settings = BuildSettings(flags.workspace_mb,
                                  run.store.root.parent / "timing.cache" if flags.use_timing_cache else None,
                                  flags.disable_preview_dynamic_shapes, flags.nvtx_verbose)
-        name = engine_name(run.family.name, run.source.variant, run.options, flags, shapes)
+        name = self.engine_name(run, shapes)
         fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
         built, seconds = False, {}
         if force or not run.store.is_current(name, fingerprint):
@@ -199,6 +207,6 @@ class TensorRTBackend(Backend):
             engines = self._load_all(trt, self.engine_paths(run, trt, force=True))
         if self.user_engines(run):  # ours are built from checked graphs; the user's are checked before use
             for part, engine in engines.items():
-                check_user_engine(trt, engine, run, part, paths[part])
+                self.check_engine(trt, engine, run, part, paths[part])
         ios = {part: TensorRTIO(trt, engine, run.device, run.options.use_cuda_graph) for part, engine in engines.items()}
         return self.make_steps(run, ios, shapes)
