@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from jupyter_client.kernelspec import KernelSpec
-from jupyter_client.manager import KernelManager
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,7 +47,7 @@ PARITY_ROWS = {"T5": 4, "GPT2": 16, "BART": 20}
 PARITY = re.compile(r"^\|\s*(\w+)\s*\|.*\|\s*(True|False)\s*\|$", re.M)
 
 
-class VenvKernelManager(KernelManager):
+class VenvKernelManager(AsyncKernelManager):
     """Starts the kernel with this interpreter (the venv's ipykernel), whatever kernelspecs exist elsewhere:
     nothing is registered, nothing outside the venv is used."""
 
@@ -74,8 +74,11 @@ def execute(path: Path, working_dir: Path, budget: float) -> tuple[nbformat.Note
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.prefix, end='')"))
     deadline = time.monotonic() + budget
+    past = f"{path.name} ran past its budget of {budget:.0f}s"
     client = NotebookClient(nb, kernel_manager_class=VenvKernelManager, startup_timeout=min(budget, 120),
                             timeout_func=lambda cell: max(1, int(deadline - time.monotonic())),
+                            interrupt_on_timeout=True,  # else nbclient 0.11 only logs a timeout and keeps waiting
+                            error_on_timeout={"ename": "TimeoutError", "evalue": past, "traceback": [past]},
                             resources={"metadata": {"path": str(path.parent)}})
     with _environment(HARNESS_WORKING_DIR=str(working_dir), HF_HUB_OFFLINE=os.environ.get("HF_HUB_OFFLINE", "1")):
         client.execute()
