@@ -56,7 +56,7 @@ class EmbeddingAgreement:
     cosines: tuple[float, ...]  # per text
 
     def row(self) -> dict:
-        return {"backend": self.backend, "mean cosine": f"{self.mean_cosine:.6f}", "min cosine": f"{self.min_cosine:.6f}",
+        return {"backend": self.backend, "1 - mean cosine": 1 - self.mean_cosine, "1 - min cosine": 1 - self.min_cosine,
                 "samples": self.num_samples}
 
 

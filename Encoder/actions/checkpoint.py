@@ -60,7 +60,7 @@ class BackendCheck:
     def row(self) -> dict:
         return {"backend": self.backend, "passed": f"{self.passed}/{self.checked}",
                 "accuracy": "n/a" if self.accuracy is None else self.accuracy,
-                "min cosine": "-" if self.min_cosine is None else f"{self.min_cosine:.6f}", "forward (sec)": self.forward_s}
+                "1 - min cosine": "-" if self.min_cosine is None else 1 - self.min_cosine, "forward (sec)": self.forward_s}
 
 
 def load_samples(run) -> list[dict]:
@@ -119,7 +119,7 @@ def _judge_embedding(value: torch.Tensor, entry: dict | None) -> Verdict:
     if want.shape != value.shape:
         return Verdict(output, f"an embedding of {want.numel()}", False)
     cos = cosine(value, want)
-    return Verdict(f"{output}, cosine {cos:.6f}", f"cosine >= {entry['min_cosine']}", cos >= entry["min_cosine"], cos)
+    return Verdict(f"{output}, cosine {cos:.8f}", f"cosine >= {entry['min_cosine']}", cos >= entry["min_cosine"], cos)
 
 
 def check_sample(run, name: str, steps, sample: dict, timing: TimingOptions) -> SampleCheck:
