@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 # How the graph is written (part of the export fingerprint: a change re-exports cached graphs)
 RECIPE = "eager attention, HF 4 additive [B,1,T,T] mask, dynamo"
+# The rewrites `optimize_for_ort` makes before the optimizer (part of the optimized graph's fingerprint)
+PREPARE = "mask Unsqueeze split per axis, ReduceL2 as fp32 Sqrt(ReduceSum(x * x))"
 # Real texts of different lengths: the validation batch is right padded
 VALIDATION_TEXTS = ("The weather is lovely today.", "He drove to the stadium.",
                     "A man is playing a guitar on a quiet street corner while people walk past him.")

@@ -14,8 +14,8 @@ import json
 import logging
 from pathlib import Path
 
-from Encoder.export import (RECIPE, VALIDATION_TEXTS, encoder_mismatch, export_encoder, optimize_for_ort,
-                            validate_encoder)
+from Encoder.export import (PREPARE, RECIPE, VALIDATION_TEXTS, encoder_mismatch, export_encoder,
+                            optimize_for_ort, validate_encoder)
 from Encoder.ort_steps import OrtEncoderSteps
 from NNDF.backends.onnx_artifact import VALIDATION, OnnxArtifact
 from NNDF.backends.onnxrt import OnnxRuntimeBackend
@@ -95,7 +95,8 @@ class OrtEncoderOnnx(EncoderOnnx):
         dims = run.source.dims
         record = self.plain.fingerprint(run)
         record["ort_optimizer"] = {"model_type": "bert", "num_heads": dims.heads, "hidden_size": dims.hidden,
-                                   "use_gpu": run.device.type == "cuda", "onnxruntime": onnxruntime.__version__}
+                                   "use_gpu": run.device.type == "cuda", "onnxruntime": onnxruntime.__version__,
+                                   "prepare": PREPARE}
         return record
 
     def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:

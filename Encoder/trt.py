@@ -38,7 +38,7 @@ def batch_range(options: ModelOptions, trt: TRTOptions) -> Range:
     """Rows: the batch profile, else the --dynamic-batch range, else exactly --batch-size."""
     batch = options.batch_size
     if trt.batch_profile and trt.dynamic_batch:
-        raise UsageError("--batch-size MIN OPT MAX (or --batch-profile) and --dynamic-batch both set the engine's "
+        raise UsageError("--batch-size min opt max (or --batch-profile) and --dynamic-batch both set the engine's "
                          "batch range: give one")
     if trt.batch_profile:
         low, opt, high = trt.batch_profile
@@ -59,7 +59,8 @@ def seq_range(trt: TRTOptions, limit: int, length: int | None = None) -> Range:
     if trt.seq_len:
         low, opt, high = trt.seq_len
         if high > limit:
-            raise UsageError(f"--seq-len {low} {opt} {high}: the model takes at most {limit} tokens; give MAX <= {limit}")
+            raise UsageError(f"--seq-len {low} {opt} {high}: the model takes at most {limit} tokens; give a max "
+                             f"<= {limit}")
         return Range(low, opt, high)
     return Range(1, min(length or DEFAULT_LENGTH, limit), limit)
 

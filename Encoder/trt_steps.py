@@ -60,7 +60,7 @@ class TrtEncoderSteps:
         if not (batch.min <= rows <= batch.max and seq.min <= length <= seq.max):
             raise UsageError(f"a batch of {rows} x {length} tokens is outside the engine's profile (batch "
                              f"{batch.min}..{batch.max}, sequence {seq.min}..{seq.max} tokens); rebuild it with "
-                             "--batch-size MIN OPT MAX and --seq-len MIN OPT MAX covering it")
+                             "--batch-size min opt max and --seq-len min opt max covering it")
 
     def output_shape(self, rows: int, length: int) -> tuple[int, ...]:
         """The engine's output shape with its dynamic dimensions (-1) taken as batch, then sequence."""

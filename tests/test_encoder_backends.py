@@ -202,7 +202,8 @@ def test_trt_engine_names():
                                                                    engine_postfix="H100")
     name = encoder_engine_name("BERT", "sentence-transformers/all-MiniLM-L6-v2", "feature-extraction", opts, trt,
                                encoder_shapes(opts, trt, 256))
-    assert name == "engine-BERT-sentence-transformers--all-MiniLM-L6-v2-feature-extraction-fp16-batch1-4-8-seq1-16-128-H100"
+    assert name == ("engine-BERT-sentence-transformers--all-MiniLM-L6-v2-feature-extraction-fp16-batch1-4-8-"
+                    "seq1-16-128-H100")
     plain = encoder_engine_name("BERT", MINILM, "text-classification", ModelOptions(), TRTOptions(),
                                 encoder_shapes(ModelOptions(), TRTOptions(), 256))
     assert plain == "engine-BERT-all-MiniLM-L6-v2-text-classification-fp32-batch1-seq1-128-256"
