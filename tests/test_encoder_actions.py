@@ -106,6 +106,7 @@ def test_predict_many_texts_prints_a_summary(workdir, tmp_path, capsys):
      "--num-beams does not apply to BERT (encoder models)"),
     (("predict", "BERT", "frameworks", "--prompt", "hi", "--use-cache"), "--use-cache does not apply to BERT"),
     (("benchmark", "BERT", "frameworks", "--output-seq-len", "8"), "--output-seq-len does not apply to BERT"),
+    (("run", "BERT", "frameworks", "--seed", "3"), "--seed does not apply to run / compare for encoder models"),
     (("chat", "BERT", "frameworks", "--prompt", "hi"), "BERT: chat generates text; encoder models embed or "
                                                        "classify it: use predict"),
     (("predict", "GPT2", "frameworks", "--prompt", "hi"), "GPT2: predict is for encoder models"),

@@ -146,13 +146,22 @@ def _summary(name: str, results: list[SampleCheck]) -> BackendCheck:
 def run_samples(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
                 timing: TimingOptions, *backend_options: OptionGroup) -> Report:
     """`run`: one row per sample and backend."""
+    _refuse_seed(sampling)
     return run_checkpoint(family, backends, options, timing, False, *backend_options)
 
 
 def compare_backends(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
                      timing: TimingOptions, *backend_options: OptionGroup) -> Report:
     """`compare`: one summary row per backend, side by side."""
+    _refuse_seed(sampling)
     return run_checkpoint(family, backends, options, timing, True, *backend_options)
+
+
+def _refuse_seed(sampling: SamplingOptions) -> None:
+    """The group's one field encoder models read (the benchmark's random inputs) means nothing here."""
+    if sampling.seed != SamplingOptions.seed:
+        raise UsageError("--seed does not apply to run / compare for encoder models (their samples are fixed "
+                         "texts, nothing is random)")
 
 
 def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, timing: TimingOptions,
