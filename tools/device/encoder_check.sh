@@ -52,18 +52,20 @@ fi
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 VARIANT=${1:-all-MiniLM-L6-v2}
 LOG="$OUT/encoder_check.log"
-mkdir -p "$OUT/predict"
+WD=/tmp/encoder_check/wd  # models, exports and engines stay on the machine: $OUT brings back at most 8 files
+PRED=/tmp/encoder_check/predict
+mkdir -p "$PRED"
 TEXTS=(--prompt "The weather is lovely today." --prompt "It's so sunny outside!" --prompt "He drove to the stadium."
        --prompt "A man is playing a guitar on a quiet street corner while people walk past him.")
 predict() {  # name backend flags...: the four texts as one padded batch, embeddings to $OUT/predict/<name>.json
   local name=$1; shift
-  python3 run.py predict BERT "$@" --variant "$VARIANT" --device cuda --batch-size 4 "${TEXTS[@]}" -wd "$OUT/wd" \
-    --json "$OUT/predict/$name.json" > "$OUT/predict/$name.txt" 2>&1 \
-    && echo "predict $name: ran" || { echo "predict $name: FAILED"; tail -3 "$OUT/predict/$name.txt"; }
+  python3 run.py predict BERT "$@" --variant "$VARIANT" --device cuda --batch-size 4 "${TEXTS[@]}" -wd "$WD" \
+    --json "$PRED/$name.json" > "$PRED/$name.txt" 2>&1 \
+    && echo "predict $name: ran" || { echo "predict $name: FAILED"; tail -3 "$PRED/$name.txt"; }
 }
 build() {  # name flags...
   local name=$1; shift
-  python3 run.py run BERT trt --build-only --variant "$VARIANT" --device cuda "$@" -wd "$OUT/wd" \
+  python3 run.py run BERT trt --build-only --variant "$VARIANT" --device cuda "$@" -wd "$WD" \
     --json "$OUT/builds/$name.json" && echo "build $name: OK" || echo "build $name: FAILED"
 }
 {
@@ -86,7 +88,7 @@ torch.cuda.get_device_name())"
   predict onnxrt-fp16-plain onnxrt --fp16 --no-ort-optimize
   predict onnxrt-fp16-optimized-cudagraph onnxrt --fp16 --use-cuda-graph
   predict onnxrt-fp16-plain-cudagraph onnxrt --fp16 --no-ort-optimize --use-cuda-graph
-  find "$OUT/wd" -name validation.json | sort | while read -r f; do  # max diff vs PyTorch, fused operators
+  find "$WD" -name validation.json | sort | while read -r f; do  # max diff vs PyTorch, fused operators
     echo "$(basename "$(dirname "$f")"): $(tr -d '\n ' < "$f")"
   done
 
@@ -94,7 +96,7 @@ torch.cuda.get_device_name())"
   predict frameworks-fp16-compiled-cudagraph frameworks --fp16 --torch-compile --use-cuda-graph
 
   echo "== 4. embeddings against frameworks fp32 (cosine >= 0.999 per text)"
-  python3 - "$OUT/predict" <<'PY'
+  python3 - "$PRED" <<'PY'
 import json, math, pathlib, sys
 
 folder = pathlib.Path(sys.argv[1])
@@ -118,7 +120,7 @@ for path in sorted(folder.glob("*.json")):
 PY
   for name in onnxrt-fp16-optimized onnxrt-fp16-plain onnxrt-fp16-optimized-cudagraph onnxrt-fp16-plain-cudagraph \
               frameworks-fp16-compiled-cudagraph trt-fp16; do
-    [ -f "$OUT/predict/$name.json" ] || echo "$name: no output (see $OUT/predict/$name.txt)"
+    [ -f "$PRED/$name.json" ] || echo "$name: no output (see $OUT/predict/$name.txt)"
   done
   python3 - "$OUT"/builds/trt-*.json <<'PY'
 import json, sys
