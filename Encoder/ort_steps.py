@@ -8,8 +8,9 @@ token_type_ids even when the tokenizer makes them).
 
 With `cuda_graph` (`--use-cuda-graph`, CUDA only), ONNX Runtime's CUDA-graph mode: the session runs on a stream
 of its own (capture is impossible on the legacy default stream; torch's stream and that one wait on each other
-around every run), and each input shape gets a slot: fixed-address input buffers, an output buffer and a graph
-id (`gpu_graph_id`). ONNX Runtime captures a slot's graph during its first run (after the regular run that
+around every run), and each input shape gets a slot: fixed-address input buffers, an output buffer, a graph
+id (`gpu_graph_id`) and the IO binding of those buffers with its run options, made once (binding anew on every
+call cost ~0.1 ms of host time per forward, measured on an H100). ONNX Runtime captures a slot's graph during its first run (after the regular run that
 allocates its memory) and replays it afterwards; inputs are copied into the slot's buffers on the device.
 """
 from __future__ import annotations
@@ -30,6 +31,8 @@ class _Slot:
     inputs: dict  # name -> int64 [B, T]
     output: torch.Tensor  # [B, H] / [B, C] / [B, T, C]
     graph_id: int
+    binding: object = None  # the IO binding of these buffers, made once (the addresses never change)
+    run_options: object = None  # its graph id
 
 
 class OrtEncoderSteps:
@@ -59,7 +62,8 @@ class OrtEncoderSteps:
         slot = self._slot(feeds)
         for name, tensor in feeds.items():
             slot.inputs[name].copy_(tensor)  # device to device, on torch's stream
-        return self.graph.run(slot.inputs, outputs={self.output: slot.output}, graph_id=slot.graph_id)[self.index]
+        self.graph.run_bound(slot.binding, slot.run_options)  # replays the slot's graph (captures it the first time)
+        return slot.output
 
     def _slot(self, feeds: dict[str, torch.Tensor]) -> _Slot:
         key = tuple(tuple(t.shape) for t in feeds.values())
@@ -67,7 +71,9 @@ class OrtEncoderSteps:
             buffers = {name: torch.empty_like(t) for name, t in feeds.items()}
             output = torch.empty(self.graph.output_shape(self.output, feeds), dtype=self.graph.dtype(self.output),
                                  device=self.device)
-            self.slots[key] = _Slot(buffers, output, graph_id=len(self.slots) + 1)  # -1 means "no graph"
+            graph_id = len(self.slots) + 1  # -1 means "no graph"
+            self.slots[key] = _Slot(buffers, output, graph_id, self.graph.bind(buffers, {self.output: output}),
+                                    self.graph.run_options(graph_id))
         return self.slots[key]
 
     def close(self) -> None:

@@ -81,34 +81,50 @@ class OrtGraph:
             arrays = {k: v.contiguous().numpy() for k, v in feeds.items()}
             return [torch.from_numpy(a) for a in self.session.run(self.output_names, arrays)]
         feeds = {k: v.contiguous() for k, v in feeds.items()}  # kept alive until the run ends
-        binding = self.session.io_binding()
-        place, index = self.device.type, self.device.index or 0
         dims = dict(extra_dims or {})
         for name, tensor in feeds.items():
             for label, size in zip(self.inputs[name].shape, tensor.shape):
                 if isinstance(label, str):
                     dims[label] = size
-            binding.bind_input(name, place, index, _NP[self.inputs[name].type], tuple(tensor.shape),
-                               tensor.data_ptr())
         given = outputs or {}
         results = [given[name] if name in given else
                    torch.empty(self._shape(name, dims), dtype=self.dtype(name), device=self.device)
                    for name in self.output_names]
-        for name, tensor in zip(self.output_names, results):
+        binding = self.bind(feeds, dict(zip(self.output_names, results)))
+        self.run_bound(binding, self.run_options(graph_id) if self.stream is not None else None)
+        return results
+
+    def bind(self, feeds: dict, outputs: dict):
+        """An IO binding of these device tensors by pointer (the tensors must outlive its runs: a CUDA graph's
+        slot binds its fixed buffers once and reruns the binding)."""
+        binding = self.session.io_binding()
+        place, index = self.device.type, self.device.index or 0
+        for name, tensor in feeds.items():
+            binding.bind_input(name, place, index, _NP[self.inputs[name].type], tuple(tensor.shape),
+                               tensor.data_ptr())
+        for name, tensor in outputs.items():
             binding.bind_output(name, place, index, _NP[self.outputs[name].type], tuple(tensor.shape),
                                 tensor.data_ptr())
-        if self.stream is None:
-            self.session.run_with_iobinding(binding)
-            return results
+        return binding
+
+    @staticmethod
+    def run_options(graph_id: int):
+        """Run options naming the CUDA graph to capture or replay (-1: none)."""
         import onnxruntime as ort
 
-        run_options = ort.RunOptions()
-        run_options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        options = ort.RunOptions()
+        options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        return options
+
+    def run_bound(self, binding, run_options=None) -> None:
+        """Run a binding; on a CUDA-graph session's own stream, ordered after and before torch's stream."""
+        if self.stream is None:
+            self.session.run_with_iobinding(binding)
+            return
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)  # inputs written by torch are ready
         self.session.run_with_iobinding(binding, run_options)
         current.wait_stream(self.stream)
-        return results
 
     def output_shape(self, name: str, feeds: dict) -> tuple[int, ...]:
         """The shape output `name` will have for these inputs (its named dimensions read off the inputs')."""
