@@ -262,7 +262,7 @@ class BenchmarkOptions(OptionGroup):
 @dataclass(frozen=True)
 class AccuracyOptions(OptionGroup):
     title = "accuracy"
-    dataset: str = flag("lambada", "--dataset", help="local JSONL file (field 'text') or HF dataset name")
+    dataset: str = flag("lambada", "--dataset", help="local JSONL file (field 'text'; encoder models: 'text' and 'label') or HF dataset name (default: LAMBADA; encoder models: data/encoder_offline.jsonl)")
     num_samples: int = flag(20, "--num-samples", help="passages, in order")
     tokens_to_generate: int = flag(5, "--tokens-to-generate", help="last tokens scored by teacher forcing")
     topN: int = flag(2, "--topN", help="also report TopN accuracy for this N (Top1 and Top10 always)")

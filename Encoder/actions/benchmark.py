@@ -108,7 +108,7 @@ def _length(run, bench: BenchmarkOptions) -> int:
 
 def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
               timing: TimingOptions, bench: BenchmarkOptions, *backend_options: OptionGroup) -> Report:
-    run = open_run(family, options, backends, *backend_options)
+    run = open_run(family, options, backends, bench, *backend_options)  # bench: trt's sequence optimum
     length = _length(run, bench)
     head = run.family.task.head(run.source, options)
     report = Report("benchmark", run.family.name, run.source.variant, {

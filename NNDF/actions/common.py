@@ -51,7 +51,8 @@ def note_export_check(report, name: str, backend) -> None:
     """Say how far the backend's exported graph was from PyTorch when it was validated (ONNX-based backends)."""
     diff = backend.export_max_diff()
     if diff is not None:
-        report.notes.append(f"{name}: exported ONNX max |logits - PyTorch| = {diff:.3g} (validated at export)")
+        report.notes.append(f"{name}: exported ONNX max |output - PyTorch| = {diff:.3g} (validated at export; the "
+                            "output is the logits, or an encoder's embeddings)")
 
 
 def finish(run: RunContext) -> None:
