@@ -13,7 +13,7 @@ $(VENV)/.installed: requirements.txt
 demo: $(VENV)/.installed  ## compare the offline GPT2 default on PyTorch and ONNX Runtime
 	$(PY) run.py compare GPT2 --compare frameworks onnxrt --use-cache --working-dir temp
 
-test: $(VENV)/.installed  ## the test suite (CPU, offline, ~12 minutes on 2 cores)
+test: $(VENV)/.installed  ## the test suite (CPU, offline, ~13 minutes on 2 cores)
 	$(PY) -m pytest -q tests
 
 notebooks: $(VENV)/.installed  ## execute every notebook (the venv's kernel, nbclient) into temp/notebooks/ with outputs
