@@ -30,8 +30,8 @@ class TorchEncoderSteps:
         if key not in self.graphs:
             self.graphs[key] = self._capture(inputs)
         buffers, graph, output = self.graphs[key]
-        for name, tensor in inputs.items():
-            buffers[name].copy_(tensor)
+        names = list(inputs)
+        torch._foreach_copy_([buffers[n] for n in names], [inputs[n] for n in names])  # one launch, not one per input
         graph.replay()
         return output
 
