@@ -24,7 +24,6 @@ shapes it skips every SkipLayerNormalization fusion).
 """
 from __future__ import annotations
 
-import inspect
 import logging
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,13 +74,6 @@ def _eager_attention(model: torch.nn.Module):
         model.set_attn_implementation(before)
 
 
-def graph_inputs(head: EncoderHead) -> tuple[str, ...]:
-    """The tokenizer's inputs the HF model's forward names (a DistilBERT sharing BERT's tokenizer gets
-    token_type_ids from it, and its forward swallows them: the graph has no such input)."""
-    named = inspect.signature(head.model.forward).parameters
-    return tuple(name for name in head.input_names if name in named)
-
-
 def _dim_names(head: EncoderHead):
     output = ["batch", "sequence", None] if head.head.per_token else ["batch", None]
     return lambda name: output if name == head.head.output else ["batch", "sequence"]
@@ -100,7 +92,7 @@ def _example(head: EncoderHead, names: tuple[str, ...]) -> tuple[torch.Tensor, .
 
 def export_encoder(head: EncoderHead, out_dir: Path, spec: ExportSpec) -> Path:
     """Export `head` to `out_dir/encoder.onnx` (+ `.data` when large); returns the path."""
-    names = graph_inputs(head)
+    names = head.input_names  # the task's: the tokenizer's inputs the model's forward takes
     graph = EncoderHead(_ExpandedMask(head.model), head.head, head.pooling, names).eval()
     auto = torch.export.Dim.AUTO
     dynamic = tuple({0: auto, 1: auto} for _ in names)  # forward(input_ids, attention_mask[, token_type_ids])

@@ -92,6 +92,17 @@ def _sentence_transformers_folder(location: str, local: bool) -> tuple[Pooling, 
     return pooling, limit
 
 
+@lru_cache(maxsize=16)
+def _forward_inputs(config_class) -> frozenset[str]:
+    """The argument names of the base model's forward for this config class (read off the class: no weights
+    load; the heads' classes take the same inputs)."""
+    import inspect
+
+    from transformers import MODEL_MAPPING
+
+    return frozenset(inspect.signature(MODEL_MAPPING[config_class].forward).parameters)
+
+
 @dataclass(frozen=True)
 class Encoded:
     """A batch of texts as model inputs, and how many of them were cut to the length limit."""
@@ -162,9 +173,11 @@ class TextEncoder(Task):
     # --- inputs ---
 
     def input_names(self, run) -> tuple[str, ...]:
-        """The tokenizer's inputs the model takes, in graph order (token_type_ids only where the model has them)."""
+        """The tokenizer's inputs that the model's forward names, in graph order: a DistilBERT sharing BERT's
+        tokenizer gets token_type_ids from it, which its forward would swallow; they are never made or fed."""
         names = tuple(run.tokenizer.model_input_names)
-        return tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names)
+        taken = _forward_inputs(type(run.source.config))
+        return tuple(n for n in ("input_ids", "attention_mask", "token_type_ids") if n in names and n in taken)
 
     def max_length(self, run) -> int:
         """The longest input, in tokens with the specials: sentence-transformers' `max_seq_length`, else the

@@ -115,6 +115,17 @@ def _hf_logits(run, auto_class: str, inputs: dict) -> torch.Tensor:
         return model(**{name: t for name, t in inputs.items() if name in named}).logits
 
 
+@pytest.mark.parametrize("variant,names", [("distilbert-classifier-offline", ("input_ids", "attention_mask")),
+                                           (MINILM, ("input_ids", "attention_mask", "token_type_ids"))])
+def test_inputs_are_those_the_model_takes(encoder, variant, names):
+    """DistilBERT shares BERT's WordPiece tokenizer, which makes token_type_ids; its forward names none, so they
+    are neither made, exported nor fed."""
+    run, steps = encoder(variant, "onnxrt-plain")
+    assert "token_type_ids" in run.tokenizer.model_input_names
+    assert run.family.task.input_names(run) == names and tuple(_encode(run, TEXTS[:1])) == names
+    assert tuple(steps.graph.inputs) == names
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("variant", ["roberta-classifier-offline", "distilbert-classifier-offline"])
 def test_classifier_logits_equal_hf(encoder, variant, backend):
