@@ -148,20 +148,20 @@ def test_plot_folder_is_refused_before_the_run(capsys, tmp_path):
 
 # --- datasets ---
 
-@pytest.mark.parametrize("line,expect", [('{"text": 5}', '"text" is 5'), ('{"text": null}', '"text" is null'),
+@pytest.mark.parametrize("line,expect", [('{"text": 5}', 'has "text": 5'), ('{"text": null}', 'has "text": null'),
                                          ("[1, 2]", 'no "text" field'), ('"just a string"', 'no "text" field'),
                                          ("{not json", "is not JSON")])
 def test_dataset_lines_that_are_not_text(capsys, tmp_path, line, expect):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": "a fine first passage"}\n\n' + line + "\n")
     line = _main(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(tmp_path / "w"))
-    assert "(line 3" in line and expect in line, line
+    assert f"--dataset {data}: line 3 " in line and expect in line, line
 
 
 def test_dataset_number_text_through_the_program(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": 12}\n')
-    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(tmp_path / "w"), expect='"text" is 12')
+    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(data), "-wd", str(tmp_path / "w"), expect='line 1 has "text": 12')
 
 
 def test_passage_longer_than_the_model_is_refused_before_scoring(capsys, workdir, tmp_path):

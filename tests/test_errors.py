@@ -66,7 +66,7 @@ def test_missing_torch_dir(tmp_path):
 
 def test_unreadable_dataset(tmp_path):
     _bad("accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), "-wd", str(tmp_path),
-         expect="cannot read dataset")
+         expect="missing.jsonl: no such file")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": 1}\n')
     _bad("accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names, read_jsonl, text_of
+from Encoder.actions.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names
 from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.errors import DatasetError
+from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
 from NNDF.results import Report, environment
 

@@ -1,5 +1,5 @@
-"""What the encoder actions share: reading texts (and labels) from JSONL, running texts through a backend in
-batches, label names, timed forwards and cosine similarity.
+"""What the encoder actions share: running texts through a backend in batches, label names, timed forwards and
+cosine similarity (JSONL files are read by `NNDF.jsonl`, as for every action).
 
 `forward_texts` is the one place texts become outputs: it tokenises a batch (right padded, truncated to the
 model's limit by `TextEncoder.encode`), runs `steps.forward` once, and splits the head's output back into one
@@ -9,14 +9,13 @@ so the numbers equal each text run alone (the backends guarantee it; tests/test_
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from NNDF.errors import DatasetError, UsageError
+from NNDF.errors import UsageError
 from NNDF.timing import sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,38 +23,6 @@ DEFAULT_DATASET = ROOT / "data" / "encoder_offline.jsonl"  # `accuracy`'s defaul
 
 
 # --- texts ---
-
-def read_jsonl(dataset: str, limit: int | None = None) -> list[tuple[int, dict]]:
-    """(line number, object) of the non-blank lines of a JSONL file, the first `limit` of them."""
-    path = Path(dataset)
-    if not path.is_file():
-        raise DatasetError(f"--dataset {dataset}: no such file (a JSONL file, one object with \"text\" per line)")
-    try:
-        lines = [(n, ln) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"--dataset {dataset}: cannot read it ({exc.__class__.__name__}: {exc})") from exc
-    rows = []
-    for number, line in lines[:limit]:
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise DatasetError(f"--dataset {dataset}: line {number} is not JSON ({exc})") from exc
-        if not isinstance(row, dict):
-            raise DatasetError(f"--dataset {dataset}: line {number} is not a JSON object with a \"text\" field")
-        rows.append((number, row))
-    if not rows:
-        raise DatasetError(f"--dataset {dataset}: no lines")
-    return rows
-
-
-def text_of(dataset: str, number: int, row: dict) -> str:
-    """The non-empty "text" of line `number`."""
-    text = row.get("text")
-    if not isinstance(text, str) or not text.strip():
-        got = "has no \"text\" field" if "text" not in row else f"has \"text\": {json.dumps(text)[:40]}"
-        raise DatasetError(f"--dataset {dataset}: line {number} {got}; a text is a non-empty string")
-    return text
-
 
 def check_prompts(prompts: tuple[str, ...]) -> None:
     """--prompt texts: none may be empty (checked before any model loads)."""

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import (Forwarded, check_prompts, cosine, forward_texts, label_names, read_jsonl,
-                                    short, text_of, token_labels, top_label)
+from Encoder.actions.common import (Forwarded, check_prompts, cosine, forward_texts, label_names, short,
+                                    token_labels, top_label)
 from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
+from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import ModelOptions, OptionGroup, PredictOptions
 from NNDF.results import Report, environment
 

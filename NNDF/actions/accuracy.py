@@ -16,7 +16,6 @@ teacher forcing are the family task's (`split_passage`, `teacher_force`); the me
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
+from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
 from NNDF.progress import bar
 from NNDF.results import Report, environment
@@ -75,32 +75,12 @@ def load_passages(dataset: str, count: int) -> list[str]:
     """The first `count` passages of a local JSONL file (field "text") or an HF dataset's validation split."""
     path = Path(dataset)
     if path.suffix in (".jsonl", ".json") or path.exists():
-        try:
-            lines = [(n, ln) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise DatasetError(f"cannot read dataset {dataset!r}: {exc.__class__.__name__}: {exc}") from exc
-        texts = [_jsonl_text(dataset, number, line) for number, line in lines[:count]]
+        texts = [text_of(dataset, number, row) for number, row in read_jsonl(dataset, count)]
     else:
         texts = _hub_passages(dataset, count)
     if not texts:
         raise DatasetError(f"dataset {dataset!r} has no passages")
     return texts
-
-
-def _jsonl_text(dataset: str, number: int, line: str) -> str:
-    """The "text" of line `number` of a JSONL file: a non-empty string."""
-    try:
-        row = json.loads(line)
-    except ValueError as exc:
-        raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line (line "
-                           f"{number} is not JSON: {exc})") from exc
-    text = row.get("text") if isinstance(row, dict) else None
-    if not isinstance(text, str) or not text.strip():
-        got = "no \"text\" field" if not isinstance(row, dict) or "text" not in row else (
-            f"\"text\" is {json.dumps(text)[:40]}")
-        raise DatasetError(f"dataset {dataset!r} is not JSONL with a \"text\" field on every line (line "
-                           f"{number}: {got}; a passage is a non-empty string)")
-    return text
 
 
 def check_passages(run: RunContext, passages: list[str], k: int) -> None:

@@ -1,0 +1,41 @@
+"""Local JSONL datasets (one JSON object per line), read the same way by every action that takes `--dataset`:
+`accuracy` (LAMBADA-style passages; encoder models' labelled texts) and `predict`. Every problem is one line that
+names the file and the line."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from NNDF.errors import DatasetError
+
+
+def read_jsonl(dataset: str, limit: int | None = None) -> list[tuple[int, dict]]:
+    """(line number, object) of the non-blank lines of a JSONL file, the first `limit` of them."""
+    path = Path(dataset)
+    if not path.is_file():
+        raise DatasetError(f"--dataset {dataset}: no such file (a JSONL file, one object with \"text\" per line)")
+    try:
+        lines = [(n, ln) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"--dataset {dataset}: cannot read it ({exc.__class__.__name__}: {exc})") from exc
+    rows = []
+    for number, line in lines[:limit]:
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise DatasetError(f"--dataset {dataset}: line {number} is not JSON ({exc})") from exc
+        if not isinstance(row, dict):
+            raise DatasetError(f"--dataset {dataset}: line {number} has no \"text\" field (it is not a JSON object)")
+        rows.append((number, row))
+    if not rows:
+        raise DatasetError(f"--dataset {dataset}: no lines")
+    return rows
+
+
+def text_of(dataset: str, number: int, row: dict) -> str:
+    """The non-empty "text" of line `number`."""
+    text = row.get("text")
+    if not isinstance(text, str) or not text.strip():
+        got = "has no \"text\" field" if "text" not in row else f"has \"text\": {json.dumps(text)[:40]}"
+        raise DatasetError(f"--dataset {dataset}: line {number} {got}; a text is a non-empty string")
+    return text
