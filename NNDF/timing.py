@@ -40,13 +40,15 @@ class Stats:
     min: float
     max: float
     samples: tuple[float, ...]
+    p95: float = 0.0  # seed 002's statistics (encoder benchmarks) besides the ones above
+    sd: float = 0.0  # population standard deviation (numpy's default, as seed 002)
 
     @classmethod
     def of(cls, samples, percentile: int) -> "Stats":
         a = np.asarray(samples, dtype=float)
         p = lambda q: float(np.percentile(a, q))  # noqa: E731 (linear interpolation, numpy's default)
         return cls(p(50), p(90), p(99), p(percentile), percentile, float(a.mean()), float(a.min()),
-                   float(a.max()), tuple(float(x) for x in a))
+                   float(a.max()), tuple(float(x) for x in a), p(95), float(a.std()))
 
     def to_json(self) -> dict:
         d = asdict(self)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from Encoder.actions.common import timed_forward
@@ -21,55 +20,36 @@ from NNDF.actions.common import backend_steps, finish, note_export_check, open_r
 from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, OptionGroup, SamplingOptions, TimingOptions
 from NNDF.results import Report, environment
-from NNDF.timing import MemoryWatch, measure
+from NNDF.timing import MemoryWatch, Stats, measure
 
 DEFAULT_LENGTH = BenchmarkOptions.DEFAULT_LENGTHS[0]  # 128 tokens
-REPORTED = (50, 90, 95, 99)  # the percentiles always reported (seed 002: median, 95p, 99p; p90 as `benchmark`)
-
-
-@dataclass(frozen=True)
-class Latency:
-    """Milliseconds per forward over the timed calls."""
-
-    mean: float
-    sd: float
-    min: float
-    max: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    extra: tuple[int, float] | None = None  # (--percentile, value) when it is not one of REPORTED
-
-    @classmethod
-    def of(cls, samples_ms: list[float], percentile: int) -> "Latency":
-        a = np.asarray(samples_ms, dtype=float)
-        p = lambda q: float(np.percentile(a, q))  # noqa: E731 (linear interpolation, numpy's default)
-        extra = None if percentile in REPORTED else (percentile, p(percentile))
-        return cls(float(a.mean()), float(a.std()), float(a.min()), float(a.max()), *(p(q) for q in REPORTED),
-                   extra)
-
-    def to_json(self) -> dict:
-        d = {k: getattr(self, k) for k in ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")}
-        return d | ({f"p{self.extra[0]}": self.extra[1]} if self.extra else {})
+REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # seed 002's statistics (and p90, as `benchmark`)
 
 
 @dataclass(frozen=True)
 class ForwardBenchmark:
     backend: str
-    latency_ms: Latency
+    latency_ms: Stats  # milliseconds per forward over the timed calls (one sample per iteration: the mean of its
+    # --number calls)
     sequences_per_s: float
     peak_memory_mb: float
     memory_kind: str  # what peak_memory_mb measures (device memory on CUDA, process RSS on the CPU)
-    samples_ms: tuple[float, ...]  # one per timed iteration (the mean of its --number calls)
+
+    def _extra(self) -> dict:
+        """--percentile's value when it is not one of the reported ones."""
+        lat = self.latency_ms
+        return {} if f"p{lat.percentile}" in REPORTED else {f"p{lat.percentile}": lat.pN}
 
     def row(self) -> dict:
         lat = self.latency_ms
-        row = {"backend": self.backend, "mean ms": lat.mean, "sd": lat.sd, "min": lat.min, "max": lat.max,
-               "p50": lat.p50, "p90": lat.p90, "p95": lat.p95, "p99": lat.p99}
-        if lat.extra:
-            row[f"p{lat.extra[0]}"] = lat.extra[1]
-        return row | {"sequences/s": self.sequences_per_s, "peak MiB": self.peak_memory_mb}
+        row = {"backend": self.backend} | {("mean ms" if k == "mean" else k): getattr(lat, k) for k in REPORTED}
+        return row | self._extra() | {"sequences/s": self.sequences_per_s, "peak MiB": self.peak_memory_mb}
+
+    def to_json(self) -> dict:
+        latency = {k: getattr(self.latency_ms, k) for k in REPORTED} | self._extra()
+        return {"backend": self.backend, "latency_ms": latency, "sequences_per_s": self.sequences_per_s,
+                "peak_memory_mb": self.peak_memory_mb, "memory_kind": self.memory_kind,
+                "samples_ms": list(self.latency_ms.samples)}
 
 
 def _measure(run, name: str, forward, timing: TimingOptions, length: int, seed: int) -> ForwardBenchmark:
@@ -82,9 +62,8 @@ def _measure(run, name: str, forward, timing: TimingOptions, length: int, seed: 
 
     with MemoryWatch(run.device) as memory:
         samples = [s["forward"] * 1e3 for s in measure(call, timing, name)]
-    latency = Latency.of(samples, timing.percentile)
-    return ForwardBenchmark(name, latency, batch / (latency.mean / 1e3), memory.peak_mb, memory.kind,
-                            tuple(samples))
+    latency = Stats.of(samples, timing.percentile)
+    return ForwardBenchmark(name, latency, batch / (latency.mean / 1e3), memory.peak_mb, memory.kind)
 
 
 def _hf_eager(run, timing: TimingOptions, length: int, seed: int) -> ForwardBenchmark:
