@@ -3,10 +3,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-triton-server.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet --no-deps -r requirements-triton-server.txt  # tritonserver (Triton tests, serve)
+	$(VENV)/bin/pip install --quiet --no-deps --target $(VENV)/triton-stub numpy==1.26.4  # the python backend stub's numpy
 	touch $@
 
 .PHONY: demo test notebooks clean

@@ -43,8 +43,13 @@ def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
     p = sub.add_parser(action.name, help=action.help, description=action.help, allow_abbrev=False)
     families = ", ".join(registry.FAMILY_PACKAGES)
     if not action.runs_models:
-        p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
-        p.add_argument("--json", help="also write the listing as JSON to this path")
+        if action.operand:
+            p.add_argument("model", metavar=action.operand[0], help=action.operand[1])
+        else:
+            p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
+        p.add_argument("--json", help="also write the report as JSON to this path")
+        for group in action.groups:
+            group.add_to_parser(p)
         return
     p.add_argument("model", metavar="MODEL", help=f"model family: {families}")
     p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
@@ -144,7 +149,7 @@ def dispatch(args) -> object:
     action = ACTIONS[args.action]
     _check_output(args)
     if not action.runs_models:
-        return registry.load(action.function)(args.model)
+        return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
     target = family.task.action_function(action)  # the family's kind may run the action its own way
     if target is None:

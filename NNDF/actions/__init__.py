@@ -1,7 +1,8 @@
 """Actions: one module per CLI action, each a library function that returns a `Report`, registered in `ACTIONS`.
 
 benchmark.py (fixed-length random inputs), accuracy.py (LAMBADA), chat.py (interactive / --prompt),
-checkpoint.py (`run` and `compare` over a family's checkpoint.toml), listing.py (`list`). `common.py` holds
+checkpoint.py (`run` and `compare` over a family's checkpoint.toml), listing.py (`list`), deploy.py (a Triton
+model repository) and serve.py (Triton Inference Server on loopback). `common.py` holds
 what they share: opening a run, setting backends up one at a time, tokenising prompts.
 
 An `Action` declares its option groups and its library function; the CLI (NNDF/cli.py) builds the parser from
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, PredictOptions,
                           SamplingOptions, TimingOptions)
+from NNDF.triton.options import DeployOptions, ServeOptions
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class Action:
     help: str
     function: str | None  # "module:function" of the library function (None: only kinds that implement it)
     groups: tuple[type, ...] = ()  # option groups, in the order the function takes them after (model, backends)
-    runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (model, **flags) (`list`)
+    runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (operand, *groups) (`list`)
+    operand: tuple[str, str] | None = None  # runs_models=False: (metavar, help) of its one required operand
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
     ignores: frozenset[str] = frozenset()  # fields of `groups` this action does not read: their flags are refused
 
@@ -62,4 +65,10 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            (ModelOptions, PredictOptions), side_by_side=True),
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
            runs_models=False),
+    Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
+           "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),
+           ignores=frozenset({"batch_size", "num_beams", "image", "use_cuda_graph", "torch_compile", "compile_mode",
+                              "cleanup"})),
+    Action("serve", "serve a Triton model repository on 127.0.0.1 until Ctrl-C", "NNDF.actions.serve:serve",
+           (ServeOptions,), runs_models=False, operand=("DIR", "the Triton model repository (run.py deploy writes one)")),
 )}

@@ -1,0 +1,79 @@
+"""`serve DIR`: Triton Inference Server for a model repository on 127.0.0.1, until Ctrl-C.
+
+The server is the `tritonserver` on PATH, else the nvidia-pytriton wheel's (NNDF/triton/server.py). Every
+model's config.pbtxt is checked against Triton's schema first; a busy port is one line (exit 2) before anything
+starts. Once every model is READY the endpoints are printed; Ctrl-C (or SIGTERM) stops the server cleanly
+(SIGINT to it, SIGKILL after 20 s) and the report lists what was served.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from NNDF.errors import HarnessError, UsageError
+from NNDF.results import Report, environment
+from NNDF.triton.options import ServeOptions
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    model: str
+    runs_on: str
+    max_batch_size: int
+    http: str
+    grpc: str
+
+    def row(self) -> dict:
+        return {"model": self.model, "runs on": self.runs_on, "max batch": self.max_batch_size,
+                "http": self.http, "grpc": self.grpc}
+
+
+def _check_repository(directory: str) -> dict[str, object]:
+    """{model name: its config} of a repository; UsageError when it is not one or holds no model."""
+    from NNDF.triton.config import CONFIG, read_config
+    from NNDF.triton.repository import models, repository_problem
+
+    path = Path(directory)
+    if not path.is_dir():
+        raise UsageError(f"serve {directory}: no such folder; give a Triton model repository (python run.py deploy "
+                         "MODEL onnxrt --repository DIR writes one)")
+    problem = repository_problem(path)
+    names = models(path) if problem is None else []
+    if problem or not names:
+        raise UsageError(f"serve {directory}: {problem or 'holds no model (no <name>/config.pbtxt)'}")
+    return {name: read_config(path / name / CONFIG) for name in names}
+
+
+def _stop_on_term(*_):
+    raise KeyboardInterrupt
+
+
+def serve(directory: str | None, options: ServeOptions) -> Report:
+    from NNDF.triton.server import Ports, TritonServer
+
+    if not directory:
+        raise UsageError("serve needs the repository folder: python run.py serve DIR")
+    configs = _check_repository(directory)
+    ports = Ports(options.http_port, options.grpc_port, options.metrics_port)
+    urls = ports.urls()
+    report = Report("serve", "triton", directory, {"http": urls["http"], "grpc": urls["grpc"],
+                                                   "metrics": urls["metrics"]}, environment=environment())
+    server = TritonServer(Path(directory), ports, ready_timeout=options.ready_timeout)
+    previous = signal.signal(signal.SIGTERM, _stop_on_term)
+    try:
+        server.start()
+        for name, config in configs.items():
+            report.results.append(ServedModel(name, config.platform or config.backend, config.max_batch_size,
+                                              f"{urls['http']}/v2/models/{name}", urls["grpc"]))
+        print(f"serving {', '.join(configs)}: HTTP {urls['http']}, gRPC {urls['grpc']}, metrics {urls['metrics']}; "
+              "Ctrl-C stops", flush=True)
+        code = server.process.wait()
+        raise HarnessError(f"tritonserver stopped by itself (code {code}); its log ends:\n{server.log_tail()}")
+    except KeyboardInterrupt:
+        code = server.stop()
+        report.notes.append(f"stopped on Ctrl-C (tritonserver exit code {code})")
+    finally:
+        server.stop()
+        signal.signal(signal.SIGTERM, previous)
+    return report

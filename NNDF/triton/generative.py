@@ -1,0 +1,273 @@
+"""The python-backend model of generative kinds: the project's generation loop over its ONNX Runtime steps,
+inside Triton (`model.py` stubs written by `deploy` serve `GenerativeModel`).
+
+Loading: `serving.json` (written by deploy, NNDF/triton/generative_deploy.py) is checked, then the run is opened
+as `--torch-dir hf/ --<part>-onnx onnx/<part>/...` would open it, so the graphs are checked against the model
+(names, vocabulary, layers, heads, dtype) before they serve, and the tokenizer, prompts and generation settings
+are exactly the in-process ones.
+
+Requests: each is one prompt (batch dimension 1): `text` (and `image`), or `input_ids` (and `encoder_<name>`:
+what the `triton` client backend sends, so served tokens can be compared with in-process ones on any prompt).
+A request that cannot run (missing or both prompt inputs, empty text, a setting out of range, too many new
+tokens) gets an error response; the others in the same `execute` still run. Requests whose generation settings
+are equal run as one padded batch (left-padded decoder prompts, right-padded encoder inputs: padded batches are
+exact, tests/test_parity.py); encoder-decoder requests also need the same decoder prompt length, and sampled
+requests run alone (a seed draws the same tokens only for the same batch).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from NNDF.errors import HarnessError
+from NNDF.tasks import Prompt
+
+SERVING = "serving.json"
+_RECORD_KEYS = {"family": str, "variant": str, "backend": str, "device": str, "options": dict, "parts": dict,
+                "encoder_inputs": list, "images": bool, "max_new_tokens_limit": int}
+_EARLY = ("true", "false", "never")
+
+
+class RequestError(HarnessError):
+    """A request that cannot run: answered with this one-line error, the model keeps serving."""
+
+
+def load_record(version: Path) -> dict:
+    """serving.json, checked: every key with its type, the files it names present."""
+    path = version / SERVING
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise HarnessError(f"{path}: cannot read the serving record ({exc})") from exc
+    for key, kind in _RECORD_KEYS.items():
+        if not isinstance(record.get(key), kind):
+            raise HarnessError(f"{path}: {key!r} is missing or not a {kind.__name__}")
+    missing = [rel for rel in record["parts"].values() if not (version / rel).is_file()]
+    if missing or not (version / "hf" / "config.json").is_file():
+        raise HarnessError(f"{path}: missing files {', '.join(missing) or 'hf/config.json'}; deploy again")
+    return record
+
+
+def open_served_run(version: Path, record: dict, working_dir: Path):
+    """The run as `--torch-dir hf --<part>-onnx ...` opens it (graphs checked against the model when set up)."""
+    from NNDF import registry
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+
+    files = {f"{part}_onnx": str(version / rel) for part, rel in record["parts"].items()}
+    options = ModelOptions(**record["options"], **files, torch_dir=str(version / "hf"), working_dir=str(working_dir),
+                           device=record["device"])
+    return make_context(registry.family(record["family"]), options)
+
+
+def _scalar(array: np.ndarray | None, name: str):
+    if array is None:
+        return None
+    flat = array.reshape(-1)
+    if flat.size != 1:
+        raise RequestError(f"{name}: give one value per request, got {flat.size}")
+    value = flat[0]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value.item()
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int  # position of the request in execute()'s list
+    prompt: Prompt  # one row
+    config: object  # NNDF.generation.GenerationConfig
+    alone: bool  # sampled: run by itself
+
+
+class GenerativeModel:
+    """Triton's `TritonPythonModel` for generative kinds (see the module docstring)."""
+
+    def initialize(self, args: dict) -> None:
+        import triton_python_backend_utils as pb_utils
+
+        from NNDF import registry
+
+        self.pb = pb_utils
+        version = Path(args["model_repository"]) / args["model_version"]
+        self.record = load_record(version)
+        self.limit = self.record["max_new_tokens_limit"]
+        self.working_dir = Path(tempfile.mkdtemp(prefix="nndf-served-"))
+        self.run = open_served_run(version, self.record, self.working_dir)
+        self.steps = registry.backend(self.run.family, self.record["backend"]).setup(self.run)
+        self.task = self.run.family.task
+
+    def finalize(self) -> None:
+        self.steps.close()
+        shutil.rmtree(self.working_dir, ignore_errors=True)
+
+    def execute(self, requests: list) -> list:
+        responses: list = [None] * len(requests)
+        jobs = []
+        for index, request in enumerate(requests):
+            try:
+                jobs.append(self.job(index, request))
+            except HarnessError as exc:
+                responses[index] = self.error(str(exc))
+            except Exception as exc:  # noqa: BLE001 - a bad request never takes the model down
+                responses[index] = self.error(f"{exc.__class__.__name__}: {exc}")
+        for group in self.groups(jobs):
+            try:
+                answers = self.generate(group)
+            except Exception as exc:  # noqa: BLE001 - the group fails, the model keeps serving
+                answers = [self.error(f"generation failed ({exc.__class__.__name__}: {exc})")] * len(group)
+            for job, answer in zip(group, answers):
+                responses[job.index] = answer
+        return responses
+
+    def error(self, message: str):
+        return self.pb.InferenceResponse(output_tensors=[], error=self.pb.TritonError(message))
+
+    def array(self, request, name: str) -> np.ndarray | None:
+        """A request's tensor (batch 1, the batch axis dropped), or None when it was not sent."""
+        tensor = self.pb.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            return None
+        array = tensor.as_numpy()
+        if array.shape[:1] != (1,):
+            raise RequestError(f"{name}: send one prompt per request (batch dimension 1), got shape "
+                               f"{list(array.shape)}")
+        return array[0]
+
+    def settings(self, request) -> dict:
+        from NNDF.triton.generative_deploy import SETTINGS
+
+        values = {name: _scalar(self.array(request, name), name) for name in SETTINGS}
+        if values["early_stopping"] is not None and values["early_stopping"] not in _EARLY:
+            raise RequestError(f"early_stopping {values['early_stopping']!r}: give one of {', '.join(_EARLY)}")
+        for name in ("max_new_tokens", "num_beams"):
+            if values[name] is not None and values[name] < 1:
+                raise RequestError(f"{name} must be >= 1, got {values[name]}")
+        if values["max_new_tokens"] is not None and values["max_new_tokens"] > self.limit:
+            raise RequestError(f"max_new_tokens {values['max_new_tokens']} is over this model's limit of "
+                               f"{self.limit} (deploy --max-new-tokens-limit)")
+        return values
+
+    def config(self, values: dict):
+        """The generation settings of a request: the model's generation config under the request's values, as
+        `chat` resolves them under the same flags (NNDF/decoding.py)."""
+        from NNDF.decoding import resolve
+        from NNDF.options import SamplingOptions
+
+        options = replace(self.run.options, num_beams=values["num_beams"],
+                          ignore_generation_config=bool(values["ignore_generation_config"]))
+        sampling = SamplingOptions(**{k: values[k] for k in ("do_sample", "temperature", "top_k", "top_p",
+                                                             "repetition_penalty", "no_repeat_ngram_size",
+                                                             "length_penalty", "early_stopping")},
+                                   seed=int(values["seed"] or 0))
+        return resolve(replace(self.run, options=options), sampling, values["max_new_tokens"],
+                       values["min_new_tokens"])
+
+    def job(self, index: int, request) -> Job:
+        values = self.settings(request)
+        config = self.config(values)
+        prompt = self.prompt(request)
+        columns = prompt.input_ids.shape[1]
+        new = config.new_tokens(columns)
+        if new > self.limit:
+            raise RequestError(f"{new} new tokens (the model's generation config) is over this model's limit of "
+                               f"{self.limit}: give max_new_tokens")
+        problem = self.task.length_problem(self.run, self.task.prompt_length(prompt), new)
+        if problem:
+            raise RequestError(problem)
+        return Job(index, prompt, config, config.sampling.do_sample)
+
+    def prompt(self, request) -> Prompt:
+        text, ids = self.array(request, "text"), self.array(request, "input_ids")
+        if (text is None) == (ids is None):
+            raise RequestError("give exactly one of the inputs text (BYTES) and input_ids (INT64)")
+        if ids is not None:
+            return self.id_prompt(request, ids)
+        line = _scalar(text, "text")
+        if not isinstance(line, str) or not line.strip():
+            raise RequestError("text is empty: give a prompt")
+        image = self.array(request, "image") if self.record["images"] else None
+        with tempfile.TemporaryDirectory(dir=self.working_dir) as folder:
+            images = ()
+            if image is not None:
+                path = Path(folder) / "image"
+                path.write_bytes(image.reshape(-1)[0])
+                images = (str(path),)
+            items = self.task.items(replace(self.run.options, image=images), (line,))
+            return self.task.prompts(self.run, items)
+
+    def id_prompt(self, request, ids: np.ndarray) -> Prompt:
+        vocab = self.run.source.dims.vocab
+        if ids.ndim != 1 or ids.size == 0 or ids.min() < 0 or ids.max() >= vocab:
+            raise RequestError(f"input_ids: give one non-empty row of token ids in [0, {vocab})")
+        row = torch.from_numpy(ids.astype(np.int64))[None]
+        encoder = None
+        if self.record["encoder_inputs"]:
+            encoder = {}
+            for name in self.record["encoder_inputs"]:
+                array = self.array(request, f"encoder_{name}")
+                if array is None:
+                    raise RequestError(f"encoder_{name} is missing (this model's encoder reads "
+                                       f"{', '.join(self.record['encoder_inputs'])})")
+                encoder[name] = torch.from_numpy(np.ascontiguousarray(array))[None]
+        return Prompt(row, torch.ones_like(row), encoder)
+
+    def groups(self, jobs: list[Job]) -> list[list[Job]]:
+        """Jobs that can run as one padded batch: equal settings (and, with an encoder, equal decoder prompt
+        lengths); sampled jobs alone."""
+        table: dict = {}
+        for job in jobs:
+            key = ("alone", job.index) if job.alone else (
+                job.config, job.prompt.input_ids.shape[1] if job.prompt.encoder is not None else None)
+            table.setdefault(key, []).append(job)
+        return list(table.values())
+
+    def generate(self, group: list[Job]) -> list:
+        from NNDF.generation import generate
+
+        pad = self.run.tokenizer.pad_token_id or 0
+        prompt = merge([job.prompt for job in group], pad)
+        config = group[0].config
+        with torch.inference_mode():
+            out = generate(self.steps, prompt.input_ids, prompt.attention_mask, config, None, prompt.encoder)
+        answers = []
+        for row in range(len(group)):
+            ids = out.new_tokens(row, config.eos_token_id)
+            text = self.run.tokenizer.decode(ids, skip_special_tokens=True)
+            answers.append(self.pb.InferenceResponse(output_tensors=[
+                self.pb.Tensor("text", np.array([[text.encode("utf-8")]], dtype=np.object_)),
+                self.pb.Tensor("output_ids", np.array([ids], dtype=np.int64))]))
+        return answers
+
+
+def _pad(rows: list[torch.Tensor], value: int, left: bool) -> torch.Tensor:
+    """Rows [1, T_i] padded to [N, max T] on the left or the right."""
+    width = max(r.shape[1] for r in rows)
+    padded = []
+    for r in rows:
+        fill = r.new_full((1, width - r.shape[1]), value)
+        padded.append(torch.cat([fill, r] if left else [r, fill], dim=1))
+    return torch.cat(padded)
+
+
+def merge(prompts: list[Prompt], pad: int) -> Prompt:
+    """One batch from one-row prompts: decoder prompts left padded (their masks with 0), encoder inputs of
+    different lengths right padded (`attention_mask` with 0, ids with the pad id), others stacked."""
+    if len(prompts) == 1:
+        return prompts[0]
+    ids = _pad([p.input_ids for p in prompts], pad, left=True)
+    mask = _pad([p.attention_mask for p in prompts], 0, left=True)
+    encoder = None
+    if prompts[0].encoder is not None:
+        encoder = {}
+        for name in prompts[0].encoder:
+            rows = [p.encoder[name] for p in prompts]
+            same = len({tuple(r.shape) for r in rows}) == 1
+            encoder[name] = torch.cat(rows) if same else _pad(rows, 0 if name == "attention_mask" else pad, left=False)
+    return Prompt(ids, mask, encoder)

@@ -1,0 +1,185 @@
+"""`deploy MODEL onnxrt` for generative kinds: a python-backend model that runs the project's generation loop over
+the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`).
+
+The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
+config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
+(family, variant, the options that decide how the graphs run, each graph's path and the encoder's inputs) and
+`model.py` (the stub). The model's tensors (all optional; a request gives `text` or `input_ids`):
+
+    text [1] BYTES, image [1] BYTES (image kinds: PNG/JPEG bytes), input_ids [-1] INT64 (the decoder prompt),
+    encoder_<name> (encoder-decoder kinds: the encoder graph's inputs, one row), max_new_tokens, min_new_tokens,
+    num_beams, top_k, no_repeat_ngram_size [1] INT32, do_sample, ignore_generation_config [1] BOOL,
+    temperature, top_p, repetition_penalty, length_penalty [1] FP32, early_stopping [1] BYTES
+    (true/false/never), seed [1] INT64  ->  text [1] BYTES, output_ids [-1] INT64 (new tokens, up to EOS).
+
+A setting a request leaves out takes the model's generation config (as `chat` does without the flag).
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions
+from NNDF.triton import config as tc
+from NNDF.triton.options import DeployOptions
+
+SERVING = "serving.json"
+# ModelOptions fields that decide how the graphs run in the server (recorded in serving.json)
+SERVED_OPTIONS = ("use_cache", "static_cache", "fp16", "threads", "use_mask")
+# per-request settings: name -> Triton type (all [1], optional)
+SETTINGS = {"max_new_tokens": "TYPE_INT32", "min_new_tokens": "TYPE_INT32", "num_beams": "TYPE_INT32",
+            "top_k": "TYPE_INT32", "no_repeat_ngram_size": "TYPE_INT32", "do_sample": "TYPE_BOOL",
+            "ignore_generation_config": "TYPE_BOOL", "temperature": "TYPE_FP32", "top_p": "TYPE_FP32",
+            "repetition_penalty": "TYPE_FP32", "length_penalty": "TYPE_FP32", "early_stopping": "TYPE_STRING",
+            "seed": "TYPE_INT64"}
+OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,))}
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
+_ONNX_TRITON = {"INT64": "TYPE_INT64", "INT32": "TYPE_INT32", "FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16",
+                "BOOL": "TYPE_BOOL"}
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    name: str
+    data_type: str  # TYPE_*
+    dims: tuple[int, ...]  # without the batch axis; -1: dynamic
+
+
+def graph_inputs(path: Path) -> list[GraphInput]:
+    """A graph's inputs (names, Triton types, dims without the batch axis), read without its weights."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    made = []
+    for value in graph.input:
+        t = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)[1:]
+        made.append(GraphInput(value.name, _ONNX_TRITON[onnx.TensorProto.DataType.Name(t.elem_type)], dims))
+    return made
+
+
+def copy_graph(source: Path, folder: Path) -> Path:
+    """Copy an ONNX graph and the external data files it names into `folder`; the copied graph's path."""
+    import onnx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = onnx.load(str(source), load_external_data=False)
+    locations = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
+                 if entry.key == "location"}
+    for location in sorted(locations):
+        (folder / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source.parent / location, folder / location)
+    shutil.copy2(source, folder / source.name)
+    return folder / source.name
+
+
+def copy_model_files(source_dir: Path | None, folder: Path, variant: str) -> None:
+    """The model folder's config, generation config, tokenizer and processor files (not the weights)."""
+    if source_dir is None:
+        raise UsageError(f"deploy copies the model's tokenizer and config files from a local folder; {variant} is a "
+                         "hub id: download it and give --torch-dir DIR")
+    folder.mkdir(parents=True)
+    for item in sorted(source_dir.iterdir()):
+        if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and not item.name.endswith(".index.json"):
+            shutil.copy2(item, folder / item.name)
+
+
+def reads_images(task, options: ModelOptions) -> bool:
+    """Whether the task's items need an image (its `items` refuses a text alone)."""
+    try:
+        task.items(replace(options, image=()), ("",))
+    except UsageError:
+        return True
+    return False
+
+
+def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: DeployOptions):
+    """The Triton config of the generative python model (see the module docstring for the tensors)."""
+    inputs = [tc.tensor("text", "TYPE_STRING", (1,), optional=True),
+              tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True)]
+    if images:
+        inputs.append(tc.tensor("image", "TYPE_STRING", (1,), optional=True))
+    inputs += [tc.tensor(f"encoder_{g.name}", g.data_type, g.dims, optional=True) for g in encoder]
+    inputs += [tc.tensor(key, kind, (1,), optional=True) for key, kind in SETTINGS.items()]
+    for spec in inputs:
+        if -1 in spec.dims:
+            spec.allow_ragged_batch = True  # requests of different lengths share a batch (padded by the model)
+    outputs = [tc.tensor(key, kind, dims, output=True) for key, (kind, dims) in OUTPUTS.items()]
+    batching = tuple(deploy.preferred_batch_size) if deploy.max_batch_size > 1 else None
+    return tc.model_config(name, backend="python", max_batch_size=deploy.max_batch_size, inputs=inputs,
+                           outputs=outputs, instances=deploy.instances, dynamic_batching=batching,
+                           queue_delay_us=deploy.batch_delay_us)
+
+
+def serving_record(run, parts: dict[str, str], encoder: list[GraphInput], images: bool,
+                   deploy: DeployOptions) -> dict:
+    import onnxruntime
+    import torch
+    import transformers
+
+    options = {f.name: getattr(run.options, f.name) for f in fields(ModelOptions) if f.name in SERVED_OPTIONS}
+    options["use_mask"] = True  # requests of different lengths are batched with padding
+    return {"family": run.family.name, "variant": run.source.variant, "backend": "onnxrt",
+            "device": run.device.type, "options": options, "parts": parts,
+            "encoder_inputs": [g.name for g in encoder], "images": images,
+            "max_new_tokens_limit": deploy.max_new_tokens_limit,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                         "onnxruntime": onnxruntime.__version__}}
+
+
+@dataclass(frozen=True)
+class DeployedModel:
+    model: str
+    repository: str
+    runs_on: str
+    max_batch_size: int
+    files: int
+
+    def row(self) -> dict:
+        return {"model": self.model, "repository": self.repository, "runs on": self.runs_on,
+                "max batch": self.max_batch_size, "files": self.files}
+
+
+def _graphs(run) -> dict[str, Path]:
+    """The run's ONNX graphs (exported now if there is no current export), {part: path}."""
+    from NNDF import registry
+    from NNDF.backends.onnxrt import OnnxRuntimeBackend
+
+    backend = registry.backend(run.family, "onnxrt")
+    assert isinstance(backend, OnnxRuntimeBackend)
+    backend.check_options(run)
+    return backend.onnx.paths(run)[0]
+
+
+def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions):
+    """Write `<repository>/<name>/` for the generative python model over the run's ONNX Runtime graphs."""
+    from NNDF.actions.common import open_run
+    from NNDF.artifacts import write_json_atomic
+    from NNDF.results import Report, environment
+    from NNDF.triton.repository import VERSION, check_model_name, default_model_name, staged_model, write_stub
+
+    repository = Path(deploy.required_repository())
+    run = open_run(family, options, ("onnxrt",))
+    name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, "onnxrt"))
+    graphs = _graphs(run)
+    encoder = graph_inputs(graphs["encoder"]) if "encoder" in graphs else []
+    images = reads_images(run.family.task, options)
+    config = model_config(name, encoder, images, deploy)
+    with staged_model(repository, name, deploy.force) as stage:
+        version = stage / VERSION
+        parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
+                 for part, path in graphs.items()}
+        copy_model_files(run.source.local_dir, version / "hf", run.source.variant)
+        write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy))
+        write_stub(version, "NNDF.triton.generative:GenerativeModel")
+        tc.write_config(stage, config)
+        files = sum(1 for p in stage.rglob("*") if p.is_file())
+    report = Report("deploy", run.family.name, run.source.variant,
+                    {"backend": "onnxrt (python backend)", "max_batch_size": deploy.max_batch_size,
+                     "instances": deploy.instances, "use_cache": options.use_cache}, environment=environment())
+    report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
+    report.notes.append(f"serve it: python run.py serve {repository}; query it: python run.py chat {run.family.name} "
+                        f"onnxrt triton --triton-model {name}{' --use-cache' if options.use_cache else ''}")
+    return report

@@ -1,0 +1,188 @@
+"""Writing Triton model repositories: one model folder at a time, staged and renamed into place.
+
+A repository is a folder whose entries are model folders (`<name>/config.pbtxt`, `<name>/<version>/...`) plus
+this project's `README.md`. `deploy` adds one model: the model folder is built in a temporary folder beside the
+repository and renamed into it, so an interrupted deploy leaves nothing a server would load. A folder that is not
+a repository is refused, and so is an existing model of the same name unless `--force` (which replaces it).
+Python-backend models get a `model.py` stub that imports a class of this project (`module:Class`); the stub puts
+the folders in `NNDF_TRITON_PATH` (set by `run.py serve`) and the project root recorded at deploy time first on
+`sys.path`, because the backend's embedded Python ignores PYTHONPATH.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from NNDF.artifacts import dir_mode, file_mode
+from NNDF.errors import UsageError
+from NNDF.triton.config import CONFIG, read_config
+from NNDF.triton.server import PATH_VARIABLE, ROOT
+
+README = "README.md"
+VERSION = "1"
+
+
+def model_name(*parts: str) -> str:
+    """A Triton model name from family / variant / backend: lower case, [a-z0-9_.-], words joined by '-'."""
+    text = "-".join(p for p in parts if p).lower().replace("/", "--")
+    name = re.sub(r"[^a-z0-9_.-]+", "-", text).strip(".-")
+    if not name:
+        raise UsageError("--model-name: give a name of letters, digits, '_', '.' or '-'")
+    return name
+
+
+def default_model_name(family: str, variant: str, backend: str) -> str:
+    """deploy's name for a model (and the triton backend's --triton-model default): <variant>-<backend>, with the
+    family in front when the variant's name does not start with it (local folders, hub ids)."""
+    lead = () if variant.lower().startswith(family.lower()) else (family,)
+    return model_name(*lead, variant, backend)
+
+
+def check_model_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
+        raise UsageError(f"--model-name {name!r}: use letters, digits, '_', '.' and '-' (not starting with '.' or "
+                         "'-')")
+    return name
+
+
+def models(repository: Path) -> list[str]:
+    """The model folders of a repository (those with a config.pbtxt), sorted."""
+    return sorted(p.name for p in repository.iterdir() if p.is_dir() and (p / CONFIG).is_file())
+
+
+def repository_problem(repository: Path) -> str | None:
+    """Why `repository` cannot take a model (None: it can; a missing folder is created)."""
+    if not repository.exists():
+        return None
+    if not repository.is_dir():
+        return "is a file, not a folder"
+    strangers = [p.name for p in repository.iterdir()
+                 if not p.name.startswith(".") and p.name != README and not (p.is_dir() and (p / CONFIG).is_file())]
+    if strangers:
+        return (f"is not a Triton model repository (it holds {', '.join(sorted(strangers)[:3])}, which are not "
+                "model folders); give an empty or new folder, or an existing repository")
+    return None
+
+
+@contextmanager
+def staged_model(repository: Path, name: str, force: bool) -> Iterator[Path]:
+    """Yield a temporary model folder; on success it becomes `<repository>/<name>` (replacing it with `force`),
+    and the repository README is rewritten. On failure nothing in the repository changes."""
+    problem = repository_problem(repository)
+    if problem:
+        raise UsageError(f"--repository {repository}: {problem}")
+    target = repository / name
+    if target.exists() and not force:
+        raise UsageError(f"--repository {repository} already has a model {name!r}: add --force to replace it, or "
+                         "give another --model-name")
+    repository.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".staging", dir=repository.parent))
+    try:
+        staging.chmod(dir_mode())
+        yield staging
+        old = None
+        if target.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=repository.parent))
+            target.rename(old / name)
+        staging.rename(target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_readme(repository)
+
+
+STUB = '''"""Triton python-backend entry point written by `python run.py deploy` (NNDF/triton/repository.py).
+
+The class it serves is {target} of the project at PROJECT. The backend's embedded Python ignores PYTHONPATH,
+so the folders in ${variable} (set by `python run.py serve`: numpy 1.x for this stub, the venv's packages,
+the project) and PROJECT go first on sys.path before the project is imported.
+"""
+import importlib
+import os
+import site
+import sys
+
+PROJECT = {root!r}
+
+
+def _paths():
+    wanted = [p for p in os.environ.get({variable!r}, "").split(os.pathsep) if p] + [PROJECT]
+    before = list(sys.path)
+    for path in wanted:
+        site.addsitedir(path)  # also runs the folder's .pth files
+    added = [p for p in sys.path if p not in before]
+    sys.path[:] = added + [p for p in before if p not in added]
+
+
+_paths()
+_module, _, _name = {target!r}.partition(":")
+TritonPythonModel = getattr(importlib.import_module(_module), _name)
+'''
+
+
+def write_stub(version_dir: Path, target: str) -> Path:
+    """`<version_dir>/model.py`: Triton's `TritonPythonModel` is the project's class `target` ("module:Class")."""
+    path = version_dir / "model.py"
+    path.write_text(STUB.format(target=target, root=str(ROOT), variable=PATH_VARIABLE))
+    path.chmod(file_mode())
+    return path
+
+
+def _describe(repository: Path, name: str) -> str:
+    config = read_config(repository / name / CONFIG)
+    runs = config.platform or config.backend
+    inputs = ", ".join(i.name for i in config.input)
+    outputs = ", ".join(o.name for o in config.output)
+    return f"| `{name}` | {runs} | {config.max_batch_size} | {inputs} | {outputs} |"
+
+
+README_TEXT = """# Triton model repository
+
+Written by `python run.py deploy` of the project at `{root}`. Models:
+
+| model | runs on | max batch | inputs | outputs |
+|---|---|---|---|---|
+{rows}
+
+## Serve it with this project (CPU, loopback)
+
+    python run.py serve {repository} --http-port 8000 --grpc-port 8001 --metrics-port 8002
+
+`serve` runs the `tritonserver` on PATH, else the one bundled in the nvidia-pytriton wheel, and sets
+`{variable}` so the python-backend models import this project and its venv. The bundled python backend's stub
+was built against numpy 1.x and corrupts tensors under numpy 2, so the stub runs with numpy 1.26 from
+`.venv/triton-stub` (the Makefile's venv recipe installs it; `serve` says the command when it is missing).
+
+## Serve it with NVIDIA's container
+
+    docker run --rm -p8000:8000 -p8001:8001 -p8002:8002 -v {repository}:/models -v {root}:/project \\
+        -e {variable}=/project nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \\
+        bash -c "pip install -r /project/requirements.txt && tritonserver --model-repository=/models"
+
+`python` models run the project's code inside the server (its requirements must be installed in the
+container, as above). `onnxruntime_onnx` and `tensorrt_plan` models need Triton's ONNX Runtime / TensorRT
+backends, which NVIDIA's container has and the nvidia-pytriton wheel does not: serve those there.
+
+## Query it
+
+The generative models answer `chat`, `run`, `compare` and `benchmark` through the `triton` client backend, next
+to the in-process backends (add the deploy's model flags, e.g. `--use-cache`):
+
+    python run.py chat FAMILY onnxrt triton --triton-url http://127.0.0.1:8000 --triton-model NAME --prompt "Hello"
+
+or any Triton client (tritonclient.http / tritonclient.grpc, perf_analyzer) with the inputs above.
+"""
+
+
+def write_readme(repository: Path) -> None:
+    rows = "\n".join(_describe(repository, name) for name in models(repository))
+    text = README_TEXT.format(root=ROOT, repository=repository.resolve(), rows=rows, variable=PATH_VARIABLE)
+    tmp = repository / f".{README}.tmp"
+    tmp.write_text(text)
+    tmp.chmod(file_mode())
+    tmp.replace(repository / README)

@@ -1,0 +1,234 @@
+"""Running Triton Inference Server on loopback for a model repository: `TritonServer` (a context manager).
+
+Which server: `tritonserver` on PATH (NVIDIA's container), else the binary bundled in the nvidia-pytriton wheel
+(with its libraries and the python backend). The python backend's stub embeds CPython and ignores PYTHONPATH,
+so the project's `model.py` stubs add the paths in `NNDF_TRITON_PATH` (set here) to `sys.path` themselves.
+
+numpy: the bundled stub's pybind11 was built against numpy 1.x and reads numpy's dtype struct at numpy 1's
+offsets; under numpy 2 every input tensor it copies gets element size 0 (stride 0), so each input arrives as
+its first element repeated (BYTES inputs then fail in `deserialize_bytes_tensor`; INT64 / FP32 inputs are
+silently wrong) and BYTES outputs come back empty. The stub therefore runs with numpy 1.26 from a separate
+folder placed first on its `sys.path` (`STUB_SITE`, installed with `pip install --target`); torch, ONNX
+Runtime and transformers of this venv run unchanged on it (they are built to run on numpy 1.x and 2.x).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from NNDF.errors import BackendUnavailable, HarnessError, UsageError
+
+ROOT = Path(__file__).resolve().parents[2]  # the project root: the stubs import NNDF and the families from it
+STUB_SITE = Path(sys.prefix) / "triton-stub"  # numpy 1.x for the python backend's stub (see the docstring)
+STUB_NUMPY = "numpy==1.26.4"
+PATH_VARIABLE = "NNDF_TRITON_PATH"  # os.pathsep-separated folders the model.py stubs put first on sys.path
+LOG_TAIL = 12  # server log lines shown when it fails
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int = 8000
+    grpc: int = 8001
+    metrics: int = 8002
+
+    def urls(self) -> dict[str, str]:
+        return {"http": f"http://127.0.0.1:{self.http}", "grpc": f"grpc://127.0.0.1:{self.grpc}",
+                "metrics": f"http://127.0.0.1:{self.metrics}/metrics"}
+
+
+@dataclass(frozen=True)
+class Installation:
+    binary: Path
+    libraries: Path | None  # the wheel's bundled libraries (None: a system install finds its own)
+    python_backend: Path | None  # the wheel's backends/python (None: the server's default backends)
+    stub: Path | None  # the wheel's python backend stub for this interpreter
+
+
+def _wheel_installation() -> Installation | None:
+    spec = importlib.util.find_spec("pytriton")  # locating the package does not import it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    dist = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = dist / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not (dist / "bin" / "tritonserver").is_file():
+        return None
+    return Installation(dist / "bin" / "tritonserver", dist.parent.parent / "nvidia_pytriton.libs",
+                        dist / "backends" / "python", stub)
+
+
+def find_server() -> Installation:
+    """tritonserver on PATH, else the nvidia-pytriton wheel's; BackendUnavailable naming both otherwise."""
+    on_path = shutil.which("tritonserver")
+    if on_path:
+        return Installation(Path(on_path), None, None, None)
+    wheel = _wheel_installation()
+    if wheel is None:
+        raise BackendUnavailable("no Triton Inference Server found: tritonserver is not on PATH and the "
+                                 "nvidia-pytriton wheel is not installed (pip install --no-deps "
+                                 "nvidia-pytriton==0.7.0; see requirements-triton-server.txt)")
+    if not wheel.stub.is_file():
+        raise BackendUnavailable(f"nvidia-pytriton has no python backend stub for Python "
+                                 f"{sys.version_info.major}.{sys.version_info.minor} ({wheel.stub.parent.parent})")
+    return wheel
+
+
+def stub_numpy_problem() -> str | None:
+    """Why the python backend's stub cannot run the project here (None: it can)."""
+    if not any(STUB_SITE.glob("numpy-1.*.dist-info")):
+        return (f"the Triton python backend needs numpy 1.x in {STUB_SITE} (its stub was built against numpy 1; "
+                f"numpy 2 corrupts its tensors): {sys.executable} -m pip install --no-deps --target {STUB_SITE} "
+                f"{STUB_NUMPY}")
+    return None
+
+
+def stub_paths() -> list[str]:
+    """What the model.py stubs put first on sys.path: numpy 1.x, this venv's packages, the project."""
+    return [str(STUB_SITE), *site.getsitepackages(), str(ROOT)]
+
+
+def _backend_dir(install: Installation, into: Path) -> Path:
+    """A backends folder whose python backend uses the stub of this interpreter's Python version."""
+    python = into / "python"
+    python.mkdir(parents=True)
+    for item in install.python_backend.iterdir():
+        if item.is_file():
+            (python / item.name).symlink_to(item)
+    shutil.copy2(install.stub, python / "triton_python_backend_stub")
+    return into
+
+
+def port_problem(port: int) -> str | None:
+    """Why `port` cannot be listened on at 127.0.0.1 (None: it can)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
+
+
+def check_ports(ports: Ports) -> None:
+    named = {"--http-port": ports.http, "--grpc-port": ports.grpc, "--metrics-port": ports.metrics}
+    if len(set(named.values())) < len(named):
+        raise UsageError(f"the ports must differ: {', '.join(f'{k} {v}' for k, v in named.items())}")
+    for flag, port in named.items():
+        if not 0 < port < 65536:
+            raise UsageError(f"{flag} {port}: give a port in 1-65535")
+        problem = port_problem(port)
+        if problem:
+            raise UsageError(f"{flag} {port}: 127.0.0.1:{port} is busy ({problem}); give a free port")
+
+
+class TritonServer:
+    """`with TritonServer(repo, ports) as server:` starts tritonserver on 127.0.0.1, waits until every model of
+    the repository is READY (or fails with the log's last lines), and stops it on exit (SIGINT, then SIGKILL)."""
+
+    def __init__(self, repository: Path, ports: Ports = Ports(), ready_timeout: float = 180.0,
+                 log_verbose: int = 0):
+        self.repository, self.ports, self.ready_timeout = Path(repository).resolve(), ports, ready_timeout
+        self.log_verbose = log_verbose
+        self.process: subprocess.Popen | None = None
+        self._scratch: Path | None = None
+        self.log_path: Path | None = None
+
+    def command(self, install: Installation, backends: Path | None) -> list[str]:
+        p = self.ports
+        cmd = [str(install.binary), f"--model-repository={self.repository}", "--http-address=127.0.0.1",
+               "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1", f"--http-port={p.http}",
+               f"--grpc-port={p.grpc}", f"--metrics-port={p.metrics}", "--exit-timeout-secs=5",
+               "--disable-auto-complete-config", f"--log-verbose={self.log_verbose}"]
+        if backends is not None:
+            cmd.append(f"--backend-directory={backends}")
+        if install.libraries is not None:
+            cmd.append(f"--cache-directory={install.binary.parent.parent / 'caches'}")
+        return cmd
+
+    def environment(self, install: Installation) -> dict[str, str]:
+        env = dict(os.environ)
+        libs = [sysconfig.get_config_var("LIBDIR")]  # the stub embeds this interpreter's libpython first
+        if install.libraries is not None:
+            libs.append(str(install.libraries))
+        env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, *filter(None, [env.get("LD_LIBRARY_PATH")])])
+        env[PATH_VARIABLE] = os.pathsep.join(stub_paths())
+        return env
+
+    def start(self) -> "TritonServer":
+        check_ports(self.ports)
+        install = find_server()
+        problem = stub_numpy_problem()
+        if problem:
+            raise BackendUnavailable(problem)
+        self._scratch = Path(tempfile.mkdtemp(prefix="nndf-triton-"))
+        backends = _backend_dir(install, self._scratch / "backends") if install.stub else None
+        self.log_path = self._scratch / "server.log"
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.command(install, backends), stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=self.environment(install),
+                                            start_new_session=True)  # Ctrl-C reaches us, and we stop it
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_tail(self, lines: int = LOG_TAIL) -> str:
+        if self.log_path is None or not self.log_path.is_file():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        kept = [line for line in text if line.strip() and not line.startswith(("+", "|"))]  # drop tables
+        return "\n".join(kept[-lines:])
+
+    def wait_ready(self) -> None:
+        """Until the server says every model is ready; HarnessError with the log's tail if it exits or times out."""
+        deadline = time.monotonic() + self.ready_timeout
+        url = f"{self.ports.urls()['http']}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise HarnessError(f"tritonserver exited (code {self.process.returncode}) before its models were "
+                                   f"ready; its log ends:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise HarnessError(f"tritonserver's models were not ready after {self.ready_timeout:.0f}s; its log ends:\n"
+                           f"{self.log_tail()}")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGINT (Triton finishes in-flight requests and unloads), SIGKILL after `timeout`; the exit code."""
+        code = None
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                code = self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                code = self.process.wait()
+        elif self.process is not None:
+            code = self.process.returncode
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        return code
+
+    def __enter__(self) -> "TritonServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
