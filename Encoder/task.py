@@ -125,7 +125,8 @@ class TextEncoder(Task):
                "benchmark": "Encoder.actions.benchmark:benchmark",
                "accuracy": "Encoder.actions.accuracy:accuracy",
                "run": "Encoder.actions.checkpoint:run_samples",
-               "compare": "Encoder.actions.checkpoint:compare_backends"}
+               "compare": "Encoder.actions.checkpoint:compare_backends",
+               "deploy": "Encoder.actions.deploy:deploy"}
     refused_actions = {"chat": "chat generates text; encoder models embed or classify it: use predict "
                                "(--prompt TEXT, repeatable)"}
     ignores = frozenset({
@@ -134,7 +135,7 @@ class TextEncoder(Task):
         "decoder_onnx", "cache_generator_onnx", "do_sample", "temperature", "top_k", "top_p",
         "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "length_penalty", "early_stopping",
         "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
-        "output_seq_len", "plot", "tokens_to_generate", "topN",
+        "output_seq_len", "plot", "tokens_to_generate", "topN", "max_new_tokens_limit",
         # TensorRT's generative profiles (encoders: --seq-len, --batch-size MIN OPT MAX)
         "input_profile_max_len", "output_profile_max_len", "n_positions", "decoder_engine", "cache_generator_engine"})
 
