@@ -63,11 +63,15 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
     previous = signal.signal(signal.SIGTERM, _stop_on_term)
     try:
         server.start()
-        for name, config in configs.items():
+        for name in server.served:
+            config = configs[name]
             report.results.append(ServedModel(name, config.platform or config.backend, config.max_batch_size,
                                               f"{urls['http']}/v2/models/{name}", urls["grpc"]))
-        print(f"serving {', '.join(configs)}: HTTP {urls['http']}, gRPC {urls['grpc']}, metrics {urls['metrics']}; "
-              "Ctrl-C stops", flush=True)
+        for name, why in server.skipped.items():
+            report.notes.append(f"not served here: {name} ({why})")
+            print(f"not served here: {name} ({why})", flush=True)
+        print(f"serving {', '.join(server.served)}: HTTP {urls['http']}, gRPC {urls['grpc']}, "
+              f"metrics {urls['metrics']}; Ctrl-C stops", flush=True)
         code = server.process.wait()
         raise HarnessError(f"tritonserver stopped by itself (code {code}); its log ends:\n{server.log_tail()}")
     except KeyboardInterrupt:

@@ -132,6 +132,27 @@ def check_ports(ports: Ports) -> None:
             raise UsageError(f"{flag} {port}: 127.0.0.1:{port} is busy ({problem}); give a free port")
 
 
+def servable(repository: Path, backends: set[str] | None) -> tuple[list[str], dict[str, str]]:
+    """(models to load, {model: why not}) for a server whose backends are `backends` (None: every backend, as
+    in NVIDIA's container). The wheel's server has only the python backend: `onnxruntime_onnx` and
+    `tensorrt_plan` models, and ensembles over them, are left out instead of failing the whole server."""
+    from NNDF.triton.config import CONFIG, read_config
+
+    configs = {p.name: read_config(p / CONFIG) for p in sorted(repository.iterdir()) if (p / CONFIG).is_file()}
+    skipped = {} if backends is None else {
+        name: f"needs Triton's {c.platform or c.backend} backend, which this tritonserver lacks (NVIDIA's "
+              "container has it)" for name, c in configs.items()
+        if c.platform != "ensemble" and c.backend not in backends}
+    grown = True
+    while grown:  # ensembles over a model left out (or absent) are left out too
+        grown = False
+        for name, c in configs.items():
+            over = [s.model_name for s in c.ensemble_scheduling.step if s.model_name in skipped]
+            if name not in skipped and over:
+                skipped[name], grown = f"an ensemble over {', '.join(over)}, which is left out", True
+    return [name for name in configs if name not in skipped], skipped
+
+
 class TritonServer:
     """`with TritonServer(repo, ports) as server:` starts tritonserver on 127.0.0.1, waits until every model of
     the repository is READY (or fails with the log's last lines), and stops it on exit (SIGINT, then SIGKILL)."""
@@ -141,6 +162,8 @@ class TritonServer:
         self.repository, self.ports, self.ready_timeout = Path(repository).resolve(), ports, ready_timeout
         self.log_verbose = log_verbose
         self.process: subprocess.Popen | None = None
+        self.served: list[str] = []  # the repository's models this server loads
+        self.skipped: dict[str, str] = {}  # model -> why this server cannot load it (a backend it lacks)
         self._scratch: Path | None = None
         self.log_path: Path | None = None
 
@@ -152,6 +175,8 @@ class TritonServer:
                "--disable-auto-complete-config", f"--log-verbose={self.log_verbose}"]
         if backends is not None:
             cmd.append(f"--backend-directory={backends}")
+        if self.skipped:  # explicit mode: the models this server can run, and none it cannot
+            cmd += ["--model-control-mode=explicit", *(f"--load-model={name}" for name in self.served)]
         if install.libraries is not None:
             cmd.append(f"--cache-directory={install.binary.parent.parent / 'caches'}")
         return cmd
@@ -171,6 +196,10 @@ class TritonServer:
         problem = stub_numpy_problem()
         if problem:
             raise BackendUnavailable(problem)
+        self.served, self.skipped = servable(self.repository, {"python"} if install.stub else None)
+        if not self.served:
+            raise UsageError(f"{self.repository}: no model this server can load (" + "; ".join(
+                f"{name}: {why}" for name, why in self.skipped.items()) + ")")
         self._scratch = Path(tempfile.mkdtemp(prefix="nndf-triton-"))
         backends = _backend_dir(install, self._scratch / "backends") if install.stub else None
         self.log_path = self._scratch / "server.log"
