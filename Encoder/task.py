@@ -120,7 +120,8 @@ class TextEncoder(Task):
     static_cache_refusal = "encoder models have no KV cache"
     backends = {"frameworks": "Encoder.frameworks:EncoderFrameworksBackend",
                 "onnxrt": "Encoder.onnxrt:EncoderOnnxRuntimeBackend",
-                "trt": "Encoder.trt:EncoderTensorRTBackend"}
+                "trt": "Encoder.trt:EncoderTensorRTBackend",
+                "triton": "Encoder.triton.client:TritonEncoderBackend"}
     actions = {"predict": "Encoder.actions.predict:predict",
                "benchmark": "Encoder.actions.benchmark:benchmark",
                "accuracy": "Encoder.actions.accuracy:accuracy",
