@@ -24,7 +24,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.errors import UsageError
 from NNDF.sampling import SamplingConfig, logits_processors, pick_tokens
-from NNDF.steps import Cache, DecoderSteps, position_ids_from_mask
+from NNDF.steps import Cache, DecoderSteps, ServedGeneration, position_ids_from_mask
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,10 @@ def generate(
     encoder: dict | None = None,
 ) -> GenerationOutput:
     """Generate up to `config.max_new_tokens` tokens for each row of a left-padded batch (the decoder's
-    prompt; `encoder`: the encoder's named inputs [B, ...] of an encoder-decoder model)."""
+    prompt; `encoder`: the encoder's named inputs [B, ...] of an encoder-decoder model). Steps of a served model
+    (`ServedGeneration`) run the whole generation where the model is served."""
+    if isinstance(steps, ServedGeneration):
+        return steps.generate(input_ids, attention_mask, config, observer, encoder)
     observer = observer or Observer()
     input_ids = input_ids.to(steps.device)
     attention_mask = attention_mask.to(steps.device)

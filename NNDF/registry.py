@@ -31,6 +31,7 @@ BACKENDS: dict[str, BackendEntry] = {
     "frameworks": BackendEntry("NNDF.backends.frameworks:FrameworksBackend"),
     "onnxrt": BackendEntry("NNDF.backends.onnxrt:OnnxRuntimeBackend", ("NNDF.backends.ort_options:ORTOptions",)),
     "trt": BackendEntry("NNDF.backends.trt:TensorRTBackend", ("NNDF.backends.trt_options:TRTOptions",)),
+    "triton": BackendEntry("NNDF.triton.backend:TritonBackend", ("NNDF.triton.options:TritonOptions",)),
 }
 
 

@@ -6,6 +6,7 @@ written once. The cache is opaque to the loop: it only asks the backend for an e
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
 import torch
@@ -55,6 +56,33 @@ class EncoderDecoderSteps(DecoderSteps, Protocol):
     def start(self, encoder_inputs: dict) -> Cache:
         """Run the encoder on named inputs [B, ...] (e.g. input_ids and attention_mask)."""
         ...
+
+
+class ServedGeneration(ABC):
+    """Steps of a model whose generation loop runs elsewhere (a served model: NNDF/triton/backend.py): the shared
+    `generate` hands the whole generation to `generate`, with the same arguments and the same result."""
+
+    device: torch.device
+    use_cache: bool
+    name: str
+
+    @abstractmethod
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, config, observer=None,
+                 encoder: dict | None = None):
+        """NNDF.generation.generate's result (a GenerationOutput) for these inputs and settings."""
+
+    @abstractmethod
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only: bool = False):
+        """Served generations do not expose logits: refuse in one line (UsageError)."""
+
+    def new_cache(self, batch: int, max_length: int):
+        return None
+
+    def reorder_cache(self, cache, index):
+        return cache
+
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -192,7 +192,7 @@ def test_list_json(tmp_path):
     _ok(run_cli("list", "BLOOM", "--json", str(path)))
     data = json.loads(path.read_text())
     assert {r["variant"] for r in data["results"]} >= {"bloom-offline", "bigscience/bloomz-7b1"}
-    assert [b["backend"] for b in data["extra"]] == ["frameworks", "onnxrt", "trt"]
+    assert [b["backend"] for b in data["extra"]] == ["frameworks", "onnxrt", "trt", "triton"]
 
 
 def test_benchmark_plot(wd, tmp_path):

@@ -1,0 +1,151 @@
+"""The `triton` client backend of generative kinds: the same prompts and generation settings as an in-process run,
+answered by a model served by Triton (`deploy MODEL onnxrt`, `serve DIR`).
+
+`setup` checks that the server answers and the model (`--triton-model`, default: the name deploy gives) is
+ready, and returns `ServedGeneration` steps: the generation loop runs in the server, so `generate` replaces it
+(NNDF/actions/common.py `generate_prompt`). Each prompt row becomes one request, sent concurrently so Triton's
+dynamic batcher can batch them: the decoder prompt without its left padding (`input_ids`), the encoder inputs
+without their right padding (`encoder_<name>`), and every generation setting the run resolved (so the server,
+which resolves them under the same model generation config, decodes exactly as the in-process loop does).
+Refused, one line each: DRY (the served model takes no DRY settings), timed calls (benchmark / run / compare
+time the prefill and each token, which a served generation does not report: tools/triton_load.py measures
+served latency and throughput) and teacher forcing (accuracy, perplexity: the served model returns tokens).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from NNDF.backends.base import Backend
+from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig, GenerationOutput
+from NNDF.steps import ServedGeneration
+from NNDF.triton.options import TritonOptions
+
+OUTPUTS = ("text", "output_ids")
+TIMED = ("the triton backend answers chat: a served model returns whole generations, not the prefill and "
+         "per-token times benchmark, run and compare report; measure served latency and throughput with "
+         "tools/triton_load.py")
+
+
+def _early(value) -> str:
+    return value if isinstance(value, str) else ("true" if value else "false")
+
+
+def request_settings(config: GenerationConfig, prompt_columns: int, ignore_generation_config: bool) -> dict:
+    """The generation settings of a run as the served model's inputs ([1, 1] arrays)."""
+    s = config.sampling
+    values = {"max_new_tokens": (config.new_tokens(prompt_columns), np.int32),
+              "num_beams": (config.num_beams, np.int32), "do_sample": (s.do_sample, np.bool_),
+              "temperature": (s.temperature, np.float32), "top_k": (s.top_k, np.int32),
+              "top_p": (s.top_p, np.float32), "repetition_penalty": (s.repetition_penalty, np.float32),
+              "no_repeat_ngram_size": (config.no_repeat_ngram_size, np.int32),
+              "length_penalty": (config.length_penalty, np.float32), "seed": (config.seed, np.int64),
+              "ignore_generation_config": (ignore_generation_config, np.bool_)}
+    if config.min_new_tokens:
+        values["min_new_tokens"] = (config.min_new_tokens, np.int32)
+    arrays = {name: np.array([[value]], dtype=dtype) for name, (value, dtype) in values.items()}
+    arrays["early_stopping"] = np.array([[_early(config.early_stopping).encode()]], dtype=np.object_)
+    return arrays
+
+
+def request_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, encoder: dict | None) -> list[dict]:
+    """One request's tensors per prompt row: padding removed, batch axis 1."""
+    rows = []
+    enc_mask = (encoder or {}).get("attention_mask")
+    for r in range(input_ids.shape[0]):
+        keep = attention_mask[r].bool()
+        arrays = {"input_ids": input_ids[r][keep].cpu().numpy().astype(np.int64)[None]}
+        for name, tensor in (encoder or {}).items():
+            row = tensor[r]
+            if enc_mask is not None and row.shape[:1] == enc_mask.shape[1:]:
+                row = row[enc_mask[r].bool()]  # right padding off (ids and mask of a text encoder)
+            arrays[f"encoder_{name}"] = row.cpu().numpy()[None]
+        rows.append(arrays)
+    return rows
+
+
+class ServedSteps(ServedGeneration):
+    """Steps whose generation runs in a Triton server (one request per prompt row)."""
+
+    def __init__(self, url: str, model: str, timeout: float, ignore_generation_config: bool):
+        self.url, self.model, self.timeout = url, model, timeout
+        self.ignore_generation_config = ignore_generation_config
+        self.device, self.use_cache, self.name = torch.device("cpu"), True, "triton"
+
+    def _one(self, arrays: dict) -> dict:
+        from NNDF.triton.client import Client
+
+        with Client(self.url, self.timeout) as client:
+            return client.infer(self.model, arrays, OUTPUTS)
+
+    def generate(self, input_ids, attention_mask, config: GenerationConfig, observer=None,
+                 encoder: dict | None = None) -> GenerationOutput:
+        if observer is not None:
+            raise UsageError(TIMED)
+        if config.sampling.dry_multiplier > 0:
+            raise UsageError("the served model takes no DRY settings: drop --dry-multiplier for the triton backend")
+        settings = request_settings(config, input_ids.shape[1], self.ignore_generation_config)
+        rows = [{**row, **settings} for row in request_rows(input_ids, attention_mask, encoder)]
+        with ThreadPoolExecutor(max_workers=min(len(rows), 16)) as pool:
+            answers = list(pool.map(self._one, rows))
+        new = [answer["output_ids"].reshape(-1).tolist() for answer in answers]
+        width = max(len(ids) for ids in new)
+        tail = torch.full((len(new), width), config.pad_token_id, dtype=torch.long)
+        for r, ids in enumerate(new):
+            tail[r, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        sequences = torch.cat([input_ids.cpu().long(), tail], dim=1)
+        return GenerationOutput(sequences, input_ids.shape[1])
+
+    def forward(self, *args, **kwargs):
+        raise UsageError("the served model returns generated tokens, not logits: teacher forcing (accuracy, "
+                         "perplexity) runs on the in-process backends")
+
+    def close(self) -> None:
+        pass
+
+
+class TritonBackend(Backend):
+    """A generative model served by Triton (see the module docstring)."""
+
+    name = "triton"
+    devices = ("cpu", "cuda")  # the client's device: the prompts are built here, the model runs in the server
+
+    @classmethod
+    def availability(cls, options: dict | None = None) -> tuple[bool, str]:
+        try:
+            from NNDF.triton.client import Client
+        except ImportError:
+            return False, "tritonclient is not installed (pip install 'tritonclient[http,grpc]==2.73.0')"
+        opts = (options or {}).get(TritonOptions) or TritonOptions()
+        try:
+            with Client(opts.triton_url, timeout=3) as client:
+                ready = client.ready_models()
+        except Exception as exc:  # noqa: BLE001 - refused, unreachable, bad URL: not usable, and why
+            return False, (f"no Triton server answers at {opts.triton_url} ({str(exc).splitlines()[0][:120]}): "
+                           "start one with `python run.py serve DIR`, or give --triton-url")
+        return True, f"Triton server at {opts.triton_url}, ready models: {', '.join(ready) or 'none'}"
+
+    @classmethod
+    def serves(cls, task) -> bool:
+        from NNDF.tasks import GenerativeTask
+
+        return isinstance(task, GenerativeTask) or "triton" in task.backends
+
+    def model_name(self, run) -> str:
+        from NNDF.triton.repository import check_model_name, default_model_name
+
+        opts = run.options_of(TritonOptions)
+        return check_model_name(opts.triton_model or default_model_name(run.family.name, run.source.variant,
+                                                                        "onnxrt"))
+
+    def setup(self, run) -> ServedSteps:
+        from NNDF.triton.client import Client
+
+        opts = run.options_of(TritonOptions)
+        name = self.model_name(run)
+        with Client(opts.triton_url, timeout=opts.triton_timeout) as client:
+            client.require_ready(name)
+        return ServedSteps(opts.triton_url, name, opts.triton_timeout, run.options.ignore_generation_config)
