@@ -181,6 +181,9 @@ or any Triton client (tritonclient.http / tritonclient.grpc, perf_analyzer) with
 
 def write_readme(repository: Path) -> None:
     rows = "\n".join(_describe(repository, name) for name in models(repository))
+    notes = [name for name in models(repository) if (repository / name / README).is_file()]
+    if notes:  # a deployment's own notes (an encoder's: its five models, NVIDIA's container, queries)
+        rows += "\n\nMore in " + ", ".join(f"`{name}/{README}`" for name in notes) + "."
     text = README_TEXT.format(root=ROOT, repository=repository.resolve(), rows=rows, variable=PATH_VARIABLE)
     tmp = repository / f".{README}.tmp"
     tmp.write_text(text)
