@@ -214,25 +214,24 @@ def _write(run, repository: Path, names: Names, batching: Batching, backend: str
             tc.read_config(written)  # Triton's schema, strictly
             if file_signature is not None:
                 check_config_file(written, path, file_signature)
-            if name == names.model and backend == "trt":
-                _write_plan_readme(run, names, stage, engine)
+            _write_readmes(run, names, name, stage, backend, batching, repository, engine)
             files = sum(1 for p in stage.rglob("*") if p.is_file())
             runs_on = config.platform or config.backend
             report.results.append(DeployedEncoder(name, runs_on, ", ".join(i.name for i in config.input),
                                                   ", ".join(o.name for o in config.output), files))
 
 
-def _write_plan_readme(run, names: Names, stage: Path, engine: Engine) -> None:
-    from NNDF.artifacts import file_mode
+def _write_readmes(run, names: Names, name: str, stage: Path, backend: str, batching: Batching,
+                   repository: Path, engine: Engine | None) -> None:
+    """The deployment's README in the ensemble's folder; TensorRT's engine README in N_model's."""
+    from Encoder.triton.readme import deployment_readme, plan_readme, write_text
 
-    have = (f"`1/model.plan` is the engine ({engine.why})." if engine.path is not None else
-            f"`1/model.plan` is not here: no TensorRT engine could be had where this was written ({engine.why}).")
-    text = (f"# {names.model}: TensorRT engine served by Triton's TensorRT backend\n\n{have}\n\nAn engine runs only "
-            "with the TensorRT version that built it, on the GPU it was built for: build it inside the serving "
-            "container, from the repository folder, with\n\n    " + trtexec_command(run, names) + "\n")
-    path = stage / "README.md"
-    path.write_text(text)
-    path.chmod(file_mode())
+    if name == names.ensemble:
+        write_text(stage / "README.md", deployment_readme(run, names, backend, batching, repository))
+    elif name == names.model and engine is not None:
+        have = (f"`1/model.plan` is the engine ({engine.why})." if engine.path is not None else
+                f"`1/model.plan` is not here: no TensorRT engine could be had where this was written ({engine.why}).")
+        write_text(stage / "README.md", plan_readme(names.model, have, trtexec_command(run, names)))
 
 
 def _notes(report: Report, run, repository: Path, names: Names, backend: str, engine: Engine | None) -> None:
