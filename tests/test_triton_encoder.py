@@ -27,35 +27,6 @@ TEXTS = ["The weather is lovely today.", "It's so sunny outside!", "He drove to 
 ATOL = 1e-5
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def triton_server(workdir, tmp_path_factory):  # TEMPORARY until the session fixture exists
-    from types import SimpleNamespace
-
-    from Encoder.actions.deploy import deploy
-    from NNDF.options import ModelOptions
-    from NNDF.triton.options import DeployOptions
-    from NNDF.triton.server import Ports, TritonServer
-
-    repository = tmp_path_factory.mktemp("triton") / "repo"
-    bases = {}
-    for variant in (MINILM, CLASSIFIER):
-        deploy("BERT", ("onnxrt",), ModelOptions(variant=variant, working_dir=str(workdir)),
-               DeployOptions(repository=str(repository), preferred_batch_size=(4, 8)))
-        bases[variant] = f"bert-{variant.lower()}-onnxrt"
-    ports = Ports(_free_port(), _free_port(), _free_port())
-    with TritonServer(repository, ports) as server:
-        yield SimpleNamespace(repository=repository, urls=ports.urls(), served=server.served,
-                              skipped=server.skipped, encoders=bases)
-
-
 @pytest.fixture(scope="module")
 def served(triton_server):
     """(server, {variant: deployment base name}) of the session's server."""
