@@ -168,7 +168,7 @@ def _configs(run, names: Names, batching: Batching, backend: str, signature) -> 
     return {names.tokenize: tokenize_config(names, signature, batching, task.max_length(run)),
             names.model: model_config(names, signature, batching, backend),
             names.model_python: model_python_config(names, signature, batching, 0 if pad is None else pad,
-                                                    run.source.dims.vocab),
+                                                    run.source.dims.vocab, run.options.threads),
             names.ensemble: ensemble_config(names.ensemble, names.tokenize, names.model, signature, batching),
             names.ensemble_python: ensemble_config(names.ensemble_python, names.tokenize, names.model_python,
                                                    signature, batching)}

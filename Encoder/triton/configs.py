@@ -110,8 +110,10 @@ def model_config(names: Names, signature, batching: Batching, backend: str):
     return config
 
 
-def model_python_config(names: Names, signature, batching: Batching, pad_token_id: int, vocab: int):
-    params = {"onnx_file": PYTHON_ONNX, "pad_token_id": pad_token_id, "vocab_size": vocab}
+def model_python_config(names: Names, signature, batching: Batching, pad_token_id: int, vocab: int,
+                        threads: int = 0):
+    """N_model_python; `threads`: ONNX Runtime's intra-op threads per instance (--threads; 0: its default)."""
+    params = {"onnx_file": PYTHON_ONNX, "pad_token_id": pad_token_id, "vocab_size": vocab, "threads": threads}
     return tc.model_config(names.model_python, backend="python", max_batch_size=batching.max_batch_size,
                            inputs=_specs(signature.inputs, ragged=True),
                            outputs=_specs(signature.outputs, output=True), instances=batching.instances,

@@ -170,7 +170,7 @@ class OnnxEncoderModel:
         path = Path(args["model_repository"]) / args["model_version"] / params["onnx_file"]
         self.output = config["output"][0]["name"]
         self.runner = EncoderRunner(path, self.output, int(params["pad_token_id"]), int(params["vocab_size"]),
-                                    device, int(params.get("threads", "0")))
+                                    device, int(params["threads"]))
 
     def execute(self, requests: list) -> list:
         import triton_python_backend_utils as pb_utils
