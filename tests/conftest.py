@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
+from tests.triton_fixtures import triton_server  # noqa: E402,F401 - the session's one Triton server
+
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:

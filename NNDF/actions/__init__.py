@@ -67,8 +67,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            runs_models=False),
     Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
            "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),
-           ignores=frozenset({"batch_size", "num_beams", "image", "use_cuda_graph", "torch_compile", "compile_mode",
-                              "cleanup"})),
+           ignores=frozenset({"batch_size", "use_mask", "num_beams", "image", "use_cuda_graph", "torch_compile",
+                              "compile_mode", "cleanup"})),  # served: masks always on, beams per request
     Action("serve", "serve a Triton model repository on 127.0.0.1 until Ctrl-C", "NNDF.actions.serve:serve",
            (ServeOptions,), runs_models=False, operand=("DIR", "the Triton model repository (run.py deploy writes one)")),
 )}

@@ -190,9 +190,9 @@ class GenerativeModel:
         if ids is not None:
             return self.id_prompt(request, ids)
         line = _scalar(text, "text")
-        if not isinstance(line, str) or not line.strip():
-            raise RequestError("text is empty: give a prompt")
         image = self.array(request, "image") if self.record["images"] else None
+        if not isinstance(line, str) or (not line.strip() and image is None):  # an image alone may be captioned
+            raise RequestError("text is empty: give a prompt")
         with tempfile.TemporaryDirectory(dir=self.working_dir) as folder:
             images = ()
             if image is not None:

@@ -158,11 +158,13 @@ def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions)
     from NNDF.actions.common import open_run
     from NNDF.artifacts import write_json_atomic
     from NNDF.results import Report, environment
-    from NNDF.triton.repository import VERSION, check_model_name, default_model_name, staged_model, write_stub
+    from NNDF.triton.repository import (VERSION, check_model_name, check_target, default_model_name, staged_model,
+                                       write_stub)
 
     repository = Path(deploy.required_repository())
     run = open_run(family, options, ("onnxrt",))
     name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, "onnxrt"))
+    check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
     graphs = _graphs(run)
     encoder = graph_inputs(graphs["encoder"]) if "encoder" in graphs else []
     images = reads_images(run.family.task, options)

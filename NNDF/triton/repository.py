@@ -68,17 +68,22 @@ def repository_problem(repository: Path) -> str | None:
     return None
 
 
+def check_target(repository: Path, name: str, force: bool) -> None:
+    """UsageError when `repository` cannot take model `name` (not a repository; the model exists, no --force)."""
+    problem = repository_problem(repository)
+    if problem:
+        raise UsageError(f"--repository {repository}: {problem}")
+    if (repository / name).exists() and not force:
+        raise UsageError(f"--repository {repository} already has a model {name!r}: add --force to replace it, or "
+                         "give another --model-name")
+
+
 @contextmanager
 def staged_model(repository: Path, name: str, force: bool) -> Iterator[Path]:
     """Yield a temporary model folder; on success it becomes `<repository>/<name>` (replacing it with `force`),
     and the repository README is rewritten. On failure nothing in the repository changes."""
-    problem = repository_problem(repository)
-    if problem:
-        raise UsageError(f"--repository {repository}: {problem}")
+    check_target(repository, name, force)
     target = repository / name
-    if target.exists() and not force:
-        raise UsageError(f"--repository {repository} already has a model {name!r}: add --force to replace it, or "
-                         "give another --model-name")
     repository.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".staging", dir=repository.parent))
     try:

@@ -120,6 +120,18 @@ def port_problem(port: int) -> str | None:
     return None
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now (the OS picks them; tests and tools use them)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def check_ports(ports: Ports) -> None:
     named = {"--http-port": ports.http, "--grpc-port": ports.grpc, "--metrics-port": ports.metrics}
     if len(set(named.values())) < len(named):

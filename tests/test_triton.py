@@ -1,0 +1,273 @@
+"""Generative models on Triton: `deploy MODEL onnxrt` writes a python-backend model whose config parses with
+Triton's own schema and matches its files; the session's real tritonserver (tests/triton_fixtures.py) serves
+GPT2, T5 and BLIP, and the served tokens equal the in-process onnxrt tokens over HTTP and gRPC (through the
+`triton` client backend, which sends token ids, and through text requests the server tokenizes), with greedy,
+beam and sampled decoding; malformed requests get errors and the model keeps serving; a bounded load of
+concurrent clients gets every answer right with and without dynamic batching; `serve` starts, says its
+endpoints and stops on Ctrl-C, and refuses a busy port in one line; deploy's refusals leave nothing behind."""
+from __future__ import annotations
+
+import ast
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+pytest.importorskip("tritonclient")
+
+IMAGES = ("BLIP/offline/images/red-square.png", "BLIP/offline/images/blue-circle.jpg")
+PROMPTS = {"GPT2": ("Hello, my dog is", "The capital of France is a city that"),
+           "T5": ("translate English to German: The house is wonderful.", "summarize: a short text")}
+
+
+def _chat(family: str, backends: tuple[str, ...], url: str, workdir, tmp_path, *flags: str) -> list[dict]:
+    from NNDF import cli
+
+    out = tmp_path / f"chat-{family}-{len(list(tmp_path.iterdir()))}.json"
+    items = [a for i in IMAGES for a in ("--image", str(ROOT / i))] if family == "BLIP" else \
+        [a for p in PROMPTS[family] for a in ("--prompt", p)]
+    assert cli.main(["chat", family, *backends, *items, "--use-cache", "--max-new-tokens", "6", "-wd", str(workdir),
+                     "--triton-url", url, "--json", str(out), *flags]) == 0
+    return json.loads(out.read_text())["results"]
+
+
+def _by_backend(results: list[dict]) -> dict[str, list[list[int]]]:
+    table: dict[str, list] = {}
+    for r in results:
+        table.setdefault(r["backend"], []).append(r["output_ids"])
+    return table
+
+
+def _client(server, protocol: str = "http"):
+    from NNDF.triton.client import Client
+
+    return Client(server.urls[protocol], timeout=120)
+
+
+# --- the repository ------------------------------------------------------------------------------------------
+
+def test_every_config_parses_and_every_file_matches_it(triton_server):
+    """Every config.pbtxt parses strictly with Triton's schema; a generative model's encoder inputs match its
+    encoder graph (names, types, dims read with onnx), its files are where serving.json says, its stub imports
+    the project's class."""
+    import onnx
+
+    from NNDF.triton.config import data_type_name, read_config
+
+    onnx_types = {onnx.TensorProto.INT64: "TYPE_INT64", onnx.TensorProto.FLOAT: "TYPE_FP32"}
+    names = sorted(p.name for p in triton_server.repository.iterdir() if (p / "config.pbtxt").is_file())
+    assert set(triton_server.generative.values()) | {triton_server.single} <= set(names)
+    for name in names:
+        config = read_config(triton_server.repository / name / "config.pbtxt")
+        assert config.name == name
+    for name in (*triton_server.generative.values(), triton_server.single):
+        version = triton_server.repository / name / "1"
+        config = read_config(triton_server.repository / name / "config.pbtxt")
+        record = json.loads((version / "serving.json").read_text())
+        assert config.backend == "python" and [o.name for o in config.output] == ["text", "output_ids"]
+        assert all(i.optional for i in config.input)
+        for part, rel in record["parts"].items():
+            graph = onnx.load(str(version / rel), load_external_data=False).graph  # loads: a whole graph
+            if part != "encoder":
+                continue
+            inputs = {i.name: i for i in config.input}
+            for value in graph.input:
+                configured = inputs[f"encoder_{value.name}"]
+                dims = [d.dim_value or -1 for d in value.type.tensor_type.shape.dim][1:]
+                assert (data_type_name(configured), list(configured.dims)) == \
+                    (onnx_types[value.type.tensor_type.elem_type], dims), (name, value.name)
+        stub = (version / "model.py").read_text()
+        ast.parse(stub)
+        assert "NNDF.triton.generative:GenerativeModel" in stub
+        assert not list(version.glob("hf/*.safetensors"))  # the graphs carry the weights
+    assert triton_server.skipped.keys() <= {n for n in names if n not in triton_server.generative.values()}
+
+
+def test_read_config_is_strict_and_names_the_file(tmp_path):
+    from NNDF.errors import ArtifactError
+    from NNDF.triton.config import read_config
+
+    for text in ('name: "m"\nbogus_field: 1\n', 'name: "m"\ninput { data_type: TYPE_NOPE }\n'):
+        path = tmp_path / "config.pbtxt"
+        path.write_text(text)
+        with pytest.raises(ArtifactError, match=str(path)):
+            read_config(path)
+
+
+# --- served tokens equal in-process tokens ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", ["GPT2", "T5", "BLIP"])
+def test_served_tokens_equal_in_process_over_http_and_grpc(family, triton_server, workdir, tmp_path):
+    """chat with onnxrt and triton side by side (two prompts: two concurrent requests, batched by the server),
+    over HTTP, then triton alone over gRPC; then text requests the server tokenizes itself."""
+    http = _by_backend(_chat(family, ("onnxrt", "triton"), triton_server.urls["http"], workdir, tmp_path))
+    assert http["triton"] == http["onnxrt"] and len(http["onnxrt"]) == 2
+    grpc = _by_backend(_chat(family, ("triton",), triton_server.urls["grpc"], workdir, tmp_path))
+    assert grpc["triton"] == http["onnxrt"]
+    model = triton_server.generative[family]
+    for protocol in ("http", "grpc"):
+        with _client(triton_server, protocol) as client:
+            for n, expected in enumerate(http["onnxrt"]):
+                arrays = {"max_new_tokens": np.array([[6]], dtype=np.int32)}
+                if family == "BLIP":  # chat's caption: the image alone (an empty text prompt)
+                    arrays["text"] = np.array([[b""]], dtype=np.object_)
+                    arrays["image"] = np.array([[(ROOT / IMAGES[n]).read_bytes()]], dtype=np.object_)
+                else:
+                    arrays["text"] = np.array([[PROMPTS[family][n].encode()]], dtype=np.object_)
+                out = client.infer(model, arrays, ("output_ids", "text"))
+                assert out["output_ids"].reshape(-1).tolist() == expected, (protocol, n)
+                assert out["text"].shape == (1, 1)
+
+
+def test_beam_search_and_sampling_served_equal_in_process(triton_server, workdir, tmp_path):
+    for flags in (("--num-beams", "3"), ("--do-sample", "--seed", "7", "--top-k", "20", "--temperature", "0.8")):
+        got = _by_backend(_chat("GPT2", ("onnxrt", "triton"), triton_server.urls["http"], workdir, tmp_path, *flags))
+        assert got["triton"] == got["onnxrt"], flags
+
+
+def test_the_client_backend_says_when_no_server_answers(workdir, capsys):
+    from NNDF import cli
+    from NNDF.triton.server import free_ports
+
+    url = f"http://127.0.0.1:{free_ports(1)[0]}"
+    assert cli.main(["chat", "GPT2", "triton", "--prompt", "Hi", "--triton-url", url, "-wd", str(workdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no Triton server answers" in err[0] and url.split("//")[1] in err[0]
+
+
+def test_the_client_backend_refuses_timed_actions_in_one_line(triton_server, workdir, capsys):
+    from NNDF import cli
+
+    assert cli.main(["benchmark", "GPT2", "triton", "--use-cache", "--input-seq-len", "4", "--output-seq-len", "4",
+                     "--iterations", "1", "--warmup", "0", "-wd", str(workdir),
+                     "--triton-url", triton_server.urls["http"]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tools/triton_load.py" in err[0]
+
+
+# --- faults ----------------------------------------------------------------------------------------------------
+
+BAD = [  # (what, inputs, part of the error)
+    ("no prompt", {"max_new_tokens": np.array([[4]], np.int32)}, "give exactly one of the inputs text"),
+    ("wrong type", {"text": np.array([[1]], np.int64)}, "expects 'BYTES'"),
+    ("empty text", {"text": np.array([[b"   "]], np.object_)}, "text is empty"),
+    ("zero tokens", {"text": np.array([[b"Hi"]], np.object_), "max_new_tokens": np.array([[0]], np.int32)},
+     "max_new_tokens must be >= 1"),
+    ("huge", {"text": np.array([[b"Hi"]], np.object_), "max_new_tokens": np.array([[10 ** 9]], np.int32)},
+     "over this model's limit"),
+    ("ids out of range", {"input_ids": np.array([[10 ** 7]], np.int64)}, "input_ids"),
+    ("bad early stopping", {"text": np.array([[b"Hi"]], np.object_), "early_stopping": np.array([[b"maybe"]],
+                                                                                                np.object_)},
+     "early_stopping"),
+    ("two prompts in one request", {"text": np.array([[b"Hi"], [b"Ho"]], np.object_)}, "one prompt per request"),
+]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_malformed_requests_get_errors_and_the_model_keeps_serving(triton_server, protocol):
+    from NNDF.errors import InferenceError
+
+    model = triton_server.generative["GPT2"]
+    good = {"text": np.array([[PROMPTS["GPT2"][0].encode()]], np.object_), "max_new_tokens": np.array([[6]], np.int32)}
+    with _client(triton_server, protocol) as client:
+        expected = client.infer(model, good, ("output_ids",))["output_ids"].tolist()
+        for what, arrays, message in BAD:
+            with pytest.raises(InferenceError) as caught:
+                client.infer(model, arrays, ("output_ids",))
+            assert message in str(caught.value) and "\n" not in str(caught.value), what
+            assert client.infer(model, good, ("output_ids",))["output_ids"].tolist() == expected, what
+        assert client.model_ready(model)
+
+
+# --- load ------------------------------------------------------------------------------------------------------
+
+def test_concurrent_load_answers_equal_in_process_with_and_without_batching(triton_server, workdir):
+    """A bounded tools/triton_load.py: 4 clients x 3 requests of different lengths, no timing asserted."""
+    from NNDF.options import ModelOptions
+    from NNDF.triton.load import load, prompts_from, reference
+
+    prompts = prompts_from(ROOT / "data" / "lambada_offline.jsonl", 12)
+    expected, in_process = reference("GPT2", ModelOptions(use_cache=True, working_dir=str(workdir)), prompts, 6)
+    assert in_process.requests == 12
+    for model in (triton_server.generative["GPT2"], triton_server.single):
+        result = load(triton_server.urls["http"], model, prompts, expected, clients=4, max_new_tokens=6)
+        assert (result.requests, result.errors, result.mismatches) == (12, 0, 0), model
+
+
+# --- serve and deploy ------------------------------------------------------------------------------------------
+
+def test_serve_on_a_busy_port_fails_in_one_line(triton_server):
+    busy = triton_server.ports.http  # the session's server holds it
+    result = run_cli("serve", str(triton_server.repository), "--http-port", str(busy), timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and f"--http-port {busy}" in lines[0] and "busy" in lines[0]
+
+
+def test_serve_refuses_a_folder_that_is_not_a_repository(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    result = run_cli("serve", str(tmp_path), timeout=120)
+    assert result.returncode == 2 and "not a Triton model repository" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tmp_path):
+    import os
+    import shutil
+
+    from NNDF.triton.server import free_ports
+
+    repository = tmp_path / "repository"
+    shutil.copytree(triton_server.repository / triton_server.single, repository / triton_server.single)
+    http, grpc, metrics = free_ports(3)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(repository), "--http-port",
+                                str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()  # the first line says it serves (after every model is ready)
+        assert f"HTTP http://127.0.0.1:{http}" in line and f"gRPC grpc://127.0.0.1:{grpc}" in line, line
+        from NNDF.triton.client import Client
+
+        with Client(f"http://127.0.0.1:{http}", timeout=60) as client:
+            assert client.model_ready(triton_server.single)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, err
+    assert "stopped on Ctrl-C" in out and triton_server.single in out
+    with socket.socket() as sock:  # the port is free again: the server is gone
+        sock.bind(("127.0.0.1", http))
+
+
+def test_deploy_refusals_leave_nothing_behind(triton_server, workdir, tmp_path, capsys):
+    from NNDF import cli
+
+    def refused(*args: str) -> str:
+        assert cli.main(["deploy", "GPT2", *args, "-wd", str(workdir)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, err
+        return err[0]
+
+    assert "TensorRT" in refused("trt", "--repository", str(tmp_path / "r"))
+    assert "--repository DIR" in refused("onnxrt")
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "keep.txt").write_text("mine")
+    assert "not a Triton model repository" in refused("onnxrt", "--use-cache", "--repository", str(stranger))
+    assert sorted(p.name for p in stranger.iterdir()) == ["keep.txt"]
+    before = sorted(p.name for p in triton_server.repository.iterdir())
+    assert "--force" in refused("onnxrt", "--use-cache", "--repository", str(triton_server.repository))
+    assert sorted(p.name for p in triton_server.repository.iterdir()) == before
+    assert not list(triton_server.repository.parent.glob(".*staging"))
+    assert "--max-batch-size" in refused("onnxrt", "--repository", str(tmp_path / "r"), "--max-batch-size", "0")
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,66 @@
+"""The test session's one Triton server (starting one is slow): a session fixture that deploys the offline
+defaults the Triton tests need into ONE temporary repository and serves it on free loopback ports.
+
+Generative (tests/test_triton.py): GPT2 (dynamic batching, and a one-request-at-a-time copy for the load
+test), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
+(tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/actions/deploy.py writes them.
+The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "T5": "t5-offline-onnxrt", "BLIP": "blip-offline-onnxrt"}
+SINGLE = "gpt2-offline-onnxrt-single"  # GPT2 with --max-batch-size 1 (no dynamic batching)
+ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
+
+
+def _deploy_generative(repository, workdir) -> dict[str, str]:
+    from NNDF.options import ModelOptions
+    from NNDF.triton.generative_deploy import deploy_generative
+    from NNDF.triton.options import DeployOptions
+
+    options = ModelOptions(use_cache=True, working_dir=str(workdir), device="cpu")
+    for family in GENERATIVE:
+        deploy_generative(family, options, DeployOptions(repository=str(repository), max_batch_size=8))
+    deploy_generative("GPT2", options, DeployOptions(repository=str(repository), model_name=SINGLE,
+                                                     max_batch_size=1, max_new_tokens_limit=64))
+    return dict(GENERATIVE)
+
+
+def _deploy_encoders(repository, workdir) -> dict[str, str]:
+    from Encoder.actions.deploy import deploy
+    from NNDF.options import ModelOptions
+    from NNDF.triton.options import DeployOptions
+
+    bases = {}
+    for variant in ENCODERS:
+        deploy("BERT", ("onnxrt",), ModelOptions(variant=variant, working_dir=str(workdir)),
+               DeployOptions(repository=str(repository), preferred_batch_size=(4, 8)))
+        bases[variant] = f"bert-{variant.lower()}-onnxrt"
+    return bases
+
+
+@pytest.fixture(scope="session")
+def triton_server(workdir, tmp_path_factory):
+    """SimpleNamespace(repository, urls {http, grpc, metrics}, ports, served, skipped, generative {family: model},
+    single, encoders {variant: base name})."""
+    pytest.importorskip("tritonclient")
+    from NNDF.errors import BackendUnavailable
+    from NNDF.triton.server import Ports, TritonServer, find_server, free_ports, stub_numpy_problem
+
+    try:
+        find_server()
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    if stub_numpy_problem():
+        pytest.skip(stub_numpy_problem())
+    repository = tmp_path_factory.mktemp("triton") / "repository"
+    generative = _deploy_generative(repository, workdir)
+    encoders = _deploy_encoders(repository, workdir)
+    ports = Ports(*free_ports(3))
+    with TritonServer(repository, ports) as server:
+        yield SimpleNamespace(repository=repository, urls=ports.urls(), ports=ports, served=server.served,
+                              skipped=server.skipped, generative=generative, single=SINGLE, encoders=encoders)
