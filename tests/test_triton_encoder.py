@@ -141,14 +141,15 @@ def test_the_wheels_server_leaves_out_what_it_cannot_load(served):
 def test_minilm_served_equals_in_process_and_sentence_transformers(served, in_process, protocol):
     server, bases = served
     base = bases[MINILM]
-    reference = _reference(in_process, MINILM, TEXTS)  # [4, 384]
+    texts = [*TEXTS, "words " * 400]  # the last is truncated to the model's 256 tokens, served as in process
+    reference = _reference(in_process, MINILM, texts)  # [5, 384]
     run, _ = in_process(MINILM)
     with _client(server, protocol) as client:
-        by_text = client.infer(f"{base}_python", _texts(TEXTS), ("embeddings",))["embeddings"]
-        ids = {k: v.numpy() for k, v in run.family.task.encode(run, TEXTS).inputs.items()}  # one padded batch
+        by_text = client.infer(f"{base}_python", _texts(texts), ("embeddings",))["embeddings"]
+        ids = {k: v.numpy() for k, v in run.family.task.encode(run, texts).inputs.items()}  # one padded batch
         by_ids = client.infer(f"{base}_model_python", ids, ("embeddings",))["embeddings"]
     for got in (by_text, by_ids):
-        assert got.shape == (4, 384) and got.dtype == np.float32
+        assert got.shape == (5, 384) and got.dtype == np.float32
         assert np.abs(got - reference).max() <= ATOL
     sims = by_text @ by_text.T  # the model card's numbers: paraphrases 0.666, unrelated 0.105
     assert abs(sims[0, 1] - 0.666) < 0.01 and abs(sims[0, 2] - 0.105) < 0.01
