@@ -88,7 +88,7 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
            *backend_options: OptionGroup) -> Report:
     from NNDF.actions.common import open_run
     from NNDF.integrity import onnx_signature
-    from NNDF.triton.repository import check_model_name, default_model_name
+    from NNDF.triton.repository import check_model_name, check_target, default_model_name
 
     repository = Path(deploy_options.required_repository())
     backend = _backend(backends)
@@ -100,6 +100,8 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
                    (backend,) if backend == "onnxrt" else (), *backend_options)
     names = Names(check_model_name(deploy_options.model_name
                                    or default_model_name(run.family.name, run.source.variant, backend)))
+    for name in names.all:  # refused before anything is exported
+        check_target(repository, name, deploy_options.force)
     graph = _graph(run, backend)
     signature = onnx_signature(graph)
     engine = _engine(run) if backend == "trt" else None

@@ -59,6 +59,10 @@ class Names:
     def ensemble_python(self) -> str:
         return f"{self.base}_python"
 
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.tokenize, self.model, self.model_python, self.ensemble, self.ensemble_python
+
 
 @dataclass(frozen=True)
 class Batching:
