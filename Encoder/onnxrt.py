@@ -67,6 +67,12 @@ class EncoderOnnx(OnnxArtifact):
         return validate_encoder(model, self.steps(run, paths, cuda_graph=False), batch, alone, self.spec,
                                 run.options.fp16)
 
+    def validation_outputs(self, run: RunContext, steps):
+        """[N, C] rows two graphs are compared on (`--quantize`): the output for `VALIDATION_TEXTS`, one row per
+        text (per token for token classification)."""
+        out = steps.forward(self.task.encode(run, list(VALIDATION_TEXTS)).inputs)
+        return out.reshape(-1, out.shape[-1]).float().cpu()
+
     def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
         sig = onnx_signature(path)
         problem = encoder_mismatch(sig, run) if sig is not None else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from Encoder.actions.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import DatasetError
 from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
@@ -132,8 +132,8 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
         "precision": options.precision}, environment=environment(run.device))
     report.notes += [note] if note else []
     outputs = {}
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             outputs[name] = forward_texts(run, steps, texts, options.batch_size)
             note_export_check(report, name, backend)
     ref = _reference(family, run, texts, backends, report) or outputs[REFERENCE]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from Encoder.actions.common import timed_forward
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, OptionGroup, SamplingOptions, TimingOptions
 from NNDF.results import Report, environment
@@ -98,8 +98,8 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
     if bench.hf_baseline:  # first: an ONNX-based backend releases the PyTorch weights
         report.results.append(_hf_eager(run, timing, length, sampling.seed))
         report.notes.append("hf-eager: the HF model's own forward (eager PyTorch, no pooling), same inputs")
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             report.results.append(_measure(run, name, steps.forward, timing, length, sampling.seed))
             note_export_check(report, name, backend)
     report.notes.append(f"latency in ms per forward of {options.batch_size} x {length} random tokens; "

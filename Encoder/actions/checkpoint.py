@@ -22,7 +22,7 @@ import torch
 
 from Encoder.actions.common import (cosine, forward_texts, label_names, short, timed_forward, token_labels,
                                     top_label)
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions, OptionGroup, SamplingOptions, TimingOptions
 from NNDF.results import Report, environment
@@ -172,8 +172,8 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
     report = Report("compare" if side_by_side else "run", run.family.name, run.source.variant, {
         "task": head.name, "device": run.device.type, "precision": options.precision,
         "batch_size": options.batch_size, "iterations": timing.iterations}, environment=environment(run.device))
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             results = [check_sample(run, name, steps, s, timing) for s in samples]
             note_export_check(report, name, backend)
         report.results.extend([_summary(name, results)] if side_by_side else results)

@@ -18,7 +18,7 @@ import torch
 
 from Encoder.actions.common import (Forwarded, check_prompts, cosine, forward_texts, label_names, short,
                                     token_labels, top_label)
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
 from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import ModelOptions, OptionGroup, PredictOptions
@@ -155,8 +155,8 @@ def predict(family: str, backends: tuple[str, ...], options: ModelOptions, predi
         "task": head.name, "device": run.device.type, "precision": options.precision,
         "batch_size": options.batch_size, "texts": len(texts)}, environment=environment(run.device))
     per_backend, truncated = [], 0
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             out = forward_texts(run, steps, texts, options.batch_size)
             note_export_check(report, name, backend)
         per_backend.append(_results(run, name, texts, out))

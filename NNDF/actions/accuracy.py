@@ -16,6 +16,7 @@ teacher forcing are the family task's (`split_passage`, `teacher_force`); the me
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, finish, note_export_check, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
 from NNDF.jsonl import read_jsonl, text_of
@@ -40,6 +41,7 @@ class PassageScore:
     seq_nll: float  # mean cross-entropy of tokens 1..L-1
     last_word_logprob: float
     last_word_greedy: bool
+    greedy: tuple[int, ...] = ()  # the argmax token of every scored row (tokens 1..L-1): agreement between rows
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class AccuracyResult:
     lm_eval_perplexity: float
     num_samples: int
     samples: tuple[PassageScore, ...]
+    greedy_agreement: float | None = None  # share of positions whose argmax equals the first row's (None: first)
 
     def row(self) -> dict:
         row = {"backend": self.backend}
@@ -59,12 +62,15 @@ class AccuracyResult:
         row.update({"token ppl": self.token_perplexity, "seq ppl": self.seq_perplexity,
                     "lm-eval acc": self.lm_eval_acc, "lm-eval ppl": self.lm_eval_perplexity,
                     "samples": self.num_samples})
+        if self.greedy_agreement is not None:
+            row["greedy = row 1"] = self.greedy_agreement
         return row
 
     def to_json(self) -> dict:
         d = {"backend": self.backend, "token_perplexity": self.token_perplexity,
              "seq_perplexity": self.seq_perplexity, "lm_eval_acc": self.lm_eval_acc,
              "lm_eval_perplexity": self.lm_eval_perplexity, "num_samples": self.num_samples,
+             "greedy_agreement_with_first": self.greedy_agreement,
              "topN": {str(n): a for n, a in sorted(self.topN.items())}}
         d.update({f"top{n}": a for n, a in self.topN.items()})
         d["samples"] = [s.__dict__ | {"topn_hits": {str(k): v for k, v in s.topn_hits.items()}} for s in self.samples]
@@ -125,7 +131,8 @@ def score_passage(run: RunContext, steps, text: str, k: int, tops: list[int]) ->
     last, truth_k = logp[last_k], truth[last_k]  # the rows predicting the last k tokens
     hits = {n: int((torch.topk(last, n, dim=-1).indices == truth_k[:, None]).any(dim=-1).sum()) for n in tops}
     word_lp, greedy = _last_word(run, steps, text, (context, target, logp))
-    return PassageScore(hits, k, float(nll[last_k].mean()), float(nll.mean()), word_lp, greedy)
+    return PassageScore(hits, k, float(nll[last_k].mean()), float(nll.mean()), word_lp, greedy,
+                        tuple(logp.argmax(-1).tolist()))
 
 
 def _last_word(run: RunContext, steps, text: str, passage) -> tuple[float, bool]:
@@ -173,11 +180,30 @@ def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc:
     report = Report("accuracy", run.family.name, run.source.variant, {
         "dataset": acc.dataset, "num_samples": len(passages), "tokens_to_generate": acc.tokens_to_generate,
         "device": run.device.type, "precision": options.precision}, environment=environment(run.device))
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             scores = [score_passage(run, steps, text, acc.tokens_to_generate, tops)
                       for text in bar(passages, desc=f"{name} accuracy", unit="passage")]
             note_export_check(report, name, backend)
         report.results.append(_aggregate(name, scores, tops))
+    _agreement(report)
     finish(run)
     return report
+
+
+def _agreement(report: Report) -> None:
+    """With several rows (e.g. --quantize none int8 int4): how often each row's greedy (argmax) token under teacher
+    forcing equals the first row's, and where they first differ."""
+    first, rows = report.results[0], report.results[1:]
+    for index, result in enumerate(rows, 1):
+        pairs = [(a, b) for p, q in zip(first.samples, result.samples) for a, b in zip(p.greedy, q.greedy)]
+        agreement = sum(a == b for a, b in pairs) / len(pairs)
+        report.results[index] = dataclasses.replace(result, greedy_agreement=agreement)
+        differ = [next((i for i, (a, b) in enumerate(zip(p.greedy, q.greedy)) if a != b), None)
+                  for p, q in zip(first.samples, result.samples)]
+        firsts = [i + 1 for i in differ if i is not None]
+        report.notes.append(
+            f"{result.backend}: greedy token equals {first.backend}'s at {100 * agreement:.1f}% of "
+            f"{len(pairs)} positions; {len(differ) - len(firsts)} of {len(differ)} passages agree everywhere"
+            + (f", the others first differ at token {min(firsts)}-{max(firsts)} (median "
+               f"{sorted(firsts)[len(firsts) // 2]})" if firsts else ""))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.actions.common import backend_steps, finish, generate_prompt, generation_config, open_run
+from NNDF.actions.common import backend_rows, backend_steps, finish, generate_prompt, generation_config, open_run
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions, OptionGroup
@@ -38,6 +38,7 @@ class BenchmarkResult:
     onnx_max_diff: float | None = None
     per_token_ms: tuple[float, ...] = ()  # one traced run (synchronised after every token), for --plot
     encoder_ms: Stats | None = None  # encoder-decoder models: encoder + cross-attention cache (part of prefill)
+    model_mb: float | None = None  # MiB on disk of the model files run (graphs + external data; None: frameworks)
 
     def row(self) -> dict:
         p = self.prefill_ms.percentile
@@ -45,7 +46,7 @@ class BenchmarkResult:
         return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
                 "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
-                "peak MiB": self.peak_memory_mb}
+                "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb}
 
 
 def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator) -> Prompt:
@@ -67,10 +68,10 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
                            encoder_ms=encoder)
 
 
-def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
+def _bench_backend(run, name, row, sampling, timing, bench) -> BenchmarkResult:
     config = generation_config(run, sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
     generator = torch.Generator().manual_seed(sampling.seed)
-    with backend_steps(run, name) as (backend, steps):
+    with backend_steps(run, row) as (backend, steps):
         def call():
             prompt = _random_prompt(run, bench, generator)
             clock = GenerationClock(run.device)
@@ -84,7 +85,9 @@ def _bench_backend(run, name, sampling, timing, bench) -> BenchmarkResult:
             generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
         result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
                             backend.export_max_diff())
-        return dataclasses.replace(result, per_token_ms=trace.per_token_ms())
+        size = backend.model_bytes()
+        return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
+                                   model_mb=None if size is None else size / 2**20)
 
 
 def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
@@ -160,8 +163,8 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
         report.notes.append(fitted)
     if bench.hf_baseline:
         report.results.append(_bench_hf_generate(run, sampling, timing, bench))
-    for name in backends:
-        report.results.append(_bench_backend(run, name, sampling, timing, bench))
+    for name, row in backend_rows(run, backends):
+        report.results.append(_bench_backend(run, name, row, sampling, timing, bench))
     report.notes.append(f"memory: {report.results[-1].memory_kind}")
     if bench.plot:
         plot_per_token(report.results, bench.input_seq_len, bench.plot,

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Iterator
 
-from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
+from NNDF.actions.common import (backend_rows, backend_steps, decode, encode, finish, generate_prompt, generation_config,
                                  note_export_check, open_run)
 from NNDF.errors import HarnessError, UsageError
 from NNDF.generation import GenerationConfig
@@ -156,10 +156,10 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
                 for n, item in enumerate(items, 1)]
     with ExitStack() as stack:
         opened = []
-        for name in backends:
+        for name, row in backend_rows(run, backends):
             if sys.stderr.isatty():
                 print(f"Setting up environment for {name}", file=sys.stderr)
-            backend, steps = stack.enter_context(backend_steps(run, name))
+            backend, steps = stack.enter_context(backend_steps(run, row))
             note_export_check(report, name, backend)
             opened.append((name, steps))
         if interactive:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.actions.common import (backend_steps, decode, encode, finish, generate_prompt, generation_config,
+from NNDF.actions.common import (backend_rows, backend_steps, decode, encode, finish, generate_prompt, generation_config,
                                  note_export_check, open_run)
 from NNDF.context import RunContext
 from NNDF.errors import HarnessError, UsageError
@@ -184,8 +184,8 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
         "num_beams": config.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
-    for name in backends:
-        with backend_steps(run, name) as (backend, steps):
+    for name, row in backend_rows(run, backends):
+        with backend_steps(run, row) as (backend, steps):
             results = [_run_sample(run, name, steps, s, config, timing, change is None) for s in samples]
             note_export_check(report, name, backend)
         report.results.extend([_summary(name, results)] if side_by_side else results)

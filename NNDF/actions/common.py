@@ -6,6 +6,7 @@ from typing import Iterator
 
 
 from NNDF import registry
+from NNDF.backends.base import Backend
 from NNDF.parts import given_parts
 from NNDF.context import RunContext, make_context
 from NNDF.errors import UsageError
@@ -34,10 +35,17 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     return run
 
 
+def backend_rows(run: RunContext, backends: tuple[str, ...]) -> list[tuple[str, Backend]]:
+    """(label, backend) per result row: each named backend's `variants` (onnxrt: one per --quantize value)."""
+    return [(variant.label, variant) for name in backends
+            for variant in registry.backend(run.family, name).variants(run)]
+
+
 @contextmanager
-def backend_steps(run: RunContext, name: str) -> Iterator[tuple[object, DecoderSteps]]:
-    """Set one backend up, yield (backend, steps), then free it (one backend in memory at a time)."""
-    backend = registry.backend(run.family, name)
+def backend_steps(run: RunContext, backend: str | Backend) -> Iterator[tuple[object, DecoderSteps]]:
+    """Set one backend (a name, or a row of `backend_rows`) up, yield (backend, steps), then free it (one backend
+    in memory at a time)."""
+    backend = registry.backend(run.family, backend) if isinstance(backend, str) else backend
     steps = backend.setup(run)
     if not backend.runs_torch_model:
         run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
@@ -53,6 +61,7 @@ def note_export_check(report, name: str, backend) -> None:
     if diff is not None:
         report.notes.append(f"{name}: exported ONNX max |output - PyTorch| = {diff:.3g} (validated at export; the "
                             "output is the logits, or an encoder's embeddings)")
+    report.notes.extend(f"{name}: {note}" for note in backend.export_notes())
 
 
 def finish(run: RunContext) -> None:

@@ -44,6 +44,24 @@ class Backend(ABC):
         """Prepare the run's artifacts (exports, engines) without running the model; results to report."""
         return []
 
+    @property
+    def label(self) -> str:
+        """The backend's name in result tables (a variant adds what differs: `onnxrt-int8`)."""
+        return self.name
+
+    def variants(self, run: "RunContext") -> list["Backend"]:
+        """The backends this one stands for in a run, one result row each (onnxrt: one per `--quantize` value)."""
+        return [self]
+
+    def export_notes(self) -> tuple[str, ...]:
+        """More export diagnostics for the action's notes (a quantized graph's agreement with the float one)."""
+        return ()
+
+    def model_bytes(self) -> int | None:
+        """Bytes on disk of the model files the last `setup` runs (graphs and their external data; None: not
+        files of this backend's own)."""
+        return None
+
     def export_max_diff(self) -> float | None:
         """Export diagnostics: max |logits - PyTorch| of the run's exported graph when it was validated (None:
         this backend exports nothing)."""

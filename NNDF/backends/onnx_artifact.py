@@ -26,6 +26,15 @@ from NNDF.parts import given_parts, part_flag
 from NNDF.progress import status
 
 VALIDATION = "validation.json"  # max |ONNX - PyTorch| measured when the graph was exported
+# Generative models: teacher-forced over these to compare two graphs (quantized vs float); short enough for every
+# model's positions.
+COMPARE_TEXTS = (
+    "The old lighthouse keeper climbed the stairs every evening to light the lamp for the ships at sea.",
+    "She opened the letter slowly, read it twice, and then put it back in the drawer without a word.",
+    "After the rain stopped, the children ran outside to jump in the puddles along the road.",
+)
+
+
 
 
 def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
@@ -37,26 +46,103 @@ def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
     return paths
 
 
-class OnnxArtifact(ABC):
-    """Where the graphs of a run come from, and how far they were from PyTorch when exported. Subclasses say
-    how to export and validate the parts their task has, and how to run them on ONNX Runtime."""
+def graph_bytes(paths: dict[str, Path]) -> int:
+    """Bytes on disk of these graphs and their external data (`<name>.data` beside each, as exports write it)."""
+    files = [p for path in paths.values() for p in (path, path.with_name(path.name + ".data")) if p.is_file()]
+    return sum(p.stat().st_size for p in set(files))
+
+
+class GraphArtifact(ABC):
+    """Graphs a run uses, kept in the artifact store: where they come from (the user's files, a current artifact, or
+    a build now) and what their validation at build time said. `OnnxArtifact` exports from PyTorch;
+    `NNDF.backends.quantized.QuantizedOnnx` quantizes another artifact's graphs."""
 
     prefix = "model"
 
     def __init__(self, spec: ExportSpec, task):
         self.spec, self.task = spec, task
-        self.max_diff: float | None = None
+        self.max_diff: float | None = None  # max |output - PyTorch| when validated (None: not measured)
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return self.task.parts(use_cache)
 
     @abstractmethod
-    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
-        """Export the parts to `out_dir`; returns {part: path}."""
-
-    @abstractmethod
     def steps(self, run: RunContext, paths: dict[str, Path]):
         """The step functions over these graphs on ONNX Runtime."""
+
+    @abstractmethod
+    def artifact_name(self, run: RunContext) -> str:
+        """The artifact's folder name in the store."""
+
+    @abstractmethod
+    def fingerprint(self, run: RunContext) -> dict:
+        """Everything the graphs depend on: any change rebuilds them."""
+
+    @abstractmethod
+    def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
+        """Build the parts into `out_dir` and validate them; returns the validation record (`validation.json`)."""
+
+    def validation_outputs(self, run: RunContext, steps):
+        """[N, V] rows two graphs of this artifact are compared on (a quantized graph against the float one):
+        generative models' teacher-forced log-probabilities over `COMPARE_TEXTS` (the last 5 tokens of each)."""
+        import torch
+
+        task, rows = self.task, []
+        for text in COMPARE_TEXTS:
+            ids = task.passage_ids(run.tokenizer, text)
+            context, target, _ = task.split_passage(ids, 5, run.tokenizer.eos_token_id)
+            rows.append(task.teacher_force(run, steps, context, target).cpu())
+        return torch.cat(rows)
+
+    def read_validation(self, record: dict) -> None:
+        """Keep what the validation record says (a current artifact's, or one built just now)."""
+        self.max_diff = record["max_abs_diff_vs_pytorch"]
+
+    def user_paths(self, run: RunContext) -> dict[str, Path] | None:
+        return user_files(run, "onnx", run.options)
+
+    def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:
+        """The graphs to use ({part: path}) and whether they were built just now: the user's files, or a
+        current artifact (built now if missing, stale, or `force`d)."""
+        user = self.user_paths(run)
+        if user:
+            for part, path in user.items():
+                self.check_user_file(run, part, path)
+            return user, False
+        name, fingerprint = self.artifact_name(run), self.fingerprint(run)
+        folder = run.store.path(name)
+        fresh = (force or not run.store.is_current(name, fingerprint, rebuild="re-exporting")
+                 or not (folder / VALIDATION).is_file())
+        if fresh:
+            model = self.source_model(run)
+            with run.store.build(name, fingerprint) as tmp, status(self.building(run)):
+                write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
+        self.read_validation(json.loads((folder / VALIDATION).read_text()))
+        return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
+
+    def building(self, run: RunContext) -> str:
+        """The status line while the artifact is built."""
+        return f"exporting {run.source.variant} to ONNX"
+
+    def source_model(self, run: RunContext):
+        """What `build_into` builds from (the run's PyTorch model; None when it builds from other graphs)."""
+        return run.torch_model()
+
+    def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
+        """ArtifactError when the user's `--<part>-onnx` file does not fit the run's model (before it is used)."""
+        check_user_onnx(run, part, path)
+
+    def file_name(self, part: str) -> str:
+        return f"{part}.onnx"
+
+
+class OnnxArtifact(GraphArtifact):
+    """Graphs exported from the run's PyTorch model. Subclasses say how to export and validate the parts their
+    task has, and how to run them on ONNX Runtime."""
+
+    @abstractmethod
+    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
+        """Export the parts to `out_dir`; returns {part: path}."""
 
     @abstractmethod
     def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
@@ -78,40 +164,11 @@ class OnnxArtifact(ABC):
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__},
         }
 
-    def user_paths(self, run: RunContext) -> dict[str, Path] | None:
-        return user_files(run, "onnx", run.options)
-
-    def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:
-        """The graphs to use ({part: path}) and whether they were exported just now: the user's files, or a
-        current export (made now if missing, stale, or `force`d)."""
-        user = self.user_paths(run)
-        if user:
-            for part, path in user.items():
-                self.check_user_file(run, part, path)
-            return user, False
-        name, fingerprint = self.artifact_name(run), self.fingerprint(run)
-        folder = run.store.path(name)
-        fresh = (force or not run.store.is_current(name, fingerprint, rebuild="re-exporting")
-                 or not (folder / VALIDATION).is_file())
-        if fresh:
-            model = run.torch_model()
-            with run.store.build(name, fingerprint) as tmp, status(f"exporting {run.source.variant} to ONNX"):
-                write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
-        self.max_diff = json.loads((folder / VALIDATION).read_text())["max_abs_diff_vs_pytorch"]
-        return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
-
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
         """Export the parts into `out_dir` and validate them; returns the validation record (`validation.json`:
         at least `max_abs_diff_vs_pytorch`)."""
         made = self.export(model, out_dir, run.options)
         return {"max_abs_diff_vs_pytorch": self.check(model, run, made)}
-
-    def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
-        """ArtifactError when the user's `--<part>-onnx` file does not fit the run's model (before it is used)."""
-        check_user_onnx(run, part, path)
-
-    def file_name(self, part: str) -> str:
-        return f"{part}.onnx"
 
 
 class DecoderOnnx(OnnxArtifact):

@@ -25,13 +25,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
+from NNDF.backends.quantize import QuantSpec
 from NNDF.backends.precision import fp32_islands, unconditional_fp16_clamp
 from NNDF.errors import ArtifactError
 from NNDF.model_config import ModelDims
@@ -48,6 +49,8 @@ class ExportSpec:
     atol_fp16: float = 5e-2  # fp16 (relative to the logits' scale, see `validate`)
     fp32_modules: tuple[str, ...] = ()  # submodule names kept fp32 in fp16 exports (see precision.py)
     fp16_clamp_always: bool = False  # export HF's data-dependent fp16 overflow clamp unconditionally (BART)
+    # --quantize (onnxrt): what stays float; not part of the float export's fingerprint (repr=False)
+    quantize: QuantSpec = field(default=QuantSpec(), repr=False)
 
 
 def graph_names(num_layers: int, use_cache: bool, takes_positions: bool,

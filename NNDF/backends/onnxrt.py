@@ -1,6 +1,10 @@
 """The `onnxrt` backend: a run's ONNX artifact (`onnx_artifact`: the decoder graph, or an encoder-decoder's
 three graphs) on ONNX Runtime. A kind names its artifact class (`artifact`); everything else is shared.
 
+With `--quantize` (ORTOptions) the backend gives one variant per quantization (`variants`): `onnxrt` runs the
+float artifact, `onnxrt-int8` / `onnxrt-int4` the same graphs quantized (`NNDF.backends.quantized`), each its
+own row of the action's table.
+
 A cached export that no longer loads (truncated, edited) is re-exported with a warning; a fresh export or
 the user's `--*-onnx` files that fail are reported, never replaced.
 """
@@ -9,7 +13,8 @@ from __future__ import annotations
 import logging
 
 from NNDF.backends.base import Backend
-from NNDF.backends.onnx_artifact import DecoderOnnx, OnnxArtifact
+from NNDF.backends.onnx_artifact import DecoderOnnx, GraphArtifact, OnnxArtifact, graph_bytes
+from NNDF.backends.ort_options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 
@@ -20,12 +25,33 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxrt"
     artifact: type[OnnxArtifact] = DecoderOnnx  # which graphs a run of this kind exports and runs
 
-    def __init__(self, task, spec=None):
+    def __init__(self, task, spec=None, quantization=None):
         super().__init__(task, spec)
-        self.onnx = self.artifact(self.spec, task)
+        self.quantization = quantization  # None: the float graphs; else a `NNDF.backends.quantize.Quantization`
+        self.onnx: GraphArtifact = self.artifact(self.spec, task)
+        self.paths: dict | None = None  # the graphs the last `setup` runs
+        if quantization is not None:
+            from NNDF.backends.quantized import QuantizedOnnx
+
+            self.onnx = QuantizedOnnx(self.onnx, quantization)
+
+    @property
+    def label(self) -> str:
+        return self.name if self.quantization is None else f"{self.name}-{self.quantization.name}"
+
+    def variants(self, run: RunContext) -> list[Backend]:
+        """One backend per `--quantize` value, in the order given (the float graphs: this one)."""
+        return [self if q is None else type(self)(self.task, self.spec, q)
+                for q in run.options_of(ORTOptions).quantizations()]
 
     def export_max_diff(self) -> float | None:
         return self.onnx.max_diff
+
+    def model_bytes(self) -> int | None:
+        return None if self.paths is None else graph_bytes(self.paths)
+
+    def export_notes(self) -> tuple[str, ...]:
+        return () if self.quantization is None else self.onnx.notes()
 
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
@@ -45,11 +71,12 @@ class OnnxRuntimeBackend(Backend):
 
     def setup(self, run: RunContext):
         self.check_options(run)
-        paths, fresh = self.onnx.paths(run)
+        self.paths, fresh = self.onnx.paths(run)
         try:
-            return self.onnx.steps(run, paths)
+            return self.onnx.steps(run, self.paths)
         except ArtifactError as exc:
             if fresh or self.onnx.user_paths(run):
                 raise
             log.warning("cached ONNX for %s is unusable (%s); re-exporting", run.source.variant, exc)
-            return self.onnx.steps(run, self.onnx.paths(run, force=True)[0])
+            self.paths = self.onnx.paths(run, force=True)[0]
+            return self.onnx.steps(run, self.paths)

@@ -1,0 +1,298 @@
+"""Weight quantization of exported ONNX graphs for the onnxrt backend: int8 (dynamic) and int4 (weight-only blocks).
+
+A quantization is a type (`Int8`, `Int4`; `QUANTIZATIONS` maps the `--quantize` spelling to it) with one method,
+`apply(model, keep_float) -> model`, over a float graph that `prepare` has made uniform:
+
+- `prepare`: HF's Conv1D layers (a transposed Linear) export as `Gemm`, and a tied LM head as
+  `MatMul(x, Transpose(embedding))`; ONNX Runtime's quantizers take `MatMul` with a constant weight, so every `Gemm` with a constant weight becomes
+  `MatMul` (+ `Add` of its bias) under the same node name, and a `Transpose` of a constant feeding a `MatMul` that
+  will be quantized is folded into a transposed constant (the embedding itself stays float for its `Gather`).
+- `Int8`: `onnxruntime.quantization.quantize_dynamic` on the `MatMul` weights (signed int8 weights, one scale per
+  output channel; activations quantized per call). fp32 graphs only. Per channel: measured on all-MiniLM-L6-v2,
+  least embedding cosine to the float graph 0.994 against 0.958 per tensor, at no measurable cost in speed.
+- `Int4`: `matmul_nbits_quantizer` (RTN) to `MatMulNBits`: blocks of `block_size` weights along K with one scale
+  (and, asymmetric, one zero point) each; `accuracy_level` 4 lets the CPU kernel compute in int8 (measured
+  faster; the CUDA kernel ignores it).
+
+What stays float is declared, never named here: `QuantSpec` (a family's `ExportSpec.quantize`) lists weight-name
+patterns kept float and the quantizations that keep the LM head float; the head is found structurally (the
+`MatMul` whose result reaches the graph's `logits` output through shape-only operators).
+"""
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+EXTERNAL_DATA_BYTES = 1_800_000_000  # as the float export: protobuf's limit is 2 GiB per file
+HEAD_OUTPUT = "logits"  # the graph output the LM (or classifier) head produces
+_PASS_THROUGH = {"Reshape", "Add", "Transpose", "Cast", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Slice"}
+ACCURACY_LEVEL = 4  # MatMulNBits on the CPU: int8 compute for the activations (measured: docs/PERFORMANCE.md)
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """Family-declared quantization facts (`ExportSpec.quantize`; the defaults suit every family here)."""
+
+    float_weights: tuple[str, ...] = ()  # weight-name patterns (substrings) kept float in every quantized graph
+    float_head: tuple[str, ...] = ()  # quantizations (`Quantization.name`) that keep the LM head float
+
+
+@dataclass(frozen=True)
+class Quantization(ABC):
+    """One way to quantize a graph's weights; `settings()` goes into the artifact's fingerprint."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def from_options(cls, options) -> "Quantization":
+        """This quantization with the settings `options` (`ORTOptions`) give it."""
+        return cls()
+
+    @property
+    def tag(self) -> str:
+        """The artifact name's suffix: the kind and any setting that is not its default."""
+        return self.name
+
+    @abstractmethod
+    def apply(self, model, keep_float: frozenset[str]):
+        """The quantized graph (an `onnx.ModelProto`) of a `prepare`d float graph; `keep_float`: node names
+        left float."""
+
+    def refusal(self, precision: str) -> str | None:
+        """Why this quantization cannot take a graph of `precision` (None: it can)."""
+        return None
+
+    @abstractmethod
+    def settings(self) -> dict:
+        """What the artifact's fingerprint and validation record say about this quantization."""
+
+
+@dataclass(frozen=True)
+class Int8(Quantization):
+    """Dynamic int8: int8 weights per output channel, uint8 activations quantized at run time."""
+
+    name: ClassVar[str] = "int8"
+
+    def apply(self, model, keep_float: frozenset[str]):
+        import onnx
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with _scratch() as folder, _quiet_preprocessing_advice():  # quantize_dynamic reads and writes files
+            source, target = folder / "float.onnx", folder / "int8.onnx"
+            save(model, source)
+            quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
+                             per_channel=True, nodes_to_exclude=sorted(keep_float),
+                             use_external_data_format=_large(model), extra_options={"MatMulConstBOnly": True})
+            return onnx.load(target)
+
+    def refusal(self, precision: str) -> str | None:
+        if precision != "fp32":
+            return (f"--quantize int8 (dynamic: activations quantized from fp32) takes fp32 graphs, not {precision}; "
+                    "drop --fp16, or use --quantize int4")
+        return None
+
+    def settings(self) -> dict:
+        return {"kind": self.name, "weights": "int8 per channel", "activations": "uint8 dynamic"}
+
+
+@dataclass(frozen=True)
+class Int4(Quantization):
+    """Weight-only int4 blocks (`MatMulNBits`, round to nearest)."""
+
+    name: ClassVar[str] = "int4"
+    block_size: int = 128  # weights per scale along K (ONNX Runtime's default; measured: docs/PERFORMANCE.md)
+    symmetric: bool = False  # False: a scale and a zero point per block (as ONNX Runtime's default); True: a scale
+
+    @classmethod
+    def from_options(cls, options) -> "Int4":
+        block = cls.block_size if options.quant_block_size is None else options.quant_block_size
+        return cls(block, cls.symmetric if options.quant_symmetric is None else options.quant_symmetric)
+
+    def apply(self, model, keep_float: frozenset[str]):
+        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
+                                                                     MatMulNBitsQuantizer)
+
+        config = DefaultWeightOnlyQuantConfig(block_size=self.block_size, is_symmetric=self.symmetric,
+                                              accuracy_level=ACCURACY_LEVEL, bits=4)
+        quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=sorted(keep_float), algo_config=config)
+        quantizer.process()
+        return quantizer.model.model
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}-b{self.block_size}-{'sym' if self.symmetric else 'asym'}"
+
+    def settings(self) -> dict:
+        return {"kind": self.name, "block_size": self.block_size, "symmetric": self.symmetric, "algorithm": "RTN",
+                "accuracy_level": ACCURACY_LEVEL}
+
+
+QUANTIZATIONS: dict[str, type[Quantization]] = {q.name: q for q in (Int8, Int4)}
+
+
+class _PreprocessingAdvice(logging.Filter):
+    """quantize_dynamic always advises (a root-logger warning) running its pre-processing (symbolic shape inference
+    and graph optimisation, for static calibration); ONNX Runtime optimises the graph when the session loads it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider to run pre-processing")
+
+
+@contextmanager
+def _quiet_preprocessing_advice():
+    advice = _PreprocessingAdvice()
+    logging.getLogger().addFilter(advice)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
+def _large(model) -> bool:
+    return sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES
+
+
+class _scratch:
+    """A temporary folder (removed afterwards) for libraries that only read and write files."""
+
+    def __enter__(self) -> Path:
+        import tempfile
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="quantize-")
+        return Path(self._tmp.name)
+
+    def __exit__(self, *exc):
+        self._tmp.cleanup()
+        return False
+
+
+def save(model, path: Path) -> None:
+    """Write a graph; weights go to `<name>.data` beside it when the file would pass protobuf's limit."""
+    import onnx
+
+    if _large(model):
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=path.name + ".data")
+    else:
+        onnx.save(model, path)
+
+
+def head_nodes(model) -> set[str]:
+    """Names of the MatMul / Gemm nodes whose result reaches the `logits` output through shape-only operators."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    found, todo, seen = set(), [o.name for o in model.graph.output if o.name == HEAD_OUTPUT], set()
+    while todo:
+        node = producer.get(todo.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type in ("MatMul", "Gemm"):
+            found.add(node.name)
+        elif node.op_type in _PASS_THROUGH:
+            todo.extend(node.input[:1] if node.op_type != "Add" else node.input)
+    return found
+
+
+def float_nodes(model, spec: QuantSpec, quantization: Quantization) -> frozenset[str]:
+    """Nodes left float: the head where the family declares it for this quantization, and nodes whose weight
+    name matches a declared pattern."""
+    keep = head_nodes(model) if quantization.name in spec.float_head else set()
+    for node in model.graph.node:
+        if any(pattern in name for name in node.input for pattern in spec.float_weights):
+            keep.add(node.name)
+    return frozenset(keep)
+
+
+def prepare(model, keep_float: frozenset[str]):
+    """`model` (changed in place and returned) with every constant-weight Gemm as MatMul (+ Add), and constant
+    Transposes feeding a MatMul that will be quantized folded into transposed constants."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    weights = {t.name: t for t in graph.initializer}
+    producer = {out: node for node in graph.node for out in node.output}
+    nodes, folded = [], set()
+    for node in graph.node:
+        quantized = node.name not in keep_float
+        if quantized and node.op_type == "MatMul" and _constant_transpose(producer.get(node.input[1]), weights):
+            transpose = producer[node.input[1]]
+            if transpose.output[0] not in folded:
+                perm = helper.get_attribute_value(transpose.attribute[0])
+                array = np.ascontiguousarray(np.transpose(numpy_helper.to_array(weights[transpose.input[0]]), perm))
+                graph.initializer.append(numpy_helper.from_array(array, transpose.output[0]))
+                folded.add(transpose.output[0])
+        if quantized and node.op_type == "Gemm" and node.input[1] in weights and _plain_gemm(node):
+            nodes.extend(_gemm_as_matmul(node, weights[node.input[1]]))
+        else:
+            nodes.append(node)
+    nodes = [n for n in nodes if not (n.op_type == "Transpose" and n.output[0] in folded)]  # now a constant
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
+
+
+def _constant_transpose(node, weights) -> bool:
+    return node is not None and node.op_type == "Transpose" and node.input[0] in weights
+
+
+def _plain_gemm(node) -> bool:
+    """A Gemm that is a plain x @ W (+ b): alpha = beta = 1, A not transposed."""
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return attrs.get("transA", 0) == 0 and attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0
+
+
+def _gemm_as_matmul(node, weight) -> list:
+    """MatMul (same node name, so exclusions carry over) + Add of the bias; a transB weight is stored transposed."""
+    from onnx import helper, numpy_helper
+
+    if any(a.name == "transB" and a.i for a in node.attribute):
+        weight.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(weight).T), weight.name))
+    if len(node.input) < 3 or not node.input[2]:
+        return [helper.make_node("MatMul", node.input[:2], node.output, name=node.name)]
+    product = node.output[0] + "_matmul"
+    return [helper.make_node("MatMul", node.input[:2], [product], name=node.name),
+            helper.make_node("Add", [product, node.input[2]], node.output, name=node.name + "_bias")]
+
+
+def quantize_file(source: Path, target: Path, quantization: Quantization, spec: QuantSpec) -> dict:
+    """Quantize the float graph `source` into `target`; returns what was quantized and what was kept float."""
+    import onnx
+
+    model = onnx.load(source)
+    keep = float_nodes(model, spec, quantization)
+    model = quantization.apply(prepare(model, keep), keep)
+    save(model, target)
+    ops = [node.op_type for node in model.graph.node]
+    quantized = {op: ops.count(op) for op in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear") if op in ops}
+    return {"quantized_ops": quantized, "float_nodes": sorted(keep)}
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Quantized outputs against the float graph's on the same inputs ([N, V] rows)."""
+
+    max_abs_diff: float
+    top1_agreement: float  # share of rows with the same argmax (logits, log-probabilities)
+    min_cosine: float  # the least cosine similarity of two rows (embeddings)
+    rows: int
+
+    @classmethod
+    def of(cls, reference, quantized) -> "Agreement":
+        import torch
+
+        reference, quantized = reference.double(), quantized.double()
+        same = (reference.argmax(-1) == quantized.argmax(-1)).double().mean()
+        cosine = torch.nn.functional.cosine_similarity(reference, quantized, dim=-1).min()
+        return cls(float((reference - quantized).abs().max()), float(same), float(cosine), int(reference.shape[0]))
+
+    def record(self) -> dict:
+        return {"max_abs_diff_vs_float": self.max_abs_diff, "top1_agreement_vs_float": self.top1_agreement,
+                "min_cosine_vs_float": self.min_cosine, "rows_compared": self.rows}
