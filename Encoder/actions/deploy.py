@@ -93,11 +93,12 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
     repository = Path(deploy_options.required_repository())
     backend = _backend(backends)
     batching = Batching(deploy_options.max_batch_size, tuple(deploy_options.preferred_batch_size),
-                        deploy_options.batch_delay_us, deploy_options.instances, gpu=options.device == "cuda")
+                        deploy_options.batch_delay_us, deploy_options.instances)
     backend_options = _trt_options(backend_options, batching) if backend == "trt" else backend_options
     # the trt backend is not opened here: its engine is optional (see `_engine`), the export is not
     run = open_run(family, replace(options, batch_size=batching.max_batch_size),
                    (backend,) if backend == "onnxrt" else (), *backend_options)
+    batching = replace(batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
     names = Names(check_model_name(deploy_options.model_name
                                    or default_model_name(run.family.name, run.source.variant, backend)))
     for name in names.all:  # refused before anything is exported
