@@ -56,16 +56,15 @@ def _backend(backends: tuple[str, ...]) -> str:
 
 
 def _trt_options(backend_options: tuple, batching: Batching) -> tuple:
-    """TensorRT's option group with the engine's batch profile [1, opt, --max-batch-size] unless one is given."""
+    """TensorRT's option group (added when absent) with the engine's batch profile [1, opt, --max-batch-size]
+    unless one is given: Triton hands the engine any batch up to its max_batch_size."""
     from NNDF.backends.trt_options import TRTOptions
 
-    made = []
-    for group in backend_options:
-        if isinstance(group, TRTOptions) and not group.batch_profile and not group.dynamic_batch:
-            top = batching.max_batch_size
-            group = replace(group, batch_profile=(1, max(batching.preferred or (top,)), top))
-        made.append(group)
-    return tuple(made)
+    given = next((g for g in backend_options if isinstance(g, TRTOptions)), TRTOptions())
+    if not given.batch_profile and not given.dynamic_batch:
+        top = batching.max_batch_size
+        given = replace(given, batch_profile=(1, max(batching.preferred or (top,)), top))
+    return (*(g for g in backend_options if not isinstance(g, TRTOptions)), given)
 
 
 def _graph(run, backend: str) -> Path:
