@@ -145,10 +145,11 @@ def test_misuse_is_one_line(capsys, workdir, argv, expect):
     assert expect in _error(capsys, *argv, "-wd", str(workdir))
 
 
-def test_user_files_and_fp16_int8_are_refused(workdir):
+def test_user_files_and_fp16_int8_are_refused(gpt2_accuracy, workdir):  # the fixture exported the float graph
     from NNDF.backends.quantize import Int8
 
-    assert "takes fp32 graphs, not fp16" in Int8().refusal("fp16") and Int8().refusal("fp32") is None
+    assert "takes fp32 graphs, not fp16" in Int8().refusal("fp16", "cpu") and Int8().refusal("fp32", "cpu") is None
+    assert "runs on ONNX Runtime's CPU kernels, not cuda: use --quantize int4" in Int8().refusal("fp32", "cuda")
     model = workdir / "GPT2" / "gpt2-offline" / "decoder-fp32-kv" / "model.onnx"
     proc = run_cli("accuracy", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(model), "--quantize", "int8",
                    "--dataset", LAMBADA, "--num-samples", "2", "-wd", str(workdir))

@@ -16,7 +16,7 @@ from NNDF.backends.base import Backend
 from NNDF.backends.onnx_artifact import DecoderOnnx, GraphArtifact, OnnxArtifact, graph_bytes
 from NNDF.backends.ort_options import ORTOptions
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError
+from NNDF.errors import ArtifactError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,14 @@ class OnnxRuntimeBackend(Backend):
         return self.name if self.quantization is None else f"{self.name}-{self.quantization.name}"
 
     def variants(self, run: RunContext) -> list[Backend]:
-        """One backend per `--quantize` value, in the order given (the float graphs: this one)."""
-        return [self if q is None else type(self)(self.task, self.spec, q)
-                for q in run.options_of(ORTOptions).quantizations()]
+        """One backend per `--quantize` value, in the order given (the float graphs: this one); a quantization
+        this run's precision or device cannot take is refused here, before any backend is set up."""
+        quantizations = run.options_of(ORTOptions).quantizations()
+        for q in quantizations:
+            refusal = q and q.refusal(run.options.precision, run.device.type)
+            if refusal:
+                raise UsageError(refusal)
+        return [self if q is None else type(self)(self.task, self.spec, q) for q in quantizations]
 
     def export_max_diff(self) -> float | None:
         return self.onnx.max_diff

@@ -64,8 +64,8 @@ class Quantization(ABC):
         """The quantized graph (an `onnx.ModelProto`) of a `prepare`d float graph; `keep_float`: node names
         left float."""
 
-    def refusal(self, precision: str) -> str | None:
-        """Why this quantization cannot take a graph of `precision` (None: it can)."""
+    def refusal(self, precision: str, device: str) -> str | None:
+        """Why this quantization cannot take a graph of `precision` run on `device` (None: it can)."""
         return None
 
     @abstractmethod
@@ -91,7 +91,9 @@ class Int8(Quantization):
                              use_external_data_format=_large(model), extra_options={"MatMulConstBOnly": True})
             return onnx.load(target)
 
-    def refusal(self, precision: str) -> str | None:
+    def refusal(self, precision: str, device: str) -> str | None:
+        if device != "cpu":  # ONNX Runtime's dynamic-quantization kernels are CPU kernels: no silent CPU fallback
+            return f"--quantize int8 runs on ONNX Runtime's CPU kernels, not {device}: use --quantize int4 there"
         if precision != "fp32":
             return (f"--quantize int8 (dynamic: activations quantized from fp32) takes fp32 graphs, not {precision}; "
                     "drop --fp16, or use --quantize int4")

@@ -60,9 +60,6 @@ class QuantizedOnnx(GraphArtifact):
         return self.base.steps(run, paths)
 
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
-        refusal = self.quantization.refusal(run.options.precision)
-        if refusal:
-            raise UsageError(refusal)
         floats = self.base.paths(run)[0]
         made = {part: out_dir / self.file_name(part) for part in floats}
         parts = {part: quantize_file(floats[part], made[part], self.quantization, self.spec.quantize)
