@@ -83,6 +83,8 @@ class Observer:
 
     def token(self, step: int) -> None: ...  # token `step` (0-based) of every row has been chosen
 
+    def chosen(self, step: int, tokens: torch.Tensor) -> None: ...  # greedy / sampling: token `step` of each row [N]
+
     def finished(self) -> None: ...
 
 
@@ -203,6 +205,7 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
         if step == 0:
             observer.first_token()
         observer.token(step)
+        observer.chosen(step, tokens)
         last = step == max_new - 1
         if eos_hit is not None and step + 1 >= min_new:
             finished |= eos_hit(tokens[:, None], None)

@@ -2,7 +2,8 @@
 Triton's own schema and matches its files; the session's real tritonserver (tests/triton_fixtures.py) serves
 GPT2, T5 and BLIP, and the served tokens equal the in-process onnxrt tokens over HTTP and gRPC (through the
 `triton` client backend, which sends token ids, and through text requests the server tokenizes), with greedy,
-beam and sampled decoding; malformed requests get errors and the model keeps serving; a bounded load of
+beam and sampled decoding, and streamed token by token (benchmark times the stream); a client leaving
+mid-stream does not wedge the server; malformed requests get errors and the model keeps serving; a bounded load of
 concurrent clients gets every answer right with and without dynamic batching; `serve` starts, says its
 endpoints and stops on Ctrl-C, and refuses a busy port in one line; deploy's refusals leave nothing behind."""
 from __future__ import annotations
@@ -143,14 +144,72 @@ def test_the_client_backend_says_when_no_server_answers(workdir, capsys):
     assert len(err) == 1 and "no Triton server answers" in err[0] and url.split("//")[1] in err[0]
 
 
-def test_the_client_backend_refuses_timed_actions_in_one_line(triton_server, workdir, capsys):
+def test_the_client_backend_refuses_what_a_model_cannot_do_in_one_line(triton_server, workdir, capsys):
     from NNDF import cli
 
-    assert cli.main(["benchmark", "GPT2", "triton", "--use-cache", "--input-seq-len", "4", "--output-seq-len", "4",
-                     "--iterations", "1", "--warmup", "0", "-wd", str(workdir),
-                     "--triton-url", triton_server.urls["http"]]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "tools/triton_load.py" in err[0]
+    bench = ["benchmark", "GPT2", "triton", "--use-cache", "--input-seq-len", "4", "--output-seq-len", "4",
+             "--iterations", "1", "--warmup", "0", "-wd", str(workdir)]
+    cases = [  # (arguments, part of the one line)
+        ([*bench, "--triton-url", triton_server.urls["http"]], "--streaming"),  # not streaming: no token times
+        ([*bench, "--triton-url", triton_server.urls["grpc"], "--triton-model", triton_server.stream,
+          "--num-beams", "2"], "beam search streams no tokens"),
+        ([*bench, "--triton-url", triton_server.urls["http"], "--triton-model", triton_server.stream],
+         "gRPC streams only"),
+        (["chat", "GPT2", "triton", "--prompt", "Hi", "--triton-url", triton_server.urls["http"], "--triton-model",
+          "nope", "-wd", str(workdir)], "no ready model 'nope'"),
+    ]
+    for args, message in cases:
+        assert cli.main(args) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], (args, err)
+
+
+# --- streaming (decoupled) -------------------------------------------------------------------------------------
+
+def test_streamed_tokens_equal_in_process_and_benchmark_times_them(triton_server, workdir, tmp_path):
+    from NNDF import cli
+
+    got = _by_backend(_chat("GPT2", ("onnxrt", "triton"), triton_server.urls["grpc"], workdir, tmp_path,
+                            "--triton-model", triton_server.stream))
+    assert got["triton"] == got["onnxrt"]
+    out = tmp_path / "bench.json"
+    assert cli.main(["benchmark", "GPT2", "onnxrt", "triton", "--use-cache", "--input-seq-len", "8",
+                     "--output-seq-len", "6", "--batch-size", "2", "--iterations", "2", "--warmup", "1", "-wd",
+                     str(workdir), "--triton-url", triton_server.urls["grpc"], "--triton-model", triton_server.stream,
+                     "--json", str(out)]) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
+    served = rows["triton"]
+    assert 0 < served["prefill_ms"]["p50"] < served["e2e_ms"]["p50"]  # the first streamed token came first
+
+
+def test_a_client_leaving_mid_stream_does_not_wedge_the_server(triton_server):
+    """A client process is killed after its first streamed token of a long generation; the model then answers
+    new streamed and unary requests (bounded in time)."""
+    from NNDF.triton.client import Client
+
+    script = f"""
+import os, sys, numpy as np
+sys.path.insert(0, {str(ROOT)!r})
+from NNDF.triton.client import Client
+arrays = {{"text": np.array([[b"Once upon a time"]], dtype=np.object_),
+          "max_new_tokens": np.array([[200]], dtype=np.int32)}}
+def first(_):
+    print("token", flush=True)
+    os._exit(0)
+Client({triton_server.urls["grpc"]!r}, timeout=60).stream({triton_server.stream!r}, arrays, ("output_ids", "text"), first)
+"""
+    leaving = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert leaving.stdout.startswith("token"), leaving.stderr
+    arrays = {"text": np.array([[PROMPTS["GPT2"][0].encode()]], np.object_), "max_new_tokens": np.array([[6]], np.int32)}
+    start = time.monotonic()
+    with Client(triton_server.urls["grpc"], timeout=60) as client:
+        tokens = []
+        final = client.stream(triton_server.stream, arrays, ("output_ids", "text"),
+                              lambda got: tokens.append(int(got["output_ids"].reshape(-1)[0])))
+        assert final["output_ids"].reshape(-1).tolist() == tokens and len(tokens) == 6
+        assert client.model_ready(triton_server.stream)
+        assert client.infer(triton_server.generative["GPT2"], arrays, ("output_ids",))["output_ids"].size == 6
+    assert time.monotonic() - start < 60
 
 
 # --- faults ----------------------------------------------------------------------------------------------------
@@ -163,6 +222,8 @@ BAD = [  # (what, inputs, part of the error)
      "max_new_tokens must be >= 1"),
     ("huge", {"text": np.array([[b"Hi"]], np.object_), "max_new_tokens": np.array([[10 ** 9]], np.int32)},
      "over this model's limit"),
+    ("beyond positions", {"text": np.array([[b"Hi"]], np.object_), "max_new_tokens": np.array([[500]], np.int32)},
+     "do not fit the model's 256 positions"),
     ("ids out of range", {"input_ids": np.array([[10 ** 7]], np.int64)}, "input_ids"),
     ("bad early stopping", {"text": np.array([[b"Hi"]], np.object_), "early_stopping": np.array([[b"maybe"]],
                                                                                                 np.object_)},
@@ -245,8 +306,8 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
             process.kill()
     assert process.returncode == 0, err
     assert "stopped on Ctrl-C" in out and triton_server.single in out
-    with socket.socket() as sock:  # the port is free again: the server is gone
-        sock.bind(("127.0.0.1", http))
+    with pytest.raises(ConnectionRefusedError):  # the server is gone
+        socket.create_connection(("127.0.0.1", http), timeout=5).close()
 
 
 def test_deploy_refusals_leave_nothing_behind(triton_server, workdir, tmp_path, capsys):

@@ -1,8 +1,8 @@
 """The test session's one Triton server (starting one is slow): a session fixture that deploys the offline
 defaults the Triton tests need into ONE temporary repository and serves it on free loopback ports.
 
-Generative (tests/test_triton.py): GPT2 (dynamic batching, and a one-request-at-a-time copy for the load
-test), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
+Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy for the load test,
+and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
 (tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/actions/deploy.py writes them.
 The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
 """
@@ -14,6 +14,7 @@ import pytest
 
 GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "T5": "t5-offline-onnxrt", "BLIP": "blip-offline-onnxrt"}
 SINGLE = "gpt2-offline-onnxrt-single"  # GPT2 with --max-batch-size 1 (no dynamic batching)
+STREAM = "gpt2-offline-onnxrt-stream"  # GPT2 with --streaming (decoupled)
 ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
 
 
@@ -27,6 +28,7 @@ def _deploy_generative(repository, workdir) -> dict[str, str]:
         deploy_generative(family, options, DeployOptions(repository=str(repository), max_batch_size=8))
     deploy_generative("GPT2", options, DeployOptions(repository=str(repository), model_name=SINGLE,
                                                      max_batch_size=1, max_new_tokens_limit=64))
+    deploy_generative("GPT2", options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
     return dict(GENERATIVE)
 
 
@@ -46,7 +48,7 @@ def _deploy_encoders(repository, workdir) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def triton_server(workdir, tmp_path_factory):
     """SimpleNamespace(repository, urls {http, grpc, metrics}, ports, served, skipped, generative {family: model},
-    single, encoders {variant: base name})."""
+    single, stream, encoders {variant: base name})."""
     pytest.importorskip("tritonclient")
     from NNDF.errors import BackendUnavailable
     from NNDF.triton.server import Ports, TritonServer, find_server, free_ports, stub_numpy_problem
@@ -63,4 +65,5 @@ def triton_server(workdir, tmp_path_factory):
     ports = Ports(*free_ports(3))
     with TritonServer(repository, ports) as server:
         yield SimpleNamespace(repository=repository, urls=ports.urls(), ports=ports, served=server.served,
-                              skipped=server.skipped, generative=generative, single=SINGLE, encoders=encoders)
+                              skipped=server.skipped, generative=generative, single=SINGLE, stream=STREAM,
+                              encoders=encoders)

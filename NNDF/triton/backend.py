@@ -7,12 +7,15 @@ ready, and returns `ServedGeneration` steps: the generation loop runs in the ser
 dynamic batcher can batch them: the decoder prompt without its left padding (`input_ids`), the encoder inputs
 without their right padding (`encoder_<name>`), and every generation setting the run resolved (so the server,
 which resolves them under the same model generation config, decodes exactly as the in-process loop does).
-Refused, one line each: DRY (the served model takes no DRY settings), timed calls (benchmark / run / compare
-time the prefill and each token, which a served generation does not report: tools/triton_load.py measures
-served latency and throughput) and teacher forcing (accuracy, perplexity: the served model returns tokens).
+A streaming model (`deploy --streaming`, decoupled) is asked over a gRPC stream; its tokens arrive as they are
+chosen, so a timed call (benchmark) sees the first token and each one after it, and the observer is told of
+token `step` once every row has it. Refused, one line each: DRY (the served model takes no DRY settings),
+timed calls on a model that does not stream (it reports no first-token or per-token time) or with beam search
+(no tokens until the end), and teacher forcing (accuracy, perplexity: the served model returns tokens).
 """
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -24,10 +27,28 @@ from NNDF.generation import GenerationConfig, GenerationOutput
 from NNDF.steps import ServedGeneration
 from NNDF.triton.options import TritonOptions
 
-OUTPUTS = ("text", "output_ids")
-TIMED = ("the triton backend answers chat: a served model returns whole generations, not the prefill and "
-         "per-token times benchmark, run and compare report; measure served latency and throughput with "
-         "tools/triton_load.py")
+OUTPUTS = ("output_ids", "text")  # a streaming model's last response is the one with `text`
+TIMED = ("a served model that is not streaming returns whole generations, not the prefill and per-token times "
+         "benchmark, run and compare report: time a model deployed with --streaming over grpc://, or measure "
+         "served latency and throughput with tools/triton_load.py")
+
+
+class _Tokens:
+    """Tells the observer about token `step` once every row has received it (the in-process loop does so for a
+    batch): streamed responses arrive on one thread per row."""
+
+    def __init__(self, rows: int, observer):
+        self.counts, self.told, self.observer = [0] * rows, 0, observer
+        self.lock = threading.Lock()
+
+    def arrived(self, row: int) -> None:
+        with self.lock:
+            self.counts[row] += 1
+            while self.told < min(self.counts):
+                if self.told == 0:
+                    self.observer.first_token()
+                self.observer.token(self.told)
+                self.told += 1
 
 
 def _early(value) -> str:
@@ -70,27 +91,42 @@ def request_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, encoder:
 class ServedSteps(ServedGeneration):
     """Steps whose generation runs in a Triton server (one request per prompt row)."""
 
-    def __init__(self, url: str, model: str, timeout: float, ignore_generation_config: bool):
-        self.url, self.model, self.timeout = url, model, timeout
+    def __init__(self, url: str, model: str, timeout: float, ignore_generation_config: bool, streaming: bool):
+        self.url, self.model, self.timeout, self.streaming = url, model, timeout, streaming
         self.ignore_generation_config = ignore_generation_config
         self.device, self.use_cache, self.name = torch.device("cpu"), True, "triton"
 
-    def _one(self, arrays: dict) -> dict:
+    def _one(self, arrays: dict, arrived=None) -> dict:
         from NNDF.triton.client import Client
 
         with Client(self.url, self.timeout) as client:
+            if self.streaming:
+                return client.stream(self.model, arrays, OUTPUTS, arrived)
             return client.infer(self.model, arrays, OUTPUTS)
+
+    def _check(self, config: GenerationConfig, observer) -> None:
+        if observer is not None and not self.streaming:
+            raise UsageError(TIMED)
+        if observer is not None and config.num_beams > 1:
+            raise UsageError("beam search streams no tokens (its hypotheses change until the end): time greedy or "
+                             "sampled decoding on the triton backend")
+        if config.sampling.dry_multiplier > 0:
+            raise UsageError("the served model takes no DRY settings: drop --dry-multiplier for the triton backend")
 
     def generate(self, input_ids, attention_mask, config: GenerationConfig, observer=None,
                  encoder: dict | None = None) -> GenerationOutput:
-        if observer is not None:
-            raise UsageError(TIMED)
-        if config.sampling.dry_multiplier > 0:
-            raise UsageError("the served model takes no DRY settings: drop --dry-multiplier for the triton backend")
+        self._check(config, observer)
         settings = request_settings(config, input_ids.shape[1], self.ignore_generation_config)
         rows = [{**row, **settings} for row in request_rows(input_ids, attention_mask, encoder)]
+        tokens = _Tokens(len(rows), observer) if observer is not None else None
+
+        def ask(r: int) -> dict:  # one row, one request (one stream)
+            return self._one(rows[r], None if tokens is None else (lambda _: tokens.arrived(r)))
+
         with ThreadPoolExecutor(max_workers=min(len(rows), 16)) as pool:
-            answers = list(pool.map(self._one, rows))
+            answers = list(pool.map(ask, range(len(rows))))
+        if observer is not None:
+            observer.finished()
         new = [answer["output_ids"].reshape(-1).tolist() for answer in answers]
         width = max(len(ids) for ids in new)
         tail = torch.full((len(new), width), config.pad_token_id, dtype=torch.long)
@@ -148,4 +184,9 @@ class TritonBackend(Backend):
         name = self.model_name(run)
         with Client(opts.triton_url, timeout=opts.triton_timeout) as client:
             client.require_ready(name)
-        return ServedSteps(opts.triton_url, name, opts.triton_timeout, run.options.ignore_generation_config)
+            streaming = client.model_config(name).model_transaction_policy.decoupled
+        if streaming and client.endpoint.protocol != "grpc":
+            raise UsageError(f"{name} is a streaming (decoupled) model, which answers over gRPC streams only: give "
+                             f"--triton-url grpc://HOST:PORT")
+        return ServedSteps(opts.triton_url, name, opts.triton_timeout, run.options.ignore_generation_config,
+                           streaming)

@@ -120,6 +120,52 @@ class Client:
         return {name: result.as_numpy(name) for name in outputs}
 
 
+    def model_config(self, model: str):
+        """The served model's configuration as Triton's ModelConfig protobuf (either protocol)."""
+        from google.protobuf import json_format
+
+        from NNDF.triton.config import pb
+
+        if self.endpoint.protocol == "grpc":
+            return self.client.get_model_config(model).config
+        return json_format.ParseDict(self.client.get_model_config(model), pb().ModelConfig(),
+                                     ignore_unknown_fields=True)
+
+    def stream(self, model: str, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], on_partial=None) -> dict:
+        """One request to a decoupled (streaming) model over a gRPC stream: `on_partial(result arrays)` for each
+        response before the last one that carries `outputs[-1]`; returns that one's arrays."""
+        import queue
+
+        if self.endpoint.protocol != "grpc":
+            raise UsageError(f"a streaming (decoupled) model answers over gRPC streams: give --triton-url "
+                             f"grpc://{self.endpoint.address.rsplit(':', 1)[0]}:PORT (Triton's gRPC port)")
+        answers: queue.Queue = queue.Queue()
+        self.client.start_stream(callback=lambda result, error: answers.put((result, error)),
+                                 stream_timeout=self.timeout)
+        final = None
+        try:
+            self.client.async_stream_infer(model, self.inputs(arrays), enable_empty_final_response=True)
+            while True:
+                result, error = answers.get(timeout=self.timeout)
+                if error is not None:
+                    raise InferenceError(f"Triton {self.endpoint} model {model!r}: {_first_line(error)}")
+                got = {name: result.as_numpy(name) for name in outputs}
+                if got[outputs[-1]] is not None:
+                    final = got
+                elif got[outputs[0]] is not None and on_partial is not None:
+                    on_partial(got)
+                if result.get_response().parameters["triton_final_response"].bool_param:
+                    break
+        except queue.Empty:
+            raise InferenceError(f"Triton {self.endpoint} model {model!r}: no answer within {self.timeout:.0f}s") \
+                from None
+        finally:
+            self.client.stop_stream()
+        if final is None:
+            raise InferenceError(f"Triton {self.endpoint} model {model!r}: the stream ended without an answer")
+        return final
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:300] if text else exc.__class__.__name__

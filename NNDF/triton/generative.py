@@ -12,7 +12,9 @@ A request that cannot run (missing or both prompt inputs, empty text, a setting 
 tokens) gets an error response; the others in the same `execute` still run. Requests whose generation settings
 are equal run as one padded batch (left-padded decoder prompts, right-padded encoder inputs: padded batches are
 exact, tests/test_parity.py); encoder-decoder requests also need the same decoder prompt length, and sampled
-requests run alone (a seed draws the same tokens only for the same batch).
+requests run alone (a seed draws the same tokens only for the same batch). Streaming (decoupled mode):
+greedy / sampled tokens go to each request's sender as they are chosen, then the whole answer with the final
+flag; a cancelled request gets no more tokens, and a batch whose clients all cancelled stops generating.
 """
 from __future__ import annotations
 
@@ -26,11 +28,12 @@ import numpy as np
 import torch
 
 from NNDF.errors import HarnessError
+from NNDF.generation import Observer
 from NNDF.tasks import Prompt
 
 SERVING = "serving.json"
 _RECORD_KEYS = {"family": str, "variant": str, "backend": str, "device": str, "options": dict, "parts": dict,
-                "encoder_inputs": list, "images": bool, "max_new_tokens_limit": int}
+                "encoder_inputs": list, "images": bool, "max_new_tokens_limit": int, "streaming": bool}
 _EARLY = ("true", "false", "never")
 
 
@@ -100,6 +103,10 @@ class GenerativeModel:
         self.limit = self.record["max_new_tokens_limit"]
         self.working_dir = Path(tempfile.mkdtemp(prefix="nndf-served-"))
         self.run = open_served_run(version, self.record, self.working_dir)
+        self.streaming = bool(json.loads(args["model_config"]).get("model_transaction_policy", {}).get("decoupled"))
+        if self.streaming != self.record["streaming"]:
+            raise HarnessError(f"{version / SERVING}: streaming is {self.record['streaming']} but the config's "
+                               f"decoupled mode is {self.streaming}; deploy again")
         self.steps = registry.backend(self.run.family, self.record["backend"]).setup(self.run)
         self.task = self.run.family.task
 
@@ -107,7 +114,10 @@ class GenerativeModel:
         self.steps.close()
         shutil.rmtree(self.working_dir, ignore_errors=True)
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
+        """One response per request; in streaming (decoupled) mode sent through each request's sender after its
+        tokens, with the final flag (execute then returns None)."""
+        senders = [r.get_response_sender() for r in requests] if self.streaming else None
         responses: list = [None] * len(requests)
         jobs = []
         for index, request in enumerate(requests):
@@ -118,13 +128,20 @@ class GenerativeModel:
             except Exception as exc:  # noqa: BLE001 - a bad request never takes the model down
                 responses[index] = self.error(f"{exc.__class__.__name__}: {exc}")
         for group in self.groups(jobs):
+            stream = None if senders is None else _Stream(self.pb, [requests[j.index] for j in group],
+                                                          [senders[j.index] for j in group],
+                                                          group[0].config.eos_token_id)
             try:
-                answers = self.generate(group)
+                answers = self.generate(group, stream)
             except Exception as exc:  # noqa: BLE001 - the group fails, the model keeps serving
                 answers = [self.error(f"generation failed ({exc.__class__.__name__}: {exc})")] * len(group)
             for job, answer in zip(group, answers):
                 responses[job.index] = answer
-        return responses
+        if senders is None:
+            return responses
+        for sender, response in zip(senders, responses):
+            sender.send(response, flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
 
     def error(self, message: str):
         return self.pb.InferenceResponse(output_tensors=[], error=self.pb.TritonError(message))
@@ -178,9 +195,11 @@ class GenerativeModel:
         if new > self.limit:
             raise RequestError(f"{new} new tokens (the model's generation config) is over this model's limit of "
                                f"{self.limit}: give max_new_tokens")
-        problem = self.task.length_problem(self.run, self.task.prompt_length(prompt), new)
-        if problem:
-            raise RequestError(problem)
+        length = self.task.prompt_length(prompt)
+        if self.task.length_problem(self.run, length, new):
+            raise RequestError(f"a prompt of {length} tokens and {new} new tokens do not fit the model's "
+                               f"{self.run.source.dims.positions} positions: shorten the prompt or give a "
+                               "smaller max_new_tokens")
         return Job(index, prompt, config, config.sampling.do_sample)
 
     def prompt(self, request) -> Prompt:
@@ -228,14 +247,14 @@ class GenerativeModel:
             table.setdefault(key, []).append(job)
         return list(table.values())
 
-    def generate(self, group: list[Job]) -> list:
+    def generate(self, group: list[Job], observer=None) -> list:
         from NNDF.generation import generate
 
         pad = self.run.tokenizer.pad_token_id or 0
         prompt = merge([job.prompt for job in group], pad)
         config = group[0].config
         with torch.inference_mode():
-            out = generate(self.steps, prompt.input_ids, prompt.attention_mask, config, None, prompt.encoder)
+            out = generate(self.steps, prompt.input_ids, prompt.attention_mask, config, observer, prompt.encoder)
         answers = []
         for row in range(len(group)):
             ids = out.new_tokens(row, config.eos_token_id)
@@ -244,6 +263,27 @@ class GenerativeModel:
                 self.pb.Tensor("text", np.array([[text.encode("utf-8")]], dtype=np.object_)),
                 self.pb.Tensor("output_ids", np.array([ids], dtype=np.int64))]))
         return answers
+
+
+class _Stream(Observer):
+    """Streaming: each row's chosen token goes to its request's sender as it is chosen (until the row's EOS or
+    the client cancels); when every client of the batch has gone, the generation stops."""
+
+    def __init__(self, pb, requests: list, senders: list, eos: int | None):
+        self.pb, self.requests, self.senders, self.eos = pb, requests, senders, eos
+        self.open = [True] * len(senders)
+        self.live = [True] * len(senders)  # the client still listens
+
+    def chosen(self, step: int, tokens: torch.Tensor) -> None:
+        for row, token in enumerate(tokens.tolist()):
+            if self.live[row] and self.requests[row].is_cancelled():
+                self.open[row] = self.live[row] = False
+            if self.open[row]:
+                tensor = self.pb.Tensor("output_ids", np.array([[token]], dtype=np.int64))
+                self.senders[row].send(self.pb.InferenceResponse(output_tensors=[tensor]))
+                self.open[row] = token != self.eos  # nothing after a row's EOS
+        if not any(self.live):
+            raise RequestError("every client of this batch cancelled its request")
 
 
 def _pad(rows: list[torch.Tensor], value: int, left: bool) -> torch.Tensor:

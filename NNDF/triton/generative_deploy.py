@@ -13,6 +13,8 @@ config, generation config, tokenizer and image-processor files: everything but t
     (true/false/never), seed [1] INT64  ->  text [1] BYTES, output_ids [-1] INT64 (new tokens, up to EOS).
 
 A setting a request leaves out takes the model's generation config (as `chat` does without the flag).
+With `--streaming` (Triton's decoupled mode) each greedy / sampled token is sent as it is chosen (a response
+with `output_ids` [1] alone), then the whole answer (`output_ids` and `text`) and the final flag.
 """
 from __future__ import annotations
 
@@ -110,7 +112,7 @@ def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: Dep
     batching = tuple(deploy.preferred_batch_size) if deploy.max_batch_size > 1 else None
     return tc.model_config(name, backend="python", max_batch_size=deploy.max_batch_size, inputs=inputs,
                            outputs=outputs, instances=deploy.instances, dynamic_batching=batching,
-                           queue_delay_us=deploy.batch_delay_us)
+                           queue_delay_us=deploy.batch_delay_us, decoupled=deploy.streaming)
 
 
 def serving_record(run, parts: dict[str, str], encoder: list[GraphInput], images: bool,
@@ -124,7 +126,7 @@ def serving_record(run, parts: dict[str, str], encoder: list[GraphInput], images
     return {"family": run.family.name, "variant": run.source.variant, "backend": "onnxrt",
             "device": run.device.type, "options": options, "parts": parts,
             "encoder_inputs": [g.name for g in encoder], "images": images,
-            "max_new_tokens_limit": deploy.max_new_tokens_limit,
+            "max_new_tokens_limit": deploy.max_new_tokens_limit, "streaming": deploy.streaming,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnxruntime": onnxruntime.__version__}}
 
@@ -180,7 +182,8 @@ def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions)
         files = sum(1 for p in stage.rglob("*") if p.is_file())
     report = Report("deploy", run.family.name, run.source.variant,
                     {"backend": "onnxrt (python backend)", "max_batch_size": deploy.max_batch_size,
-                     "instances": deploy.instances, "use_cache": options.use_cache}, environment=environment())
+                     "instances": deploy.instances, "use_cache": options.use_cache, "streaming": deploy.streaming},
+                    environment=environment())
     report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
     report.notes.append(f"serve it: python run.py serve {repository}; query it: python run.py chat {run.family.name} "
                         f"onnxrt triton --triton-model {name}{' --use-cache' if options.use_cache else ''}")

@@ -18,6 +18,7 @@ class DeployOptions(OptionGroup):
     batch_delay_us: int = flag(2000, "--batch-delay-us", help="dynamic batching: how long a request may wait for others (microseconds)")
     instances: int = flag(1, "--instances", help="model instances (each a python process with its own ONNX Runtime session)")
     max_new_tokens_limit: int = flag(512, "--max-new-tokens-limit", help="the most new tokens a request may ask for (larger requests get an error)")
+    streaming: bool = flag(False, "--streaming", help="Triton's decoupled mode: each request's tokens are sent as they are chosen (greedy and sampling; beam search sends the result), over gRPC streams")
     force: bool = flag(False, "--force", help="replace a model of the same name in the repository")
 
     def __post_init__(self):
