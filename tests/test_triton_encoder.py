@@ -309,3 +309,29 @@ def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path):
     result = run_cli("deploy", "BERT", "onnxrt", "-m", CLASSIFIER, "-wd", str(workdir), "--repository", str(stranger))
     assert result.returncode == 2 and "is not a Triton model repository" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_deploy_takes_one_quantized_graph(workdir, tmp_path):
+    """`--quantize int8` deploys the int8 graph the onnxrt-int8 row runs (byte for byte), under its label's name;
+    two values are refused (one graph per deployment)."""
+    from Encoder.actions.deploy import deploy
+    from NNDF import registry
+    from NNDF.actions.common import open_run
+    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.errors import UsageError
+    from NNDF.options import ModelOptions
+    from NNDF.triton.options import DeployOptions
+
+    options = ModelOptions(variant=MINILM, working_dir=str(workdir))
+    repository = tmp_path / "repo"
+    with pytest.raises(UsageError, match="give one --quantize value .*onnxrt, onnxrt-int8"):
+        deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)),
+               ORTOptions(quantize=("none", "int8")))
+    int8 = ORTOptions(quantize=("int8",))
+    deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)), int8)
+    run = open_run("BERT", options, ("onnxrt",), int8)
+    [variant] = registry.backend(run.family, "onnxrt").variants(run)
+    graph = variant.onnx.paths(run)[0]["encoder"]
+    for model in ("model", "model_python"):
+        served = repository / f"bert-{MINILM.lower()}-onnxrt-int8_{model}" / "1" / "model.onnx"
+        assert served.read_bytes() == graph.read_bytes()

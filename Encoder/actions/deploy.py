@@ -67,12 +67,17 @@ def _trt_options(backend_options: tuple, batching: Batching) -> tuple:
     return (*(g for g in backend_options if not isinstance(g, TRTOptions)), given)
 
 
-def _graph(run, backend: str) -> Path:
-    """The ONNX file the model runs: onnxrt's (optimized unless --no-ort-optimize), or trt's plain export."""
+def _chosen(run, backend: str):
+    """The backend whose graph is deployed: trt's (the plain export), or onnxrt's one `--quantize` variant (the
+    float graph, optimized unless --no-ort-optimize, or its int8 / int4 quantization)."""
     from NNDF import registry
 
     chosen = registry.backend(run.family, backend)
-    return chosen.onnx.paths(run)[0]["encoder"]
+    variants = chosen.variants(run)
+    if len(variants) != 1:
+        raise UsageError(f"deploy writes one graph: give one --quantize value (got "
+                         f"{', '.join(v.label for v in variants)}), and deploy each under its own --model-name")
+    return variants[0]
 
 
 def _copy_graph(source: Path, version: Path, name: str) -> Path:
@@ -98,15 +103,16 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
     run = open_run(family, replace(options, batch_size=batching.max_batch_size),
                    (backend,) if backend == "onnxrt" else (), *backend_options)
     batching = replace(batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
+    chosen = _chosen(run, backend)
     names = Names(check_model_name(deploy_options.model_name
-                                   or default_model_name(run.family.name, run.source.variant, backend)))
+                                   or default_model_name(run.family.name, run.source.variant, chosen.label)))
     for name in names.all:  # refused before anything is exported
         check_target(repository, name, deploy_options.force)
-    graph = _graph(run, backend)
+    graph = chosen.onnx.paths(run)[0]["encoder"]
     signature = onnx_signature(graph)
     engine = _engine(run) if backend == "trt" else None
     report = Report("deploy", run.family.name, run.source.variant, {
-        "backend": backend, "task": run.family.task.head(run.source, run.options).name, "graph": str(graph),
+        "backend": chosen.label, "task": run.family.task.head(run.source, run.options).name, "graph": str(graph),
         "repository": str(repository), "max_batch_size": batching.max_batch_size,
         "preferred_batch_size": list(batching.preferred), "batch_delay_us": batching.delay_us,
         "instances": batching.instances}, environment=environment())
