@@ -52,6 +52,14 @@ class TritonEncoderSteps:
 class TritonEncoderBackend(TritonBackend):
     """An encoder model served by Triton (see the module docstring)."""
 
+    served: str | None = None  # which server and model the last `setup` uses (for the action's notes)
+
+    def export_notes(self) -> tuple[str, ...]:
+        if self.served is None:
+            return ()
+        return (f"served by {self.served}: a forward is one request (client, protocol, the server's queue and "
+                "model); memory is this client process's",)
+
     def model_name(self, run) -> str:
         from Encoder.triton.configs import Names
         from NNDF.triton.repository import check_model_name, default_model_name
@@ -78,4 +86,5 @@ class TritonEncoderBackend(TritonBackend):
         except BaseException:
             client.close()
             raise
+        self.served = f"Triton at {client.endpoint}, model {name}"
         return TritonEncoderSteps(client, name, names, output, run.device)
