@@ -178,6 +178,23 @@ def test_predict_with_the_triton_backend_matches_onnxrt(served, workdir, tmp_pat
     assert np.abs(by_backend["triton"] - by_backend["onnxrt"]).max() <= ATOL
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_triton_backend_refuses_a_model_that_takes_text(served, workdir, protocol):
+    from NNDF import registry
+    from NNDF.actions.common import open_run
+    from NNDF.errors import UsageError
+    from NNDF.options import ModelOptions
+    from NNDF.triton.options import TritonOptions
+
+    server, bases = served
+    ensemble = f"{bases[MINILM]}_python"
+    opts = TritonOptions(triton_url=server.urls[protocol], triton_model=ensemble)
+    run = open_run("BERT", ModelOptions(working_dir=str(workdir)), ("triton",), opts)
+    with pytest.raises(UsageError, match=f"--triton-model {ensemble} takes text and returns embeddings; the "
+                                         "triton backend sends input_ids, attention_mask, token_type_ids"):
+        registry.backend(run.family, "triton").setup(run)
+
+
 # --- faults and load -----------------------------------------------------------------------------------------
 
 def _ids(run, texts):

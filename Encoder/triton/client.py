@@ -14,21 +14,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from NNDF.errors import InferenceError, UsageError
+from NNDF.errors import UsageError
 from NNDF.triton.backend import TritonBackend
 from NNDF.triton.options import TritonOptions
-
-
-def served_tensors(client, model: str) -> tuple[list[str], list[str]]:
-    """(input names, output names) of a served model, from the server's model metadata."""
-    try:
-        if client.endpoint.protocol == "grpc":
-            meta = client.client.get_model_metadata(model, as_json=True)
-        else:
-            meta = client.client.get_model_metadata(model)
-    except Exception as exc:  # noqa: BLE001 - the library's errors: one line
-        raise InferenceError(f"Triton {client.endpoint}: no metadata for model {model!r} ({exc})") from exc
-    return [t["name"] for t in meta.get("inputs", [])], [t["name"] for t in meta.get("outputs", [])]
 
 
 class TritonEncoderSteps:
@@ -78,7 +66,8 @@ class TritonEncoderBackend(TritonBackend):
         client = Client(opts.triton_url, timeout=opts.triton_timeout)
         try:
             client.require_ready(name)
-            inputs, outputs = served_tensors(client, name)
+            config = client.model_config(name)
+            inputs, outputs = [i.name for i in config.input], [o.name for o in config.output]
             if sorted(inputs) != sorted(names) or output not in outputs:
                 raise UsageError(f"--triton-model {name} takes {', '.join(inputs)} and returns {', '.join(outputs)}; "
                                  f"the triton backend sends {', '.join(names)} and reads {output}: give the model "
