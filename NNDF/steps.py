@@ -73,7 +73,8 @@ class ServedGeneration(ABC):
 
     @abstractmethod
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only: bool = False):
-        """Served generations do not expose logits: refuse in one line (UsageError)."""
+        """Teacher forcing only (one unpadded row from an empty cache, or from `start`'s): the logits, computed
+        where the model is served; anything else is refused in one line (UsageError)."""
 
     def new_cache(self, batch: int, max_length: int):
         return None

@@ -2,7 +2,8 @@
 Triton's own schema and matches its files; the session's real tritonserver (tests/triton_fixtures.py) serves
 GPT2, T5 and BLIP, and the served tokens equal the in-process onnxrt tokens over HTTP and gRPC (through the
 `triton` client backend, which sends token ids, and through text requests the server tokenizes), with greedy,
-beam and sampled decoding, and streamed token by token (benchmark times the stream); a client leaving
+beam and sampled decoding, and streamed token by token (benchmark times the stream); compare and accuracy
+score the served model (teacher forcing through logits requests) as in process; a client leaving
 mid-stream does not wedge the server; malformed requests get errors and the model keeps serving; a bounded load of
 concurrent clients gets every answer right with and without dynamic batching; `serve` starts, says its
 endpoints and stops on Ctrl-C, and refuses a busy port in one line; deploy's refusals leave nothing behind."""
@@ -73,7 +74,7 @@ def test_every_config_parses_and_every_file_matches_it(triton_server):
         version = triton_server.repository / name / "1"
         config = read_config(triton_server.repository / name / "config.pbtxt")
         record = json.loads((version / "serving.json").read_text())
-        assert config.backend == "python" and [o.name for o in config.output] == ["text", "output_ids"]
+        assert config.backend == "python" and [o.name for o in config.output] == ["text", "output_ids", "logits"]
         assert all(i.optional for i in config.input)
         for part, rel in record["parts"].items():
             graph = onnx.load(str(version / rel), load_external_data=False).graph  # loads: a whole graph
@@ -182,6 +183,28 @@ def test_streamed_tokens_equal_in_process_and_benchmark_times_them(triton_server
     assert 0 < served["prefill_ms"]["p50"] < served["e2e_ms"]["p50"]  # the first streamed token came first
 
 
+def test_run_compare_and_accuracy_score_the_served_model_like_in_process(triton_server, workdir, tmp_path):
+    """compare (streamed: timed) and accuracy (teacher forcing: one logits request per passage) give the served
+    model the in-process model's accuracy and perplexity."""
+    from NNDF import cli
+
+    out = tmp_path / "compare.json"
+    assert cli.main(["compare", "GPT2", "--compare", "onnxrt", "triton", "--use-cache", "--iterations", "1",
+                     "--warmup", "0", "-wd", str(workdir), "--triton-url", triton_server.urls["grpc"],
+                     "--triton-model", triton_server.stream, "--json", str(out)]) == 0
+    rows = {r["backend"]: r for r in json.loads(out.read_text())["results"]}
+    assert rows["triton"]["accuracy"] == rows["onnxrt"]["accuracy"] is not None
+    assert rows["triton"]["perplexity"] == pytest.approx(rows["onnxrt"]["perplexity"], rel=1e-5)
+    out = tmp_path / "accuracy.json"
+    assert cli.main(["accuracy", "T5", "onnxrt", "triton", "--use-cache", "--num-samples", "2", "--dataset",
+                     str(ROOT / "data" / "lambada_offline.jsonl"), "-wd", str(workdir), "--triton-url",
+                     triton_server.urls["http"], "--json", str(out)]) == 0
+    onnxrt, served = json.loads(out.read_text())["results"]
+    assert served["topN"] == onnxrt["topN"]
+    for key in ("token_perplexity", "seq_perplexity", "lm_eval_perplexity"):
+        assert served[key] == pytest.approx(onnxrt[key], rel=1e-5), key
+
+
 def test_a_client_leaving_mid_stream_does_not_wedge_the_server(triton_server):
     """A client process is killed after its first streamed token of a long generation; the model then answers
     new streamed and unary requests (bounded in time)."""
@@ -229,6 +252,7 @@ BAD = [  # (what, inputs, part of the error)
                                                                                                 np.object_)},
      "early_stopping"),
     ("two prompts in one request", {"text": np.array([[b"Hi"], [b"Ho"]], np.object_)}, "one prompt per request"),
+    ("scoring without positions", {"score_ids": np.array([[1, 2]], np.int64)}, "score_positions"),
 ]
 
 

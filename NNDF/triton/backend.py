@@ -11,7 +11,8 @@ A streaming model (`deploy --streaming`, decoupled) is asked over a gRPC stream;
 chosen, so a timed call (benchmark) sees the first token and each one after it, and the observer is told of
 token `step` once every row has it. Refused, one line each: DRY (the served model takes no DRY settings),
 timed calls on a model that does not stream (it reports no first-token or per-token time) or with beam search
-(no tokens until the end), and teacher forcing (accuracy, perplexity: the served model returns tokens).
+(no tokens until the end). Teacher forcing (perplexity in run / compare, accuracy) is one request per forward
+(`score_ids`: the served model returns the logits), so those actions score the served model too.
 """
 from __future__ import annotations
 
@@ -88,6 +89,13 @@ def request_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor, encoder:
     return rows
 
 
+class Encoded:
+    """`start`'s result: the encoder inputs a teacher-forcing request carries."""
+
+    def __init__(self, inputs: dict):
+        self.inputs = inputs
+
+
 class ServedSteps(ServedGeneration):
     """Steps whose generation runs in a Triton server (one request per prompt row)."""
 
@@ -96,13 +104,13 @@ class ServedSteps(ServedGeneration):
         self.ignore_generation_config = ignore_generation_config
         self.device, self.use_cache, self.name = torch.device("cpu"), True, "triton"
 
-    def _one(self, arrays: dict, arrived=None) -> dict:
+    def _one(self, arrays: dict, arrived=None, outputs: tuple[str, ...] = OUTPUTS) -> dict:
         from NNDF.triton.client import Client
 
         with Client(self.url, self.timeout) as client:
             if self.streaming:
-                return client.stream(self.model, arrays, OUTPUTS, arrived)
-            return client.infer(self.model, arrays, OUTPUTS)
+                return client.stream(self.model, arrays, outputs, arrived)
+            return client.infer(self.model, arrays, outputs)
 
     def _check(self, config: GenerationConfig, observer) -> None:
         if observer is not None and not self.streaming:
@@ -135,9 +143,23 @@ class ServedSteps(ServedGeneration):
         sequences = torch.cat([input_ids.cpu().long(), tail], dim=1)
         return GenerationOutput(sequences, input_ids.shape[1])
 
-    def forward(self, *args, **kwargs):
-        raise UsageError("the served model returns generated tokens, not logits: teacher forcing (accuracy, "
-                         "perplexity) runs on the in-process backends")
+    def start(self, encoder_inputs: dict) -> "Encoded":
+        """Encoder-decoder teacher forcing: the encoder's inputs go with the forward request."""
+        return Encoded(encoder_inputs)
+
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only: bool = False):
+        """Teacher forcing: one unpadded row from an empty cache (or `start`'s), computed by the served model."""
+        if not (cache is None or isinstance(cache, Encoded)) or input_ids.shape[0] != 1 \
+                or not bool(attention_mask.all()):
+            raise UsageError("the served model runs whole generations and one-row teacher forcing from an empty "
+                             "cache; this step is not one of those")
+        arrays = {"score_ids": input_ids.cpu().numpy().astype(np.int64),
+                  "score_positions": position_ids.cpu().numpy().astype(np.int64)}
+        if isinstance(cache, Encoded):
+            row = request_rows(input_ids, attention_mask, cache.inputs)[0]
+            arrays.update({k: v for k, v in row.items() if k.startswith("encoder_")})
+        logits = self._one(arrays, outputs=("logits",))["logits"]  # [1, T, V]
+        return torch.from_numpy(np.ascontiguousarray(logits)), None
 
     def close(self) -> None:
         pass

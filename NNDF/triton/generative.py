@@ -85,8 +85,9 @@ def _scalar(array: np.ndarray | None, name: str):
 class Job:
     index: int  # position of the request in execute()'s list
     prompt: Prompt  # one row
-    config: object  # NNDF.generation.GenerationConfig
-    alone: bool  # sampled: run by itself
+    config: object  # NNDF.generation.GenerationConfig (None: a teacher-forcing request)
+    alone: bool  # sampled or scored: run by itself
+    positions: torch.Tensor | None = None  # teacher forcing: the decoder's position ids [1, T]
 
 
 class GenerativeModel:
@@ -128,9 +129,9 @@ class GenerativeModel:
             except Exception as exc:  # noqa: BLE001 - a bad request never takes the model down
                 responses[index] = self.error(f"{exc.__class__.__name__}: {exc}")
         for group in self.groups(jobs):
-            stream = None if senders is None else _Stream(self.pb, [requests[j.index] for j in group],
-                                                          [senders[j.index] for j in group],
-                                                          group[0].config.eos_token_id)
+            stream = None if senders is None or group[0].config is None else _Stream(
+                self.pb, [requests[j.index] for j in group], [senders[j.index] for j in group],
+                group[0].config.eos_token_id)
             try:
                 answers = self.generate(group, stream)
             except Exception as exc:  # noqa: BLE001 - the group fails, the model keeps serving
@@ -186,7 +187,23 @@ class GenerativeModel:
         return resolve(replace(self.run, options=options), sampling, values["max_new_tokens"],
                        values["min_new_tokens"])
 
+    def score_job(self, index: int, request, ids: np.ndarray) -> Job:
+        """Teacher forcing: the logits of one forward pass over `score_ids` (at `score_positions`)."""
+        positions = self.array(request, "score_positions")
+        if positions is None or positions.shape != ids.shape:
+            raise RequestError("score_ids need score_positions of the same length")
+        limit = self.run.source.dims.positions
+        if limit and ids.size > limit:
+            raise RequestError(f"score_ids: {ids.size} tokens do not fit the model's {limit} positions")
+        prompt = self.id_prompt(request, ids)
+        return Job(index, prompt, None, True, torch.from_numpy(positions.astype(np.int64))[None])
+
     def job(self, index: int, request) -> Job:
+        scored = self.array(request, "score_ids")
+        if scored is not None:
+            if self.array(request, "text") is not None or self.array(request, "input_ids") is not None:
+                raise RequestError("score_ids is a teacher-forcing request: send it without text or input_ids")
+            return self.score_job(index, request, scored)
         values = self.settings(request)
         config = self.config(values)
         prompt = self.prompt(request)
@@ -242,14 +259,26 @@ class GenerativeModel:
         lengths); sampled jobs alone."""
         table: dict = {}
         for job in jobs:
-            key = ("alone", job.index) if job.alone else (
+            key = ("alone", job.index) if job.alone else (  # sampled and scored jobs run alone
                 job.config, job.prompt.input_ids.shape[1] if job.prompt.encoder is not None else None)
             table.setdefault(key, []).append(job)
         return list(table.values())
 
+    def score(self, job: Job):
+        """One forward pass from an empty cache (the encoder first, for encoder-decoder kinds): logits [1, T, V]."""
+        ids = job.prompt.input_ids
+        with torch.inference_mode():
+            encoder = job.prompt.encoder
+            cache = self.steps.start(encoder) if encoder is not None else self.steps.new_cache(1, ids.shape[1])
+            logits, _ = self.steps.forward(ids, torch.ones_like(ids), job.positions, cache)
+        tensor = self.pb.Tensor("logits", np.ascontiguousarray(logits.float().cpu().numpy()))
+        return self.pb.InferenceResponse(output_tensors=[tensor])
+
     def generate(self, group: list[Job], observer=None) -> list:
         from NNDF.generation import generate
 
+        if group[0].config is None:  # teacher forcing runs alone
+            return [self.score(group[0])]
         pad = self.run.tokenizer.pad_token_id or 0
         prompt = merge([job.prompt for job in group], pad)
         config = group[0].config

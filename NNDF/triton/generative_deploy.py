@@ -13,6 +13,9 @@ config, generation config, tokenizer and image-processor files: everything but t
     (true/false/never), seed [1] INT64  ->  text [1] BYTES, output_ids [-1] INT64 (new tokens, up to EOS).
 
 A setting a request leaves out takes the model's generation config (as `chat` does without the flag).
+Teacher forcing (perplexity, accuracy through the `triton` backend): `score_ids` [-1] and `score_positions`
+[-1] INT64 (the decoder's ids and positions, with `encoder_<name>` for encoder-decoder kinds) -> `logits`
+[-1, -1] FP32, one forward pass from an empty cache.
 With `--streaming` (Triton's decoupled mode) each greedy / sampled token is sent as it is chosen (a response
 with `output_ids` [1] alone), then the whole answer (`output_ids` and `text`) and the final flag.
 """
@@ -36,7 +39,7 @@ SETTINGS = {"max_new_tokens": "TYPE_INT32", "min_new_tokens": "TYPE_INT32", "num
             "ignore_generation_config": "TYPE_BOOL", "temperature": "TYPE_FP32", "top_p": "TYPE_FP32",
             "repetition_penalty": "TYPE_FP32", "length_penalty": "TYPE_FP32", "early_stopping": "TYPE_STRING",
             "seed": "TYPE_INT64"}
-OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,))}
+OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,)), "logits": ("TYPE_FP32", (-1, -1))}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 _ONNX_TRITON = {"INT64": "TYPE_INT64", "INT32": "TYPE_INT32", "FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16",
                 "BOOL": "TYPE_BOOL"}
@@ -100,7 +103,9 @@ def reads_images(task, options: ModelOptions) -> bool:
 def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: DeployOptions):
     """The Triton config of the generative python model (see the module docstring for the tensors)."""
     inputs = [tc.tensor("text", "TYPE_STRING", (1,), optional=True),
-              tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True)]
+              tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True),
+              tc.tensor("score_ids", "TYPE_INT64", (-1,), optional=True),
+              tc.tensor("score_positions", "TYPE_INT64", (-1,), optional=True)]
     if images:
         inputs.append(tc.tensor("image", "TYPE_STRING", (1,), optional=True))
     inputs += [tc.tensor(f"encoder_{g.name}", g.data_type, g.dims, optional=True) for g in encoder]
