@@ -110,6 +110,27 @@ def test_onnx_files_match_their_configs(served):
     assert [o.name for o in config.output] == ["embeddings"] and list(config.output[0].dims) == [384]
 
 
+def test_the_onnxruntime_model_loads_and_answers_in_its_configs_terms(served):
+    """What Triton's ONNX Runtime backend would do with N_model (not in the wheel): load the file with ONNX
+    Runtime, feed a batch in the config's input types and dims, get the config's output type and dims."""
+    import onnxruntime as ort
+
+    from NNDF.triton.config import data_type_name, read_config
+
+    server, bases = served
+    folder = server.repository / f"{bases[MINILM]}_model"
+    config = read_config(folder / "config.pbtxt")
+    session = ort.InferenceSession(str(folder / "1" / config.default_model_filename),
+                                   providers=["CPUExecutionProvider"])
+    numpy_types = {"TYPE_INT64": np.int64, "TYPE_FP32": np.float32}
+    batch, tokens = config.max_batch_size, 7
+    feeds = {i.name: np.ones([batch] + [tokens if d == -1 else d for d in i.dims], numpy_types[data_type_name(i)])
+             for i in config.input}
+    [out] = session.run([o.name for o in config.output], feeds)
+    assert out.dtype == numpy_types[data_type_name(config.output[0])]
+    assert list(out.shape) == [batch] + list(config.output[0].dims)
+
+
 def test_a_config_that_does_not_match_its_file_is_found(served):
     from Encoder.triton.configs import config_problems
     from NNDF.integrity import onnx_signature
