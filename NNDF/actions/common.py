@@ -4,6 +4,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
+import torch
+
 
 from NNDF import registry
 from NNDF.backends.base import Backend
@@ -46,13 +48,17 @@ def backend_steps(run: RunContext, backend: str | Backend) -> Iterator[tuple[obj
     """Set one backend (a name, or a row of `backend_rows`) up, yield (backend, steps), then free it (one backend
     in memory at a time)."""
     backend = registry.backend(run.family, backend) if isinstance(backend, str) else backend
-    steps = backend.setup(run)
+    steps = backend.setup(run)  # exports and validation with the run's torch threads
     if not backend.runs_torch_model:
         run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
+    threads, before = backend.torch_threads(run), torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
     try:
         yield backend, steps
     finally:
         steps.close()
+        torch.set_num_threads(before)
 
 
 def note_export_check(report, name: str, backend) -> None:

@@ -57,6 +57,10 @@ class Backend(ABC):
         """More export diagnostics for the action's notes (a quantized graph's agreement with the float one)."""
         return ()
 
+    def torch_threads(self, run: "RunContext") -> int | None:
+        """torch's CPU threads while this backend's steps run (None: as the run set them)."""
+        return None
+
     def model_bytes(self) -> int | None:
         """Bytes on disk of the model files the last `setup` runs (graphs and their external data; None: not
         files of this backend's own)."""
