@@ -144,7 +144,11 @@ class Client:
                                  stream_timeout=self.timeout)
         final = None
         try:
-            self.client.async_stream_infer(model, self.inputs(arrays), enable_empty_final_response=True)
+            try:
+                self.client.async_stream_infer(model, self.inputs(arrays), enable_empty_final_response=True)
+            except Exception as exc:  # noqa: BLE001 - the stream broke (the detail went to the callback)
+                _, error = answers.get_nowait() if not answers.empty() else (None, exc)
+                raise InferenceError(f"Triton {self.endpoint} model {model!r}: {_first_line(error)}") from exc
             while True:
                 result, error = answers.get(timeout=self.timeout)
                 if error is not None:

@@ -180,7 +180,8 @@ to the in-process backends (add the deploy's model flags, e.g. `--use-cache`):
 
     python run.py chat FAMILY onnxrt triton --triton-url http://127.0.0.1:8000 --triton-model NAME --prompt "Hello"
 
-or any Triton client (tritonclient.http / tritonclient.grpc, perf_analyzer) with the inputs above.
+or any Triton client (tritonclient.http / tritonclient.grpc, perf_analyzer) with the inputs above. A model
+deployed with `--streaming` (decoupled mode) answers over gRPC streams only, one response per token.
 """
 
 

@@ -113,6 +113,7 @@ def _backend_dir(install: Installation, into: Path) -> Path:
 def port_problem(port: int) -> str | None:
     """Why `port` cannot be listened on at 127.0.0.1 (None: it can)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: a closed port's TIME_WAIT is free
         try:
             sock.bind(("127.0.0.1", port))
         except OSError as exc:
