@@ -101,6 +101,20 @@ def test_quantized_graphs_are_artifacts(gpt2_accuracy, workdir):
         assert (folder / "model.onnx").stat().st_size < float_bytes * (0.62 if kind == "int8" else 0.53)
 
 
+def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir):
+    """Between ONNX Runtime calls torch only picks tokens: one thread, so its pool does not contend with ORT's."""
+    import torch
+
+    from NNDF.actions.common import backend_steps, open_run
+    from NNDF.options import ModelOptions
+
+    before = torch.get_num_threads()
+    run = open_run("GPT2", ModelOptions(working_dir=str(workdir), use_cache=True, cpu=True), ("onnxrt",))
+    with backend_steps(run, "onnxrt"):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
 def test_fingerprint_follows_the_settings(workdir):
     from NNDF.actions.common import backend_rows, open_run
     from NNDF.backends.ort_options import ORTOptions
@@ -163,6 +177,7 @@ def test_encoder_decoder_quantizes_each_graph(workdir, capsys):
                      "--iterations", "1", "--warmup", "0", "-wd", str(workdir)]) == 0
     out = capsys.readouterr().out
     assert "| onnxrt-int4 " in out and "| onnxrt " in out
+    assert "note: onnxrt-int4: output equals onnxrt's on " in out  # greedy outputs against the float graph's
     folder = workdir / "BART" / "bart-offline" / "seq2seq-fp32-kv-int4-b128-asym"
     record = json.loads((folder / "validation.json").read_text())
     assert set(record["parts"]) == {"encoder", "decoder", "cache_generator"}

@@ -11,6 +11,8 @@ pooling left out) on the same kind of inputs, timed the same way. `--seed` seeds
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +36,7 @@ class ForwardBenchmark:
     sequences_per_s: float
     peak_memory_mb: float
     memory_kind: str  # what peak_memory_mb measures (device memory on CUDA, process RSS on the CPU)
+    model_mb: float | None = None  # MiB on disk of the graph run (with external data; None: frameworks, hf-eager)
 
     def _extra(self) -> dict:
         """--percentile's value when it is not one of the reported ones."""
@@ -43,12 +46,13 @@ class ForwardBenchmark:
     def row(self) -> dict:
         lat = self.latency_ms
         row = {"backend": self.backend} | {("mean ms" if k == "mean" else k): getattr(lat, k) for k in REPORTED}
-        return row | self._extra() | {"sequences/s": self.sequences_per_s, "peak MiB": self.peak_memory_mb}
+        return row | self._extra() | {"sequences/s": self.sequences_per_s, "peak MiB": self.peak_memory_mb,
+                                      "model MiB": "" if self.model_mb is None else self.model_mb}
 
     def to_json(self) -> dict:
         latency = {k: getattr(self.latency_ms, k) for k in REPORTED} | self._extra()
         return {"backend": self.backend, "latency_ms": latency, "sequences_per_s": self.sequences_per_s,
-                "peak_memory_mb": self.peak_memory_mb, "memory_kind": self.memory_kind,
+                "peak_memory_mb": self.peak_memory_mb, "memory_kind": self.memory_kind, "model_mb": self.model_mb,
                 "samples_ms": list(self.latency_ms.samples)}
 
 
@@ -100,7 +104,9 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
         report.notes.append("hf-eager: the HF model's own forward (eager PyTorch, no pooling), same inputs")
     for name, row in backend_rows(run, backends):
         with backend_steps(run, row) as (backend, steps):
-            report.results.append(_measure(run, name, steps.forward, timing, length, sampling.seed))
+            size = backend.model_bytes()
+            result = _measure(run, name, steps.forward, timing, length, sampling.seed)
+            report.results.append(dataclasses.replace(result, model_mb=None if size is None else size / 2**20))
             note_export_check(report, name, backend)
     report.notes.append(f"latency in ms per forward of {options.batch_size} x {length} random tokens; "
                         f"sequences/s = batch / mean; memory: {report.results[-1].memory_kind}")

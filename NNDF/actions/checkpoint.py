@@ -44,6 +44,7 @@ class SampleResult:
     decoder_s: float
     full_s: float
     encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
+    tokens: tuple[int, ...] = ()  # the new tokens of the first row (agreement between backends)
 
     def row(self) -> dict:
         shown = self.input if len(self.input) <= 30 else (  # a path's end names the file; a text's start matters
@@ -132,7 +133,8 @@ def _run_sample(run, name, steps, sample, config, timing, greedy: bool = True) -
     item = run.family.task.sample_item(sample)
     inputs = encode(run, [item] * run.options.batch_size)
     out = generate_prompt(steps, inputs, config)
-    text = decode(run, out.new_tokens(0, config.eos_token_id))
+    new_tokens = out.new_tokens(0, config.eos_token_id)
+    text = decode(run, new_tokens)
 
     def call():
         clock = GenerationClock(run.device)
@@ -147,7 +149,7 @@ def _run_sample(run, name, steps, sample, config, timing, greedy: bool = True) -
     expected = _expected(sample, run)
     accuracy = None if expected is None or not greedy else float(text == expected)
     return SampleResult(name, str(item), text, expected, accuracy, _perplexity(run, steps, item, expected),
-                        med["prefill"], med["decoder"], med["e2e"], med.get("encoder"))
+                        med["prefill"], med["decoder"], med["e2e"], med.get("encoder"), tuple(new_tokens))
 
 
 def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
@@ -157,6 +159,21 @@ def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
     return BackendSummary(name, sum(acc) / len(acc) if acc else None, math.exp(sum(ppl) / len(ppl)) if ppl else None,
                           med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results),
                           med("encoder_s") if results[0].encoder_s is not None else None)
+
+
+def _agreement(outputs: list[list[SampleResult]]) -> list[str]:
+    """Each later backend's outputs against the first's (e.g. --quantize none int8 int4): samples whose new tokens
+    are equal, and the new token where the others first differ."""
+    notes, first = [], outputs[0]
+    for results in outputs[1:]:
+        differ = [next((i for i, (a, b) in enumerate(zip(x.tokens, y.tokens)) if a != b),
+                       None if len(x.tokens) == len(y.tokens) else min(len(x.tokens), len(y.tokens)))
+                  for x, y in zip(first, results)]
+        where = sorted(i + 1 for i in differ if i is not None)
+        notes.append(f"{results[0].backend}: output equals {first[0].backend}'s on {differ.count(None)} of "
+                     f"{len(differ)} samples" + (f"; the others first differ at new token {', '.join(map(str, where))}"
+                                                 if where else ""))
+    return notes
 
 
 def run_samples(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
@@ -184,11 +201,14 @@ def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions
         "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
         "num_beams": config.num_beams, "max_new_tokens": max_new, "iterations": timing.iterations},
         environment=environment(run.device))
+    outputs = []
     for name, row in backend_rows(run, backends):
         with backend_steps(run, row) as (backend, steps):
             results = [_run_sample(run, name, steps, s, config, timing, change is None) for s in samples]
             note_export_check(report, name, backend)
         report.results.extend([_summary(name, results)] if side_by_side else results)
+        outputs.append(results)
+    report.notes.extend(_agreement(outputs))
     if not any(_expected(s, run) for s in samples):
         report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
                             f"{options.precision}: accuracy is n/a")
