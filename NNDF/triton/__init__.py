@@ -10,7 +10,8 @@
 - `client.py`: thin helpers over tritonclient.http / tritonclient.grpc (URLs, readiness, infer, one-line errors).
 - `options.py`: the option groups of `deploy`, `serve` and the `triton` client backend.
 - `generative.py`: the python-backend model of generative kinds (runs the project's generation loop over its
-  ONNX Runtime steps inside the server, with request batching); `generative_deploy.py` writes it;
-  `backend.py` is the `triton` client backend of generative kinds (chat / run / compare / benchmark against a
-  served model).
+  ONNX Runtime steps inside the server, with request batching, optional token streaming and teacher forcing);
+  `generative_deploy.py` writes it; `backend.py` is the `triton` client backend of generative kinds (chat,
+  run, compare, benchmark and accuracy against a served model); `load.py` is concurrent load with every answer
+  checked (tools/triton_load.py).
 """
