@@ -31,4 +31,4 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
     if name not in DEPLOYABLE:
         raise UsageError(f"deploy {family} {name}: cannot deploy the {name} backend; deployable: "
                          f"{', '.join(DEPLOYABLE)}")
-    return registry.load(DEPLOYABLE[name])(family, options, deploy_options)
+    return registry.load(DEPLOYABLE[name])(family, options, deploy_options, *backend_options)

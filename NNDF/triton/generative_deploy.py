@@ -100,7 +100,7 @@ def reads_images(task, options: ModelOptions) -> bool:
     return False
 
 
-def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: DeployOptions):
+def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: DeployOptions, gpu: bool = False):
     """The Triton config of the generative python model (see the module docstring for the tensors)."""
     inputs = [tc.tensor("text", "TYPE_STRING", (1,), optional=True),
               tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True),
@@ -116,7 +116,7 @@ def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: Dep
     outputs = [tc.tensor(key, kind, dims, output=True) for key, (kind, dims) in OUTPUTS.items()]
     batching = tuple(deploy.preferred_batch_size) if deploy.max_batch_size > 1 else None
     return tc.model_config(name, backend="python", max_batch_size=deploy.max_batch_size, inputs=inputs,
-                           outputs=outputs, instances=deploy.instances, dynamic_batching=batching,
+                           outputs=outputs, instances=deploy.instances, gpu=gpu, dynamic_batching=batching,
                            queue_delay_us=deploy.batch_delay_us, decoupled=deploy.streaming)
 
 
@@ -160,7 +160,20 @@ def _graphs(run) -> dict[str, Path]:
     return backend.onnx.paths(run)[0]
 
 
-def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions):
+def refuse_backend_flags(family: str, backend_options) -> None:
+    """The deployed model runs the onnxrt backend's plain graphs: a backend-owned flag (e.g. a quantization
+    choice) would be ignored, so it is refused in one line."""
+    from dataclasses import fields as fields_of
+
+    for group in backend_options:
+        default = type(group)()
+        changed = [f.name for f in fields_of(group) if getattr(group, f.name) != getattr(default, f.name)]
+        if changed:
+            raise UsageError(f"deploy {family} onnxrt does not apply {type(group).flag_name(changed[0])}: the served "
+                             "model runs the onnxrt backend's plain graphs")
+
+
+def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions, *backend_options):
     """Write `<repository>/<name>/` for the generative python model over the run's ONNX Runtime graphs."""
     from NNDF.actions.common import open_run
     from NNDF.artifacts import write_json_atomic
@@ -169,13 +182,14 @@ def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions)
                                        write_stub)
 
     repository = Path(deploy.required_repository())
+    refuse_backend_flags(family, backend_options)
     run = open_run(family, options, ("onnxrt",))
     name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, "onnxrt"))
     check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
     graphs = _graphs(run)
     encoder = graph_inputs(graphs["encoder"]) if "encoder" in graphs else []
     images = reads_images(run.family.task, options)
-    config = model_config(name, encoder, images, deploy)
+    config = model_config(name, encoder, images, deploy, gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
     with staged_model(repository, name, deploy.force) as stage:
         version = stage / VERSION
         parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
