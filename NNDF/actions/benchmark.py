@@ -165,6 +165,7 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
         report.results.append(_bench_hf_generate(run, sampling, timing, bench))
     for name, row in backend_rows(run, backends):
         report.results.append(_bench_backend(run, name, row, sampling, timing, bench))
+        report.notes.extend(f"{name}: {note}" for note in row.export_notes())  # a quantized graph's validation
     report.notes.append(f"memory: {report.results[-1].memory_kind}")
     if bench.plot:
         plot_per_token(report.results, bench.input_seq_len, bench.plot,

@@ -4,9 +4,10 @@ A quantization is a type (`Int8`, `Int4`; `QUANTIZATIONS` maps the `--quantize` 
 `apply(model, keep_float) -> model`, over a float graph that `prepare` has made uniform:
 
 - `prepare`: HF's Conv1D layers (a transposed Linear) export as `Gemm`, and a tied LM head as
-  `MatMul(x, Transpose(embedding))`; ONNX Runtime's quantizers take `MatMul` with a constant weight, so every `Gemm` with a constant weight becomes
-  `MatMul` (+ `Add` of its bias) under the same node name, and a `Transpose` of a constant feeding a `MatMul` that
-  will be quantized is folded into a transposed constant (the embedding itself stays float for its `Gather`).
+  `MatMul(x, Transpose(embedding))`; ONNX Runtime's quantizers take `MatMul` with a constant weight, so every
+  `Gemm` with a constant weight becomes `MatMul` (+ `Add` of its bias) under the same node name, and a `Transpose`
+  of a constant feeding a `MatMul` that will be quantized is folded into a transposed constant (the embedding
+  itself stays float for its `Gather`).
 - `Int8`: `onnxruntime.quantization.quantize_dynamic` on the `MatMul` weights (signed int8 weights, one scale per
   output channel; activations quantized per call). fp32 graphs only. Per channel: measured on all-MiniLM-L6-v2,
   least embedding cosine to the float graph 0.994 against 0.958 per tensor, at no measurable cost in speed.
@@ -56,7 +57,7 @@ class Quantization(ABC):
 
     @property
     def tag(self) -> str:
-        """The artifact name's suffix: the kind and any setting that is not its default."""
+        """The artifact name's suffix: the kind and its settings."""
         return self.name
 
     @abstractmethod
@@ -205,8 +206,9 @@ def float_nodes(model, spec: QuantSpec, quantization: Quantization) -> frozenset
     """Nodes left float: the head where the family declares it for this quantization, and nodes whose weight
     name matches a declared pattern."""
     keep = head_nodes(model) if quantization.name in spec.float_head else set()
+    weights = {t.name for t in model.graph.initializer}
     for node in model.graph.node:
-        if any(pattern in name for name in node.input for pattern in spec.float_weights):
+        if any(pattern in name for name in node.input if name in weights for pattern in spec.float_weights):
             keep.add(node.name)
     return frozenset(keep)
 
