@@ -49,6 +49,17 @@ class ImageTextOnnx(Seq2SeqOnnx):
         return validate(ImageTextAdapter(model), lambda: self.steps(run, paths), run.options.use_cache, self.spec,
                         run.options.fp16, IMAGE_ENCODER)
 
+    def validation_outputs(self, run: RunContext, steps) -> torch.Tensor:
+        """Captions have no text passages to teacher-force (`--quantize` compares graphs on these instead): the
+        decoder's log-probabilities [2 * 16, V] for two random images and random 16-token prompts (fixed seed)."""
+        from NNDF.steps import position_ids_from_mask
+
+        prompt = self.task.random_prompt(run, 2, 16, torch.Generator().manual_seed(0))
+        cache = steps.start(prompt.encoder)
+        mask = prompt.attention_mask
+        logits, _ = steps.forward(prompt.input_ids, mask, position_ids_from_mask(mask), cache)
+        return torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1]).cpu()
+
 
 class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
     """Vision-encoder, decoder and cache-generator engines; the first decoder step takes the text prompt."""

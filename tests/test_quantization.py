@@ -172,17 +172,18 @@ def test_user_files_and_fp16_int8_are_refused(gpt2_accuracy, workdir):  # the fi
         in proc.stderr
 
 
-def test_encoder_decoder_quantizes_each_graph(workdir, capsys):
-    assert cli.main(["compare", "BART", "--compare", "onnxrt", "--use-cache", "--quantize", "none", "int4",
+@pytest.mark.parametrize("family,folder", [("BART", "bart-offline/seq2seq"), ("BLIP", "blip-offline/vision2seq")])
+def test_encoder_decoder_quantizes_each_graph(workdir, capsys, family, folder):
+    assert cli.main(["compare", family, "--compare", "onnxrt", "--use-cache", "--quantize", "none", "int4",
                      "--iterations", "1", "--warmup", "0", "-wd", str(workdir)]) == 0
     out = capsys.readouterr().out
     assert "| onnxrt-int4 " in out and "| onnxrt " in out
     assert "note: onnxrt-int4: output equals onnxrt's on " in out  # greedy outputs against the float graph's
-    folder = workdir / "BART" / "bart-offline" / "seq2seq-fp32-kv-int4-b128-asym"
-    record = json.loads((folder / "validation.json").read_text())
+    record = json.loads((workdir / family / f"{folder}-fp32-kv-int4-b128-asym" / "validation.json").read_text())
     assert set(record["parts"]) == {"encoder", "decoder", "cache_generator"}
     assert all(info["quantized_ops"].get("MatMulNBits", 0) > 0 for info in record["parts"].values())
-    assert record["top1_agreement_vs_float"] > 0.5  # random tiny weights: near-tied logits (measured 0.72, 18 rows)
+    # random tiny weights, near-tied logits: top-1 agreement is no measure here (BART 0.72, BLIP 0.22); the cosine is
+    assert record["min_cosine_vs_float"] > 0.95  # measured 0.9886 (BLIP)
 
 
 def test_encoder_quantizes_the_optimized_graph(workdir):
