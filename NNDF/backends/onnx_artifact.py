@@ -7,7 +7,8 @@ and so does damage to a cached file (its content digest, `NNDF/artifacts.py`), w
 validated against PyTorch (on ONNX Runtime, on the run's device) before it is kept, and the max difference is
 recorded in `validation.json` and reported. User files come all together: `--encoder-onnx --decoder-onnx
 --cache-generator-onnx` are all-or-nothing for the parts the run needs, and each is checked against the model
-before use (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype).
+before use (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype). `GraphArtifact` holds the store logic
+shared with quantized graphs (`NNDF/backends/quantized.py`), which are built from an export instead of PyTorch.
 """
 from __future__ import annotations
 
@@ -33,8 +34,6 @@ COMPARE_TEXTS = (
     "She opened the letter slowly, read it twice, and then put it back in the drawer without a word.",
     "After the rain stopped, the children ran outside to jump in the puddles along the road.",
 )
-
-
 
 
 def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
