@@ -13,6 +13,9 @@
 # gpt2-xl (3.1 GB per token / 4.8 TB/s = 0.73 ms on an H200). Results: $OUT/quant-<shape>.json and
 # $OUT/quant-gpu.log (tables, the int4 graph's agreement with the fp16 one, the placement of MatMulNBits nodes).
 #
+# xl alone should fit one 10-minute device call (export ~3 min, quantization and validation ~1-2 min, two rows of
+# 25 x 256 tokens); `all` may not: run `gpt2` and `xl` as two calls on the same warm machine.
+#
 # Dry path on a machine without a GPU (checks everything but CUDA and fp16; the lead's CPU check):
 #   DEVICE=cpu ITERATIONS=1 WARMUP=0 bash tools/device/quant_gpu.sh gpt2
 set -uo pipefail
