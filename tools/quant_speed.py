@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """fp32 / int8 / int4 onnxrt speed measured interleaved, for a shared CPU: every round generates once with each
 row in turn (fresh random prompt, exactly --new tokens, EOS suppressed, as `benchmark`), so a burst of load
-from other processes hits every row alike; reports per row the median and the best TPOT and tokens/s over the
-rounds, and the ratios to the first row.
+from other processes hits every row alike; reports per row the median and the best TPOT, tokens/s as `benchmark`
+computes it (new tokens / median end to end, prefill included), and the ratios to the first row.
 
     python tools/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
     python tools/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
@@ -47,6 +47,7 @@ def main() -> None:
     config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
     generator = torch.Generator().manual_seed(0)
     tpot: dict[str, list[float]] = {}
+    e2e: dict[str, list[float]] = {}
     with ExitStack() as stack:
         opened = [(name, stack.enter_context(backend_steps(run, row))[1]) for name, row in backend_rows(run, ("onnxrt",))]
         torch.set_num_threads(1)  # as backend_steps sets it for onnxrt on the CPU (several are open here)
@@ -58,14 +59,17 @@ def main() -> None:
                 times = clock.seconds()
                 if round_:
                     tpot.setdefault(name, []).append((times["e2e"] - times["prefill"]) / (args.new - 1) * 1e3)
+                    e2e.setdefault(name, []).append(times["e2e"])
     first = statistics.median(next(iter(tpot.values())))
+    first_rate = args.new / statistics.median(next(iter(e2e.values())))
     print(f"{args.rounds} interleaved rounds, prompt {args.prompt}, {args.new} new tokens, batch 1, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print("| row | TPOT p50 ms | TPOT best ms | tokens/s (p50 TPOT) | vs first row |")
-    print("|---|---|---|---|---|")
+    print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row |")
+    print("|---|---|---|---|---|---|")
     for name, values in tpot.items():
-        median = statistics.median(values)
-        print(f"| {name} | {median:.2f} | {min(values):.2f} | {1e3 / median:.1f} | {first / median:.2f}x |")
+        median, rate = statistics.median(values), args.new / statistics.median(e2e[name])
+        print(f"| {name} | {median:.2f} | {min(values):.2f} | {first / median:.2f}x | {rate:.1f} | "
+              f"{rate / first_rate:.2f}x |")
 
 
 if __name__ == "__main__":
