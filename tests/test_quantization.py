@@ -101,6 +101,21 @@ def test_quantized_graphs_are_artifacts(gpt2_accuracy, workdir):
         assert (folder / "model.onnx").stat().st_size < float_bytes * (0.62 if kind == "int8" else 0.53)
 
 
+def test_benchmark_rows_report_model_bytes(gpt2_accuracy, workdir, tmp_path):
+    path = tmp_path / "bench.json"
+    assert cli.main(["benchmark", "GPT2", "frameworks", "onnxrt", "--use-cache", "--quantize", "none", "int8",
+                     "--input-seq-len", "4", "--output-seq-len", "4", "--iterations", "1", "--warmup", "0",
+                     "-wd", str(workdir), "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    rows = {r["backend"]: r for r in report["results"]}
+    assert list(rows) == ["frameworks", "onnxrt", "onnxrt-int8"] and rows["frameworks"]["model_mb"] is None
+    store = workdir / "GPT2" / "gpt2-offline"
+    for name, folder in (("onnxrt", "decoder-fp32-kv"), ("onnxrt-int8", "decoder-fp32-kv-int8")):
+        assert rows[name]["model_mb"] == (store / folder / "model.onnx").stat().st_size / 2**20
+        assert rows[name]["peak_memory_mb"] > 0 and rows[name]["tokens_per_s"] > 0
+    assert any(n.startswith("onnxrt-int8: int8 graphs (decoder:") for n in report["notes"])
+
+
 def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir):
     """Between ONNX Runtime calls torch only picks tokens: one thread, so its pool does not contend with ORT's."""
     import torch
