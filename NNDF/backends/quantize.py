@@ -238,6 +238,11 @@ def prepare(model, keep_float: frozenset[str]):
     nodes = [n for n in nodes if not (n.op_type == "Transpose" and n.output[0] in folded)]  # now a constant
     del graph.node[:]
     graph.node.extend(nodes)
+    # The exporter annotates initializers in value_info too; a transB weight stored transposed above would keep
+    # its old shape there and fail the quantizer's shape inference. Constants need no annotation: drop them all.
+    annotations = [v for v in graph.value_info if v.name not in weights]
+    del graph.value_info[:]
+    graph.value_info.extend(annotations)
     return model
 
 
