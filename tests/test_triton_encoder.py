@@ -10,6 +10,7 @@ the pytriton wheel's server has no ONNX Runtime or TensorRT backend (NVIDIA's co
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -269,10 +270,21 @@ def test_concurrent_requests_are_batched_and_padding_changes_nothing(served, in_
 
         with ThreadPoolExecutor(16) as pool:
             answers = np.stack(list(pool.map(ask, range(len(texts)))))
-        after = _counts(stats_client, model)
+        after = _settled_counts(stats_client, model, before[0] + len(texts))
     assert np.abs(answers - reference).max() <= ATOL
     inferences, executions = after[0] - before[0], after[1] - before[1]
     assert inferences == len(texts) and executions < inferences, (inferences, executions)
+
+
+def _settled_counts(client, model: str, inferences: int, seconds: float = 10.0) -> tuple[int, int]:
+    """`_counts` once the composing model has recorded `inferences` (Triton answers an ensemble's request before
+    the composing model's statistics are updated: read at once, the last requests may be missing)."""
+    deadline = time.monotonic() + seconds
+    counts = _counts(client, model)
+    while counts[0] < inferences and time.monotonic() < deadline:
+        time.sleep(0.05)
+        counts = _counts(client, model)
+    return counts
 
 
 def _counts(client, model: str) -> tuple[int, int]:
