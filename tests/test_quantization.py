@@ -130,6 +130,22 @@ def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir)
     assert torch.get_num_threads() == before
 
 
+def test_chat_gives_each_open_backend_its_own_threads(gpt2_accuracy, workdir, monkeypatch):
+    """chat keeps every backend open at once: frameworks answers with torch's own threads, onnxrt with one."""
+    import torch
+
+    from NNDF.actions import chat as chat_module
+    from NNDF.options import ChatOptions, ModelOptions, SamplingOptions
+
+    seen, generate_prompt = [], chat_module.generate_prompt
+    monkeypatch.setattr(chat_module, "generate_prompt",
+                        lambda steps, *a: seen.append(torch.get_num_threads()) or generate_prompt(steps, *a))
+    before = torch.get_num_threads()
+    chat_module.chat("GPT2", ("frameworks", "onnxrt"), ModelOptions(working_dir=str(workdir), use_cache=True),
+                     SamplingOptions(), ChatOptions(prompt=("Hello",), max_new_tokens=2))
+    assert seen == [before, 1] and torch.get_num_threads() == before
+
+
 def test_fingerprint_follows_the_settings(workdir):
     from NNDF.actions.common import backend_rows, open_run
     from NNDF.backends.ort_options import ORTOptions

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from NNDF.actions.common import (backend_rows, backend_steps, decode, encode, finish, generate_prompt, generation_config,
-                                 note_export_check, open_run)
+                                 note_export_check, open_run, torch_threads)
 from NNDF.errors import HarnessError, UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions, OptionGroup
@@ -105,12 +105,13 @@ def _prepare(run, item, config: GenerationConfig, which: str = "") -> Prompt:
 
 
 def _answer(run, opened, item, inputs: Prompt, config: GenerationConfig, report: Report) -> None:
-    for name, steps in opened:
-        sync(run.device)
-        start = time.perf_counter()
-        out = generate_prompt(steps, inputs, config)
-        sync(run.device)
-        seconds = time.perf_counter() - start
+    for name, backend, steps in opened:
+        with torch_threads(run, backend):  # this backend's own torch threads (all stay open at once)
+            sync(run.device)
+            start = time.perf_counter()
+            out = generate_prompt(steps, inputs, config)
+            sync(run.device)
+            seconds = time.perf_counter() - start
         new = out.new_tokens(0, config.eos_token_id)
         result = ChatResult(name, str(item), tuple(new), decode(run, new), seconds)
         print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
@@ -159,9 +160,9 @@ def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling
         for name, row in backend_rows(run, backends):
             if sys.stderr.isatty():
                 print(f"Setting up environment for {name}", file=sys.stderr)
-            backend, steps = stack.enter_context(backend_steps(run, row))
+            backend, steps = stack.enter_context(backend_steps(run, row, threads=False))
             note_export_check(report, name, backend)
-            opened.append((name, steps))
+            opened.append((name, backend, steps))
         if interactive:
             _conversation(run, opened, config, report)
         for item, inputs in prepared:

@@ -1,7 +1,7 @@
 """What the actions share: opening a run, iterating over backends, tokenising, generation settings."""
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 import torch
@@ -44,20 +44,31 @@ def backend_rows(run: RunContext, backends: tuple[str, ...]) -> list[tuple[str, 
 
 
 @contextmanager
-def backend_steps(run: RunContext, backend: str | Backend) -> Iterator[tuple[object, DecoderSteps]]:
+def backend_steps(run: RunContext, backend: str | Backend, threads: bool = True) -> Iterator[tuple[object, DecoderSteps]]:
     """Set one backend (a name, or a row of `backend_rows`) up, yield (backend, steps), then free it (one backend
-    in memory at a time)."""
+    in memory at a time). With `threads`, torch runs with the backend's thread count (`torch_threads`) until
+    then; an action that keeps several backends open at once (chat) passes False and wraps each backend's own
+    calls in `torch_threads` instead, so one backend's setting never applies to another's calls."""
     backend = registry.backend(run.family, backend) if isinstance(backend, str) else backend
     steps = backend.setup(run)  # exports and validation with the run's torch threads
     if not backend.runs_torch_model:
         run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
+    try:
+        with torch_threads(run, backend) if threads else nullcontext():
+            yield backend, steps
+    finally:
+        steps.close()
+
+
+@contextmanager
+def torch_threads(run: RunContext, backend: Backend) -> Iterator[None]:
+    """torch's thread count while `backend` runs (its `torch_threads`: onnxrt on the CPU takes one), restored after."""
     threads, before = backend.torch_threads(run), torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        yield backend, steps
+        yield
     finally:
-        steps.close()
         torch.set_num_threads(before)
 
 
