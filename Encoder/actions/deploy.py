@@ -82,7 +82,7 @@ def _chosen(run, backend: str):
 
 def _copy_graph(source: Path, version: Path, name: str) -> Path:
     """The graph (and the external data it names) into `version`, as `name`."""
-    from NNDF.triton.generative_deploy import copy_graph
+    from NNDF.triton.repository import copy_graph
 
     copied = copy_graph(source, version)
     return copied.rename(version / name)

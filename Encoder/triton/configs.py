@@ -26,9 +26,6 @@ from pathlib import Path
 
 from NNDF.triton import config as tc
 
-# ONNX / TensorRT dtype names (NNDF.integrity's) -> Triton data types
-TRITON_TYPES = {"int64": "TYPE_INT64", "int32": "TYPE_INT32", "float32": "TYPE_FP32", "float16": "TYPE_FP16",
-                "bfloat16": "TYPE_BF16", "bool": "TYPE_BOOL"}
 PLATFORMS = {"onnxrt": ("onnxruntime_onnx", "model.onnx"), "trt": ("tensorrt_plan", "model.plan")}
 PYTHON_ONNX = "model.onnx"  # the python flavour's graph, in its version folder
 
@@ -79,15 +76,10 @@ class Batching:
         return self.preferred if self.max_batch_size > 1 else None
 
 
-def _dims(shape: tuple) -> tuple[int, ...]:
-    """Config dims of a graph tensor [batch, ...]: without the batch axis, -1 for a dynamic dimension."""
-    return tuple(-1 if d is None else int(d) for d in shape[1:])
-
-
 def _specs(tensors: dict, output: bool = False, ragged: bool = False) -> list:
     specs = []
     for name, t in tensors.items():
-        spec = tc.tensor(name, TRITON_TYPES[t.dtype], _dims(t.shape), output=output)
+        spec = tc.tensor(name, tc.TRITON_TYPES[t.dtype], tc.graph_dims(t.shape), output=output)
         if ragged and not output:
             spec.allow_ragged_batch = True  # the python model pads a batch of requests of different lengths
         specs.append(spec)
@@ -143,12 +135,12 @@ def _tensor_problems(kind: str, specs, tensors: dict, batched: bool) -> list[str
         problems.append(f"{kind}s {sorted(configured)} in the config, {sorted(tensors)} in the file")
     for name in sorted(set(configured) & set(tensors)):
         spec, t = configured[name], tensors[name]
-        want_type, got_type = TRITON_TYPES.get(t.dtype, t.dtype), tc.data_type_name(spec)
+        want_type, got_type = tc.TRITON_TYPES.get(t.dtype, t.dtype), tc.data_type_name(spec)
         shape = tuple(t.shape[1:] if batched else t.shape)
         dims = tuple(spec.dims)
         if got_type != want_type:
             problems.append(f"{kind} {name} is {got_type} in the config, {t.dtype} in the file")
-        if dims != _dims((None, *shape)):
+        if dims != tc.graph_dims((None, *shape)):
             file_dims = ["batch"] * batched + [-1 if s is None else s for s in shape]
             problems.append(f"{kind} {name} has dims {list(dims)} in the config, {file_dims} in the file")
     return problems

@@ -14,10 +14,6 @@ import numpy as np
 from NNDF.errors import BackendUnavailable, InferenceError, UsageError
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
-# numpy dtype kind/size -> the inference protocol's datatype
-_WIRE = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "UINT8", np.dtype(np.int32): "INT32",
-         np.dtype(np.int64): "INT64", np.dtype(np.float16): "FP16", np.dtype(np.float32): "FP32",
-         np.dtype(np.float64): "FP64", np.dtype(object): "BYTES"}
 
 
 @dataclass(frozen=True)
@@ -56,7 +52,13 @@ def _module(protocol: str):
 
 
 def wire_type(array: np.ndarray) -> str:
-    return _WIRE[array.dtype]
+    """The inference protocol's datatype of `array` (tritonclient's own mapping: INT64, FP32, BYTES, ...)."""
+    from tritonclient.utils import np_to_triton_dtype
+
+    wire = np_to_triton_dtype(array.dtype)
+    if wire is None:
+        raise UsageError(f"a {array.dtype} array cannot be sent to Triton")
+    return wire
 
 
 class Client:

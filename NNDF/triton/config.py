@@ -13,13 +13,10 @@ from NNDF.errors import ArtifactError
 
 CONFIG = "config.pbtxt"
 
-# numpy dtype name -> Triton data type name (the subset this project uses)
-NUMPY_TO_TRITON = {"bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
-                   "float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64", "object": "TYPE_STRING",
-                   "bytes": "TYPE_STRING"}
-# Triton data type name -> the datatype string of the inference protocol (tritonclient's InferInput)
-WIRE = {"TYPE_BOOL": "BOOL", "TYPE_UINT8": "UINT8", "TYPE_INT32": "INT32", "TYPE_INT64": "INT64",
-        "TYPE_FP16": "FP16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64", "TYPE_STRING": "BYTES"}
+# dtype name (numpy's; NNDF.integrity's graph and engine signatures use the same names) -> Triton data type
+TRITON_TYPES = {"bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
+                "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
+                "object": "TYPE_STRING"}
 
 
 def pb():
@@ -27,6 +24,12 @@ def pb():
     from tritonclient.grpc import model_config_pb2
 
     return model_config_pb2
+
+
+def graph_dims(shape: tuple) -> tuple[int, ...]:
+    """Config dims of a graph tensor [batch, ...] (an `NNDF.integrity.Tensor` shape): without the batch axis, -1
+    for a dynamic dimension."""
+    return tuple(-1 if d is None else int(d) for d in shape[1:])
 
 
 def tensor(name: str, data_type: str, dims: tuple[int, ...], optional: bool = False, output: bool = False):

@@ -41,43 +41,6 @@ SETTINGS = {"max_new_tokens": "TYPE_INT32", "min_new_tokens": "TYPE_INT32", "num
             "seed": "TYPE_INT64"}
 OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,)), "logits": ("TYPE_FP32", (-1, -1))}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
-_ONNX_TRITON = {"INT64": "TYPE_INT64", "INT32": "TYPE_INT32", "FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16",
-                "BOOL": "TYPE_BOOL"}
-
-
-@dataclass(frozen=True)
-class GraphInput:
-    name: str
-    data_type: str  # TYPE_*
-    dims: tuple[int, ...]  # without the batch axis; -1: dynamic
-
-
-def graph_inputs(path: Path) -> list[GraphInput]:
-    """A graph's inputs (names, Triton types, dims without the batch axis), read without its weights."""
-    import onnx
-
-    graph = onnx.load(str(path), load_external_data=False).graph
-    made = []
-    for value in graph.input:
-        t = value.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)[1:]
-        made.append(GraphInput(value.name, _ONNX_TRITON[onnx.TensorProto.DataType.Name(t.elem_type)], dims))
-    return made
-
-
-def copy_graph(source: Path, folder: Path) -> Path:
-    """Copy an ONNX graph and the external data files it names into `folder`; the copied graph's path."""
-    import onnx
-
-    folder.mkdir(parents=True, exist_ok=True)
-    model = onnx.load(str(source), load_external_data=False)
-    locations = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
-                 if entry.key == "location"}
-    for location in sorted(locations):
-        (folder / location).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source.parent / location, folder / location)
-    shutil.copy2(source, folder / source.name)
-    return folder / source.name
 
 
 def copy_model_files(source_dir: Path | None, folder: Path, variant: str) -> None:
@@ -100,7 +63,7 @@ def reads_images(task, options: ModelOptions) -> bool:
     return False
 
 
-def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: DeployOptions, gpu: bool = False):
+def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, gpu: bool = False):
     """The Triton config of the generative python model (see the module docstring for the tensors)."""
     inputs = [tc.tensor("text", "TYPE_STRING", (1,), optional=True),
               tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True),
@@ -108,7 +71,8 @@ def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: Dep
               tc.tensor("score_positions", "TYPE_INT64", (-1,), optional=True)]
     if images:
         inputs.append(tc.tensor("image", "TYPE_STRING", (1,), optional=True))
-    inputs += [tc.tensor(f"encoder_{g.name}", g.data_type, g.dims, optional=True) for g in encoder]
+    inputs += [tc.tensor(f"encoder_{name}", tc.TRITON_TYPES[t.dtype], tc.graph_dims(t.shape), optional=True)
+               for name, t in encoder.items()]  # the encoder graph's inputs (NNDF.integrity.Tensor each)
     inputs += [tc.tensor(key, kind, (1,), optional=True) for key, kind in SETTINGS.items()]
     for spec in inputs:
         if -1 in spec.dims:
@@ -120,7 +84,7 @@ def model_config(name: str, encoder: list[GraphInput], images: bool, deploy: Dep
                            queue_delay_us=deploy.batch_delay_us, decoupled=deploy.streaming)
 
 
-def serving_record(run, parts: dict[str, str], encoder: list[GraphInput], images: bool,
+def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
                    deploy: DeployOptions) -> dict:
     import onnxruntime
     import torch
@@ -130,7 +94,7 @@ def serving_record(run, parts: dict[str, str], encoder: list[GraphInput], images
     options["use_mask"] = True  # requests of different lengths are batched with padding
     return {"family": run.family.name, "variant": run.source.variant, "backend": "onnxrt",
             "device": run.device.type, "options": options, "parts": parts,
-            "encoder_inputs": [g.name for g in encoder], "images": images,
+            "encoder_inputs": list(encoder), "images": images,
             "max_new_tokens_limit": deploy.max_new_tokens_limit, "streaming": deploy.streaming,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnxruntime": onnxruntime.__version__}}
@@ -177,9 +141,10 @@ def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions,
     """Write `<repository>/<name>/` for the generative python model over the run's ONNX Runtime graphs."""
     from NNDF.actions.common import open_run
     from NNDF.artifacts import write_json_atomic
+    from NNDF.integrity import onnx_signature
     from NNDF.results import Report, environment
-    from NNDF.triton.repository import (VERSION, check_model_name, check_target, default_model_name, staged_model,
-                                       write_stub)
+    from NNDF.triton.repository import (VERSION, check_model_name, check_target, copy_graph, default_model_name,
+                                       staged_model, write_stub)
 
     repository = Path(deploy.required_repository())
     refuse_backend_flags(family, backend_options)
@@ -187,7 +152,7 @@ def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions,
     name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, "onnxrt"))
     check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
     graphs = _graphs(run)
-    encoder = graph_inputs(graphs["encoder"]) if "encoder" in graphs else []
+    encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
     images = reads_images(run.family.task, options)
     config = model_config(name, encoder, images, deploy, gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
     with staged_model(repository, name, deploy.force) as stage:

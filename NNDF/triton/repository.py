@@ -130,6 +130,21 @@ TritonPythonModel = getattr(importlib.import_module(_module), _name)
 '''
 
 
+def copy_graph(source: Path, folder: Path) -> Path:
+    """Copy an ONNX graph and the external data files it names into `folder`; the copied graph's path."""
+    import onnx
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = onnx.load(str(source), load_external_data=False)
+    locations = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
+                 if entry.key == "location"}
+    for location in sorted(locations):
+        (folder / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source.parent / location, folder / location)
+    shutil.copy2(source, folder / source.name)
+    return folder / source.name
+
+
 def write_stub(version_dir: Path, target: str) -> Path:
     """`<version_dir>/model.py`: Triton's `TritonPythonModel` is the project's class `target` ("module:Class")."""
     path = version_dir / "model.py"
