@@ -229,13 +229,12 @@ class GenerativeModel:
         image = self.array(request, "image") if self.record["images"] else None
         if not isinstance(line, str) or (not line.strip() and image is None):  # an image alone may be captioned
             raise RequestError("text is empty: give a prompt")
-        with tempfile.TemporaryDirectory(dir=self.working_dir) as folder:
-            images = ()
-            if image is not None:
-                path = Path(folder) / "image"
-                path.write_bytes(image.reshape(-1)[0])
-                images = (str(path),)
-            items = self.task.items(replace(self.run.options, image=images), (line,))
+        if image is None:
+            return self.task.prompts(self.run, self.task.items(self.run.options, (line,)))
+        with tempfile.TemporaryDirectory(dir=self.working_dir) as folder:  # the task reads images from files
+            path = Path(folder) / "image"
+            path.write_bytes(image.reshape(-1)[0])
+            items = self.task.items(replace(self.run.options, image=(str(path),)), (line,))
             return self.task.prompts(self.run, items)
 
     def id_prompt(self, request, ids: np.ndarray) -> Prompt:
