@@ -138,6 +138,7 @@ class ModelOptions(OptionGroup):
     use_cuda_graph: bool = flag(False, "--use-cuda-graph", help="replay the one-token step (encoder models: the forward pass) from a CUDA graph (CUDA only; for generative models frameworks and onnxrt need --static-cache; one graph per input shape otherwise)")
     torch_compile: bool = flag(False, "--torch-compile", help="frameworks: compile with torch.compile (inductor; the first call compiles, which takes a while): the one-token step of generative models (needs --static-cache), the forward pass of encoder models")
     compile_mode: str = flag("default", "--compile-mode", choices=("default", "max-autotune"), help="with --torch-compile: default (inductor's defaults) or max-autotune (inductor benchmarks Triton GEMM templates against cuBLAS per shape, fuses GEMM epilogues and tunes kernel launch configs; compiling takes minutes)")
+    fused_decode: bool = flag(False, "--fused-decode", help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it")
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
     batch_size: int = flag(1, "--batch-size", "-b", action="BatchSize", nargs="+", metavar="N", help="batch size (benchmark, run, compare, predict); encoder models on trt also take three values, min opt max (seed 002's form): the engine's batch profile, and the middle one is the batch run")
     num_beams: int | None = flag(None, "--num-beams", "-nb", type=int, help="beam search width (1: greedy or sampling; default: the model's generation config, else 1)")
@@ -165,6 +166,8 @@ class ModelOptions(OptionGroup):
             raise UsageError("--cpu contradicts --device cuda")
         if self.static_cache and not self.use_cache:
             raise UsageError("--static-cache needs --use-cache (it is a kind of KV cache)")
+        if self.fused_decode and not self.static_cache:
+            raise UsageError("--fused-decode needs --static-cache (the fused step writes a full-length cache in place)")
         if self.compile_mode != "default" and not self.torch_compile:
             raise UsageError(f"--compile-mode {self.compile_mode} needs --torch-compile")
 

@@ -46,7 +46,7 @@ class Action:
 
 _RUN = (ModelOptions, SamplingOptions, TimingOptions)
 _ONE_SEQUENCE = {"batch_size", "use_mask"}  # one prompt or passage at a time: no batch, never padded
-_ONE_TOKEN_STEP = {"use_cuda_graph", "torch_compile", "compile_mode"}  # speed-ups of generation's one-token steps
+_ONE_TOKEN_STEP = {"use_cuda_graph", "torch_compile", "compile_mode", "fused_decode"}  # speed-ups of generation's one-token steps
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("accuracy", "LAMBADA TopN accuracy and perplexity", "NNDF.actions.accuracy:accuracy",
@@ -68,7 +68,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
            "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),
            ignores=frozenset({"batch_size", "use_mask", "num_beams", "image", "use_cuda_graph", "torch_compile",
-                              "compile_mode", "cleanup"})),  # served: masks always on, beams per request
+                              "compile_mode", "fused_decode", "cleanup"})),  # served: masks always on, beams per request
     Action("serve", "serve a Triton model repository on 127.0.0.1 until Ctrl-C", "NNDF.actions.serve:serve",
            (ServeOptions,), runs_models=False, operand=("DIR", "the Triton model repository (run.py deploy writes one)")),
 )}

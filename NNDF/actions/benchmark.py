@@ -157,7 +157,7 @@ def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sam
         "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
         "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
         "use_cache": options.use_cache, "static_cache": options.static_cache, "use_cuda_graph": options.use_cuda_graph,
-        "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams, "iterations": timing.iterations,
+        "fused_decode": options.fused_decode, "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams, "iterations": timing.iterations,
         "warmup": timing.warmup, "number": timing.number}, environment=environment(run.device))
     if fitted:
         report.notes.append(fitted)
