@@ -6,6 +6,7 @@ export), the accuracy cost on the trained gpt2-offline is within the issue's bou
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,6 +115,14 @@ def test_benchmark_rows_report_model_bytes(gpt2_accuracy, workdir, tmp_path):
         assert rows[name]["model_mb"] == (store / folder / "model.onnx").stat().st_size / 2**20
         assert rows[name]["peak_memory_mb"] > 0 and rows[name]["tokens_per_s"] > 0
     assert any(n.startswith("onnxrt-int8: int8 graphs (decoder:") for n in report["notes"])
+    # achieved bandwidth: bytes read per step (the files; frameworks: its fp32 parameters) / median TPOT
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(Path(__file__).parents[1] / "GPT2" / "offline" / "gpt2-offline")
+    assert rows["frameworks"]["weight_bytes"] == 4 * hf.num_parameters()
+    assert rows["onnxrt-int8"]["weight_bytes"] == round(rows["onnxrt-int8"]["model_mb"] * 2**20)
+    for row in rows.values():
+        assert row["weight_bytes"] / (row["tpot_ms"]["p50"] * 1e-3) / 1e9 > 0
 
 
 def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir):

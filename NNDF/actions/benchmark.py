@@ -39,6 +39,14 @@ class BenchmarkResult:
     per_token_ms: tuple[float, ...] = ()  # one traced run (synchronised after every token), for --plot
     encoder_ms: Stats | None = None  # encoder-decoder models: encoder + cross-attention cache (part of prefill)
     model_mb: float | None = None  # MiB on disk of the model files run (graphs + external data; None: frameworks)
+    weight_bytes: int | None = None  # what one step reads at least: the model files, or the torch model's parameters
+
+    @property
+    def weights_gb_s(self) -> float | None:
+        """Achieved bandwidth (gpt-fast's measure): weight bytes read per step / median time per step (TPOT)."""
+        if self.weight_bytes is None or not self.tpot_ms.p50 > 0:
+            return None
+        return self.weight_bytes / (self.tpot_ms.p50 * 1e-3) / 1e9
 
     def row(self) -> dict:
         p = self.prefill_ms.percentile
@@ -46,7 +54,8 @@ class BenchmarkResult:
         return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
                 "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
-                "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb}
+                "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb,
+                "weights GB/s": "" if self.weights_gb_s is None else self.weights_gb_s}
 
 
 def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator) -> Prompt:
@@ -86,8 +95,17 @@ def _bench_backend(run, name, row, sampling, timing, bench) -> BenchmarkResult:
         result = _summarize(name, samples, bench, run.options.batch_size, timing, memory,
                             backend.export_max_diff())
         size = backend.model_bytes()
+        weights = size if size is not None or not backend.runs_torch_model else parameter_bytes(run.torch_model())
         return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
-                                   model_mb=None if size is None else size / 2**20)
+                                   model_mb=None if size is None else size / 2**20, weight_bytes=weights)
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor)."""
+    seen = {}
+    for t in model.parameters():
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
 
 
 def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
@@ -124,7 +142,8 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
 
     with MemoryWatch(run.device) as memory:
         samples = measure(call, timing, name)
-    return _summarize(name, samples, bench, run.options.batch_size, timing, memory)
+    result = _summarize(name, samples, bench, run.options.batch_size, timing, memory)
+    return dataclasses.replace(result, weight_bytes=parameter_bytes(model))
 
 
 def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:
