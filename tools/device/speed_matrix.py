@@ -51,6 +51,11 @@ CONFIGS = {
     "compiled": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True)),
     "autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True,
                                                            compile_mode="max-autotune")),
+    "fused": dict(backends=("frameworks", "onnxrt"), options=dict(static_cache=True, use_cuda_graph=True,
+                                                                  torch_compile=True, fused_decode=True)),
+    "fused-autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True,
+                                                                   torch_compile=True, fused_decode=True,
+                                                                   compile_mode="max-autotune")),
 }
 # (prompt, new tokens) of the offline defaults: their position tables hold 256 (blip-offline's text decoder: 64)
 OFFLINE_LENGTHS = {"BLIP": (16, 40)}
@@ -90,14 +95,17 @@ def backends_of(config) -> tuple[str, ...]:
 
 
 def options(torch_dir, batch, extra, workdir) -> ModelOptions:
+    if DEVICE == "cpu":  # the smoke test: no CUDA graphs, no compilation (minutes on 2 cores)
+        extra = {k: v for k, v in extra.items() if k not in ("use_cuda_graph", "torch_compile", "compile_mode")}
     return ModelOptions(torch_dir=torch_dir, device=DEVICE, fp16=DEVICE == "cuda", use_cache=True, batch_size=batch,
                         working_dir=workdir, **extra)
 
 
-def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None):
+def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None, backends=None):
     prompt, new = lengths or (PROMPT, NEW)
     hf = config in ("eager", "static-graph") if hf is None else hf
-    report = benchmark(family, backends_of(config), options(torch_dir, batch, CONFIGS[config]["options"], workdir),
+    backends = backends or backends_of(config)
+    report = benchmark(family, backends, options(torch_dir, batch, CONFIGS[config]["options"], workdir),
                        SamplingOptions(), TimingOptions(iterations=iterations, warmup=2),
                        BenchmarkOptions(input_seq_len=prompt, output_seq_len=new, hf_baseline=hf))
     rows = []
@@ -105,7 +113,8 @@ def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, len
         rows.append({"model": label, "batch": batch, "config": config, "backend": r.backend, "prompt": prompt,
                      "new": new, "prefill_p50_ms": r.prefill_ms.p50, "prefill_p90_ms": r.prefill_ms.p90,
                      "tpot_p50_ms": r.tpot_ms.p50, "tpot_p90_ms": r.tpot_ms.p90, "tokens_per_s": r.tokens_per_s,
-                     "peak_mib": r.peak_memory_mb, "onnx_max_diff": r.onnx_max_diff})
+                     "peak_mib": r.peak_memory_mb, "onnx_max_diff": r.onnx_max_diff, "weight_bytes": r.weight_bytes,
+                     "weights_gb_s": r.weights_gb_s})
     return rows, report
 
 
@@ -198,8 +207,8 @@ def table(rows) -> str:
     from tabulate import tabulate
 
     keys = ["model", "batch", "config", "backend", "prefill_p50_ms", "prefill_p90_ms", "tpot_p50_ms", "tpot_p90_ms",
-            "tokens_per_s", "peak_mib"]
-    lines = [[r[k] for k in keys] if "error" not in r else [r[k] for k in keys[:4]] + [r["error"]] + [""] * 5
+            "tokens_per_s", "weights_gb_s", "peak_mib"]
+    lines = [[r.get(k) for k in keys] if "error" not in r else [r[k] for k in keys[:4]] + [r["error"]] + [""] * 6
              for r in rows]
     return tabulate(lines, headers=keys, tablefmt="github", floatfmt=".4g")
 
@@ -225,6 +234,38 @@ def autotune_jobs():
     return jobs
 
 
+def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
+    """Issue 17's jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both in
+    CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
+    batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
+    cache without graphs and against the plain growing cache)."""
+    jobs = []
+    if "gpt2" in shapes:
+        g = SHAPES["gpt2"]
+        jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
+                 ("step", lambda: step_time("gpt2", "GPT2", g, 1, "fused", WORKDIR)),
+                 ("check", lambda: {"model": "gpt2", "batch": 1, "config": "fused",
+                                    "first_difference": same_tokens("GPT2", g, 1, "fused", WORKDIR)}),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "eager", WORKDIR, 5)),  # + HF eager
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "compiled", WORKDIR, 10)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "static-graph", WORKDIR, 10, backends=("onnxrt",),
+                                              hf=False)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "fused", WORKDIR, 10)),
+                 ("step", lambda: step_time("gpt2", "GPT2", g, 8, "fused", WORKDIR)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "eager", WORKDIR, 5, hf=False)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused-autotuned", WORKDIR, 10))]
+    if "gpt2-xl" in shapes:
+        x = SHAPES["gpt2-xl"]
+        jobs += [("shapes", lambda: make_shapes("gpt2-xl")),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR, 3)),
+                 ("step", lambda: step_time("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR)),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "compiled", WORKDIR, 3)),
+                 ("check", lambda: {"model": "gpt2-xl", "batch": 1, "config": "fused",
+                                    "first_difference": same_tokens("GPT2", x, 1, "fused", WORKDIR, new=64)}),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "eager", WORKDIR, 3))]  # onnxrt export: minutes
+    return jobs
+
+
 def make_shapes(shape: str) -> dict:
     import subprocess
 
@@ -236,7 +277,7 @@ def make_shapes(shape: str) -> dict:
 WORKDIR = "/tmp/wd"
 
 
-def run_jobs(out: Path, jobs, deadline: float) -> None:
+def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
     """Run each job, record its rows (or its error), rewrite the JSON and table after every one; start no job
     once `deadline` seconds have passed (the device call's limit would kill the run and its summary)."""
     doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
@@ -245,13 +286,15 @@ def run_jobs(out: Path, jobs, deadline: float) -> None:
 
     def save():
         doc["seconds"] = time.time() - started
-        (out / "speed-autotune.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / f"speed-{name}.json").write_text(json.dumps(doc, indent=1, default=str))
         steps = "\n".join(json.dumps({k: v for k, v in s.items() if k != "top_kernels"}) for s in doc["step_times"])
-        (out / "speed-autotune.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
+        (out / f"speed-{name}.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
                                                "\n\ntoken checks:\n" + "\n".join(map(json.dumps, doc["token_checks"])))
 
     for kind, job in jobs:
         t0 = time.time()
+        if kind == "step" and DEVICE != "cuda":
+            continue  # replays a CUDA graph
         if t0 - started > deadline:
             doc["log"].append({"job": kind, "seconds": 0, "status": "skipped: past the deadline"})
             continue
@@ -271,7 +314,7 @@ def run_jobs(out: Path, jobs, deadline: float) -> None:
         print(f"[{time.time() - started:6.0f}s] {kind}: {time.time() - t0:.0f}s {status}", flush=True)
         save()
     save()
-    print((out / "speed-autotune.md").read_text())
+    print((out / f"speed-{name}.md").read_text())
     for s in doc["step_times"]:
         print(f"\n{s['model']} b{s['batch']} {s['config']}: step {s['step_gpu_ms']:.4f} ms, "
               f"{s.get('kernels_per_step')} kernels, {s.get('kernel_us_per_step')} us in kernels")
@@ -283,7 +326,8 @@ def main() -> None:
     global DEVICE, PROMPT, NEW, BACKENDS, WORKDIR
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
-    parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune"), default="all")
+    parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
+                                            "fused-xl"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no staging needed)")
@@ -299,6 +343,9 @@ def main() -> None:
     if args.group == "autotune":
         BACKENDS = ("frameworks",)
         return run_jobs(args.out, autotune_jobs(), args.deadline)
+    if args.group.startswith("fused"):
+        shapes = {"fused": ("gpt2", "gpt2-xl"), "fused-gpt2": ("gpt2",), "fused-xl": ("gpt2-xl",)}[args.group]
+        return run_jobs(args.out, fused_jobs(shapes), args.deadline, args.group)
     rows, checks, plots = [], [], {}
     started = time.time()
     for label, family, torch_dir, batches, configs, lengths in models(args.group):
