@@ -239,7 +239,7 @@ def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
     CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
     batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
     cache without graphs and against the plain growing cache)."""
-    jobs = []
+    jobs = [("copy", copy_bandwidth)] if DEVICE == "cuda" else []
     if "gpt2" in shapes:
         g = SHAPES["gpt2"]
         jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
@@ -264,6 +264,27 @@ def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
                                     "first_difference": same_tokens("GPT2", x, 1, "fused", WORKDIR, new=64)}),
                  ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "eager", WORKDIR, 3))]  # onnxrt export: minutes
     return jobs
+
+
+def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
+    """The card's measured copy bandwidth (bytes read + bytes written per second, device to device): the floor
+    a decode step is held against (weight bytes / this)."""
+    src = torch.randn(gib * 2**28, device=DEVICE)  # float32: gib GiB
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    nbytes = 2 * src.numel() * src.element_size()
+    return {"copy_tb_s_median": nbytes / times[len(times) // 2] / 1e12, "copy_tb_s_best": nbytes / times[0] / 1e12,
+            "bytes_moved": nbytes}
 
 
 def make_shapes(shape: str) -> dict:
@@ -306,6 +327,8 @@ def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
                 doc["step_times"].append(got)
             elif kind == "check":
                 doc["token_checks"].append(got)
+            elif kind == "copy":
+                doc["copy_bandwidth"] = got
             status = "ok"
         except Exception as exc:  # one failed job must not hide the others
             traceback.print_exc()
