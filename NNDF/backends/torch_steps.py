@@ -9,10 +9,15 @@ With a static cache the one-token step can be replayed from a CUDA graph (`cuda_
 `torch.compile` (`compile_mode`, inductor without its own CUDA graphs: capture stays ours, so the graph, its
 static inputs and its cache are one object, `StaticSlot`). Slots are pooled per (rows, length): the benchmark's
 repeated generations reuse one captured graph.
+
+A family's fused decode step (`--fused-decode`, `FusedStep`) replaces the model's code for the static cache: it
+makes its own slots (the `StaticSlot` interface), runs the prompt pass and the one-token step; the capture, the
+slot pool and beam reordering stay here.
 """
 from __future__ import annotations
 
 import inspect
+from typing import Protocol
 
 import torch
 from transformers import DynamicCache, StaticCache
@@ -20,7 +25,20 @@ from transformers import DynamicCache, StaticCache
 from NNDF.errors import UsageError
 
 
-class StaticSlot:
+class Slot:
+    """What the capture and the slot pool need of a static cache: its rows and length, the fixed-address inputs
+    of its one-token step (mask at full width, ids, positions), and once captured the CUDA graph and its logits."""
+
+    rows: int
+    max_length: int
+    mask: torch.Tensor
+    ids: torch.Tensor
+    positions: torch.Tensor
+    graph: torch.cuda.CUDAGraph | None = None
+    logits: torch.Tensor | None = None  # the graph's output, overwritten by each replay
+
+
+class StaticSlot(Slot):
     """A static cache for `rows` x `max_length` tokens plus the fixed-address inputs of its one-token step:
     the attention mask at full width (columns not yet written are 1, the causal mask hides them), token ids,
     positions, and once captured, the CUDA graph and its logits output. HF's layers keep their write position
@@ -41,6 +59,9 @@ class StaticSlot:
             if layer.is_initialized:
                 layer.cumulative_length.zero_()
         return self
+
+    def set_length(self, length: int) -> None:
+        """The step about to run sees `length` columns (HF's layers track their write position themselves)."""
 
     def positions_state(self) -> list[torch.Tensor]:
         return [layer.cumulative_length.clone() for layer in self.cache.layers]
@@ -81,19 +102,34 @@ def compile_step(model: torch.nn.Module, mode: str):
     return torch.compile(model, dynamic=False, options=options or None)
 
 
+class FusedStep(Protocol):
+    """A family's fused decode step over its own static cache (see the module docstring)."""
+
+    def new_slot(self, rows: int, max_length: int):
+        """An empty slot: `StaticSlot`'s interface (mask, ids, positions, graph, logits, reset, set_length,
+        positions_state, restore_positions, take_rows)."""
+
+    def prefill(self, input_ids, mask, position_ids, slot, last_only: bool) -> torch.Tensor:
+        """The prompt's logits; writes its K/V into `slot` (mask: the slot's mask over the columns so far)."""
+
+    def one_token(self, slot) -> torch.Tensor:
+        """Logits [R, 1, V] of `slot.ids` (fixed shapes and addresses: what a CUDA graph captures)."""
+
+
 class TorchSteps:
     name = "frameworks"
 
     def __init__(self, model: torch.nn.Module, use_cache: bool, static_cache: bool = False,
-                 cuda_graph: bool = False, compile_mode: str | None = None):
+                 cuda_graph: bool = False, compile_mode: str | None = None, fused: FusedStep | None = None):
         self.model = model.eval()
+        self.fused = fused  # compiled by itself (its functions), so _step_model stays the eager model
         self.device = next(model.parameters()).device
         self.use_cache, self.static_cache, self.cuda_graph = use_cache, static_cache, cuda_graph
         params = inspect.signature(model.forward).parameters
         self._takes_positions = "position_ids" in params
         self._can_skip_logits = "logits_to_keep" in params  # LM head on the last position only, as HF generate
         # the one-token step of a static cache: compiled shapes never change, so inductor compiles it once per rows
-        self._step_model = compile_step(model, compile_mode) if compile_mode else model
+        self._step_model = compile_step(model, compile_mode) if compile_mode and not fused else model
         self._slots: dict[tuple[int, int], StaticSlot] = {}
         if static_cache:
             check_static_cache_support(model)
@@ -110,7 +146,7 @@ class TorchSteps:
 
     @torch.inference_mode()
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
-        if isinstance(cache, StaticSlot):
+        if isinstance(cache, Slot):
             return self._static_forward(input_ids, attention_mask, position_ids, cache, last_only)
         out = self.model(**self._kwargs(input_ids, attention_mask, position_ids, cache, last_only))
         return out.logits, (out.past_key_values if self.use_cache else None)
@@ -118,8 +154,12 @@ class TorchSteps:
     def _static_forward(self, input_ids, attention_mask, position_ids, slot: StaticSlot, last_only):
         slot.mask[:, : attention_mask.shape[1]].copy_(attention_mask)
         if input_ids.shape[1] > 1 or attention_mask.shape[1] == input_ids.shape[1]:  # the prompt: eager
+            if self.fused is not None:
+                mask = slot.mask[:, : attention_mask.shape[1]]
+                return self.fused.prefill(input_ids, mask, position_ids, slot, last_only), slot
             out = self.model(**self._kwargs(input_ids, slot.mask, position_ids, slot.cache, last_only))
             return out.logits, slot
+        slot.set_length(attention_mask.shape[1])
         slot.ids.copy_(input_ids)
         slot.positions.copy_(position_ids)
         if not self.cuda_graph:
@@ -130,6 +170,8 @@ class TorchSteps:
         return slot.logits, slot  # valid until the next step (the loop reads it before stepping again)
 
     def _one_token(self, slot: StaticSlot) -> torch.Tensor:
+        if self.fused is not None:
+            return self.fused.one_token(slot)
         kwargs = self._kwargs(slot.ids, slot.mask, slot.positions, slot.cache, last_only=True)
         return self._step_model(**kwargs).logits
 
@@ -169,12 +211,14 @@ class TorchSteps:
     def _slot(self, rows: int, max_length: int) -> StaticSlot:
         key = (rows, max_length)
         if key not in self._slots:
-            self._slots[key] = StaticSlot(self.model.config, rows, max_length, self.device)
+            fused = self.fused
+            self._slots[key] = (fused.new_slot(rows, max_length) if fused is not None
+                                else StaticSlot(self.model.config, rows, max_length, self.device))
         return self._slots[key]
 
     @torch.inference_mode()
     def reorder_cache(self, cache, index):
-        if isinstance(cache, StaticSlot):
+        if isinstance(cache, Slot):
             target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()
             target.take_rows(cache, index)
             return target
@@ -182,5 +226,5 @@ class TorchSteps:
         return cache
 
     def close(self) -> None:
-        self.model = self._step_model = None
+        self.model = self._step_model = self.fused = None
         self._slots.clear()

@@ -1,0 +1,237 @@
+"""GPT-2's fused decode step (`--fused-decode` on `frameworks`): the one-token step in plain torch ops, for inductor.
+
+HF's modeling code runs ~150 small kernels per GPT-2 step; most of the time is the launches around the weight
+products. Here the step is three functions: the embedding (token + position, and the row's attention validity),
+ONE layer function called for every layer with that layer's weights as arguments (same shapes, so
+`torch.compile(dynamic=False)` compiles it once: gpt2-xl's 48 layers compile as fast as 12), and the head
+(final layer norm + tied LM head). The cache is our own: one K and one V buffer [rows, heads, length, head_dim]
+per layer, written in place at a write position held on the device, so the step replays from a CUDA graph
+without host work (the capture is `NNDF.backends.torch_steps.TorchSteps`'s).
+
+Weight products of few rows use the reduction form `(x[:, None, :] * W).sum(-1)`, which inductor fuses with its
+prologue (layer norm) and epilogue (bias, GELU, residual); above `FusedSettings.reduction_rows` rows (and always
+when not compiled: eager would materialise the product) they are `F.linear` (cuBLAS). inductor's own
+`decompose_mem_bound_mm` does not cover this: it rewrites tall-skinny products (>= 10240 rows, <= 32 columns).
+Attention for the one query reads the whole static buffer masked by (column <= write position) & the row's
+padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses) or `sdpa`
+(`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
+
+The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
+buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from NNDF.backends.torch_steps import Slot
+from NNDF.errors import UsageError
+
+MODEL_TYPES = ("gpt2",)  # HF model types this step runs
+ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}  # -> F.gelu's `approximate`
+ATTENTIONS = ("reduction", "sdpa")
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
+
+    attention: str = "reduction"  # one-query attention: "reduction" (plain fused ops) or "sdpa"
+    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products
+
+    def reduces(self, rows: int, compiled: bool) -> bool:
+        """Whether a product of `rows` rows is the reduction form (memory-bound) rather than F.linear (cuBLAS)."""
+        return compiled and rows <= self.reduction_rows
+
+
+def check_config(config) -> None:
+    """Refuse, in one line, a GPT-2 config this step does not reproduce."""
+    refusals = {
+        "scale_attn_by_inverse_layer_idx": "scale_attn_by_inverse_layer_idx",
+        "reorder_and_upcast_attn": "reorder_and_upcast_attn",
+        "add_cross_attention": "cross attention (add_cross_attention)",
+    }
+    if getattr(config, "model_type", None) not in MODEL_TYPES:
+        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
+                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    for field, what in refusals.items():
+        if getattr(config, field, False):
+            raise UsageError(f"--fused-decode: this GPT-2 config sets {what}, which the fused step does not "
+                             "implement; drop --fused-decode")
+    if config.activation_function not in ACTIVATIONS:
+        raise UsageError(f"--fused-decode: activation {config.activation_function!r} is not one the fused step "
+                         f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
+
+
+class FusedSlot(Slot):
+    """Our static cache for `rows` x `max_length` tokens and the fixed-address inputs of its one-token step (the
+    same interface as `torch_steps.StaticSlot`): per-layer K and V buffers, the attention mask at full width,
+    token ids, positions, the write position (a device tensor), and once captured the CUDA graph and its logits."""
+
+    def __init__(self, shape: tuple[int, int, int, int], layers: int, dtype, device):
+        self.rows, _, self.max_length, _ = shape
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.mask = torch.ones(self.rows, self.max_length, dtype=torch.long, device=device)
+        self.ids = torch.zeros(self.rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(self.rows, 1, dtype=torch.long, device=device)
+        self.write = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.logits: torch.Tensor | None = None
+
+    def reset(self) -> FusedSlot:
+        self.mask.fill_(1)
+        self.write.zero_()
+        return self
+
+    def set_length(self, length: int) -> None:
+        """The step about to run sees `length` columns: it writes its K/V at column length - 1."""
+        self.write.fill_(length - 1)
+
+    def positions_state(self) -> list[torch.Tensor]:
+        return [self.write.clone()]
+
+    def restore_positions(self, state: list[torch.Tensor]) -> None:
+        self.write.copy_(state[0])
+
+    def take_rows(self, source: FusedSlot, index: torch.Tensor) -> None:
+        """This slot's rows become `source`'s rows `index` (in place: captured graphs keep their addresses)."""
+        self.mask.copy_(source.mask.index_select(0, index))
+        for mine, theirs in zip(self.keys + self.values, source.keys + source.values):
+            mine.copy_(theirs.index_select(0, index))
+        self.write.copy_(source.write)
+
+
+def _product(x, weight, bias, reduce: bool):
+    """x [R, in] @ weight [out, in].T + bias; the reduction form accumulates in fp32 (inductor fuses the casts)."""
+    if not reduce:
+        return F.linear(x, weight, bias)
+    out = (x[:, None, :].float() * weight.float()).sum(-1)
+    return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
+def _attend(q, keys, values, valid, scale: float, kind: str):
+    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] masked by `valid` [R, L]."""
+    if kind == "sdpa":
+        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=valid[:, None, None, :],
+                                             scale=scale)
+        return out[:, :, 0, :]
+    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    return (p[..., None] * values.float()).sum(-2).to(q.dtype)
+
+
+def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, gelu: str, scale: float,
+               reduce: bool, attention: str):
+    """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+    ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = w
+    rows, embed = x.shape
+    qkv = _product(F.layer_norm(x, (embed,), ln1_w, ln1_b, eps), qkv_w, qkv_b, reduce)
+    q, k, v = (t.reshape(rows, heads, embed // heads) for t in qkv.split(embed, dim=-1))
+    keys[:, :, write] = k[:, :, None, :]
+    values[:, :, write] = v[:, :, None, :]
+    a = _attend(q, keys, values, valid, scale, attention).reshape(rows, embed)
+    x = x + _product(a, proj_w, proj_b, reduce)
+    h = F.gelu(_product(F.layer_norm(x, (embed,), ln2_w, ln2_b, eps), fc_w, fc_b, reduce), approximate=gelu)
+    return x + _product(h, out_w, out_b, reduce)
+
+
+def embed_step(ids, positions, mask, write, wte, wpe):
+    """Token + position embedding of the step's token [R, E], and which columns each row attends to [R, L]."""
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    valid = (columns[None, :] <= write) & (mask != 0)
+    return wte[ids[:, 0]] + wpe[positions[:, 0]], valid
+
+
+def head_step(x, ln_w, ln_b, lm_w, eps: float, reduce: bool):
+    """Final layer norm and LM head: logits [R, 1, V]."""
+    h = F.layer_norm(x, (x.shape[-1],), ln_w, ln_b, eps)
+    return _product(h, lm_w, None, reduce)[:, None, :]
+
+
+class FusedGPT2Step:
+    """The fused step of a loaded HF GPT-2 (`GPT2LMHeadModel`): `new_slot`, `prefill` (the prompt pass) and
+    `one_token` (the step a CUDA graph captures). `compile_options`: inductor options to compile the step's three
+    functions with (`{}`: inductor's defaults), or None to run them eagerly."""
+
+    def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
+                 settings: FusedSettings = FusedSettings()):
+        config = model.config
+        check_config(config)
+        if settings.attention not in ATTENTIONS:
+            raise ValueError(f"attention {settings.attention!r}: one of {', '.join(ATTENTIONS)}")
+        self.settings, self.compiled = settings, compile_options is not None
+        self.heads, self.eps = config.n_head, config.layer_norm_epsilon
+        self.head_dim = config.n_embd // config.n_head
+        self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attn_weights else 1.0
+        self.gelu = ACTIVATIONS[config.activation_function]
+        core = model.transformer
+        self.wte, self.wpe = core.wte.weight.detach(), core.wpe.weight.detach()
+        self.ln_f = (core.ln_f.weight.detach(), core.ln_f.bias.detach())
+        self.lm_head = model.lm_head.weight.detach()
+        self.layers = [_block_weights(block) for block in core.h]
+        self.dtype, self.device = self.wte.dtype, self.wte.device
+        self._embed, self._layer, self._head = embed_step, layer_step, head_step
+        if self.compiled:
+            compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
+            self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
+
+    def new_slot(self, rows: int, max_length: int) -> FusedSlot:
+        shape = (rows, self.heads, max_length, self.head_dim)
+        return FusedSlot(shape, len(self.layers), self.dtype, self.device)
+
+    def one_token(self, slot: FusedSlot) -> torch.Tensor:
+        """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
+        reduce = self.settings.reduces(slot.rows, self.compiled)
+        x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
+        for weights, keys, values in zip(self.layers, slot.keys, slot.values):
+            x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
+                            gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention)
+        return self._head(x, *self.ln_f, self.lm_head, eps=self.eps, reduce=reduce)
+
+    def prefill(self, input_ids, mask, position_ids, slot: FusedSlot, last_only: bool) -> torch.Tensor:
+        """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
+        Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
+        then stays finite, so later layers' K/V at padding columns do too)."""
+        total, length = mask.shape[1], input_ids.shape[1]
+        start = total - length
+        columns = torch.arange(total, device=mask.device)
+        own = start + torch.arange(length, device=mask.device)
+        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
+        allowed = allowed[:, None]  # [R, 1, S, total]
+        x = self.wte[input_ids] + self.wpe[position_ids]
+        for weights, keys, values in zip(self.layers, slot.keys, slot.values):
+            x = self._prompt_layer(x, weights, keys, values, start, allowed)
+        if last_only:
+            x = x[:, -1:]
+        h = F.layer_norm(x, (x.shape[-1],), *self.ln_f, self.eps)
+        return F.linear(h, self.lm_head)
+
+    def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed):
+        ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = w
+        rows, length, embed = x.shape
+        qkv = F.linear(F.layer_norm(x, (embed,), ln1_w, ln1_b, self.eps), qkv_w, qkv_b)
+        q, k, v = (t.reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
+                   for t in qkv.split(embed, dim=-1))
+        end = start + length
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
+                                           scale=self.scale)
+        x = x + F.linear(a.transpose(1, 2).reshape(rows, length, embed), proj_w, proj_b)
+        h = F.gelu(F.linear(F.layer_norm(x, (embed,), ln2_w, ln2_b, self.eps), fc_w, fc_b), approximate=self.gelu)
+        return x + F.linear(h, out_w, out_b)
+
+
+def _block_weights(block) -> tuple:
+    """One block's weights as the layer function takes them; HF's Conv1D stores [in, out]: transposed once."""
+    attn, mlp = block.attn, block.mlp
+    t = lambda conv: conv.weight.detach().t().contiguous()  # noqa: E731
+    b = lambda module: module.bias.detach()  # noqa: E731
+    return (block.ln_1.weight.detach(), b(block.ln_1), t(attn.c_attn), b(attn.c_attn), t(attn.c_proj),
+            b(attn.c_proj), block.ln_2.weight.detach(), b(block.ln_2), t(mlp.c_fc), b(mlp.c_fc), t(mlp.c_proj),
+            b(mlp.c_proj))
