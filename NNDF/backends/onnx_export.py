@@ -51,6 +51,9 @@ class ExportSpec:
     fp16_clamp_always: bool = False  # export HF's data-dependent fp16 overflow clamp unconditionally (BART)
     # --quantize (onnxrt): what stays float; not part of the float export's fingerprint (repr=False)
     quantize: QuantSpec = field(default=QuantSpec(), repr=False)
+    # --fused-decode (onnxrt): "module:attribute" of the family's fused decode graph builder
+    # (NNDF.backends.ort_fused); None: the family has none. Not part of the float export's fingerprint.
+    fused_decode: str | None = field(default=None, repr=False)
 
 
 def graph_names(num_layers: int, use_cache: bool, takes_positions: bool,

@@ -34,6 +34,7 @@ class OnnxRuntimeBackend(Backend):
             from NNDF.backends.quantized import QuantizedOnnx
 
             self.onnx = QuantizedOnnx(self.onnx, quantization)
+        self.plain = self.onnx  # the export (or its quantization); --fused-decode runs use a fused graph instead
 
     @property
     def label(self) -> str:
@@ -74,8 +75,21 @@ class OnnxRuntimeBackend(Backend):
         return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
 
     def build(self, run: RunContext) -> list:
+        self.use_fused(run)
         self.onnx.paths(run)
         return []
+
+    def use_fused(self, run: RunContext) -> None:
+        """--fused-decode: the family's fused decode graph (`NNDF.backends.ort_fused`) replaces the export, or
+        UsageError when the family, model, precision or device has none (or --quantize asks for quantized graphs)."""
+        self.onnx = self.plain
+        if not getattr(run.options, "fused_decode", False):
+            return
+        if self.quantization is not None:
+            raise UsageError("--fused-decode runs the float fused graph; leave --quantize out (or --fused-decode)")
+        from NNDF.backends.ort_fused import fused_artifact
+
+        self.onnx = fused_artifact(self.plain, run)
 
     def check_options(self, run: RunContext) -> None:
         """Refuse flags this kind cannot honour on ONNX Runtime (generative: CUDA graphs need the static cache)."""
@@ -83,6 +97,7 @@ class OnnxRuntimeBackend(Backend):
 
     def setup(self, run: RunContext):
         self.check_options(run)
+        self.use_fused(run)
         self.paths, fresh = self.onnx.paths(run)
         try:
             return self.onnx.steps(run, self.paths)

@@ -1,0 +1,141 @@
+"""Pieces of a fused decode graph for ONNX Runtime, written with `onnx.helper`: a family describes its decoder
+layer by layer with these (embeddings, skip layer norms, one attention op per layer, biased GELU, matmuls) and
+`GraphBuilder.model` returns the ModelProto. The ops are ONNX Runtime's fused contrib ops (domain com.microsoft),
+so the graph runs on ONNX Runtime only (TensorRT does not parse them).
+
+Attention is `GroupQueryAttention` (ORT contrib op; with as many key/value heads as query heads it is plain
+multi-head attention). Why this op and how the graph drives it (ONNX Runtime 1.31 sources,
+onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
+- inputs: packed QKV [B, S, 3*H*D] (key and value left out), past_key / past_value [B, H, L, D] (BNSH),
+  seqlens_k int32 [B] (= total length - 1 per row, on the device), total_sequence_length int32 scalar (the batch's
+  largest total length; the CUDA kernel registers it as a CPU input, `OrtMemTypeCPUInput`); outputs: the attention
+  output [B, S, H*D], present_key / present_value.
+- past and present share one buffer when they are bound to the same memory (the kernel compares the pointers):
+  the new keys and values are written in place at column seqlens_k - S + 1 of the full-length buffer, and a
+  one-token step attends to columns 0..seqlens_k. Rows are right-aligned at column 0: the op reads no mask, so
+  a left-padded prompt would attend to its pad tokens (its `attention_bias` input is refused by the CUDA kernel).
+- a prompt pass is recognised by S == total_sequence_length, a one-token step by S == 1; the CUDA kernel uses the
+  host scalar only for that and to size flash-decoding splits, reading the per-row lengths from seqlens_k on the
+  device. A captured CUDA graph freezes the host scalar: one-token steps always pass the buffer length L.
+- kernels: CUDA float16 and bfloat16 only (no float32 on CUDA); CPU float32 and float16. head size a multiple of 8.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MS = "com.microsoft"
+OPSET = 17  # LayerNormalization
+IR_VERSION = 10  # onnx writes its newest IR version by default; ONNX Runtime 1.31 reads up to 13
+ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
+
+
+@dataclass(frozen=True)
+class FusedBuilder:
+    """What a family's `ExportSpec.fused_decode` names: how to build its graph from the PyTorch model
+    (`build(model, dtype) -> ModelProto`), which models it cannot build (`refusal(config) -> str | None`, a one-line
+    reason), and a version in the artifact's fingerprint (bumped when the graph changes)."""
+
+    version: str
+    build: Callable
+    refusal: Callable
+
+
+class GraphBuilder:
+    """Nodes, weights (initializers in the graph's float type), inputs and outputs of one graph."""
+
+    def __init__(self, dtype):
+        self.dtype = np.dtype(dtype)
+        self.elem = ELEM[self.dtype]
+        self.nodes: list = []
+        self.weights: list = []
+        self.inputs: list = []
+        self.outputs: list = []
+        self._count = 0
+
+    def weight(self, name: str, array: np.ndarray, dtype=None) -> str:
+        self.weights.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=dtype or self.dtype), name))
+        return name
+
+    def input(self, name: str, elem: int, shape: list) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def output(self, name: str, elem: int, shape: list) -> str:
+        self.outputs.append(helper.make_tensor_value_info(name, elem, shape))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "", **attrs):
+        """Add a node; returns its output name (one output) or names. An output named "" is left out."""
+        self._count += 1
+        names = outputs if isinstance(outputs, list) else [f"{op_type}_{self._count}_{i}" for i in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, names, name=f"{op_type}_{self._count}", domain=domain,
+                                           **attrs))
+        return names[0] if len(names) == 1 else names
+
+    def model(self, name: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.weights)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
+                                 producer_name="fused-decode", ir_version=IR_VERSION)
+
+
+def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None) -> str:
+    """x @ weight (+ bias): weight [in, out]."""
+    y = g.op("MatMul", [x, weight])
+    return g.op("Add", [y, bias]) if bias else y
+
+
+def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, bias: str | None, eps: float):
+    """(LayerNorm(x + skip + bias), x + skip + bias): the residual add and the next norm in one kernel."""
+    inputs = [x, skip, gamma, beta] + ([bias] if bias else [])
+    normed, total = g.op("SkipLayerNormalization", inputs, [f"sln{g._count}", "", "", f"res{g._count}"],
+                         domain=MS, epsilon=eps)[0::3]
+    return normed, total
+
+
+def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[str, str], heads: int,
+              scale: float) -> str:
+    """GroupQueryAttention over packed QKV with the cache written into `past` (bound as `present` too)."""
+    names = [f"attn{g._count}", *present]
+    return g.op("GroupQueryAttention", [qkv, "", "", *past, "seqlens_k", "total_sequence_length"], names,
+                domain=MS, num_heads=heads, kv_num_heads=heads, scale=scale)[0]
+
+
+def gelu(g: GraphBuilder, x: str, bias: str, tanh: bool) -> str:
+    """GELU(x + bias): the tanh approximation (FastGelu) or the exact erf form (BiasGelu)."""
+    return g.op("FastGelu" if tanh else "BiasGelu", [x, bias], domain=MS)
+
+
+def decode_io(g: GraphBuilder, layers: int, heads: int, head_dim: int, vocab: int) -> list[tuple[str, str]]:
+    """The fused decode graph's inputs and outputs; returns each layer's (past key, past value) names, whose
+    present outputs are `present.<i>.key` / `.value`."""
+    g.input("input_ids", TensorProto.INT64, ["batch", "seq"])
+    g.input("position_ids", TensorProto.INT64, ["batch", "seq"])
+    g.input("seqlens_k", TensorProto.INT32, ["batch"])
+    g.input("total_sequence_length", TensorProto.INT32, [])
+    g.output("logits", g.elem, ["batch", "seq", vocab])
+    cache = ["batch", heads, "max_length", head_dim]
+    pasts = []
+    for i in range(layers):
+        for kv in ("key", "value"):
+            g.input(f"past.{i}.{kv}", g.elem, cache)
+            g.output(f"present.{i}.{kv}", g.elem, cache)
+        pasts.append((f"past.{i}.key", f"past.{i}.value"))
+    return pasts
+
+
+def save(model: onnx.ModelProto, path) -> None:
+    """Write the graph with its weights in `<name>.data` beside it (graphs over 2 GB need external data)."""
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=path.name + ".data", size_threshold=0)
+
+
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
