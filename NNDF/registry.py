@@ -89,3 +89,13 @@ def backend(fam: Family, name: str):
     if _has_module(fam, name):
         return importlib.import_module(f"{fam.name}.{name}").BACKEND
     return fam.task.backend(name, export_spec(fam))
+
+
+def fused_decode_support() -> dict[str, tuple[str, ...]]:
+    """Backend name -> the model types it has a fused decode step for (`Backend.fused_decode_types`), over every
+    family's bound backends; backends with none are left out."""
+    support: dict[str, set[str]] = {}
+    for fam in families().values():
+        for name in backends_of(fam):
+            support.setdefault(name, set()).update(backend(fam, name).fused_decode_types())
+    return {name: tuple(sorted(types)) for name, types in support.items() if types}

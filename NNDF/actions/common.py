@@ -32,8 +32,10 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     for backend in chosen:  # what a backend misses here (library, GPU), before the device checks and any loading
         backend.check_device(asked, groups)
     run = make_context(family, options, *backend_options)
-    for backend in chosen:  # the device the default resolved to
+    for backend in chosen:  # the device the default resolved to; the model type a fused step is for
         backend.check_device(run.device.type, groups)
+        if options.fused_decode:
+            backend.check_fused_decode(run.source.config.model_type)
     return run
 
 

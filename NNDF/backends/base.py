@@ -66,6 +66,24 @@ class Backend(ABC):
         files of this backend's own)."""
         return None
 
+    def fused_decode_types(self) -> tuple[str, ...]:
+        """HF model types (`config.model_type`) this backend runs a family's fused decode step for under
+        `--fused-decode` (none by default). Read only by `check_fused_decode`."""
+        return ()
+
+    def check_fused_decode(self, model_type: str) -> None:
+        """Refuse `--fused-decode`, in one line, where this backend has no fused step for the run's model type,
+        naming the backends and model types that have one. `open_run` calls it once the model type is known."""
+        if model_type in self.fused_decode_types():
+            return
+        from NNDF import registry
+        from NNDF.errors import UsageError
+
+        having = registry.fused_decode_support()
+        where = "; ".join(f"{name}: {', '.join(types)}" for name, types in having.items()) or "none"
+        raise UsageError(f"--fused-decode: the {self.name} backend has no fused decode step for model type "
+                         f"{model_type!r} (fused steps exist for {where}); drop --fused-decode")
+
     def export_max_diff(self) -> float | None:
         """Export diagnostics: max |logits - PyTorch| of the run's exported graph when it was validated (None:
         this backend exports nothing)."""
