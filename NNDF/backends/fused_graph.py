@@ -36,10 +36,12 @@ ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorPro
 
 @dataclass(frozen=True)
 class FusedBuilder:
-    """What a family's `ExportSpec.fused_decode` names: how to build its graph from the PyTorch model
-    (`build(model, dtype) -> ModelProto`), which models it cannot build (`refusal(config) -> str | None`, a one-line
-    reason), and a version in the artifact's fingerprint (bumped when the graph changes)."""
+    """What a family's `ExportSpec.fused_decode` names: the HF model types it builds (`model_types`), how to build
+    the graph from the PyTorch model (`build(model, dtype) -> ModelProto`), which of those models it still cannot
+    build (`refusal(config) -> str | None`, a one-line reason), and a version in the artifact's fingerprint (bumped
+    when the graph changes)."""
 
+    model_types: tuple[str, ...]
     version: str
     build: Callable
     refusal: Callable

@@ -44,6 +44,8 @@ class OnnxRuntimeBackend(Backend):
         """One backend per `--quantize` value, in the order given (the float graphs: this one); a quantization
         this run's precision or device cannot take is refused here, before any backend is set up."""
         quantizations = run.options_of(ORTOptions).quantizations()
+        if getattr(run.options, "fused_decode", False) and any(quantizations):
+            raise UsageError("--fused-decode runs the float fused graph; leave --quantize out (or --fused-decode)")
         for q in quantizations:
             refusal = q and q.refusal(run.options.precision, run.device.type)
             if refusal:
@@ -64,7 +66,7 @@ class OnnxRuntimeBackend(Backend):
         return None if self.paths is None else graph_bytes(self.paths)
 
     def export_notes(self) -> tuple[str, ...]:
-        return () if self.quantization is None else self.onnx.notes()
+        return () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
 
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
@@ -81,15 +83,21 @@ class OnnxRuntimeBackend(Backend):
 
     def use_fused(self, run: RunContext) -> None:
         """--fused-decode: the family's fused decode graph (`NNDF.backends.ort_fused`) replaces the export, or
-        UsageError when the family, model, precision or device has none (or --quantize asks for quantized graphs)."""
+        UsageError when the family, model, precision or device has none (`variants` refuses --quantize with it)."""
         self.onnx = self.plain
         if not getattr(run.options, "fused_decode", False):
             return
-        if self.quantization is not None:
-            raise UsageError("--fused-decode runs the float fused graph; leave --quantize out (or --fused-decode)")
         from NNDF.backends.ort_fused import fused_artifact
 
+        self.check_fused_decode(run.source.config.model_type)
         self.onnx = fused_artifact(self.plain, run)
+
+    def fused_decode_types(self) -> tuple[str, ...]:
+        """The model types the family's fused decode graph builder takes (`ExportSpec.fused_decode`)."""
+        from NNDF.backends.ort_fused import fused_builder
+
+        builder = fused_builder(self.spec)
+        return builder.model_types if builder else ()
 
     def check_options(self, run: RunContext) -> None:
         """Refuse flags this kind cannot honour on ONNX Runtime (generative: CUDA graphs need the static cache)."""

@@ -44,12 +44,15 @@ def device_refusal(precision: str, device: str) -> str | None:
     return None
 
 
+def fused_builder(spec):
+    """The family's fused graph builder (`ExportSpec.fused_decode`), or None."""
+    return registry.load(spec.fused_decode) if spec.fused_decode else None
+
+
 def fused_artifact(base: GraphArtifact, run: RunContext) -> "FusedDecodeOnnx":
-    """The fused graph for this run in place of `base`, or UsageError naming why there is none."""
-    if not base.spec.fused_decode:
-        raise UsageError(f"onnxrt --fused-decode: the {run.family.name} family has no fused decode graph on "
-                         "onnxrt; leave --fused-decode out")
-    builder = registry.load(base.spec.fused_decode)
+    """The fused graph for this run in place of `base` (the model type was checked: `Backend.check_fused_decode`),
+    or UsageError naming why this model, precision or device has none."""
+    builder = fused_builder(base.spec)
     why = builder.refusal(run.source.config) or device_refusal(run.options.precision, run.device.type)
     if why:
         raise UsageError(why)

@@ -27,7 +27,7 @@ from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine
 from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_name, engine_shapes
 from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError, UsageError
+from NNDF.errors import ArtifactError
 from NNDF.integrity import check_user_engine
 from NNDF.backends.trt_options import TRTOptions
 from NNDF.progress import status
@@ -140,9 +140,6 @@ class TensorRTBackend(Backend):
 
     def _shapes(self, run: RunContext) -> EngineShapes:
         """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
-        if getattr(run.options, "fused_decode", False):
-            raise UsageError("--fused-decode is not for trt: TensorRT does not parse ONNX Runtime's fused contrib "
-                             "ops; use it with onnxrt or frameworks (or leave it out)")
         return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions),
                              beams=run.num_beams)
 
