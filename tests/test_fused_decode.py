@@ -1,0 +1,157 @@
+"""GPT-2's fused decode step (`--fused-decode` on frameworks, GPT2/fused_decode.py) gives HF `generate`'s tokens,
+token for token in fp32: gpt2-offline (trained) and a tiny random GPT-2 (exact GELU), greedy and beam search (beam
+reordering of our own cache), a left-padded batch of different prompt lengths, EOS mid-way, and a second
+generation on the same pooled buffers; both one-query attention forms; compiled once on the CPU (the reduction
+form of one-row products). Model types, families and GPT-2 configs without a fused step refuse the flag in one
+line, exit 2.
+
+With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
+"""
+import os
+import re
+
+import pytest
+
+from NNDF import registry
+from NNDF.actions.common import backend_steps, encode, generate_prompt, open_run
+from NNDF.backends.torch_steps import COMPILE_OPTIONS, TorchSteps
+from NNDF.context import make_context
+from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
+from NNDF.options import ModelOptions
+
+from conftest import run_cli
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+PROMPTS = ["The for statement is used to", "A", "Names refer to objects"]
+NEW = 10
+# (use_cuda_graph, torch_compile); the CPU compiles once, in test_compiled_step_on_cpu
+MODES = [(False, False)] + ([(True, False), (True, True)] if DEVICE == "cuda" else [])
+
+
+def _mode_id(mode) -> str:
+    return "-".join(n for n, on in zip(("graph", "compile"), mode) if on) or "eager"
+
+
+def _tiny_dir(root, **config):
+    """A random 2-layer GPT-2 folder (the offline byte-level BPE tokenizer) with these config fields; weights of
+    std 0.3 (HF's 0.02 makes a tiny model's next token almost independent of its input: a masking bug would pass)."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from NNDF.offline import SHARED_TOKENIZERS
+
+    tok = AutoTokenizer.from_pretrained(SHARED_TOKENIZERS / "byte-bpe", local_files_only=True)
+    eos = tok.eos_token_id
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=128, n_embd=32, n_layer=2, n_head=4,
+                                       initializer_range=0.3, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+                                       **config))
+    model.save_pretrained(root, safe_serialization=True)
+    tok.save_pretrained(root)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return _tiny_dir(tmp_path_factory.mktemp("tiny-gpt2"), activation_function="gelu")
+
+
+def _run(workdir, variant="gpt2-offline", torch_dir=None, fused=True, graph=False, compiled=False, family="GPT2"):
+    return make_context(registry.family(family), ModelOptions(
+        variant=variant, torch_dir=torch_dir, working_dir=str(workdir), batch_size=3, use_cache=True, use_mask=True,
+        device=DEVICE, static_cache=fused, fused_decode=fused, use_cuda_graph=graph, torch_compile=compiled))
+
+
+def _hf_tokens(run, prompt, beams, eos):
+    """HF generate on the same inputs: new ids per row, up to EOS."""
+    model = run.torch_model()
+    out = model.generate(input_ids=prompt.input_ids.to(model.device), max_new_tokens=NEW, do_sample=False,
+                         attention_mask=prompt.attention_mask.to(model.device), num_beams=beams, eos_token_id=eos,
+                         pad_token_id=run.tokenizer.pad_token_id)
+    rows = [out[r, prompt.input_ids.shape[1]:].tolist() for r in range(prompt.batch)]
+    return [row[: row.index(eos) + 1] if eos in row else row for row in rows]
+
+
+def _fused_tokens(run, steps, prompt, beams, eos):
+    """Our loop on the fused steps, twice (the second generation reuses the pooled slot and its graph)."""
+    out = []
+    for _ in range(2):
+        config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                                  pad_token_id=run.tokenizer.pad_token_id)
+        result = generate_prompt(steps, prompt, config)
+        out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
+    assert out[0] == out[1], "a second generation on the same buffers differs"
+    return out[0]
+
+
+def _check_parity(run, steps):
+    prompt = encode(run, PROMPTS)
+    assert len(set(prompt.attention_mask.sum(1).tolist())) == 3  # left-padded rows of three lengths
+    eos = run.tokenizer.eos_token_id
+    for beams in (1, 3):
+        expected = _hf_tokens(run, prompt, beams, eos)
+        assert _fused_tokens(run, steps, prompt, beams, eos) == expected, f"beams={beams}"
+    early = expected[0][2]  # a token the search emits early becomes the EOS: rows stop at different steps
+    for beams in (1, 3):
+        assert _fused_tokens(run, steps, prompt, beams, early) == _hf_tokens(run, prompt, beams, early)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+@pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
+def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
+    run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=mode[0], compiled=mode[1])
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert type(steps.fused).__name__ == "FusedGPT2Step"
+        _check_parity(run, steps)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_sdpa_attention_matches_hf_generate(mode, tiny, workdir):
+    """The other one-query attention form (`FusedSettings.attention`), which the device benchmark compares."""
+    from GPT2.fused_decode import FusedGPT2Step, FusedSettings
+
+    run = _run(workdir, torch_dir=tiny, fused=False)
+    model = run.torch_model()
+    fused = FusedGPT2Step(model, COMPILE_OPTIONS["default"] if mode[1] else None, FusedSettings(attention="sdpa"))
+    _check_parity(run, TorchSteps(model, True, static_cache=True, cuda_graph=mode[0], fused=fused))
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
+def test_compiled_step_on_cpu(tiny, workdir):
+    """torch.compile of the three step functions on the CPU: greedy (3 rows: one-row products in the reduction
+    form) and beam search (9 rows: F.linear), as HF generate."""
+    run = _run(workdir, torch_dir=tiny, compiled=True)
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert steps.fused.compiled and steps.fused.settings.reduces(3, True)
+        prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        for beams in (1, 3):
+            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+
+
+def _refusal(out) -> str:
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    return out.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
+def test_model_types_without_a_fused_step_refuse_it(workdir):
+    out = run_cli("benchmark", "GPT2", "frameworks", "--variant", "gpt-neo-offline", "--use-cache", "--static-cache",
+                  "--fused-decode", "--cpu", "--working-dir", str(workdir))
+    assert re.fullmatch(r"error: --fused-decode: the frameworks backend has no fused decode step for model type "
+                        r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: gpt2(; .*)?\); drop --fused-decode",
+                        _refusal(out))
+    with pytest.raises(UsageError, match=r"no fused decode step for model type 'opt' \(fused steps exist for "
+                                         r"(.*; )?frameworks: gpt2"):
+        open_run("OPT", ModelOptions(use_cache=True, static_cache=True, fused_decode=True, cpu=True,
+                                     working_dir=str(workdir)), ("frameworks",))
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
+def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
+    folder = _tiny_dir(tmp_path / "inverse-idx", scale_attn_by_inverse_layer_idx=True)
+    out = run_cli("benchmark", "GPT2", "frameworks", "--torch-dir", folder, "--use-cache", "--static-cache",
+                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    assert _refusal(out) == ("error: --fused-decode: this GPT-2 config sets scale_attn_by_inverse_layer_idx, which "
+                             "the fused step does not implement; drop --fused-decode")
