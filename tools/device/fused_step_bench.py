@@ -9,7 +9,7 @@ For each shape (random weights, `tools/make_shapes_model.py`'s configs), rows 1 
 `NNDF.backends.torch_steps.TorchSteps` (the backend's own capture), compiled and captured, then replayed:
 GPU time per replay (CUDA events, median of --replays after warm-up), kernels per step and the top kernels by
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
-max |logits - HF eager| on the same tokens. Variants: `hf` (today's path: HF's model over its StaticCache, compiled
+max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf` (today's path: HF's model over its StaticCache, compiled
 with inductor's defaults) and `fused-<attention>-<tuning>` (`GPT2.fused_decode` with one-query attention
 `reduction` or `sdpa`, inductor defaults or coordinate-descent tuning). Variants left when --budget-s runs out
 are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and OUT_DIR/fused_step_bench.md; progress on stdout.
@@ -174,6 +174,41 @@ def eager_reference(model, rows: int):
         return model(input_ids=torch.cat([prompt, token], dim=1)).logits[:, -1].float()
 
 
+def time_prefill(model, rows: int, fused: bool, args) -> float:
+    """Median ms of the 128-token prompt pass (eager, last position's logits): HF's model writing its
+    StaticCache (today's --static-cache prompt pass) or the fused step's own prompt pass."""
+    import torch
+
+    from GPT2.fused_decode import FusedGPT2Step
+    from NNDF.backends.torch_steps import TorchSteps
+
+    steps = TorchSteps(model, True, static_cache=True, fused=FusedGPT2Step(model) if fused else None)
+    try:
+        prompt, _ = inputs(rows, model.config.vocab_size, model.device)
+        mask = torch.ones_like(prompt)
+        positions = torch.arange(PROMPT, device=prompt.device).expand(rows, PROMPT)
+        slot = steps.new_cache(rows, LENGTH)
+
+        @torch.inference_mode()  # the slot's tensors are inference tensors
+        def prompt_pass():
+            steps.forward(prompt, mask, positions, slot.reset(), last_only=True)
+
+        return time_replays(prompt_pass, max(3, args.replays // 10), not args.cpu)
+    finally:
+        steps.close()
+
+
+def prefill_rows(models: dict, args) -> list[dict]:
+    out = []
+    for rows in args.rows:
+        for shape, model in models.items():
+            row = dict(shape=shape, rows=rows, prompt=PROMPT, hf_ms=round(time_prefill(model, rows, False, args), 4),
+                       fused_ms=round(time_prefill(model, rows, True, args), 4))
+            log(f"prefill {json.dumps(row)}")
+            out.append(row)
+    return out
+
+
 def run(args) -> list[dict]:
     import torch
 
@@ -182,6 +217,7 @@ def run(args) -> list[dict]:
     for shape, model in models.items():
         log(f"{shape}: {weight_bytes(model) / 1e9:.3f} GB of weights per step, {dtype}, {device}")
     results, start = [], time.monotonic()
+    args.prefill = prefill_rows(models, args)
     for rows in args.rows:  # rows 1 of every shape first: what matters most if the budget runs out
         for shape, model in models.items():
             reference = eager_reference(model, rows)
@@ -226,6 +262,9 @@ def table(env: dict, results: list[dict]) -> str:
         lines.append(f"| {r['shape']} | {r['rows']} | {r['variant']} | {r['ms_per_step']} | "
                      f"{r['kernels_per_step']:.0f} | {r['weight_gb_per_s']} | {r['compile_capture_s']} | "
                      f"{r['max_abs_diff_vs_hf_eager']} | {top} |")
+    lines += ["", f"Prompt pass ({PROMPT} tokens, eager, median ms): HF's model over its StaticCache vs the fused "
+              "step's own", "", "| shape | rows | HF ms | fused ms |", "|---|---|---|---|"]
+    lines += [f"| {r['shape']} | {r['rows']} | {r['hf_ms']} | {r['fused_ms']} |" for r in env.get("prefill", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -260,6 +299,7 @@ def main(argv=None) -> int:
     env = environment(args)
     log(f"fused step bench: {json.dumps(env)}")
     results = run(args)
+    env["prefill"] = args.prefill
     write(args.out, env, results)
     log(f"wrote {args.out / 'fused_step_bench.json'} and {args.out / 'fused_step_bench.md'}")
     return 0 if all(r["status"] == "ok" or r["status"].startswith("skipped") for r in results) else 1
