@@ -9,9 +9,10 @@ For each shape (random weights, `tools/make_shapes_model.py`'s configs), rows 1 
 `NNDF.backends.torch_steps.TorchSteps` (the backend's own capture), compiled and captured, then replayed:
 GPU time per replay (CUDA events, median of --replays after warm-up), kernels per step and the top kernels by
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
-max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf` (today's path: HF's model over its StaticCache, compiled
-with inductor's defaults) and `fused-<attention>-<tuning>` (`GPT2.fused_decode` with one-query attention
-`reduction` or `sdpa`, inductor defaults or coordinate-descent tuning). Variants left when --budget-s runs out
+max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf`
+(today's path: HF's model over its StaticCache, compiled with inductor's defaults) and
+`fused-<attention>-<tuning>` (`GPT2.fused_decode` with one-query attention `reduction` or `sdpa`, inductor
+defaults or coordinate-descent tuning). Variants left when --budget-s runs out
 are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and OUT_DIR/fused_step_bench.md; progress on stdout.
 With --cpu (a plumbing check): no CUDA graph, wall-clock time per step, CPU operators instead of kernels.
 """
