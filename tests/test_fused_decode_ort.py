@@ -126,6 +126,10 @@ def test_refusals(workdir):
         run = _run(workdir, flags)
         with pytest.raises(UsageError, match=message):
             registry.backend(run.family, "onnxrt").build(run)
+    if DEVICE == "cuda":  # the CUDA kernel has no fp32
+        run = _run(workdir, {"variant": "gpt2-offline"}, fp16=False)
+        with pytest.raises(UsageError, match="on cuda needs --fp16"):
+            registry.backend(run.family, "onnxrt").build(run)
     family = registry.family("GPT2")
     assert registry.backend(family, "onnxrt").fused_decode_types() == ("gpt2",)
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'gpt2'"):
