@@ -137,24 +137,46 @@ def kernels(decoder: Decoder, count: int, top: int) -> dict:
                              "share": us / total if total else 0.0} for n, us in per_name.most_common(top)]}
 
 
-def measure(shape: str, mode: str, batch: int, args) -> dict:
-    run, steps = open_steps(shape, mode, args)
+def measure(steps, vocab: int, batch: int, args) -> dict:
+    prefill_ms, cache, token = prefill(steps, batch, vocab, args.repeats)
+    decoder = Decoder(steps, cache, token, batch)
+    for _ in range(args.warmup):  # includes the CUDA graph's capture
+        decoder.step()
+    sync(steps.device)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        decoder.step()
+    sync(steps.device)
+    row = {"batch": batch, "prefill_ms": prefill_ms, "step_ms": (time.perf_counter() - start) / args.steps * 1e3,
+           "past_from": PROMPT + args.warmup}
+    if steps.device.type == "cuda":
+        row.update(kernels(decoder, args.profile_steps, args.top))
+    return row
+
+
+def measure_graph(shape: str, mode: str, args, out: Path, header: dict, rows: list) -> None:
+    """Every batch size on one graph (built or found once), each row reported and saved as it comes."""
+    start = time.perf_counter()
     try:
-        vocab = run.source.config.vocab_size
-        prefill_ms, cache, token = prefill(steps, batch, vocab, args.repeats)
-        decoder = Decoder(steps, cache, token, batch)
-        for _ in range(args.warmup):  # includes the CUDA graph's capture
-            decoder.step()
-        sync(steps.device)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            decoder.step()
-        sync(steps.device)
-        row = {"model": shape, "graph": mode, "batch": batch, "prefill_ms": prefill_ms,
-               "step_ms": (time.perf_counter() - start) / args.steps * 1e3, "past_from": PROMPT + args.warmup}
-        if steps.device.type == "cuda":
-            row.update(kernels(decoder, args.profile_steps, args.top))
-        return row
+        run, steps = open_steps(shape, mode, args)
+    except Exception as exc:  # noqa: BLE001 - a graph that cannot be built is reported, the rest still run
+        rows.append({"model": shape, "graph": mode, "error": f"{type(exc).__name__}: {exc}"})
+        say(f"{shape} {mode}: FAILED to set up: {rows[-1]['error'][:300]}")
+        return
+    say(f"{shape} {mode}: graph ready ({time.perf_counter() - start:.0f} s)")
+    try:
+        for batch in (int(b) for b in args.batches.split(",")):
+            try:
+                row = {"model": shape, "graph": mode, **measure(steps, run.source.config.vocab_size, batch, args)}
+            except Exception as exc:  # noqa: BLE001 - one failing configuration is reported, the rest still run
+                row = {"model": shape, "graph": mode, "batch": batch, "error": f"{type(exc).__name__}: {exc}"}
+                say(f"{shape} {mode} b{batch}: FAILED {row['error'][:300]}")
+            else:
+                gpu = (f", GPU {row['gpu_ms_per_step']:.3f} ms over {row['kernels_per_step']:.0f} kernels"
+                       if "gpu_ms_per_step" in row else "")
+                say(f"{shape} {mode} b{batch}: step {row['step_ms']:.3f} ms{gpu}, prefill {row['prefill_ms']:.2f} ms")
+            rows.append(row)
+            (out / "results.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     finally:
         steps.close()
 
@@ -217,20 +239,8 @@ def main() -> None:
     models = ["gpt2-offline"] if args.tiny else args.models.split(",")
     for shape in models:
         for mode in args.graphs.split(","):
-            for batch in (int(b) for b in args.batches.split(",")):
-                start = time.perf_counter()
-                try:
-                    row = measure(shape, mode, batch, args)
-                except Exception as exc:  # noqa: BLE001 - one failing configuration is reported, the rest still run
-                    row = {"model": shape, "graph": mode, "batch": batch, "error": f"{type(exc).__name__}: {exc}"}
-                    say(f"{shape} {mode} b{batch}: FAILED {row['error'][:300]}")
-                else:
-                    gpu = (f", GPU {row['gpu_ms_per_step']:.3f} ms over {row['kernels_per_step']:.0f} kernels"
-                           if "gpu_ms_per_step" in row else "")
-                    say(f"{shape} {mode} b{batch}: step {row['step_ms']:.3f} ms{gpu}, prefill {row['prefill_ms']:.2f} "
-                        f"ms ({time.perf_counter() - start:.0f} s)")
-                rows.append(row)
-                (out / "results.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
+            measure_graph(shape, mode, args, out, header, rows)
+    (out / "results.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1))
     (out / "results.md").write_text(markdown([r for r in rows if "error" not in r], header))
     say(f"wrote {out / 'results.json'} and {out / 'results.md'}")
     if any("error" in r for r in rows):
