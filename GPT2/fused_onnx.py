@@ -8,15 +8,15 @@ gpt2-offline), built from the HF weights with the shared pieces of `NNDF.backend
                SkipLayerNorm(mlp, residual, bias)           -> the next layer's ln_1 (the last: ln_f)
     logits = ln_f @ wte^T                                   (tied LM head)
 
-HF's Conv1D keeps weights as [in, out], so they are MatMul operands as stored.
+HF's Conv1D keeps weights as [in, out], so they are MatMul operands as stored. Every weight of the checkpoint
+must be used (else the build fails naming the ones left over).
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from NNDF.backends import fused_graph as fg
+from NNDF.errors import ArtifactError
 
 GELU_TANH = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"}  # the tanh approximation (FastGelu)
 
@@ -35,37 +35,56 @@ def refusal(config) -> str | None:
 def build(model, dtype) -> "fg.onnx.ModelProto":
     """The fused decode graph of a GPT2LMHeadModel, weights in `dtype` (np.float32 or np.float16)."""
     config = model.config
-    weights = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-    w = lambda name: weights[f"transformer.{name}"]  # noqa: E731 - a short accessor
+    take = _Weights(model)
     g = fg.GraphBuilder(dtype)
     heads, head_dim = config.n_head, config.n_embd // config.n_head
     pasts = fg.decode_io(g, config.n_layer, heads, head_dim, config.vocab_size)
-    eps, tanh = config.layer_norm_epsilon, config.activation_function in GELU_TANH
-    tokens = g.op("Gather", [g.weight("wte", w("wte.weight")), "input_ids"])
-    positions = g.op("Gather", [g.weight("wpe", w("wpe.weight")), "position_ids"])
-    h, residual = fg.skip_layer_norm(g, tokens, positions, *_pair(g, w, "h.0.ln_1"), None, eps)
+    eps = config.layer_norm_epsilon
+    tokens = g.op("Gather", [g.weight("wte", take("transformer.wte.weight")), "input_ids"])  # [B, S, E]
+    positions = g.op("Gather", [g.weight("wpe", take("transformer.wpe.weight")), "position_ids"])  # [B, S, E]
+    h, residual = fg.skip_layer_norm(g, tokens, positions, *take.pair(g, "h.0.ln_1"), None, eps)
     for i in range(config.n_layer):
-        p = f"h.{i}."
-        scale = (1 / math.sqrt(head_dim) if config.scale_attn_weights else 1.0)
+        scale = 1 / math.sqrt(head_dim) if config.scale_attn_weights else 1.0
         scale /= (i + 1) if config.scale_attn_by_inverse_layer_idx else 1
-        qkv = fg.linear(g, h, *_pair(g, w, p + "attn.c_attn"))
-        attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads, scale)
-        proj, proj_bias = _pair(g, w, p + "attn.c_proj")
-        h, residual = fg.skip_layer_norm(g, fg.linear(g, attn, proj), residual, *_pair(g, w, p + "ln_2"),
+        qkv = fg.linear(g, h, *take.pair(g, f"h.{i}.attn.c_attn"))  # [B, S, 3E]: q, k, v, each head by head
+        attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads, scale)  # [B, S, E]
+        proj, proj_bias = take.pair(g, f"h.{i}.attn.c_proj")
+        h, residual = fg.skip_layer_norm(g, fg.linear(g, attn, proj), residual, *take.pair(g, f"h.{i}.ln_2"),
                                          proj_bias, eps)
-        fc, fc_bias = _pair(g, w, p + "mlp.c_fc")
-        mlp, mlp_bias = _pair(g, w, p + "mlp.c_proj")
-        hidden = fg.linear(g, fg.gelu(g, fg.linear(g, h, fc), fc_bias, tanh), mlp)
+        fc, fc_bias = take.pair(g, f"h.{i}.mlp.c_fc")
+        mlp, mlp_bias = take.pair(g, f"h.{i}.mlp.c_proj")
+        inner = fg.gelu(g, fg.linear(g, h, fc), fc_bias, config.activation_function in GELU_TANH)  # [B, S, 4E]
         after = f"h.{i + 1}.ln_1" if i + 1 < config.n_layer else "ln_f"
-        h, residual = fg.skip_layer_norm(g, hidden, residual, *_pair(g, w, after), mlp_bias, eps)
-    head = weights.get("lm_head.weight", w("wte.weight"))  # tied to wte unless the checkpoint unties it
-    g.op("MatMul", [h, g.weight("lm_head", head.T)], ["logits"])
+        h, residual = fg.skip_layer_norm(g, fg.linear(g, inner, mlp), residual, *take.pair(g, after), mlp_bias, eps)
+    head = take("lm_head.weight") if "lm_head.weight" in take.arrays else take.arrays["transformer.wte.weight"]
+    g.op("MatMul", [h, g.weight("lm_head", head.T)], ["logits"])  # [B, S, V]; tied to wte unless untied
+    take.check_all_used()
     return g.model("gpt2_fused_decode")
 
 
-def _pair(g, w, name: str) -> tuple[str, str]:
-    """A module's weight and bias as initializers (a Conv1D's [in, out] weight, or a LayerNorm's gamma, beta)."""
-    return g.weight(name + ".weight", w(name + ".weight")), g.weight(name + ".bias", w(name + ".bias"))
+class _Weights:
+    """The model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph
+    left out (a checkpoint with parts this builder does not model must not build a graph without them)."""
+
+    def __init__(self, model):
+        self.arrays = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+        self.used: set[str] = set()
+
+    def __call__(self, name: str):
+        self.used.add(name)
+        return self.arrays[name]
+
+    def pair(self, g, module: str) -> tuple[str, str]:
+        """transformer.<module>'s weight and bias as initializers (a Conv1D's [in, out] weight: a MatMul operand
+        as stored; or a LayerNorm's gamma and beta)."""
+        name = f"transformer.{module}"
+        return g.weight(name + ".weight", self(name + ".weight")), g.weight(name + ".bias", self(name + ".bias"))
+
+    def check_all_used(self) -> None:
+        unused = sorted(set(self.arrays) - self.used)
+        if unused:
+            raise ArtifactError(f"the GPT-2 fused graph does not use {len(unused)} weights of this checkpoint "
+                                f"({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
 
 
 BUILDER = fg.FusedBuilder(model_types=("gpt2",), version="1", build=build, refusal=refusal)  # bump the version when the graph changes

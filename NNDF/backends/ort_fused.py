@@ -26,7 +26,7 @@ from NNDF import registry
 from NNDF.artifacts import digest, weights_identity
 from NNDF.backends.onnx_artifact import GraphArtifact, user_files
 from NNDF.backends.onnx_export import LogitsCheck
-from NNDF.backends.ort_steps import OrtGraph, _NP
+from NNDF.backends.ort_steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 
@@ -157,7 +157,8 @@ class FusedGraph(OrtGraph):
         return binding
 
 
-_NP_TYPES = {**_NP, "tensor(int32)": np.int32}
+_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32}
 
 
 class FusedSlot:
