@@ -31,6 +31,9 @@ from NNDF.context import RunContext
 from NNDF.errors import UsageError
 
 HOST_INPUTS = {"total_sequence_length"}  # inputs the attention kernel reads on the CPU
+# validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
+# sizes split-K decoding by in real runs (a 7-column buffer would take a different path), while 7 are written
+VALIDATION_CACHE = 256
 PADDED = ("onnxrt --fused-decode runs unpadded batches only: its attention op reads one length per row, not a "
           "mask, so a left-padded prompt would attend to its pad tokens; give prompts of one length (or "
           "--batch-size 1) or leave --fused-decode out")
@@ -120,7 +123,8 @@ class FusedDecodeOnnx(GraphArtifact):
 
 def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     """The fused graph's logits against PyTorch's on an unpadded prompt pass (2 rows of 5 tokens) and two
-    one-token steps (whose logits depend on every cached key and value); the max abs difference, or
+    one-token steps (whose logits depend on every cached key and value) in a `VALIDATION_CACHE`-long buffer;
+    the max abs difference, or
     ArtifactError listing every mismatch (`LogitsCheck`)."""
     from NNDF.backends.torch_steps import TorchSteps
 
@@ -128,7 +132,7 @@ def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     device = next(model.parameters()).device
     ids = torch.randint(0, model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0)).to(device)
     positions = torch.arange(7, device=device).expand(2, 7)
-    caches = [reference.new_cache(2, 7), steps.new_cache(2, 7)]
+    caches = [reference.new_cache(2, 7), steps.new_cache(2, VALIDATION_CACHE)]
     try:
         for label, cols in (("prompt pass", slice(0, 5)), ("cached step", slice(5, 6)), ("cached step", slice(6, 7))):
             mask = torch.ones(2, cols.stop, dtype=torch.long, device=device)
