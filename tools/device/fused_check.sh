@@ -21,9 +21,9 @@ python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_a
 case $MODE in
   ort-gpt2)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -s -p no:cacheprovider tests/test_fused_decode_ort.py 2>&1 | tail -25
-    python3 tools/device/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir /tmp/shapes-o --working-dir /tmp/wd;;
+    python3 tools/device/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir /tmp/shapes --working-dir /tmp/wd;;
   ort-xl)
-    python3 tools/device/ort_fused_bench.py --out "$OUT/ort-xl" --models gpt2-xl --shapes-dir /tmp/shapes-o --working-dir /tmp/wd;;
+    python3 tools/device/ort_fused_bench.py --out "$OUT/ort-xl" --models gpt2-xl --shapes-dir /tmp/shapes --working-dir /tmp/wd;;
   steps)
     python3 tools/device/fused_step_bench.py "$OUT/steps" --budget-s 420;;
   tests)
