@@ -41,6 +41,9 @@ class FusedSettings:
 
     attention: str = "reduction"  # one-query attention: "reduction" (plain fused ops) or "sdpa"
     reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products
+    # fold each layer norm's gain into the product that follows it (W * g, with the row sums of W * g and W @ b
+    # kept): the norm's statistics then become sibling reductions of the product, one kernel instead of two
+    fold_norms: bool = False
 
     def reduces(self, rows: int, compiled: bool) -> bool:
         """Whether a product of `rows` rows is the reduction form (memory-bound) rather than F.linear (cuBLAS)."""
@@ -106,11 +109,39 @@ class FusedSlot(Slot):
 
 
 def _product(x, weight, bias, reduce: bool):
-    """x [R, in] @ weight [out, in].T + bias; the reduction form accumulates in fp32 (inductor fuses the casts)."""
+    """x [..., in] times a weight stored [out, in] + bias; the reduction form accumulates in fp32 (inductor fuses
+    the casts into its loads)."""
     if not reduce:
         return F.linear(x, weight, bias)
-    out = (x[:, None, :].float() * weight.float()).sum(-1)
+    out = (x[..., None, :].float() * weight.float()).sum(-1)
     return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
+def _norm_product(x, norm: tuple, weight, bias, eps: float, reduce: bool, folded: bool):
+    """layer_norm(x) times the weight + bias. `norm` is the norm's (gain, bias), or when `folded` (`fold_norm`)
+    the weight's (row sums, constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) + constant, x's sum
+    and sum of squares reduced over the same range as the product (in the reduction form: one kernel)."""
+    if not folded:
+        return _product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, reduce)
+    rowsum, const = norm
+    xf = x.float()
+    if reduce:
+        wide = xf[..., None, :].expand(*xf.shape[:-1], weight.shape[0], xf.shape[-1])
+        total, squares = wide.sum(-1), (wide * wide).sum(-1)
+        dot = (xf[..., None, :] * weight.float()).sum(-1)
+    else:
+        total, squares = xf.sum(-1, keepdim=True), (xf * xf).sum(-1, keepdim=True)
+        dot = F.linear(x, weight).float()
+    mean = total / x.shape[-1]
+    rstd = torch.rsqrt(squares / x.shape[-1] - mean * mean + eps)
+    return (rstd * (dot - mean * rowsum) + const).to(x.dtype)
+
+
+def fold_norm(gain, shift, weight, bias) -> tuple:
+    """W * gain [out, in] in W's dtype, and (its row sums, W @ shift + bias) in fp32."""
+    folded = (weight.float() * gain.float()).to(weight.dtype)
+    const = weight.float() @ shift.float() + (0 if bias is None else bias.float())
+    return folded, (folded.float().sum(-1), const)
 
 
 def _attend(q, keys, values, valid, scale: float, kind: str):
@@ -126,17 +157,17 @@ def _attend(q, keys, values, valid, scale: float, kind: str):
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, gelu: str, scale: float,
-               reduce: bool, attention: str):
+               reduce: bool, attention: str, folded: bool):
     """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
-    ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = w
+    norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
     rows, embed = x.shape
-    qkv = _product(F.layer_norm(x, (embed,), ln1_w, ln1_b, eps), qkv_w, qkv_b, reduce)
+    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, reduce, folded)
     q, k, v = (t.reshape(rows, heads, embed // heads) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
     a = _attend(q, keys, values, valid, scale, attention).reshape(rows, embed)
     x = x + _product(a, proj_w, proj_b, reduce)
-    h = F.gelu(_product(F.layer_norm(x, (embed,), ln2_w, ln2_b, eps), fc_w, fc_b, reduce), approximate=gelu)
+    h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, eps, reduce, folded), approximate=gelu)
     return x + _product(h, out_w, out_b, reduce)
 
 
@@ -147,10 +178,9 @@ def embed_step(ids, positions, mask, write, wte, wpe):
     return wte[ids[:, 0]] + wpe[positions[:, 0]], valid
 
 
-def head_step(x, ln_w, ln_b, lm_w, eps: float, reduce: bool):
+def head_step(x, norm: tuple, lm_w, eps: float, reduce: bool, folded: bool):
     """Final layer norm and LM head: logits [R, 1, V]."""
-    h = F.layer_norm(x, (x.shape[-1],), ln_w, ln_b, eps)
-    return _product(h, lm_w, None, reduce)[:, None, :]
+    return _norm_product(x, norm, lm_w, None, eps, reduce, folded)[:, None, :]
 
 
 class FusedGPT2Step:
@@ -171,9 +201,12 @@ class FusedGPT2Step:
         self.gelu = ACTIVATIONS[config.activation_function]
         core = model.transformer
         self.wte, self.wpe = core.wte.weight.detach(), core.wpe.weight.detach()
+        self.folded = settings.fold_norms
         self.ln_f = (core.ln_f.weight.detach(), core.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()
-        self.layers = [_block_weights(block) for block in core.h]
+        if self.folded:  # a folded copy of the LM head (the embedding keeps the tied original)
+            self.lm_head, self.ln_f = fold_norm(*self.ln_f, self.lm_head, None)
+        self.layers = [_block_weights(block, settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
         self._embed, self._layer, self._head = embed_step, layer_step, head_step
         if self.compiled:
@@ -190,8 +223,9 @@ class FusedGPT2Step:
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
         for weights, keys, values in zip(self.layers, slot.keys, slot.values):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
-                            gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention)
-        return self._head(x, *self.ln_f, self.lm_head, eps=self.eps, reduce=reduce)
+                            gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention,
+                            folded=self.folded)
+        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, reduce=reduce, folded=self.folded)
 
     def prefill(self, input_ids, mask, position_ids, slot: FusedSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -208,13 +242,12 @@ class FusedGPT2Step:
             x = self._prompt_layer(x, weights, keys, values, start, allowed)
         if last_only:
             x = x[:, -1:]
-        h = F.layer_norm(x, (x.shape[-1],), *self.ln_f, self.eps)
-        return F.linear(h, self.lm_head)
+        return _norm_product(x, self.ln_f, self.lm_head, None, self.eps, False, self.folded)
 
     def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed):
-        ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b = w
+        norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
         rows, length, embed = x.shape
-        qkv = F.linear(F.layer_norm(x, (embed,), ln1_w, ln1_b, self.eps), qkv_w, qkv_b)
+        qkv = _norm_product(x, norm1, qkv_w, qkv_b, self.eps, False, self.folded)
         q, k, v = (t.reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
                    for t in qkv.split(embed, dim=-1))
         end = start + length
@@ -223,15 +256,22 @@ class FusedGPT2Step:
         a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
                                            scale=self.scale)
         x = x + F.linear(a.transpose(1, 2).reshape(rows, length, embed), proj_w, proj_b)
-        h = F.gelu(F.linear(F.layer_norm(x, (embed,), ln2_w, ln2_b, self.eps), fc_w, fc_b), approximate=self.gelu)
+        h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, self.eps, False, self.folded), approximate=self.gelu)
         return x + F.linear(h, out_w, out_b)
 
 
-def _block_weights(block) -> tuple:
+def _normed(norm, conv, fold: bool) -> tuple:
+    """(norm, weight [out, in], bias) of a product that follows a layer norm, folded or not."""
+    weight, bias = conv.weight.detach().t().contiguous(), conv.bias.detach()
+    if not fold:
+        return (norm.weight.detach(), norm.bias.detach()), weight, bias
+    folded, sums = fold_norm(norm.weight.detach(), norm.bias.detach(), weight, bias)
+    return sums, folded, None
+
+
+def _block_weights(block, fold: bool) -> tuple:
     """One block's weights as the layer function takes them; HF's Conv1D stores [in, out]: transposed once."""
     attn, mlp = block.attn, block.mlp
-    t = lambda conv: conv.weight.detach().t().contiguous()  # noqa: E731
-    b = lambda module: module.bias.detach()  # noqa: E731
-    return (block.ln_1.weight.detach(), b(block.ln_1), t(attn.c_attn), b(attn.c_attn), t(attn.c_proj),
-            b(attn.c_proj), block.ln_2.weight.detach(), b(block.ln_2), t(mlp.c_fc), b(mlp.c_fc), t(mlp.c_proj),
-            b(mlp.c_proj))
+    plain = lambda conv: (conv.weight.detach().t().contiguous(), conv.bias.detach())  # noqa: E731
+    return (*_normed(block.ln_1, attn.c_attn, fold), *plain(attn.c_proj), *_normed(block.ln_2, mlp.c_fc, fold),
+            *plain(mlp.c_proj))

@@ -1,9 +1,9 @@
 """GPT-2's fused decode step (`--fused-decode` on frameworks, GPT2/fused_decode.py) gives HF `generate`'s tokens,
 token for token in fp32: gpt2-offline (trained) and a tiny random GPT-2 (exact GELU), greedy and beam search (beam
 reordering of our own cache), a left-padded batch of different prompt lengths, EOS mid-way, and a second
-generation on the same pooled buffers; both one-query attention forms; compiled once on the CPU (the reduction
-form of one-row products). Model types, families and GPT-2 configs without a fused step refuse the flag in one
-line, exit 2.
+generation on the same pooled buffers; compiled once on the CPU (the reduction form of one-row products); the
+step's other settings (SDPA attention, folded layer norms). Model types, families and GPT-2 configs without a
+fused step refuse the flag in one line, exit 2.
 
 With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
 """
@@ -107,13 +107,15 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)
-def test_sdpa_attention_matches_hf_generate(mode, tiny, workdir):
-    """The other one-query attention form (`FusedSettings.attention`), which the device benchmark compares."""
+@pytest.mark.parametrize("settings", [dict(attention="sdpa"), dict(fold_norms=True)], ids=["sdpa", "fold-norms"])
+def test_step_settings_match_hf_generate(settings, mode, tiny, workdir):
+    """The step's other internal choices (`FusedSettings`), which the device benchmark compares: SDPA for the
+    one-query attention, layer norms folded into the products that follow them."""
     from GPT2.fused_decode import FusedGPT2Step, FusedSettings
 
     run = _run(workdir, torch_dir=tiny, fused=False)
     model = run.torch_model()
-    fused = FusedGPT2Step(model, COMPILE_OPTIONS["default"] if mode[1] else None, FusedSettings(attention="sdpa"))
+    fused = FusedGPT2Step(model, COMPILE_OPTIONS["default"] if mode[1] else None, FusedSettings(**settings))
     _check_parity(run, TorchSteps(model, True, static_cache=True, cuda_graph=mode[0], fused=fused))
 
 

@@ -11,8 +11,9 @@ GPU time per replay (CUDA events, median of --replays after warm-up), kernels pe
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
 max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf`
 (today's path: HF's model over its StaticCache, compiled with inductor's defaults) and
-`fused-<attention>-<tuning>` (`GPT2.fused_decode` with one-query attention `reduction` or `sdpa`, inductor
-defaults or coordinate-descent tuning). Variants left when --budget-s runs out
+`fused-[fold-]<attention>-<tuning>` (`GPT2.fused_decode` with one-query attention `reduction` or `sdpa`, layer
+norms folded into the next product or not, inductor defaults or coordinate-descent tuning; the default list
+leaves the fold variants out). Variants left when --budget-s runs out
 are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and OUT_DIR/fused_step_bench.md; progress on stdout.
 With --cpu (a plumbing check): no CUDA graph, wall-clock time per step, CPU operators instead of kernels.
 """
@@ -31,13 +32,21 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 PROMPT, LENGTH = 128, 384
-# name -> (fused attention or None for HF's own step, inductor options)
+COORDINATE = {"coordinate_descent_tuning": True}
+# name -> (FusedSettings fields, or None for HF's own step; inductor options)
 VARIANTS = {
     "hf": (None, {}),
-    "fused-reduction-default": ("reduction", {}),
-    "fused-sdpa-default": ("sdpa", {}),
-    "fused-reduction-coordinate": ("reduction", {"coordinate_descent_tuning": True}),
+    "fused-reduction-default": (dict(attention="reduction"), {}),
+    "fused-sdpa-default": (dict(attention="sdpa"), {}),
+    "fused-reduction-coordinate": (dict(attention="reduction"), COORDINATE),
+    "fused-sdpa-coordinate": (dict(attention="sdpa"), COORDINATE),
+    "fused-fold-reduction-default": (dict(attention="reduction", fold_norms=True), {}),
+    "fused-fold-reduction-coordinate": (dict(attention="reduction", fold_norms=True), COORDINATE),
+    "fused-fold-sdpa-coordinate": (dict(attention="sdpa", fold_norms=True), COORDINATE),
 }
+# fits the 6-minute device call on an H100 (~5 minutes measured); the fold variants measured no faster
+DEFAULT_VARIANTS = ["hf", "fused-reduction-default", "fused-sdpa-default", "fused-reduction-coordinate",
+                    "fused-sdpa-coordinate"]
 TINY = dict(n_layer=2, n_embd=64, n_head=4)
 
 
@@ -71,8 +80,8 @@ def build_steps(model, variant: str, cuda: bool):
     from GPT2.fused_decode import FusedGPT2Step, FusedSettings
     from NNDF.backends.torch_steps import TorchSteps
 
-    attention, options = VARIANTS[variant]
-    fused = None if attention is None else FusedGPT2Step(model, options, FusedSettings(attention=attention))
+    settings, options = VARIANTS[variant]
+    fused = None if settings is None else FusedGPT2Step(model, options, FusedSettings(**settings))
     return TorchSteps(model, True, static_cache=True, cuda_graph=cuda, compile_mode="default", fused=fused)
 
 
@@ -157,7 +166,7 @@ def run_variant(model, variant: str, rows: int, args, reference) -> dict:
             slot.graph.replay() if cuda else steps._one_token(slot)
 
         ms = time_replays(replay, args.replays, cuda)
-        kernels, top = profile_kernels(replay, cuda, sync)
+        kernels, top = profile_kernels(replay, cuda, sync, top=args.top)
     finally:
         steps.close()
     gbps = weight_bytes(model) / (ms * 1e-3) / 1e9
@@ -218,7 +227,7 @@ def run(args) -> list[dict]:
     for shape, model in models.items():
         log(f"{shape}: {weight_bytes(model) / 1e9:.3f} GB of weights per step, {dtype}, {device}")
     results, start = [], time.monotonic()
-    args.prefill = prefill_rows(models, args)
+    args.prefill = prefill_rows(models, args) if args.prefill else []
     for rows in args.rows:  # rows 1 of every shape first: what matters most if the budget runs out
         for shape, model in models.items():
             reference = eager_reference(model, rows)
@@ -287,8 +296,10 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=["gpt2", "gpt2-xl"], choices=["gpt2", "gpt2-medium",
                                                                                      "gpt2-large", "gpt2-xl"])
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 8])
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=DEFAULT_VARIANTS, choices=list(VARIANTS))
     parser.add_argument("--replays", type=int, default=None, help="timed replays (default 200; 5 with --tiny)")
+    parser.add_argument("--top", type=int, default=5, help="kernels listed per variant in the JSON (by time)")
+    parser.add_argument("--no-prefill", dest="prefill", action="store_false", help="skip the prompt-pass timing")
     parser.add_argument("--budget-s", type=float, default=270.0, help="start no variant after this many seconds")
     args = parser.parse_args(argv)
     args.replays = args.replays or (5 if args.tiny else 200)
