@@ -11,7 +11,8 @@ without host work (the capture is `NNDF.backends.torch_steps.TorchSteps`'s).
 Weight products of few rows use the reduction form `(x[:, None, :] * W).sum(-1)`, which inductor fuses with its
 prologue (layer norm) and epilogue (bias, GELU, residual); above `FusedSettings.reduction_rows` rows (and always
 when not compiled: eager would materialise the product) they are `F.linear` (cuBLAS). inductor's own
-`decompose_mem_bound_mm` does not cover this: it rewrites tall-skinny products (>= 10240 rows, <= 32 columns).
+`decompose_mem_bound_mm` (torch 2.11 and 2.13, off by default) does not cover this: on CUDA it rewrites
+tall-skinny products (>= 10240 rows, <= 32 columns).
 Attention for the one query reads the whole static buffer masked by (column <= write position) & the row's
 padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses) or `sdpa`
 (`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
