@@ -33,7 +33,7 @@ from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
 ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}  # -> F.gelu's `approximate`
-ATTENTIONS = ("reduction", "sdpa")
+ATTENTIONS = ("reduction", "sdpa")  # FlexAttention was measured slower and did not compile everywhere
 
 
 @dataclass(frozen=True)
