@@ -1,7 +1,8 @@
 """GPT-2's fused decode step (`--fused-decode` on `frameworks`): the one-token step in plain torch ops, for inductor.
 
-HF's modeling code runs ~150 small kernels per GPT-2 step; most of the time is the launches around the weight
-products. Here the step is three functions: the embedding (token + position, and the row's attention validity),
+HF's modeling code runs ~150 small kernels per GPT-2 step; this step is written so that inductor can fuse the
+work around each weight product into the product (measured on an H100 in docs/PERFORMANCE.md: 12 kernels per
+layer remain, and the time is in the one-row products). The step is three functions: the embedding (token + position, and the row's attention validity),
 ONE layer function called for every layer with that layer's weights as arguments (same shapes, so
 `torch.compile(dynamic=False)` compiles it once: gpt2-xl's 48 layers compile as fast as 12), and the head
 (final layer norm + tied LM head). The cache is our own: one K and one V buffer [rows, heads, length, head_dim]
@@ -18,7 +19,8 @@ padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses)
 (`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
 
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
-buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]).
+buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]:
+a copy, so the layers' weights are held twice while the step lives).
 """
 from __future__ import annotations
 
