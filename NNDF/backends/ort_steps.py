@@ -12,6 +12,7 @@ id) and replays it; the prompt pass runs uncaptured (`gpu_graph_id` -1).
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -108,12 +109,19 @@ class OrtGraph:
         return binding
 
     @staticmethod
+    @functools.cache
     def run_options(graph_id: int):
-        """Run options naming the CUDA graph to capture or replay (-1: none)."""
+        """Run options naming the CUDA graph to capture or replay (-1: none), made once per id. A captured
+        step's run does not wait for the GPU at its end (`disable_synchronize_execution_providers`, which ONNX
+        Runtime honours for CUDA-graph replays since microsoft/onnxruntime#28686): its inputs and outputs are
+        bound device buffers, ordered against torch's stream by `run_bound`, so the host can queue the next
+        token's work while this step runs. Uncaptured runs keep the synchronisation (they may allocate)."""
         import onnxruntime as ort
 
         options = ort.RunOptions()
         options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        if graph_id >= 0:
+            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         return options
 
     def run_bound(self, binding, run_options=None) -> None:
