@@ -7,13 +7,14 @@
 #   bash tools/device/fused_check.sh tests       # frameworks + onnxrt fused parity on CUDA (fp32 / CUDA graphs / compiled)
 #   bash tools/device/fused_check.sh matrix-gpt2 # the benchmark rows (speed_matrix.py --group fused-gpt2)
 #   bash tools/device/fused_check.sh matrix-xl   # the same for gpt2-xl shapes
+#   bash tools/device/fused_check.sh final       # a short re-measure of the fused rows and their baselines
 #
 # In this workplace onnxruntime-gpu is staged first (tools/device/write_parts.sh's .devort/ parts), then e.g.
 #   run(command='sh .devort/part-06/install.sh && bash tools/device/fused_check.sh ort-gpt2', carry=['.devort/part-06', '.whl'])
 # Results: $OUT/<mode>/... and $OUT/fused-<mode>.log.
 set -uo pipefail
 . "$(dirname "$0")/env.sh"
-MODE=${1:?usage: fused_check.sh ort-gpt2|ort-xl|steps|tests|matrix-gpt2|matrix-xl}
+MODE=${1:?usage: fused_check.sh ort-gpt2|ort-xl|steps|tests|matrix-gpt2|matrix-xl|final}
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -31,6 +32,9 @@ case $MODE in
   matrix-gpt2)
     python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
     python3 tools/device/speed_matrix.py "$OUT/matrix" --group fused-gpt2 --workdir /tmp/wd --deadline 480;;
+  final)
+    python3 tools/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
+    python3 tools/device/speed_matrix.py "$OUT/matrix" --group fused-final --workdir /tmp/wd --deadline 420;;
   matrix-xl)
     python3 tools/device/speed_matrix.py "$OUT/matrix" --group fused-xl --workdir /tmp/wd --deadline 420;;
   *) echo "unknown mode $MODE" >&2; exit 2;;

@@ -266,6 +266,23 @@ def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
     return jobs
 
 
+def final_jobs():
+    """A short re-measure of the fused rows with their baselines in one call (~5 minutes on an H100): GPT-2 124M
+    at batch 1 (+ today's compiled step, the onnxrt growing graph and HF eager) and 8, gpt2-xl at batch 1."""
+    g, x = SHAPES["gpt2"], SHAPES["gpt2-xl"]
+    return [("copy", copy_bandwidth),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
+            ("step", lambda: step_time("gpt2", "GPT2", g, 1, "fused", WORKDIR)),
+            ("check", lambda: {"model": "gpt2", "batch": 1, "config": "fused",
+                               "first_difference": same_tokens("GPT2", g, 1, "fused", WORKDIR)}),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "compiled", WORKDIR, 10)),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "eager", WORKDIR, 5, backends=("onnxrt",))),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "fused", WORKDIR, 10)),
+            ("shapes", lambda: make_shapes("gpt2-xl")),
+            ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR, 3)),
+            ("step", lambda: step_time("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR))]
+
+
 def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
     """The card's measured copy bandwidth (bytes read + bytes written per second, device to device): the floor
     a decode step is held against (weight bytes / this)."""
@@ -350,7 +367,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
-                                            "fused-xl"), default="all")
+                                            "fused-xl", "fused-final"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no staging needed)")
@@ -366,6 +383,8 @@ def main() -> None:
     if args.group == "autotune":
         BACKENDS = ("frameworks",)
         return run_jobs(args.out, autotune_jobs(), args.deadline)
+    if args.group == "fused-final":
+        return run_jobs(args.out, final_jobs(), args.deadline, args.group)
     if args.group.startswith("fused"):
         shapes = {"fused": ("gpt2", "gpt2-xl"), "fused-gpt2": ("gpt2",), "fused-xl": ("gpt2-xl",)}[args.group]
         return run_jobs(args.out, fused_jobs(shapes), args.deadline, args.group)
