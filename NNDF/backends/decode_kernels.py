@@ -1,0 +1,196 @@
+"""Triton kernels for a decoder's one-token step on CUDA: few rows, memory-bound, one kernel per weight product.
+
+`linear_rows(x, W, b, norm=..., gelu=..., residual=...)` is y = act(LN(x) @ W.T + b) (+ residual) for x [R, K]
+(R small) and a row-major weight [N, K]: each program owns BLOCK_N output columns for all R rows, recomputes the
+rows' layer-norm statistics itself (x is at most a few thousand values per row, read from cache: no separate
+statistics kernel), then streams its W tile along K once (coalesced along K) and reuses it for every row. One row
+uses a broadcast-and-sum product; more rows pad to 16 and use `tl.dot`. Accumulation is fp32; the normalised x is
+rounded to the weight's dtype first (as the unfused model does: its layer norm outputs that dtype).
+
+`decode_attention(qkv, keys, values, write, mask, heads=, scale=)` is one query per row and head (grid (R, H)) over
+static K/V buffers [R, H, L, D]: q, k, v are read from the packed product qkv [R, 3E]; k and v are stored at
+column `write` (a device tensor, so a CUDA graph replays it); the program attends over the columns < write that
+`mask` [R, L] keeps plus the new column from its registers (never re-read after the store), online softmax in
+fp32. Output [R, E].
+
+Only long-stable `tl` APIs (masked loads/stores, reductions, `tl.dot`), so the kernels build with the Triton of
+any recent torch; with TRITON_INTERPRET=1 they run on CPU tensors (how the tests check them without a GPU).
+Launch configurations come from a small static table (`linear_config`), not autotuning: deterministic, and
+nothing is benchmarked while a CUDA graph warms up.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GELUS = ("tanh", "none")  # F.gelu's `approximate` values the epilogue implements
+DOT_ROWS = 16  # rows of one program on the tl.dot path (more rows: more programs)
+
+
+@triton.jit
+def _gelu(y, KIND: tl.constexpr):
+    """GELU in fp32: KIND 1 = tanh approximation, 2 = exact (erf)."""
+    if KIND == 1:
+        u = tl.minimum(0.7978845608028654 * (y + 0.044715 * y * y * y), 15.0)  # tanh(15) is 1 in fp32
+        y = 0.5 * y * (2.0 - 2.0 / (tl.exp(2.0 * u) + 1.0))  # 1 + tanh(u), finite for any u
+    else:
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    return y
+
+
+@triton.jit
+def _row_stats(x_ptr, R, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Mean and 1/std of each of the R rows of x [R, K] (two passes over x: exact for large-mean rows)."""
+    rows = tl.arange(0, ROWS)
+    total = tl.zeros([ROWS], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        keep = (rows[:, None] < R) & (cols[None, :] < K)
+        total += tl.sum(tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32), 1)
+    mean = total / K
+    squares = tl.zeros([ROWS], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        keep = (rows[:, None] < R) & (cols[None, :] < K)
+        x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32)
+        d = tl.where(keep, x - mean[:, None], 0.0)
+        squares += tl.sum(d * d, 1)
+    return mean, 1.0 / tl.sqrt(squares / K + eps)
+
+
+@triton.jit
+def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, R, eps,
+                        N: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr,
+                        BIAS: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, DOT: tl.constexpr):
+    """out[:, n-block] = act(LN(x) @ W[n-block].T + b) (+ residual); x [R, K], W [N, K], out [R, N]."""
+    chunk = tl.program_id(1) * ROWS  # rows beyond ROWS: one program column per ROWS-row chunk
+    x_ptr += chunk * K
+    res_ptr += chunk * N
+    out_ptr += chunk * N
+    R = R - chunk
+    rows = tl.arange(0, ROWS)
+    ns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if NORM:
+        mean, rstd = _row_stats(x_ptr, R, eps, K, ROWS, BLOCK_K)
+    acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + ns[:, None] * K + ks[None, :], mask=(ns[:, None] < N) & (ks[None, :] < K), other=0.0)
+        keep = (rows[:, None] < R) & (ks[None, :] < K)
+        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=keep, other=0.0)
+        if NORM:
+            g = tl.load(g_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+            beta = tl.load(beta_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+            xn = (x.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
+            x = tl.where(keep, xn, 0.0).to(w.dtype)  # the norm's output dtype, as the unfused model rounds it
+        if DOT:
+            acc += tl.dot(x.to(w.dtype), tl.trans(w), input_precision="ieee")
+        else:
+            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], 2)
+    if BIAS:
+        acc += tl.load(b_ptr + ns, mask=ns < N, other=0.0).to(tl.float32)[None, :]
+    if GELU != 0:
+        acc = _gelu(acc, GELU)
+    where = rows[:, None] * N + ns[None, :]
+    keep = (rows[:, None] < R) & (ns[None, :] < N)
+    if RESIDUAL:
+        acc += tl.load(res_ptr + where, mask=keep, other=0.0).to(tl.float32)
+    tl.store(out_ptr + where, acc.to(out_ptr.dtype.element_ty), mask=keep)
+
+
+def linear_config(rows: int, n: int, k: int) -> tuple[int, int, int, bool]:
+    """(BLOCK_N, BLOCK_K, num_warps, dot) for a product of `rows` rows with a weight [n, k]: one row takes the
+    widest column block that still gives >= 256 programs (enough loads in flight to approach copy bandwidth on
+    a ~132-SM GPU; narrower blocks for narrow outputs), K chunks of 256 bytes+; more rows use tl.dot."""
+    if rows == 1:
+        block_n = next((b for b in (64, 32, 16) if triton.cdiv(n, b) >= 256), 8)
+        return block_n, (256 if k >= 1024 else 128), 4, False
+    block_n = 64 if triton.cdiv(n, 64) >= 128 else 32
+    return block_n, 64, 4, True
+
+
+def _check(x, weight, extra: dict) -> None:
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"linear_rows: x {tuple(x.shape)} and weight {tuple(weight.shape)} are not [R, K], [N, K]")
+    for name, t in dict(x=x, weight=weight, **extra).items():
+        if t is not None and not t.is_contiguous():
+            raise ValueError(f"linear_rows: {name} must be contiguous")
+
+
+def linear_rows(x, weight, bias=None, *, norm: tuple | None = None, gelu: str | None = None, residual=None):
+    """act(LN(x) @ weight.T + bias) (+ residual): x [R, K], weight [N, K] -> [R, N] in x's dtype. `norm` is the
+    layer norm's (gain, shift, eps) or None; `gelu` one of GELUS or None; `residual` [R, N] or None."""
+    if gelu is not None and gelu not in GELUS:
+        raise ValueError(f"linear_rows: gelu {gelu!r}: one of {', '.join(GELUS)} or None")
+    _check(x, weight, dict(residual=residual))
+    (rows, k), n = x.shape, weight.shape[0]
+    out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
+    block_n, block_k, warps, dot = linear_config(rows, n, k)
+    gain, shift, eps = norm if norm is not None else (x, x, 0.0)
+    chunk = DOT_ROWS if dot else 1
+    _linear_rows_kernel[(triton.cdiv(n, block_n), triton.cdiv(rows, chunk))](
+        x, weight, bias if bias is not None else x, gain, shift, residual if residual is not None else x, out,
+        rows, float(eps), N=n, K=k, ROWS=chunk, BLOCK_N=block_n, BLOCK_K=block_k,
+        NORM=norm is not None, BIAS=bias is not None, GELU=0 if gelu is None else 1 + GELUS.index(gelu),
+        RESIDUAL=residual is not None, DOT=dot, num_warps=warps)
+    return out
+
+
+@triton.jit
+def _decode_attention_kernel(qkv_ptr, k_ptr, v_ptr, write_ptr, mask_ptr, out_ptr, scale, H: tl.constexpr,
+                             L: tl.constexpr, E: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Program (row r, head h): store k/v at column `write`, attend q over columns < write kept by the mask and
+    the new column. qkv [R, 3E], buffers [R, H, L, D] contiguous, mask [R, L], out [R, E]."""
+    r, h = tl.program_id(0), tl.program_id(1)
+    ds = tl.arange(0, BLOCK_D)
+    dk = ds < D
+    base = qkv_ptr + r * 3 * E + h * D + ds
+    q = tl.load(base, mask=dk, other=0.0).to(tl.float32)
+    k_new = tl.load(base + E, mask=dk, other=0.0)
+    v_new = tl.load(base + 2 * E, mask=dk, other=0.0)
+    write = tl.load(write_ptr).to(tl.int32)
+    head = (r * H + h) * L * D
+    tl.store(k_ptr + head + write * D + ds, k_new.to(k_ptr.dtype.element_ty), mask=dk)
+    tl.store(v_ptr + head + write * D + ds, v_new.to(v_ptr.dtype.element_ty), mask=dk)
+    # the new column first: it is kept when its mask is (always, for a real token)
+    s_new = tl.sum(q * k_new.to(tl.float32), 0) * scale
+    m = tl.where(tl.load(mask_ptr + r * L + write) != 0, s_new, float("-inf"))
+    total = tl.where(m == float("-inf"), 0.0, 1.0)
+    acc = v_new.to(tl.float32) * total
+    for l0 in range(0, L, BLOCK_L):  # a constant trip count (the interpreter needs one); blocks past write skip
+        if l0 < write:
+            ls = l0 + tl.arange(0, BLOCK_L)
+            keep = (ls < write) & (tl.load(mask_ptr + r * L + ls, mask=ls < write, other=0) != 0)
+            tile = head + ls[:, None] * D + ds[None, :]
+            both = keep[:, None] & dk[None, :]
+            keys = tl.load(k_ptr + tile, mask=both, other=0.0).to(tl.float32)
+            s = tl.where(keep, tl.sum(keys * q[None, :], 1) * scale, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 0))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf) while nothing is kept yet
+            p = tl.exp(s - shift)
+            alpha = tl.exp(m - shift)
+            vals = tl.load(v_ptr + tile, mask=both, other=0.0).to(tl.float32)
+            acc = acc * alpha + tl.sum(p[:, None] * vals, 0)
+            total = total * alpha + tl.sum(p, 0)
+            m = m_new
+    tl.store(out_ptr + r * E + h * D + ds, (acc / total).to(out_ptr.dtype.element_ty), mask=dk)
+
+
+def decode_attention(qkv, keys, values, write, mask, *, heads: int, scale: float):
+    """One-query attention with the cache write: qkv [R, 3E] (q | k | v), keys/values [R, H, L, D] (updated at
+    column write[0]), write a device integer tensor [1], mask [R, L] (nonzero = attend) -> [R, E] in qkv's dtype."""
+    rows, width = qkv.shape
+    embed = width // 3
+    if keys.shape != values.shape or tuple(keys.shape[:2]) != (rows, heads) or keys.shape[3] * heads != embed:
+        raise ValueError(f"decode_attention: buffers {tuple(keys.shape)} do not hold {heads} heads of qkv "
+                         f"{tuple(qkv.shape)}")
+    if not (qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous() and mask.is_contiguous()):
+        raise ValueError("decode_attention: qkv, keys, values and mask must be contiguous")
+    length, dim = keys.shape[2], keys.shape[3]
+    out = torch.empty(rows, embed, dtype=qkv.dtype, device=qkv.device)
+    block_d = triton.next_power_of_2(dim)
+    block_l = max(16, min(64, 8192 // (block_d * 4)))
+    _decode_attention_kernel[(rows, heads)](qkv, keys, values, write, mask, out, float(scale), H=heads, L=length,
+                                            E=embed, D=dim, BLOCK_D=block_d, BLOCK_L=block_l, num_warps=4)
+    return out
