@@ -26,6 +26,7 @@ import triton.language as tl
 
 GELUS = ("tanh", "none")  # F.gelu's `approximate` values the epilogue implements
 DOT_ROWS = 16  # rows of one program on the tl.dot path (more rows: more programs)
+STATS_VALUES = 8192  # values of x one program loads at once for the layer norm's statistics
 
 
 @triton.jit
@@ -40,29 +41,40 @@ def _gelu(y, KIND: tl.constexpr):
 
 
 @triton.jit
-def _row_stats(x_ptr, R, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Mean and 1/std of each of the R rows of x [R, K] (two passes over x: exact for large-mean rows)."""
+def _row_stats(x_ptr, R, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr):
+    """Mean and 1/std of each of the R rows of x [R, K]: from one load when BLOCK covers K (the usual case: one
+    round trip to cache), else two passes over x (exact for large-mean rows)."""
     rows = tl.arange(0, ROWS)
-    total = tl.zeros([ROWS], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        keep = (rows[:, None] < R) & (cols[None, :] < K)
-        total += tl.sum(tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32), 1)
-    mean = total / K
-    squares = tl.zeros([ROWS], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
+    if BLOCK >= K:
+        cols = tl.arange(0, BLOCK)
         keep = (rows[:, None] < R) & (cols[None, :] < K)
         x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32)
+        mean = tl.sum(x, 1) / K
         d = tl.where(keep, x - mean[:, None], 0.0)
-        squares += tl.sum(d * d, 1)
+        squares = tl.sum(d * d, 1)
+    else:
+        total = tl.zeros([ROWS], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK):
+            cols = k0 + tl.arange(0, BLOCK)
+            keep = (rows[:, None] < R) & (cols[None, :] < K)
+            x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32)
+            total += tl.sum(x, 1)
+        mean = total / K
+        squares = tl.zeros([ROWS], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK):
+            cols = k0 + tl.arange(0, BLOCK)
+            keep = (rows[:, None] < R) & (cols[None, :] < K)
+            x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=keep, other=0.0).to(tl.float32)
+            d = tl.where(keep, x - mean[:, None], 0.0)
+            squares += tl.sum(d * d, 1)
     return mean, 1.0 / tl.sqrt(squares / K + eps)
 
 
 @triton.jit
 def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, R, eps,
                         N: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr,
-                        BIAS: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, DOT: tl.constexpr):
+                        BIAS: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, DOT: tl.constexpr,
+                        PRECISION: tl.constexpr, STATS_BLOCK: tl.constexpr):
     """out[:, n-block] = act(LN(x) @ W[n-block].T + b) (+ residual); x [R, K], W [N, K], out [R, N]."""
     chunk = tl.program_id(1) * ROWS  # rows beyond ROWS: one program column per ROWS-row chunk
     x_ptr += chunk * K
@@ -72,7 +84,7 @@ def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, 
     rows = tl.arange(0, ROWS)
     ns = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     if NORM:
-        mean, rstd = _row_stats(x_ptr, R, eps, K, ROWS, BLOCK_K)
+        mean, rstd = _row_stats(x_ptr, R, eps, K, ROWS, STATS_BLOCK)
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
@@ -85,9 +97,10 @@ def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, 
             xn = (x.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
             x = tl.where(keep, xn, 0.0).to(w.dtype)  # the norm's output dtype, as the unfused model rounds it
         if DOT:
-            acc += tl.dot(x.to(w.dtype), tl.trans(w), input_precision="ieee")
-        else:
-            acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], 2)
+            acc += tl.dot(x.to(w.dtype), tl.trans(w), input_precision=PRECISION)
+        else:  # one row (ROWS 1): the [BLOCK_N, BLOCK_K] tile times x's row, reduced along K
+            row = tl.sum(x.to(tl.float32), 0)  # [BLOCK_K]
+            acc += tl.sum(w.to(tl.float32) * row[None, :], 1)[None, :]
     if BIAS:
         acc += tl.load(b_ptr + ns, mask=ns < N, other=0.0).to(tl.float32)[None, :]
     if GELU != 0:
@@ -100,12 +113,15 @@ def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, 
 
 
 def linear_config(rows: int, n: int, k: int) -> tuple[int, int, int, bool]:
-    """(BLOCK_N, BLOCK_K, num_warps, dot) for a product of `rows` rows with a weight [n, k]: one row takes the
-    widest column block that still gives >= 256 programs (enough loads in flight to approach copy bandwidth on
-    a ~132-SM GPU; narrower blocks for narrow outputs), K chunks of 256 bytes+; more rows use tl.dot."""
+    """(BLOCK_N, BLOCK_K, num_warps, dot) for a product of `rows` rows with a weight [n, k]. One row: the
+    widest K chunk (<= 512) that pads K by at most 1/8, and the widest column block that still gives >= 512
+    programs (~4 per SM of a 132-SM GPU, so enough weight loads are in flight to approach copy bandwidth; down
+    to 4 columns for narrow outputs); about 8 KB of fp16 tile per warp-group. More rows: tl.dot on 16-row
+    chunks."""
     if rows == 1:
-        block_n = next((b for b in (64, 32, 16) if triton.cdiv(n, b) >= 256), 8)
-        return block_n, (256 if k >= 1024 else 128), 4, False
+        block_k = next((b for b in (512, 256) if triton.cdiv(k, b) * b <= k * 9 // 8), 128)
+        block_n = next((b for b in (64, 32, 16, 8) if triton.cdiv(n, b) >= 512), 4)
+        return block_n, block_k, max(4, min(8, block_n * block_k // 2048)), False
     block_n = 64 if triton.cdiv(n, 64) >= 128 else 32
     return block_n, 64, 4, True
 
@@ -133,7 +149,8 @@ def linear_rows(x, weight, bias=None, *, norm: tuple | None = None, gelu: str | 
         x, weight, bias if bias is not None else x, gain, shift, residual if residual is not None else x, out,
         rows, float(eps), N=n, K=k, ROWS=chunk, BLOCK_N=block_n, BLOCK_K=block_k,
         NORM=norm is not None, BIAS=bias is not None, GELU=0 if gelu is None else 1 + GELUS.index(gelu),
-        RESIDUAL=residual is not None, DOT=dot, num_warps=warps)
+        RESIDUAL=residual is not None, DOT=dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        STATS_BLOCK=min(triton.next_power_of_2(k), STATS_VALUES // chunk), num_warps=warps)
     return out
 
 
