@@ -25,9 +25,9 @@ pytestmark = pytest.mark.skipif(
            "--no-deps --target /tmp/tritonpkg triton==3.6.0, then PYTHONPATH=/tmp/tritonpkg pytest")
 DTYPES = ["float32", "float16"]
 TOLERANCE = {"float32": 2e-5, "float16": 2e-2}
-# (rows, N, K): K past a block boundary (1100 = 4 x 256 + 76; at 3 rows the norm statistics loop), N odd and
+# (rows, N, K): K not a power of two (1100; at 3 rows the norm statistics loop over 512-value chunks), N odd and
 # past a block, the 16-row chunk edge
-PRODUCTS = [(1, 203, 1100), (1, 37, 300), (3, 130, 1100), (8, 70, 260), (17, 33, 64)]
+PRODUCTS = [(1, 45, 1100), (1, 37, 300), (3, 130, 1100), (8, 70, 260), (17, 33, 64)]
 EPILOGUES = [dict(norm=True), dict(gelu="tanh", residual=True), dict(norm=True, gelu="none"), dict()]
 
 
@@ -50,6 +50,22 @@ def _linear_reference(x, w, b, norm, gelu, residual):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", PRODUCTS, ids=lambda s: "x".join(map(str, s)))
 def test_linear_rows_matches_torch(shape, dtype):
+    _check_linear_rows(shape, dtype)
+
+
+@pytest.mark.parametrize("shape", [(1, 45, 1100), (3, 70, 1100)], ids=lambda s: "x".join(map(str, s)))
+def test_linear_rows_with_small_tiles(shape, monkeypatch):
+    """The real shapes' loops at small sizes: tiles of 256 weight values (the one-row path then loops over K
+    in chunks of 128) and norm statistics in chunks (two passes over x)."""
+    from NNDF.backends import decode_kernels
+
+    monkeypatch.setattr(decode_kernels, "TILE_VALUES", 256)
+    monkeypatch.setattr(decode_kernels, "STATS_VALUES", 512)
+    assert decode_kernels.linear_config(1, 45, 1100)[:2] == (2, 128)
+    _check_linear_rows(shape, "float32")
+
+
+def _check_linear_rows(shape, dtype):
     from NNDF.backends.decode_kernels import linear_rows
 
     torch = _torch()

@@ -26,6 +26,7 @@ import triton.language as tl
 
 GELUS = ("tanh", "none")  # F.gelu's `approximate` values the epilogue implements
 DOT_ROWS = 16  # rows of one program on the tl.dot path (more rows: more programs)
+TILE_VALUES = 8192  # weight values one program loads per loop iteration on the one-row path
 STATS_VALUES = 8192  # values of x one program loads at once for the layer norm's statistics
 
 
@@ -71,11 +72,22 @@ def _row_stats(x_ptr, R, eps, K: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.con
 
 
 @triton.jit
-def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, R, eps,
-                        N: tl.constexpr, K: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr,
-                        BIAS: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr, DOT: tl.constexpr,
-                        PRECISION: tl.constexpr, STATS_BLOCK: tl.constexpr):
-    """out[:, n-block] = act(LN(x) @ W[n-block].T + b) (+ residual); x [R, K], W [N, K], out [R, N]."""
+def _normalised(x, keep, mean, rstd, g_ptr, beta_ptr, ks, K: tl.constexpr, dtype: tl.constexpr):
+    """(x - mean) * rstd * gain + shift over the columns ks, rounded to `dtype` (the norm's output dtype, as the
+    unfused model rounds it) and back to fp32; 0 where not `keep`."""
+    g = tl.load(g_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    beta = tl.load(beta_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
+    return tl.where(keep, (x.to(tl.float32) - mean) * rstd * g + beta, 0.0).to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, R, eps, N: tl.constexpr,
+                        K: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        NORM: tl.constexpr, BIAS: tl.constexpr, GELU: tl.constexpr, RESIDUAL: tl.constexpr,
+                        DOT: tl.constexpr, PRECISION: tl.constexpr, STATS_BLOCK: tl.constexpr):
+    """out[:, n-block] = act(LN(x) @ W[n-block].T + b) (+ residual); x [R, K], W [N, K], out [R, N]. DOT: ROWS
+    rows through tl.dot; else one row, whose products accumulate elementwise in a [BLOCK_N, BLOCK_K] tile reduced
+    once after the loop (no cross-thread reduction, so no barrier, inside the loop)."""
     chunk = tl.program_id(1) * ROWS  # rows beyond ROWS: one program column per ROWS-row chunk
     x_ptr += chunk * K
     res_ptr += chunk * N
@@ -86,21 +98,23 @@ def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, 
     if NORM:
         mean, rstd = _row_stats(x_ptr, R, eps, K, ROWS, STATS_BLOCK)
     acc = tl.zeros([ROWS, BLOCK_N], dtype=tl.float32)
+    part = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         w = tl.load(w_ptr + ns[:, None] * K + ks[None, :], mask=(ns[:, None] < N) & (ks[None, :] < K), other=0.0)
-        keep = (rows[:, None] < R) & (ks[None, :] < K)
-        x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=keep, other=0.0)
-        if NORM:
-            g = tl.load(g_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
-            beta = tl.load(beta_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)
-            xn = (x.to(tl.float32) - mean[:, None]) * rstd[:, None] * g[None, :] + beta[None, :]
-            x = tl.where(keep, xn, 0.0).to(w.dtype)  # the norm's output dtype, as the unfused model rounds it
         if DOT:
+            keep = (rows[:, None] < R) & (ks[None, :] < K)
+            x = tl.load(x_ptr + rows[:, None] * K + ks[None, :], mask=keep, other=0.0)
+            if NORM:
+                x = _normalised(x, keep, mean[:, None], rstd[:, None], g_ptr, beta_ptr, ks[None, :], K, w.dtype)
             acc += tl.dot(x.to(w.dtype), tl.trans(w), input_precision=PRECISION)
-        else:  # one row (ROWS 1): the [BLOCK_N, BLOCK_K] tile times x's row, reduced along K
-            row = tl.sum(x.to(tl.float32), 0)  # [BLOCK_K]
-            acc += tl.sum(w.to(tl.float32) * row[None, :], 1)[None, :]
+        else:
+            row = tl.load(x_ptr + ks, mask=ks < K, other=0.0).to(tl.float32)  # [BLOCK_K]
+            if NORM:
+                row = _normalised(row, ks < K, tl.sum(mean, 0), tl.sum(rstd, 0), g_ptr, beta_ptr, ks, K, w.dtype)
+            part += w.to(tl.float32) * row[None, :]
+    if not DOT:
+        acc += tl.sum(part, 1)[None, :]
     if BIAS:
         acc += tl.load(b_ptr + ns, mask=ns < N, other=0.0).to(tl.float32)[None, :]
     if GELU != 0:
@@ -113,15 +127,14 @@ def _linear_rows_kernel(x_ptr, w_ptr, b_ptr, g_ptr, beta_ptr, res_ptr, out_ptr, 
 
 
 def linear_config(rows: int, n: int, k: int) -> tuple[int, int, int, bool]:
-    """(BLOCK_N, BLOCK_K, num_warps, dot) for a product of `rows` rows with a weight [n, k]. One row: the
-    widest K chunk (<= 512) that pads K by at most 1/8, and the widest column block that still gives >= 512
-    programs (~4 per SM of a 132-SM GPU, so enough weight loads are in flight to approach copy bandwidth; down
-    to 4 columns for narrow outputs); about 8 KB of fp16 tile per warp-group. More rows: tl.dot on 16-row
-    chunks."""
+    """(BLOCK_N, BLOCK_K, num_warps, dot) for a product of `rows` rows with a weight [n, k]. One row: the widest
+    column block that still gives >= 512 programs (~4 per SM of a 132-SM GPU; down to 2 columns for narrow
+    outputs) and a K chunk making an 8192-value tile (16 KB of fp16 loads in flight per program and iteration:
+    the loop is not software-pipelined, so the tile is what hides memory latency), 4 warps (64 values a thread).
+    More rows: tl.dot on 16-row chunks."""
     if rows == 1:
-        block_k = next((b for b in (512, 256) if triton.cdiv(k, b) * b <= k * 9 // 8), 128)
-        block_n = next((b for b in (64, 32, 16, 8) if triton.cdiv(n, b) >= 512), 4)
-        return block_n, block_k, max(4, min(8, block_n * block_k // 2048)), False
+        block_n = next((b for b in (64, 32, 16, 8, 4) if triton.cdiv(n, b) >= 512), 2)
+        return block_n, max(128, min(TILE_VALUES // block_n, triton.next_power_of_2(k))), 4, False
     block_n = 64 if triton.cdiv(n, 64) >= 128 else 32
     return block_n, 64, 4, True
 
