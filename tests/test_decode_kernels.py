@@ -96,9 +96,12 @@ def _attention_reference(q, keys, values, mask, write, scale):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("rows", [1, 3, 8])
-def test_decode_attention_writes_and_attends(rows, dtype):
+def test_decode_attention_writes_and_attends(rows, dtype, monkeypatch):
+    """With 16-column blocks (the real 128 would cover these 70 columns in one): the online softmax's loop."""
+    from NNDF.backends import decode_kernels
     from NNDF.backends.decode_kernels import decode_attention
 
+    monkeypatch.setattr(decode_kernels, "ATTENTION_COLUMNS", 16)
     torch = _torch()
     heads, dim, length = 3, 20, 70  # head size not a power of two; 70 columns: a partial last block
     dt = getattr(torch, dtype)

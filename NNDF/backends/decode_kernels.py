@@ -27,7 +27,10 @@ import triton.language as tl
 GELUS = ("tanh", "none")  # F.gelu's `approximate` values the epilogue implements
 DOT_ROWS = 16  # rows of one program on the tl.dot path (more rows: more programs)
 TILE_VALUES = 8192  # weight values one program loads per loop iteration on the one-row path
-STATS_VALUES = 8192  # values of x one program loads at once for the layer norm's statistics
+STATS_VALUES = 8192
+# cache columns per attention loop iteration: one program per row and head, so few programs; wide blocks keep
+# 16 KB of K and of V (fp16, head size 64) in flight per iteration
+ATTENTION_COLUMNS = 128  # values of x one program loads at once for the layer norm's statistics
 
 
 @triton.jit
@@ -220,7 +223,7 @@ def decode_attention(qkv, keys, values, write, mask, *, heads: int, scale: float
     length, dim = keys.shape[2], keys.shape[3]
     out = torch.empty(rows, embed, dtype=qkv.dtype, device=qkv.device)
     block_d = triton.next_power_of_2(dim)
-    block_l = max(16, min(64, 8192 // (block_d * 4)))
+    block_l = min(ATTENTION_COLUMNS, max(16, triton.next_power_of_2(length)))
     _decode_attention_kernel[(rows, heads)](qkv, keys, values, write, mask, out, float(scale), H=heads, L=length,
-                                            E=embed, D=dim, BLOCK_D=block_d, BLOCK_L=block_l, num_warps=4)
+                                            E=embed, D=dim, BLOCK_D=block_d, BLOCK_L=block_l, num_warps=8)
     return out
