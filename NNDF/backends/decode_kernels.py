@@ -26,11 +26,11 @@ import triton.language as tl
 
 GELUS = ("tanh", "none")  # F.gelu's `approximate` values the epilogue implements
 DOT_ROWS = 16  # rows of one program on the tl.dot path (more rows: more programs)
-TILE_VALUES = 8192  # weight values one program loads per loop iteration on the one-row path
-STATS_VALUES = 8192
+TILE_VALUES = 8192  # weight values one program loads per loop iteration (one-row path; the tl.dot path's cap)
+STATS_VALUES = 8192  # values of x one program loads at once for the layer norm's statistics
 # cache columns per attention loop iteration: one program per row and head, so few programs; wide blocks keep
-# 16 KB of K and of V (fp16, head size 64) in flight per iteration
-ATTENTION_COLUMNS = 128  # values of x one program loads at once for the layer norm's statistics
+# 32 KB of K and of V (fp16, head size 64) in flight per iteration (a 384-column cache: 2 iterations)
+ATTENTION_COLUMNS = 256
 
 
 @triton.jit
@@ -134,12 +134,12 @@ def linear_config(rows: int, n: int, k: int) -> tuple[int, int, int, bool]:
     column block that still gives >= 512 programs (~4 per SM of a 132-SM GPU; down to 2 columns for narrow
     outputs) and a K chunk making an 8192-value tile (16 KB of fp16 loads in flight per program and iteration:
     the loop is not software-pipelined, so the tile is what hides memory latency), 4 warps (64 values a thread).
-    More rows: tl.dot on 16-row chunks."""
+    More rows: tl.dot on 16-row chunks (its loop is software-pipelined), tiles of up to 8192 values."""
     if rows == 1:
         block_n = next((b for b in (64, 32, 16, 8, 4) if triton.cdiv(n, b) >= 512), 2)
         return block_n, max(128, min(TILE_VALUES // block_n, triton.next_power_of_2(k))), 4, False
-    block_n = 64 if triton.cdiv(n, 64) >= 128 else 32
-    return block_n, 64, 4, True
+    block_n = next((b for b in (64, 32) if triton.cdiv(n, b) >= 264), 16)  # >= 2 programs per SM if it can
+    return block_n, max(64, min(256, TILE_VALUES // block_n)), 4, True
 
 
 def _check(x, weight, extra: dict) -> None:
