@@ -150,6 +150,19 @@ def _check(x, weight, extra: dict) -> None:
             raise ValueError(f"linear_rows: {name} must be contiguous")
 
 
+def linear_launch(rows: int, n: int, k: int, fp32: bool, *, norm: bool, bias: bool, gelu: str | None,
+                  residual: bool) -> tuple[tuple[int, int], int, dict]:
+    """(grid, num_warps, constexpr arguments) of `_linear_rows_kernel` for this product (also what
+    tools/compile_decode_kernels.py compiles ahead of time)."""
+    block_n, block_k, warps, dot = linear_config(rows, n, k)
+    chunk = DOT_ROWS if dot else 1
+    constants = dict(N=n, K=k, ROWS=chunk, BLOCK_N=block_n, BLOCK_K=block_k, NORM=norm, BIAS=bias,
+                     GELU=0 if gelu is None else 1 + GELUS.index(gelu), RESIDUAL=residual, DOT=dot,
+                     PRECISION="ieee" if fp32 else "tf32", STATS_BLOCK=min(triton.next_power_of_2(k),
+                                                                           STATS_VALUES // chunk))
+    return (triton.cdiv(n, block_n), triton.cdiv(rows, chunk)), warps, constants
+
+
 def linear_rows(x, weight, bias=None, *, norm: tuple | None = None, gelu: str | None = None, residual=None):
     """act(LN(x) @ weight.T + bias) (+ residual): x [R, K], weight [N, K] -> [R, N] in x's dtype. `norm` is the
     layer norm's (gain, shift, eps) or None; `gelu` one of GELUS or None; `residual` [R, N] or None."""
@@ -158,15 +171,12 @@ def linear_rows(x, weight, bias=None, *, norm: tuple | None = None, gelu: str | 
     _check(x, weight, dict(residual=residual))
     (rows, k), n = x.shape, weight.shape[0]
     out = torch.empty(rows, n, dtype=x.dtype, device=x.device)
-    block_n, block_k, warps, dot = linear_config(rows, n, k)
+    grid, warps, constants = linear_launch(rows, n, k, x.dtype == torch.float32, norm=norm is not None,
+                                           bias=bias is not None, gelu=gelu, residual=residual is not None)
     gain, shift, eps = norm if norm is not None else (x, x, 0.0)
-    chunk = DOT_ROWS if dot else 1
-    _linear_rows_kernel[(triton.cdiv(n, block_n), triton.cdiv(rows, chunk))](
-        x, weight, bias if bias is not None else x, gain, shift, residual if residual is not None else x, out,
-        rows, float(eps), N=n, K=k, ROWS=chunk, BLOCK_N=block_n, BLOCK_K=block_k,
-        NORM=norm is not None, BIAS=bias is not None, GELU=0 if gelu is None else 1 + GELUS.index(gelu),
-        RESIDUAL=residual is not None, DOT=dot, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        STATS_BLOCK=min(triton.next_power_of_2(k), STATS_VALUES // chunk), num_warps=warps)
+    _linear_rows_kernel[grid](x, weight, bias if bias is not None else x, gain, shift,
+                              residual if residual is not None else x, out, rows, float(eps), **constants,
+                              num_warps=warps)
     return out
 
 
@@ -220,10 +230,14 @@ def decode_attention(qkv, keys, values, write, mask, *, heads: int, scale: float
                          f"{tuple(qkv.shape)}")
     if not (qkv.is_contiguous() and keys.is_contiguous() and values.is_contiguous() and mask.is_contiguous()):
         raise ValueError("decode_attention: qkv, keys, values and mask must be contiguous")
-    length, dim = keys.shape[2], keys.shape[3]
     out = torch.empty(rows, embed, dtype=qkv.dtype, device=qkv.device)
-    block_d = triton.next_power_of_2(dim)
-    block_l = min(ATTENTION_COLUMNS, max(16, triton.next_power_of_2(length)))
-    _decode_attention_kernel[(rows, heads)](qkv, keys, values, write, mask, out, float(scale), H=heads, L=length,
-                                            E=embed, D=dim, BLOCK_D=block_d, BLOCK_L=block_l, num_warps=8)
+    grid, warps, constants = attention_launch(rows, heads, keys.shape[2], keys.shape[3])
+    _decode_attention_kernel[grid](qkv, keys, values, write, mask, out, float(scale), **constants, num_warps=warps)
     return out
+
+
+def attention_launch(rows: int, heads: int, length: int, dim: int) -> tuple[tuple[int, int], int, dict]:
+    """(grid, num_warps, constexpr arguments) of `_decode_attention_kernel` for buffers [rows, heads, length, dim]."""
+    block_l = min(ATTENTION_COLUMNS, max(16, triton.next_power_of_2(length)))
+    constants = dict(H=heads, L=length, E=heads * dim, D=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l)
+    return (rows, heads), 8, constants
