@@ -65,15 +65,20 @@ def describe(kernel, arch: int) -> str:
 
 
 def main(argv=None) -> int:
-    from make_shapes_model import SHAPES
+    import importlib.util
 
-    from NNDF.backends import decode_kernels as k
+    from make_shapes_model import SHAPES
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90, help="compute capability x 10 (90: H100 / H200)")
     parser.add_argument("--shapes", nargs="+", default=["gpt2", "gpt2-xl"], choices=list(SHAPES))
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 8])
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("triton") is None:
+        parser.error("the triton package is not importable: install it into a separate folder (see this "
+                     "script's docstring) and put that folder on PYTHONPATH")
+    from NNDF.backends import decode_kernels as k
+
     for shape in args.shapes:
         sizes = SHAPES[shape]
         for rows in args.rows:
