@@ -208,13 +208,13 @@ def _decode_attention_kernel(qkv_ptr, k_ptr, v_ptr, write_ptr, mask_ptr, out_ptr
             tile = head + ls[:, None] * D + ds[None, :]
             both = keep[:, None] & dk[None, :]
             keys = tl.load(k_ptr + tile, mask=both, other=0.0).to(tl.float32)
+            vals = tl.load(v_ptr + tile, mask=both, other=0.0)  # issued with K's: both in flight at once
             s = tl.where(keep, tl.sum(keys * q[None, :], 1) * scale, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, 0))
             shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # no (-inf) - (-inf) while nothing is kept yet
             p = tl.exp(s - shift)
             alpha = tl.exp(m - shift)
-            vals = tl.load(v_ptr + tile, mask=both, other=0.0).to(tl.float32)
-            acc = acc * alpha + tl.sum(p[:, None] * vals, 0)
+            acc = acc * alpha + tl.sum(p[:, None] * vals.to(tl.float32), 0)
             total = total * alpha + tl.sum(p, 0)
             m = m_new
     tl.store(out_ptr + r * E + h * D + ds, (acc / total).to(out_ptr.dtype.element_ty), mask=dk)
