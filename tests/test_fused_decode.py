@@ -121,7 +121,8 @@ def test_step_settings_match_hf_generate(settings, mode, tiny, workdir):
 
     run = _run(workdir, torch_dir=tiny, fused=False)
     model = run.torch_model()
-    fused = FusedGPT2Step(model, COMPILE_OPTIONS["default"] if mode[1] else None, FusedSettings(kernels="torch", **settings))
+    options = COMPILE_OPTIONS["default"] if mode[1] else None
+    fused = FusedGPT2Step(model, options, FusedSettings(kernels="torch", **settings))
     _check_parity(run, TorchSteps(model, True, static_cache=True, cuda_graph=mode[0], fused=fused))
 
 

@@ -182,7 +182,8 @@ def linear_rows(x, weight, bias=None, *, norm: tuple | None = None, gelu: str | 
 
 @triton.jit
 def _decode_attention_kernel(qkv_ptr, k_ptr, v_ptr, write_ptr, mask_ptr, out_ptr, scale, H: tl.constexpr,
-                             L: tl.constexpr, E: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr):
+                             L: tl.constexpr, E: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr,
+                             BLOCK_L: tl.constexpr):
     """Program (row r, head h): store k/v at column `write`, attend q over columns < write kept by the mask and
     the new column. qkv [R, 3E], buffers [R, H, L, D] contiguous, mask [R, L], out [R, E]."""
     r, h = tl.program_id(0), tl.program_id(1)

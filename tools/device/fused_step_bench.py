@@ -10,14 +10,15 @@ For each shape (random weights, `tools/make_shapes_model.py`'s configs), rows 1 
 GPU time per replay (CUDA events, median of --replays after warm-up), kernels per step and the top kernels by
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
 max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf`
-(today's path: HF's model over its StaticCache, compiled with inductor's defaults) and
+(today's path: HF's model over its StaticCache, compiled with inductor's defaults),
 `fused-triton[-eager]` (`GPT2.fused_decode` with its Triton kernels, `NNDF.backends.decode_kernels`: the
 embedding compiled with inductor's defaults, or nothing compiled), and
 `fused-[fold-]<attention>-<tuning>` (its torch ops: one-query attention `reduction` or `sdpa`, layer
 norms folded into the next product or not, inductor defaults or coordinate-descent tuning; the default list
 runs hf, the Triton variants and fused-sdpa-coordinate). Each row records which kernels ran (`kernels`); on the
-CPU the Triton variants run only in Triton's interpreter (triton installed, TRITON_INTERPRET=1), else skipped. Variants left when --budget-s runs out
-are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and OUT_DIR/fused_step_bench.md; progress on stdout.
+CPU the Triton variants run only in Triton's interpreter (triton installed, TRITON_INTERPRET=1), else skipped.
+Variants left when --budget-s runs out are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and
+OUT_DIR/fused_step_bench.md; progress on stdout.
 With --cpu (a plumbing check): no CUDA graph, wall-clock time per step, CPU operators instead of kernels.
 """
 from __future__ import annotations
