@@ -4,8 +4,9 @@
 (R small) and a row-major weight [N, K]: each program owns BLOCK_N output columns for all R rows, recomputes the
 rows' layer-norm statistics itself (x is at most a few thousand values per row, read from cache: no separate
 statistics kernel), then streams its W tile along K once (coalesced along K) and reuses it for every row. One row
-uses a broadcast-and-sum product; more rows pad to 16 and use `tl.dot`. Accumulation is fp32; the normalised x is
-rounded to the weight's dtype first (as the unfused model does: its layer norm outputs that dtype).
+accumulates W tile x row elementwise and reduces once after the loop; more rows go through `tl.dot` in 16-row
+chunks. Accumulation is fp32; the normalised x is rounded to the weight's dtype first (as the unfused model does:
+its layer norm outputs that dtype).
 
 `decode_attention(qkv, keys, values, write, mask, heads=, scale=)` is one query per row and head (grid (R, H)) over
 static K/V buffers [R, H, L, D]: q, k, v are read from the packed product qkv [R, 3E]; k and v are stored at
@@ -14,7 +15,8 @@ column `write` (a device tensor, so a CUDA graph replays it); the program attend
 fp32. Output [R, E].
 
 Only long-stable `tl` APIs (masked loads/stores, reductions, `tl.dot`), so the kernels build with the Triton of
-any recent torch; with TRITON_INTERPRET=1 they run on CPU tensors (how the tests check them without a GPU).
+any recent torch; with TRITON_INTERPRET=1 they run on CPU tensors (how the tests check them without a GPU: shapes
+are constexprs and loop bounds constants, which the interpreter needs).
 Launch configurations come from a small static table (`linear_config`), not autotuning: deterministic, and
 nothing is benchmarked while a CUDA graph warms up.
 """
