@@ -18,11 +18,12 @@ Attention for the one query reads the whole static buffer masked by (column <= w
 padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses) or `sdpa`
 (`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
 
-On CUDA (where Triton is importable) the one-token step's layers and head are instead Triton kernels
-(`NNDF.backends.decode_kernels`): per layer, four `linear_rows` (layer norm as the product's prologue; bias,
-GELU and residual as its epilogue) and one `decode_attention` (cache write + one-query attention), 5 kernels a
-layer; only the embedding stays torch (compiled with the rest when compiled). `FusedSettings.kernels` names the
-choice ("triton" or "torch"); its default is by device at construction and the step records it (`kernels`).
+`FusedSettings(kernels="triton")` makes the one-token step's layers and head Triton kernels instead
+(`NNDF.backends.decode_kernels`, CUDA or Triton's CPU interpreter): per layer, four `linear_rows` (layer norm as
+the product's prologue; bias, GELU and residual as its epilogue) and one `decode_attention` (cache write +
+one-query attention), 5 kernels a layer; only the embedding stays torch. It is not the default: on an H100 it
+cut the kernels from 148 to 62 but not the time (docs/PERFORMANCE.md, "Issue 17 in numbers"); it is kept as
+the starting point of the kernel route, selected by the device benchmark (`tools/device/fused_step_bench.py`).
 
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
 buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]:
@@ -54,9 +55,9 @@ class FusedSettings:
     # fold each layer norm's gain into the product that follows it (W * g, with the row sums of W * g and W @ b
     # kept): the norm's statistics then become sibling reductions of the product, one kernel instead of two
     fold_norms: bool = False
-    # "triton" (NNDF.backends.decode_kernels; CUDA) or "torch" (the ops above); None: triton on a CUDA device
-    # where triton imports, torch otherwise (the CPU: Triton has no CPU backend)
-    kernels: str | None = None
+    # the one-token step's layers: "torch" (the ops above, compiled by inductor when compiled: measured the
+    # faster on an H100) or "triton" (NNDF.backends.decode_kernels; needs the triton package)
+    kernels: str = "torch"
 
     def reduces(self, rows: int, compiled: bool) -> bool:
         """Whether a product of `rows` rows is the reduction form (memory-bound) rather than F.linear (cuBLAS)."""
@@ -314,11 +315,11 @@ def _block_weights(block, fold: bool) -> tuple:
 
 
 def _kernels(settings: FusedSettings, device: torch.device) -> str:
-    """The step's kernels: the setting, or by device (see `FusedSettings.kernels`); refuses what cannot run."""
+    """The step's kernels (`FusedSettings.kernels`); refuses what cannot run."""
     import importlib.util
 
     has_triton = importlib.util.find_spec("triton") is not None
-    kernels = settings.kernels or ("triton" if device.type == "cuda" and has_triton else "torch")
+    kernels = settings.kernels
     if kernels not in KERNELS:
         raise ValueError(f"kernels {kernels!r}: one of {', '.join(KERNELS)}")
     if kernels == "triton" and not has_triton:

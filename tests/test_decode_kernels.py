@@ -6,7 +6,7 @@ importable; the venv has none (nor does CI: these tests then skip, saying how to
     .venv/bin/pip install --no-deps --target /tmp/tritonpkg triton==3.6.0
     PYTHONPATH=/tmp/tritonpkg .venv/bin/python -m pytest -q tests/test_decode_kernels.py
 With HARNESS_TEST_DEVICE=cuda they run compiled on the GPU (the generation parity with a CUDA graph is in
-tests/test_fused_decode.py, whose CUDA cases run these kernels by default).
+tests/test_fused_decode.py, whose CUDA settings cases run these kernels).
 Shapes are small versions of the real ones' edge cases: K and N not multiples of the blocks, 1, 3 and 8 (and 17:
 two row chunks) rows, a left-padded row, the cache write at column 0 and at the last column.
 """
@@ -150,7 +150,7 @@ def test_fused_step_with_kernels_matches_hf():
     model = GPT2LMHeadModel(GPT2Config(vocab_size=211, n_positions=64, n_embd=40, n_layer=2, n_head=4,
                                        initializer_range=0.3, bos_token_id=0, eos_token_id=0)).eval()
     fused = FusedGPT2Step(model, None, FusedSettings(kernels="triton"))
-    assert fused.kernels == "triton" and FusedGPT2Step(model).kernels == "torch"  # the CPU's default
+    assert fused.kernels == "triton" and FusedGPT2Step(model).kernels == "torch"  # the default everywhere
     steps = TorchSteps(model, True, static_cache=True, fused=fused)
     ids = torch.randint(0, 211, (3, 6))
     mask = torch.ones_like(ids)
