@@ -15,14 +15,13 @@ import re
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode, generate_prompt, open_run
+from NNDF.actions.common import backend_steps, encode, open_run
 from NNDF.backends.torch_steps import COMPILE_OPTIONS, TorchSteps
 from NNDF.context import make_context
 from NNDF.errors import UsageError
-from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
-from conftest import run_cli
+from conftest import generate_twice, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects"]
@@ -77,14 +76,7 @@ def _hf_tokens(run, prompt, beams, eos):
 
 def _fused_tokens(run, steps, prompt, beams, eos):
     """Our loop on the fused steps, twice (the second generation reuses the pooled slot and its graph)."""
-    out = []
-    for _ in range(2):
-        config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
-                                  pad_token_id=run.tokenizer.pad_token_id)
-        result = generate_prompt(steps, prompt, config)
-        out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
-    assert out[0] == out[1], "a second generation on the same buffers differs"
-    return out[0]
+    return generate_twice(run, steps, prompt, NEW, beams, eos)
 
 
 def _check_parity(run, steps):

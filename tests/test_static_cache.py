@@ -12,13 +12,12 @@ import numpy as np
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode, generate_prompt
+from NNDF.actions.common import backend_steps, encode
 from NNDF.context import make_context
 from NNDF.errors import UsageError
-from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
-from conftest import offline_variants, run_cli
+from conftest import generate_twice, offline_variants, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
@@ -39,15 +38,7 @@ def _case_id(case) -> str:
 
 def _tokens(run, backend, prompts, beams, eos):
     with backend_steps(run, backend) as (_, steps):
-        out = []
-        for _ in range(2):  # the second generation reuses the static buffers (and the captured graph)
-            prompt = encode(run, prompts)
-            config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
-                                      pad_token_id=run.tokenizer.pad_token_id)
-            result = generate_prompt(steps, prompt, config)
-            out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
-        assert out[0] == out[1], "a second generation on the same buffers differs"
-        return out[0]
+        return generate_twice(run, steps, encode(run, prompts), NEW, beams, eos)
 
 
 def _run(family, name, workdir, static=False, graph=False, compiled=False):
