@@ -30,7 +30,7 @@ from NNDF.backends.ort_steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 
-HOST_INPUTS = {"total_sequence_length"}  # inputs the attention kernel reads on the CPU
+HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kernel reads on the CPU
 # validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
 # sizes split-K decoding by in real runs (a 7-column buffer would take a different path), while 7 are written
 VALIDATION_CACHE = 256
@@ -145,26 +145,6 @@ def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     return check.worst()
 
 
-class FusedGraph(OrtGraph):
-    """An OrtGraph whose host inputs (`HOST_INPUTS`) are bound in CPU memory, the rest on the run's device."""
-
-    def bind(self, feeds: dict, outputs: dict):
-        binding = self.session.io_binding()
-        index = self.device.index or 0
-        for name, tensor in feeds.items():
-            place = "cpu" if name in HOST_INPUTS else self.device.type
-            binding.bind_input(name, place, 0 if place == "cpu" else index, _NP_TYPES[self.inputs[name].type],
-                               tuple(tensor.shape), tensor.data_ptr())
-        for name, tensor in outputs.items():
-            binding.bind_output(name, self.device.type, index, _NP_TYPES[self.outputs[name].type],
-                                tuple(tensor.shape), tensor.data_ptr())
-        return binding
-
-
-_NP_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-             "tensor(int32)": np.int32}
-
-
 class FusedSlot:
     """One (rows, max_length) cache of the fused graph: past buffers (bound as present too), and the one-token
     step's inputs and logits at fixed addresses (its CUDA graph is `graph_id`)."""
@@ -198,7 +178,7 @@ class OrtFusedSteps:
 
     def __init__(self, path: Path, device: torch.device, threads: int = 0, cuda_graph: bool = False):
         self.device, self.cuda_graph = device, cuda_graph
-        self.graph = FusedGraph(path, device, threads, cuda_graph)
+        self.graph = OrtGraph(path, device, threads, cuda_graph, HOST_INPUTS)
         self.past_names = [n for n in self.graph.inputs if n.startswith("past.")]
         self.present_names = [n for n in self.graph.output_names if n.startswith("present.")]
         self._slots: dict[tuple[int, int], FusedSlot] = {}

@@ -20,8 +20,9 @@ import torch
 
 from NNDF.errors import ArtifactError, BackendUnavailable
 
-_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
-_TORCH = {np.float32: torch.float32, np.float16: torch.float16, np.int64: torch.int64}
+_NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+       "tensor(int32)": np.int32}
+_TORCH = {np.float32: torch.float32, np.float16: torch.float16, np.int64: torch.int64, np.int32: torch.int32}
 
 
 def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_stream=None):
@@ -62,8 +63,10 @@ class OrtGraph:
     the bound inputs (plus `extra_dims` for names only outputs have, e.g. "total" = past + new tokens).
     """
 
-    def __init__(self, path: Path, device: torch.device, threads: int = 0, cuda_graph: bool = False):
+    def __init__(self, path: Path, device: torch.device, threads: int = 0, cuda_graph: bool = False,
+                 host_inputs: frozenset[str] = frozenset()):
         self.path, self.device = path, device
+        self.host_inputs = host_inputs  # inputs a kernel reads on the CPU: bound in host memory
         self.stream = torch.cuda.Stream(device) if cuda_graph else None
         self.session = make_session(path, device, threads, self.stream)
         self.inputs = {i.name: i for i in self.session.get_inputs()}
@@ -101,8 +104,8 @@ class OrtGraph:
         binding = self.session.io_binding()
         place, index = self.device.type, self.device.index or 0
         for name, tensor in feeds.items():
-            binding.bind_input(name, place, index, _NP[self.inputs[name].type], tuple(tensor.shape),
-                               tensor.data_ptr())
+            where = ("cpu", 0) if name in self.host_inputs else (place, index)
+            binding.bind_input(name, *where, _NP[self.inputs[name].type], tuple(tensor.shape), tensor.data_ptr())
         for name, tensor in outputs.items():
             binding.bind_output(name, place, index, _NP[self.outputs[name].type], tuple(tensor.shape),
                                 tensor.data_ptr())
