@@ -151,23 +151,12 @@ def time_replays(replay, replays: int, cuda: bool) -> float:
     return statistics.median(times)
 
 
-def profile_kernels(replay, cuda: bool, sync, replays: int = 5, top: int = 5):
+def profile_kernels(replay, cuda: bool, replays: int = 5, top: int = 5):
     """(kernels per step, [(name, microseconds per step)] of the `top` kernels by time); CPU: operators."""
-    from torch.profiler import ProfilerActivity, profile
+    from kernel_table import kernel_table
 
-    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
-        for _ in range(replays):
-            replay()
-        sync()
-    rows = []
-    for item in prof.key_averages():
-        spent = (getattr(item, "self_device_time_total", None) or getattr(item, "self_cuda_time_total", 0)
-                 if cuda else item.self_cpu_time_total)
-        if spent > 0:
-            rows.append((item.key, item.count, spent))
-    rows.sort(key=lambda r: -r[2])
-    count = sum(r[1] for r in rows) / replays
-    return count, [(name[:90], round(spent / replays, 2)) for name, _, spent in rows[:top]]
+    table = kernel_table(replay, replays, cuda=cuda, top=top)
+    return table["kernels_per_step"], [(t["name"], round(t["us_per_step"], 2)) for t in table["top"]]
 
 
 def run_variant(model, variant: str, rows: int, args, reference) -> dict:
@@ -187,7 +176,7 @@ def run_variant(model, variant: str, rows: int, args, reference) -> dict:
             slot.graph.replay() if cuda else steps._one_token(slot)
 
         ms = time_replays(replay, args.replays, cuda)
-        kernels, top = profile_kernels(replay, cuda, sync, top=args.top)
+        kernels, top = profile_kernels(replay, cuda, top=args.top)
     finally:
         steps.close()
     gbps = weight_bytes(model) / (ms * 1e-3) / 1e9

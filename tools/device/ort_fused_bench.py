@@ -19,7 +19,6 @@ Writes results.json and results.md into --out; progress lines on stdout as it go
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import statistics
 import sys
@@ -119,22 +118,12 @@ def torch_full(like, value: int):
 
 def kernels(decoder: Decoder, count: int, top: int) -> dict:
     """GPU kernel time and kernels per step over `count` steps (torch's CUPTI profiler), and the top kernels."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    from kernel_table import kernel_table
 
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(count):
-            decoder.step()
-        sync(decoder.steps.device)
-    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    per_name, calls = collections.Counter(), collections.Counter()
-    for e in events:
-        per_name[e.name[:90]] += e.device_time
-        calls[e.name[:90]] += 1
-    total = sum(per_name.values())
-    return {"gpu_ms_per_step": total / count / 1e3, "kernels_per_step": len(events) / count,
-            "top_kernels": [{"name": n, "ms_per_step": us / count / 1e3, "per_step": calls[n] / count,
-                             "share": us / total if total else 0.0} for n, us in per_name.most_common(top)]}
+    table = kernel_table(decoder.step, count, top=top)
+    return {"gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
+            "top_kernels": [{"name": t["name"], "ms_per_step": t["us_per_step"] / 1e3, "per_step": t["per_step"],
+                             "share": t["share"]} for t in table["top"]]}
 
 
 def measure(steps, vocab: int, batch: int, args) -> dict:

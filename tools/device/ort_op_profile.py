@@ -47,7 +47,7 @@ def gpu_kernels(session, inputs: dict, warmup: int, steps: int) -> None:
     import time
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from kernel_table import kernel_table  # tools/device, the script's own folder
 
     binding = session.io_binding()
     for name, value in inputs.items():
@@ -62,20 +62,11 @@ def gpu_kernels(session, inputs: dict, warmup: int, steps: int) -> None:
         session.run_with_iobinding(binding)
     torch.cuda.synchronize()
     wall = (time.perf_counter() - start) / steps * 1e3
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            session.run_with_iobinding(binding)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    per_name, count = collections.Counter(), collections.Counter()
-    for e in kernels:
-        per_name[e.name[:70]] += e.device_time
-        count[e.name[:70]] += 1
-    total = sum(per_name.values())
+    table = kernel_table(lambda: session.run_with_iobinding(binding), steps, width=70)
     print(f"  wall per step {wall:.3f} ms (IO binding, no profiler); GPU kernel time per step "
-          f"{total / steps / 1e3:.3f} ms over {len(kernels) // steps} kernels")
-    for name, us in per_name.most_common(12):
-        print(f"  {100 * us / total:5.1f}%  {us / steps / 1e3:7.3f} ms/step  {count[name] // steps:4d}/step  {name}")
+          f"{table['us_per_step'] / 1e3:.3f} ms over {table['kernels_per_step']:.0f} kernels")
+    for t in table["top"]:
+        print(f"  {100 * t['share']:5.1f}%  {t['us_per_step'] / 1e3:7.3f} ms/step  {t['per_step']:4.0f}/step  {t['name']}")
 
 
 def main() -> None:

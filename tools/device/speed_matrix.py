@@ -41,6 +41,7 @@ from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, Timing
 from NNDF.plot import plot_per_token  # noqa: E402
 from NNDF.results import environment  # noqa: E402
 from NNDF.tasks import Prompt  # noqa: E402
+from kernel_table import kernel_table  # noqa: E402  (tools/device, the script's own folder)
 
 # ../shared/device/README.md (H200, fp16, batch 1, prompt 128, 256 new tokens): per-token ms
 ANCHORS = {"gpt2": {"floor": 0.059, "hf eager": 4.40, "hf static": 2.83, "ORT IO-binding loop": 1.93},
@@ -156,8 +157,6 @@ def step_time(label, family, torch_dir, batch, config, workdir, replays=100, pro
     graph's kernels included). TPOT minus this is what the generation loop adds per token. Also the step's
     kernels from torch.profiler (CUPTI sees the kernels of a replayed graph): count per step and the top 12 by
     device time. The cache position advances with every replay, so prompt + replays stays below the buffer."""
-    from torch.profiler import ProfilerActivity, profile
-
     run = open_run(family, options(torch_dir, batch, CONFIGS[config]["options"], workdir), ("frameworks",))
     with backend_steps(run, "frameworks") as (_, steps):
         length = PROMPT + NEW
@@ -180,27 +179,13 @@ def step_time(label, family, torch_dir, batch, config, workdir, replays=100, pro
         torch.cuda.synchronize()
         result = {"model": label, "batch": batch, "config": config, "step_gpu_ms": start.elapsed_time(end) / replays}
         try:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(profiled):
-                    graph.replay()
-                torch.cuda.synchronize()
-            events = [e for e in prof.key_averages() if _device_us(e) > 0]
-            events.sort(key=_device_us, reverse=True)
-            total = sum(_device_us(e) for e in events)
-            result["kernels_per_step"] = sum(e.count for e in events) / profiled
-            result["kernel_us_per_step"] = total / profiled
-            result["top_kernels"] = [{"name": e.key[:90], "per_step": e.count / profiled,
-                                      "us_per_step": _device_us(e) / profiled} for e in events[:12]]
+            table = kernel_table(graph.replay, profiled)
+            result["kernels_per_step"] = table["kernels_per_step"]
+            result["kernel_us_per_step"] = table["us_per_step"]
+            result["top_kernels"] = [{k: t[k] for k in ("name", "per_step", "us_per_step")} for t in table["top"]]
         except Exception as exc:  # the timing above stands without the breakdown
             result["profile_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     return result
-
-
-def _device_us(event) -> float:
-    for name in ("self_device_time_total", "self_cuda_time_total"):
-        if hasattr(event, name):
-            return float(getattr(event, name))
-    return 0.0
 
 
 def table(rows) -> str:
@@ -239,7 +224,7 @@ def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
     CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
     batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
     cache without graphs and against the plain growing cache)."""
-    jobs = [("copy", copy_bandwidth)] if DEVICE == "cuda" else []
+    jobs = [("copy", copy_bandwidth)]
     if "gpt2" in shapes:
         g = SHAPES["gpt2"]
         jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
@@ -331,8 +316,8 @@ def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
 
     for kind, job in jobs:
         t0 = time.time()
-        if kind == "step" and DEVICE != "cuda":
-            continue  # replays a CUDA graph
+        if kind in ("step", "copy") and DEVICE != "cuda":
+            continue  # replays a CUDA graph / times with CUDA events
         if t0 - started > deadline:
             doc["log"].append({"job": kind, "seconds": 0, "status": "skipped: past the deadline"})
             continue
