@@ -13,6 +13,10 @@ from NNDF.offline import SHARED_TOKENIZERS, decoder_token_ids
 from NNDF.tasks import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
+# GPT-2 `activation_function` values the fused decode paths implement -> F.gelu's `approximate` ("tanh": the
+# tanh approximation, ORT's FastGelu; "none": the exact erf form, ORT's BiasGelu); GPT2/fused_decode.py and
+# GPT2/fused_onnx.py refuse the others
+FUSED_GELUS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "none"}
 BPE_TOKENIZER_DIR = SHARED_TOKENIZERS / "byte-bpe"  # trained with gpt2-offline; OPT's and BLOOM's variants use it too
 
 

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from GPT2.config import FUSED_GELUS
 from NNDF.backends.torch_steps import Slot
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
-ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}  # -> F.gelu's `approximate`
+ACTIVATIONS = FUSED_GELUS  # activation_function -> F.gelu's `approximate`
 ATTENTIONS = ("reduction", "sdpa")  # FlexAttention was measured slower and did not compile everywhere
 KERNELS = ("triton", "torch")  # the one-token step's layers: Triton kernels (CUDA) or torch ops (any device)
 

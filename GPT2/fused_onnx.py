@@ -15,17 +15,16 @@ from __future__ import annotations
 
 import math
 
+from GPT2.config import FUSED_GELUS
 from NNDF.backends import fused_graph as fg
 from NNDF.errors import ArtifactError
-
-GELU_TANH = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"}  # the tanh approximation (FastGelu)
 
 
 def refusal(config) -> str | None:
     """Why this GPT-2 model has no fused graph here (None: it has one)."""
-    if config.activation_function not in GELU_TANH | {"gelu"}:
+    if config.activation_function not in FUSED_GELUS:
         return (f"onnxrt --fused-decode has no fused op for activation {config.activation_function!r} "
-                f"(it has {', '.join(sorted(GELU_TANH | {'gelu'}))})")
+                f"(it has {', '.join(FUSED_GELUS)})")
     if (config.n_embd // config.n_head) % 8:
         return (f"onnxrt --fused-decode needs a head size that is a multiple of 8 (GroupQueryAttention); this "
                 f"model's is {config.n_embd // config.n_head}")
@@ -53,7 +52,7 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
                                          proj_bias, eps)
         fc, fc_bias = take.pair(g, f"h.{i}.mlp.c_fc")
         mlp, mlp_bias = take.pair(g, f"h.{i}.mlp.c_proj")
-        inner = fg.gelu(g, fg.linear(g, h, fc), fc_bias, config.activation_function in GELU_TANH)  # [B, S, 4E]
+        inner = fg.gelu(g, fg.linear(g, h, fc), fc_bias, FUSED_GELUS[config.activation_function] == "tanh")  # [B, S, 4E]
         after = f"h.{i + 1}.ln_1" if i + 1 < config.n_layer else "ln_f"
         h, residual = fg.skip_layer_norm(g, fg.linear(g, inner, mlp), residual, *take.pair(g, after), mlp_bias, eps)
     head = take("lm_head.weight") if "lm_head.weight" in take.arrays else take.arrays["transformer.wte.weight"]
