@@ -129,7 +129,9 @@ class TextEncoder(Task):
                "compare": "Encoder.actions.checkpoint:compare_backends",
                "deploy": "Encoder.actions.deploy:deploy"}
     refused_actions = {"chat": "chat generates text; encoder models embed or classify it: use predict "
-                               "(--prompt TEXT, repeatable)"}
+                               "(--prompt TEXT, repeatable)",
+                       "generate": "generate writes text; encoder models embed or classify it: use predict "
+                                   "(--prompt TEXT, repeatable, or --dataset FILE.jsonl)"}
     ignores = frozenset({
         # generation: caches, beams, decoding rules, new tokens
         "use_cache", "static_cache", "num_beams", "ignore_generation_config", "use_mask", "image",

@@ -91,7 +91,7 @@ class GenerativeTask(Task):
     one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
     accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
     refused_actions = {"predict": "predict is for encoder models (embeddings, classification); this model "
-                                  "generates text: use chat (or run / compare)"}
+                                  "generates text: use generate (or chat, run / compare)"}
     ignores = frozenset({"task", "ort_optimize", "seq_len", "batch_profile"})  # encoder models' flags
 
     # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, PredictOptions,
                           SamplingOptions, TimingOptions)
+from NNDF.generate_options import GenerateOptions
 from NNDF.triton.options import DeployOptions, ServeOptions
 
 
@@ -61,6 +62,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            ignores=frozenset({"percentile"})),  # medians only
     Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends", _RUN,
            side_by_side=True, ignores=frozenset({"percentile"})),
+    Action("generate", "batches of your own prompts (--prompt or --dataset FILE.jsonl), several backends side by side",
+           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True),
     Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side", None,
            (ModelOptions, PredictOptions), side_by_side=True),
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
