@@ -53,16 +53,16 @@ CASES = {  # family -> (its flags, rows of each batch at --batch-size 3)
 def test_padded_batches_equal_each_prompt_alone_on_every_backend(family, tmp_path, workdir):
     flags, rows = CASES[family]
     batched = generate(tmp_path, family, *flags, "--batch-size", "3", "--use-mask", workdir=workdir)
-    alone = generate(tmp_path, family, *flags, workdir=workdir)  # --batch-size 1
+    alone = generate(tmp_path, family, *flags, backends=("frameworks",), workdir=workdir)  # --batch-size 1
     for result in batched:
         assert set(result) == FIELDS, result
     table, single = by_backend(batched), by_backend(alone)
     assert list(table) == ["frameworks", "onnxrt"]
     for backend, results in table.items():
         assert [r["batch_rows"] for r in results] == rows, backend
-        assert {r["batch_rows"] for r in single[backend]} == {1}
-        assert [r["prompt"] for r in results] == [r["prompt"] for r in single[backend]]  # input order
-        assert [r["output_ids"] for r in results] == [r["output_ids"] for r in single[backend]], backend
+        assert {r["batch_rows"] for r in single["frameworks"]} == {1}
+        assert [r["prompt"] for r in results] == [r["prompt"] for r in single["frameworks"]]  # input order
+        assert [r["output_ids"] for r in results] == [r["output_ids"] for r in single["frameworks"]], backend
         assert all(0 < len(r["output_ids"]) <= NEW for r in results)
     assert [r["output_ids"] for r in table["onnxrt"]] == [r["output_ids"] for r in table["frameworks"]]
 
@@ -105,6 +105,25 @@ def test_a_dataset_line_keeps_its_own_max_new_tokens_and_its_place(tmp_path, wor
         wanted = line.get("max_new_tokens", NEW)
         assert short["output_ids"] == long["output_ids"][:wanted]
         assert len(short["output_ids"]) == min(wanted, len(long["output_ids"]))
+
+
+def test_a_dataset_of_images_batches_per_text_prefix_with_paths_relative_to_the_file(tmp_path, workdir):
+    import shutil
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for image in IMAGES:
+        shutil.copy(image, images)
+    lines = [{"image": "images/red-square.png"}, {"image": "images/blue-circle.jpg", "text": "a picture of"},
+             {"image": "images/red-square.png", "max_new_tokens": 2}, {"image": "images/blue-circle.jpg"}]
+    dataset = tmp_path / "captions.jsonl"
+    dataset.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
+    got = generate(tmp_path, "BLIP", "--dataset", str(dataset), "--batch-size", "4", backends=("frameworks",),
+                   workdir=workdir)
+    assert [r["prompt"] for r in got] == [f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'} | a picture of",
+                                          f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'}"]
+    assert [r["batch_rows"] for r in got] == [2, 1, 1, 2]
+    assert got[2]["output_ids"] == got[0]["output_ids"][:2]
 
 
 def test_the_report_prints_a_row_per_prompt_and_backend_and_tokens_per_second(tmp_path, workdir, capsys):

@@ -55,8 +55,12 @@ class Request:
 @dataclass(frozen=True)
 class Batch:
     requests: tuple[Request, ...]  # in input order
-    inputs: Prompt  # [len(requests), ...], padded
     config: GenerationConfig  # the settings every prompt of the batch has alone
+
+    def inputs(self, run) -> Prompt:
+        """The batch's model inputs [len(requests), ...], padded (encoded when it runs: a dataset's images are
+        never all in memory at once)."""
+        return encode(run, [r.item for r in self.requests])
 
 
 @dataclass(frozen=True)
@@ -160,7 +164,7 @@ def _alone(run, request: Request, config: GenerationConfig) -> GenerationConfig:
 
 
 def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens: int | None) -> list[Batch]:
-    """Batches of up to --batch-size prompts with equal settings, each encoded (padded) at once."""
+    """Batches of up to --batch-size prompts with equal settings, each checked by encoding it (padded)."""
     configs: dict[int | None, GenerationConfig] = {}
     groups: list[tuple[tuple, list[Request]]] = []
     for request in requests:
@@ -175,12 +179,13 @@ def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens
         group.append(request)
     batches = []
     for (config, _), group in groups:
+        batch = Batch(tuple(group), config)
         try:
-            inputs = encode(run, [r.item for r in group])
+            batch.inputs(run)
         except UsageError as exc:
             others = f" and the {len(group) - 1} batched with it" if len(group) > 1 else ""
             raise UsageError(f"{group[0].where}{others}: {exc}") from exc
-        batches.append(Batch(tuple(group), inputs, config))
+        batches.append(batch)
     return batches
 
 
@@ -191,9 +196,10 @@ def _run_batches(run, name: str, steps, batches: list[Batch], total: int) -> tup
     results, seconds, new_tokens = [], 0.0, 0
     with progress.bar(desc=name, total=total, unit="prompt") as bar:
         for batch in batches:
+            inputs = batch.inputs(run)
             sync(run.device)
             start = time.perf_counter()
-            out = generate_prompt(steps, batch.inputs, batch.config)
+            out = generate_prompt(steps, inputs, batch.config)
             sync(run.device)
             seconds += time.perf_counter() - start
             for row, request in enumerate(batch.requests):
