@@ -107,6 +107,33 @@ def test_a_dataset_line_keeps_its_own_max_new_tokens_and_its_place(tmp_path, wor
         assert len(short["output_ids"]) == min(wanted, len(long["output_ids"]))
 
 
+def test_a_max_length_from_the_model_becomes_each_prompts_own_length(tmp_path, workdir, monkeypatch):
+    """A generation config capping prompt + new tokens (HF's max_length, min_length): prompts of different lengths
+    get different new-token counts, so they never share a padded batch; equal lengths still do."""
+    import dataclasses
+
+    from NNDF import registry
+    from NNDF.actions import generate as action
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+
+    resolve = action.generation_config
+
+    def capped(run, sampling, max_new_tokens=None):
+        config = resolve(run, sampling, max_new_tokens)
+        return dataclasses.replace(config, max_new_tokens=None, max_length=12, min_length=9, eos_token_id=None)
+
+    monkeypatch.setattr(action, "generation_config", capped)
+    texts = ("Hello, my dog is", "A", "Hello, my cat is")
+    out = tmp_path / "capped.json"
+    assert cli.main(["generate", "GPT2", "frameworks", *_prompts(texts), "-b", "4", "--use-mask", "--use-cache",
+                     "-wd", str(workdir), "--device", "cpu", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())["results"]
+    tokenizer = make_context(registry.family("GPT2"), ModelOptions(working_dir=str(workdir), device="cpu")).tokenizer
+    assert [r["batch_rows"] for r in got] == [2, 1, 2]
+    assert [len(r["output_ids"]) for r in got] == [12 - len(tokenizer(t)["input_ids"]) for t in texts]
+
+
 def test_a_dataset_of_images_batches_per_text_prefix_with_paths_relative_to_the_file(tmp_path, workdir):
     import shutil
 
