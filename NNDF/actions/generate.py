@@ -155,30 +155,34 @@ def _alone(run, request: Request, config: GenerationConfig) -> GenerationConfig:
     """The settings of this prompt run alone, refused (one line) when it does not fit the model: lengths that
     depend on the prompt (max_length, min_length) become its own new-token counts."""
     inputs = encode(run, [request.item])
-    refusal = length_refusal(run, inputs, config)
+    own = inputs.input_ids.shape[1]  # the decoder's prompt alone
+    try:
+        refusal, new = length_refusal(run, inputs, config), config.new_tokens(own)
+    except UsageError as exc:  # the model's max_length leaves no room after this prompt
+        refusal = str(exc)
     if refusal:
         raise UsageError(f"{request.where}: {refusal}")
-    own = inputs.input_ids.shape[1]  # the decoder's prompt alone
-    return dataclasses.replace(config, max_new_tokens=config.new_tokens(own), max_length=None, min_length=0,
+    return dataclasses.replace(config, max_new_tokens=new, max_length=None, min_length=0,
                                min_new_tokens=max(config.min_new_tokens, config.min_length - own))
 
 
 def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens: int | None) -> list[Batch]:
     """Batches of up to --batch-size prompts with equal settings, each checked by encoding it (padded)."""
     configs: dict[int | None, GenerationConfig] = {}
-    groups: list[tuple[tuple, list[Request]]] = []
+    groups: list[tuple[GenerationConfig, list[Request]]] = []  # in the order of their first prompt
+    filling: dict[tuple, list[Request]] = {}  # (settings, batch key) -> the group that takes the next such prompt
     for request in requests:
         wanted = request.max_new_tokens or max_new_tokens
         if wanted not in configs:
             configs[wanted] = generation_config(run, sampling, wanted)
-        key = (_alone(run, request, configs[wanted]), _batch_key(request.item))
-        group = next((g for k, g in groups if k == key and len(g) < run.options.batch_size), None)
-        if group is None:
-            group = []
-            groups.append((key, group))
-        group.append(request)
+        config = _alone(run, request, configs[wanted])
+        key = (config, _batch_key(request.item))
+        if len(filling.get(key, ())) in (0, run.options.batch_size):
+            filling[key] = []
+            groups.append((config, filling[key]))
+        filling[key].append(request)
     batches = []
-    for (config, _), group in groups:
+    for config, group in groups:
         batch = Batch(tuple(group), config)
         try:
             batch.inputs(run)
