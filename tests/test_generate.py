@@ -163,6 +163,13 @@ def test_the_report_prints_a_row_per_prompt_and_backend_and_tokens_per_second(tm
 
 # --- bad input: one line, exit 2, before any model loads ----------------------------------------------------------
 
+def _one_error(capsys, *argv: str) -> str:
+    code = cli.main(list(argv))
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
 @pytest.mark.parametrize("content, expect", [
     ('{"text": "fine"}\n{"text": "also fine"}\n{"text": broken\n', "line 3 is not JSON"),
     ('{"text": "fine"}\n{"prompt": "x"}\n', 'line 2 has an unknown field "prompt"'),
@@ -171,20 +178,22 @@ def test_the_report_prints_a_row_per_prompt_and_backend_and_tokens_per_second(tm
     ('["a list"]\n', "line 1 has no \"text\" field (it is not a JSON object)"),
     ("\n  \n", "no lines"),
 ], ids=["not-json", "unknown-field", "no-text", "bad-max-new-tokens", "not-an-object", "empty"])
-def test_bad_jsonl_is_one_line_naming_the_file_and_line(content, expect, tmp_path):
+def test_bad_jsonl_is_one_line_naming_the_file_and_line(content, expect, tmp_path, capsys):
     dataset = tmp_path / "bad.jsonl"
     dataset.write_text(content, encoding="utf-8")
-    proc = run_cli("generate", "GPT2", "frameworks", "--dataset", str(dataset), timeout=300)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith(f"error: --dataset {dataset}: ") and expect in lines[0], lines
+    line = _one_error(capsys, "generate", "GPT2", "frameworks", "--dataset", str(dataset))
+    assert line.startswith(f"error: --dataset {dataset}: ") and expect in line, line
 
 
-def _one_error(capsys, *argv: str) -> str:
-    code = cli.main(list(argv))
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
+def test_bad_jsonl_from_run_py_exits_2_with_one_line(tmp_path):
+    """The whole program: exit code 2, one line, no traceback (a bad line, then an empty file)."""
+    dataset = tmp_path / "bad.jsonl"
+    for content, expect in (('{"text": "fine"}\n{"text": broken\n', "line 2 is not JSON"), ("", "no lines")):
+        dataset.write_text(content, encoding="utf-8")
+        proc = run_cli("generate", "GPT2", "frameworks", "--dataset", str(dataset), timeout=300)
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+        assert len(lines) == 1 and lines[0].startswith(f"error: --dataset {dataset}: ") and expect in lines[0], lines
 
 
 def test_bad_prompts_and_batches_are_one_line(tmp_path, workdir, capsys):
