@@ -1,6 +1,6 @@
-"""`generate`: padded batches of the user's prompts give, for every prompt, what that prompt gives alone (decoders
-left padded, T5 / BART encoder inputs right padded, BLIP images batched per text prefix), equal to HF `generate`
-and on frameworks and onnxrt alike; a dataset line's own max_new_tokens; the --json fields; bad or empty JSONL
+"""`generate`: padded batches of the user's prompts give, for every prompt, what that prompt gives alone
+(decoders left padded: GPT2, OPT, BLOOM; T5 / BART encoder inputs right padded; BLIP images batched per text
+prefix), equal to HF `generate` and on frameworks and onnxrt alike; a dataset line's own max_new_tokens; the --json fields; bad or empty JSONL
 files and bad batches are one line, exit 2, naming the file and the line; predict and generate point to each
 other. The triton backend's case is tests/test_triton_generate.py."""
 from __future__ import annotations
@@ -41,6 +41,7 @@ def _prompts(texts) -> list[str]:
 CASES = {  # family -> (its flags, rows of each batch at --batch-size 3)
     "GPT2": (_prompts(TEXTS), [3, 3, 3, 1]),
     "OPT": (_prompts(TEXTS[:3]), [3, 3, 3]),
+    "BLOOM": (_prompts(TEXTS[:3]), [3, 3, 3]),  # ALiBi: positions from the mask alone
     "T5": (_prompts(("translate English to German: The house is wonderful.", "summarize: a short text", "hi")),
            [3, 3, 3]),
     "BART": (_prompts(TEXTS[:3]), [3, 3, 3]),
