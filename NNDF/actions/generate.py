@@ -226,6 +226,7 @@ def _agreement(per_backend: list[list[Generated]]) -> list[str]:
 
 def generate(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
              gen: GenerateOptions, *backend_options: OptionGroup) -> Report:
+    """`generate`: one row per prompt and backend, then each backend's tokens per second."""
     requests = _requests(registry.family(family).task, options, gen)  # bad input fails before anything loads
     run = open_run(family, options, backends, *backend_options)
     batches = plan(run, requests, sampling, gen.max_new_tokens)
