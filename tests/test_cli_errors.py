@@ -74,7 +74,7 @@ def test_no_abbreviations_anywhere(capsys):
 
 @pytest.mark.parametrize("argv,expect", [
     (["chat", "GPT2", "frameworks", "--batch-size", "2", "--prompt", "x"],
-     "--batch-size does not apply to chat (it applies to benchmark, run, compare, predict)"),
+     "--batch-size does not apply to chat (it applies to benchmark, run, compare, generate, predict)"),
     (["accuracy", "GPT2", "frameworks", "-b", "2"], "--batch-size does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--num-beams", "1"], "--num-beams does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--use-mask"], "--use-mask does not apply to accuracy"),
