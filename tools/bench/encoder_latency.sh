@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The smallest encoder shape's latency goals (issue 13: MiniLM-L6 1 x 16 at or under 0.25 ms on the fastest
+# backend, under 0.35 ms on onnxrt, >= 9x PyTorch eager fp32, same run), in one device call after staging:
+#   run(command='sh .device/part-08/install.sh && bash tools/bench/encoder_latency.sh', carry=['.device/part-08', '.whl'])
+# 1. correctness of the CUDA-graph paths on the MiniLM-shaped classifier: logits of four padded texts from
+#    onnxrt fp16 --use-cuda-graph and frameworks fp16 compiled + CUDA graph against frameworks fp32;
+# 2. benchmark 1 x 16, 500 iterations: hf-eager fp32 (--hf-baseline), frameworks compiled + CUDA graph (default
+#    and max-autotune), onnxrt fp16 optimized + CUDA graph; then 16 x 384 for the CUDA-graph rows.
+set -uo pipefail
+. "$(dirname "$0")/env.sh"
+J=/tmp/lat/json; mkdir -p $J
+M=/tmp/shapes/minilm-l6-h384
+python3 tools/assets/make_shapes_model.py minilm-l6-h384 $M >/dev/null 2>&1
+{
+TEXTS=(--prompt "The weather is lovely today." --prompt "It's so sunny outside!" --prompt "He drove to the stadium."
+       --prompt "A man is playing a guitar on a quiet street corner while people walk past him.")
+for cfg in "ref|frameworks" "ort|onnxrt --fp16 --use-cuda-graph" "fw|frameworks --fp16 --torch-compile --use-cuda-graph"; do
+  python3 run.py predict BERT ${cfg#*|} --torch-dir $M --device cuda --batch-size 4 "${TEXTS[@]}" -wd /tmp/lat/wd \
+    --json $J/predict-${cfg%%|*}.json > /tmp/lat/predict-${cfg%%|*}.txt 2>&1 || tail -3 /tmp/lat/predict-${cfg%%|*}.txt
+done
+python3 - $J <<'PY'
+import json, sys
+rows = lambda tag: {r["prompt"]: r["logits"] for r in json.load(open(f"{sys.argv[1]}/predict-{tag}.json"))["results"]}
+ref = rows("ref")
+for tag in ("ort", "fw"):
+    got = rows(tag)
+    diff = max(abs(a - b) for p in ref for a, b in zip(ref[p], got[p]))
+    same = all(max(range(len(ref[p])), key=ref[p].__getitem__) == max(range(len(got[p])), key=got[p].__getitem__) for p in ref)
+    print(f"{tag} fp16 CUDA graph vs frameworks fp32: max |logits diff| {diff:.3g}, same labels: {same}")
+PY
+bench() {  # tag batch seq flags...
+  local tag=$1 b=$2 s=$3; shift 3
+  echo "== $tag ${b}x$s: $*"
+  python3 run.py benchmark BERT "$@" --torch-dir $M --device cuda --batch-size $b --input-seq-len $s \
+    --iterations 500 --warmup 50 -wd /tmp/lat/wd --json $J/minilm-l6-h384-${b}x$s-$tag.json 2>&1 | grep -E "^\|"
+}
+bench fp32 1 16 frameworks --hf-baseline
+bench graph 1 16 frameworks onnxrt --fp16 --torch-compile --use-cuda-graph
+bench autotune 1 16 frameworks --fp16 --torch-compile --compile-mode max-autotune --use-cuda-graph
+bench graph 16 384 frameworks onnxrt --fp16 --torch-compile --use-cuda-graph
+bench fp32 16 384 frameworks --hf-baseline
+python3 tools/bench/encoder_speed_table.py $J $OUT/encoder_latency > /dev/null
+cat $OUT/encoder_latency.md
+} 2>&1 | tee $OUT/encoder_latency.log
