@@ -12,6 +12,7 @@ The expected text is produced by transformers' own greedy `generate` (fp32, CPU)
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -88,11 +89,14 @@ def write(family, expected: dict[str, list[str]]) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("families", nargs="*", help="family names (default: every family in NNDF/registry.py)")
+    names = parser.parse_args().families
     from NNDF import registry
     from NNDF.tasks import GenerativeTask
 
     for family in registry.families().values():
-        if sys.argv[1:] and family.name not in sys.argv[1:]:
+        if names and family.name not in names:
             continue
         if not isinstance(family.task, GenerativeTask):  # encoder models generate nothing: their own tool
             from make_encoder_checkpoints import write_family

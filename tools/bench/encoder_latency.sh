@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The smallest encoder shape's latency goals (issue 13: MiniLM-L6 1 x 16 at or under 0.25 ms on the fastest
-# backend, under 0.35 ms on onnxrt, >= 9x PyTorch eager fp32, same run), in one device call after staging:
-#   run(command='sh .device/part-08/install.sh && bash tools/bench/encoder_latency.sh', carry=['.device/part-08', '.whl'])
+# The smallest encoder shape's latency (MiniLM-L6-H384 shapes, 1 x 16) on the fastest paths, against PyTorch
+# eager fp32 in the same run:
+#
+#   bash tools/bench/encoder_latency.sh     # any CUDA machine with the requirements plus onnxruntime-gpu
+#
 # 1. correctness of the CUDA-graph paths on the MiniLM-shaped classifier: logits of four padded texts from
 #    onnxrt fp16 --use-cuda-graph and frameworks fp16 compiled + CUDA graph against frameworks fp32;
 # 2. benchmark 1 x 16, 500 iterations: hf-eager fp32 (--hf-baseline), frameworks compiled + CUDA graph (default
 #    and max-autotune), onnxrt fp16 optimized + CUDA graph; then 16 x 384 for the CUDA-graph rows.
+# Table: $OUT/encoder_latency.md (OUT default temp/bench).
 set -uo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/common.sh"
 J=/tmp/lat/json; mkdir -p $J
-M=/tmp/shapes/minilm-l6-h384
+M=$SHAPES/minilm-l6-h384
 python3 tools/assets/make_shapes_model.py minilm-l6-h384 $M >/dev/null 2>&1
 {
 TEXTS=(--prompt "The weather is lovely today." --prompt "It's so sunny outside!" --prompt "He drove to the stadium."

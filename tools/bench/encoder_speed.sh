@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# Encoder speed on a GPU (issue 13's table), through the CLI, in one or two device calls once onnxruntime-gpu
-# (and TensorRT-RTX, for the engine builds) from ../shared/device/stage.sh + tools/device/resplit.sh are in
-# /tmp/site:
+# Encoder speed on a GPU, through the CLI:
 #
-#   bash tools/bench/encoder_speed.sh [minilm|roberta|all]
-# in this workplace:
-#   run(command='sh .device/part-08/install.sh && bash tools/bench/encoder_speed.sh minilm', carry=['.device/part-08', '.whl'])
+#   bash tools/bench/encoder_speed.sh [minilm|roberta|all]   # any CUDA machine with the requirements plus
+#                                                            # onnxruntime-gpu (and TensorRT for the engine builds)
 #
 # Models: random-weight sequence classifiers with the shapes of MiniLM-L6-H384, roberta-base and roberta-large
 # (tools/assets/make_shapes_model.py; speed does not depend on the values). For each shape (batch x seq):
 #   fp32:   hf-eager (HF model, eager, --hf-baseline) and frameworks eager, onnxrt (optimizer on)
 #   fp16:   frameworks eager; onnxrt optimized with IO binding; onnxrt without the optimizer
 #   graph:  frameworks --torch-compile --use-cuda-graph; onnxrt optimized --use-cuda-graph (fp16)
-#   trt:    the fp16 engine for the shape (--build-only: TensorRT-RTX builds on Hopper but cannot run there)
-# Every run writes JSON to /tmp/enc/json; encoder_speed_table.py folds them into $OUT/encoder_speed.md / .json.
+#   trt:    the fp16 engine for the shape (--build-only)
+# Every run writes JSON to /tmp/enc/json; encoder_speed_table.py folds them into $OUT/encoder_speed-GROUP.md / .json.
 set -uo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/common.sh"
 GROUP=${1:-all}
 J=/tmp/enc/json
 mkdir -p $J
@@ -27,19 +24,19 @@ python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_a
 bench() {  # tag shape batch seq backends/flags...
   local tag=$1 shape=$2 batch=$3 seq=$4; shift 4
   echo "== $tag $shape ${batch}x$seq: $*"
-  python3 run.py benchmark BERT "$@" --torch-dir "/tmp/shapes/$shape" --device cuda --batch-size "$batch" \
+  python3 run.py benchmark BERT "$@" --torch-dir "$SHAPES/$shape" --device cuda --batch-size "$batch" \
     --input-seq-len "$seq" $ITER -wd /tmp/enc/wd --json "$J/$shape-${batch}x$seq-$tag.json" 2>&1 | tail -12
 }
 shape_rows() {  # shape "batch seq" ...
   local shape=$1; shift
-  python3 tools/assets/make_shapes_model.py "$shape" "/tmp/shapes/$shape" >/dev/null 2>&1 || echo "shape $shape: FAILED"
+  python3 tools/assets/make_shapes_model.py "$shape" "$SHAPES/$shape" >/dev/null 2>&1 || echo "shape $shape: FAILED"
   for bs in "$@"; do
     set -- $bs
     bench fp32 "$shape" "$1" "$2" frameworks onnxrt --hf-baseline
     bench fp16 "$shape" "$1" "$2" frameworks onnxrt --fp16
     bench fp16-noopt "$shape" "$1" "$2" onnxrt --fp16 --no-ort-optimize
     bench graph "$shape" "$1" "$2" frameworks onnxrt --fp16 --torch-compile --use-cuda-graph
-    python3 run.py benchmark BERT trt --build-only --torch-dir "/tmp/shapes/$shape" --device cuda --fp16 \
+    python3 run.py benchmark BERT trt --build-only --torch-dir "$SHAPES/$shape" --device cuda --fp16 \
       --batch-size "$1" --seq-len 1 "$2" "$2" -wd /tmp/enc/wd --json "$J/$shape-${1}x$2-trtbuild.json" 2>&1 | tail -4
   done
 }

@@ -5,12 +5,12 @@
 
 File names are `<shape>-<batch>x<seq>-<tag>.json` (tag: fp32, fp16, fp16-noopt, graph, trtbuild). A row per
 shape, batch x seq, configuration and backend: median (p50), p99, mean ms per forward, sequences/s; then the
-ratio of each row's p50 to the shape's hf-eager fp32 p50 (the issue's "x PyTorch eager fp32", same run).
+ratio of each row's p50 to the shape's hf-eager fp32 p50 ("x PyTorch eager fp32", same run).
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 
@@ -45,7 +45,11 @@ def with_speedup(table: list[dict]) -> list[dict]:
 
 
 def main() -> None:
-    folder, prefix = Path(sys.argv[1]), sys.argv[2]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("json_dir", type=Path, help="the benchmark JSON files")
+    parser.add_argument("out_prefix", help="writes OUT_PREFIX.md and OUT_PREFIX.json")
+    args = parser.parse_args()
+    folder, prefix = args.json_dir, args.out_prefix
     table = with_speedup(rows(folder))
     Path(prefix + ".json").write_text(json.dumps(table, indent=1))
     from tabulate import tabulate

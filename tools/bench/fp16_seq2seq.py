@@ -14,6 +14,7 @@ T5's fp16 overflow is known, are not reachable here).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -117,9 +118,13 @@ def compare(family: str, variant: str | None, torch_dir: str | None, wd: Path) -
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="?", choices=("seq2seq", "blip"), default="seq2seq",
+                        help="seq2seq: T5 and BART (default); blip: BLIP")
+    cases = parser.parse_args().cases
     wd = Path("/tmp/wd-fp16")
     shutil.rmtree(wd, ignore_errors=True)
-    if sys.argv[1:] == ["blip"]:
+    if cases == "blip":
         for variant, torch_dir in (("blip-offline", None), (None, str(blip_base_shapes()))):
             print(json.dumps(compare("BLIP", variant, torch_dir, wd)), flush=True)
         return

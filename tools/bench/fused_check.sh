@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 (the fused decode step) on a CUDA machine, one mode per device call:
+# GPT-2's fused decode step (--fused-decode) on a CUDA machine, one mode per command:
 #
 #   bash tools/bench/fused_check.sh ort-gpt2    # onnxrt: CUDA tests + fused/static/growing one-token step, GPT-2 124M
 #   bash tools/bench/fused_check.sh ort-xl      # the same bench for gpt2-xl shapes (two full exports: minutes)
@@ -9,11 +9,10 @@
 #   bash tools/bench/fused_check.sh matrix-xl   # the same for gpt2-xl shapes
 #   bash tools/bench/fused_check.sh final       # a short re-measure of the fused rows and their baselines
 #
-# In this workplace onnxruntime-gpu is staged first (tools/device/write_parts.sh's .devort/ parts), then e.g.
-#   run(command='sh .devort/part-06/install.sh && bash tools/bench/fused_check.sh ort-gpt2', carry=['.devort/part-06', '.whl'])
-# Results: $OUT/<mode>/... and $OUT/fused-<mode>.log.
+# The onnxrt modes need onnxruntime-gpu. Results: $OUT/<mode>/... and $OUT/fused-<mode>.log (OUT default
+# temp/bench); shapes models in $SHAPES (default temp/shapes).
 set -uo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/common.sh"
 MODE=${1:?usage: fused_check.sh ort-gpt2|ort-xl|steps|tests|matrix-gpt2|matrix-xl|final}
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
@@ -22,22 +21,21 @@ python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_a
 case $MODE in
   ort-gpt2)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -s -p no:cacheprovider tests/test_fused_decode_ort.py 2>&1 | tail -25
-    python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir /tmp/shapes --working-dir /tmp/wd;;
+    python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir "$SHAPES" --working-dir /tmp/wd;;
   ort-xl)
-    python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-xl" --models gpt2-xl --shapes-dir /tmp/shapes --working-dir /tmp/wd;;
+    python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-xl" --models gpt2-xl --shapes-dir "$SHAPES" --working-dir /tmp/wd;;
   steps)
     python3 tools/bench/fused_step_bench.py "$OUT/steps" --budget-s 420;;
   tests)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_fused_decode.py tests/test_fused_decode_ort.py 2>&1 | tail -30;;
   matrix-gpt2)
-    python3 tools/assets/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
-    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-gpt2 --workdir /tmp/wd --deadline 480;;
+    python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-gpt2 --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 480;;
   final)
-    python3 tools/assets/make_shapes_model.py gpt2 /tmp/shapes/gpt2 >/dev/null 2>&1
-    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-final --workdir /tmp/wd --deadline 420;;
+    python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-final --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 420;;
   matrix-xl)
-    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-xl --workdir /tmp/wd --deadline 420;;
+    python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-xl --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 420;;
   *) echo "unknown mode $MODE" >&2; exit 2;;
 esac
 } 2>&1 | tee "$OUT/fused-$MODE.log"
-rmdir "$OUT/builds" 2>/dev/null || true

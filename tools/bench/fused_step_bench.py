@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """GPU time of one captured decode step: HF's compiled static-cache step vs GPT-2's fused step (--fused-decode).
 
-    python tools/bench/fused_step_bench.py OUT_DIR                 # H100: GPT-2 124M and gpt2-xl shapes, fp16
-    python tools/bench/fused_step_bench.py OUT_DIR --cpu --tiny    # the same code end to end on a CPU, in seconds
+    python tools/bench/fused_step_bench.py [OUT_DIR]                # CUDA: GPT-2 124M and gpt2-xl shapes, fp16
+    python tools/bench/fused_step_bench.py [OUT_DIR] --cpu --tiny   # the same code end to end on a CPU, in seconds
 
 For each shape (random weights, `tools/assets/make_shapes_model.py`'s configs), rows 1 and 8 and a cache of 384 columns
 (a 128-token prompt written by the prompt pass), each variant's one-token step is built through
@@ -10,15 +10,12 @@ For each shape (random weights, `tools/assets/make_shapes_model.py`'s configs), 
 GPU time per replay (CUDA events, median of --replays after warm-up), kernels per step and the top kernels by
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
 max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf`
-(today's path: HF's model over its StaticCache, compiled with inductor's defaults),
-`fused-triton[-eager]` (`GPT2.fused_decode` with its Triton kernels, `NNDF.backends.decode_kernels`: the
-embedding compiled with inductor's defaults, or nothing compiled), and
-`fused-[fold-]<attention>-<tuning>` (its torch ops: one-query attention `reduction` or `sdpa`, layer
-norms folded into the next product or not, inductor defaults or coordinate-descent tuning; the default list
-runs hf, the Triton variants and fused-sdpa-coordinate). Each row records which kernels ran (`kernels`); on the
-CPU the Triton variants run only in Triton's interpreter (triton installed, TRITON_INTERPRET=1), else skipped.
-Variants left when --budget-s runs out are recorded as skipped. Writes OUT_DIR/fused_step_bench.json and
-OUT_DIR/fused_step_bench.md; progress on stdout.
+(HF's model over its StaticCache, compiled with inductor's defaults) and `fused-[fold-]<attention>-<tuning>`
+(`GPT2.fused_decode`: one-query attention `reduction` or `sdpa`, layer norms folded into the next product or
+not, inductor defaults or coordinate-descent tuning); the default list runs hf, the fused step as
+`--fused-decode --torch-compile` runs it (fused-reduction-default) and fused-sdpa-coordinate.
+Variants left when --budget-s runs out are recorded as skipped. Writes OUT_DIR (default temp/bench/fused-step)
+/fused_step_bench.json and .md; progress on stdout.
 With --cpu (a plumbing check): no CUDA graph, wall-clock time per step, CPU operators instead of kernels.
 """
 from __future__ import annotations
@@ -33,27 +30,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
 
 PROMPT, LENGTH = 128, 384
 COORDINATE = {"coordinate_descent_tuning": True}
-TORCH = dict(kernels="torch")
 # name -> (FusedSettings fields, or None for HF's own step; inductor options, None: eager)
 VARIANTS = {
     "hf": (None, {}),
-    "fused-triton": (dict(kernels="triton"), {}),  # Triton layers + head; the embedding compiled
-    "fused-triton-eager": (dict(kernels="triton"), None),  # the same, nothing compiled (graph-captured as is)
-    "fused-reduction-default": (dict(TORCH, attention="reduction"), {}),
-    "fused-sdpa-default": (dict(TORCH, attention="sdpa"), {}),
-    "fused-reduction-coordinate": (dict(TORCH, attention="reduction"), COORDINATE),
-    "fused-sdpa-coordinate": (dict(TORCH, attention="sdpa"), COORDINATE),
-    "fused-fold-reduction-default": (dict(TORCH, attention="reduction", fold_norms=True), {}),
-    "fused-fold-reduction-coordinate": (dict(TORCH, attention="reduction", fold_norms=True), COORDINATE),
-    "fused-fold-sdpa-coordinate": (dict(TORCH, attention="sdpa", fold_norms=True), COORDINATE),
+    "fused-reduction-default": (dict(attention="reduction"), {}),
+    "fused-sdpa-default": (dict(attention="sdpa"), {}),
+    "fused-reduction-coordinate": (dict(attention="reduction"), COORDINATE),
+    "fused-sdpa-coordinate": (dict(attention="sdpa"), COORDINATE),
+    "fused-fold-reduction-default": (dict(attention="reduction", fold_norms=True), {}),
+    "fused-fold-reduction-coordinate": (dict(attention="reduction", fold_norms=True), COORDINATE),
+    "fused-fold-sdpa-coordinate": (dict(attention="sdpa", fold_norms=True), COORDINATE),
 }
-# the Triton step against HF's and the best torch-ops step measured (sdpa-coordinate); the fold variants and the
-# other torch-ops variants measured no faster (docs/PERFORMANCE.md)
-DEFAULT_VARIANTS = ["hf", "fused-triton", "fused-triton-eager", "fused-sdpa-coordinate"]
+# HF's step, the fused step's defaults and the best variant measured (sdpa-coordinate); the fold variants and the
+# other variants measured no faster (docs/PERFORMANCE.md)
+DEFAULT_VARIANTS = ["hf", "fused-reduction-default", "fused-sdpa-coordinate"]
 TINY = dict(n_layer=2, n_embd=64, n_head=4)
 
 
@@ -65,7 +58,7 @@ def make_model(shape: str, tiny: bool, device, dtype):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from make_shapes_model import SHAPES
+    from tools.assets.make_shapes_model import SHAPES
 
     sizes = TINY if tiny else SHAPES[shape]
     vocab = 1000 if tiny else 50257
@@ -88,21 +81,8 @@ def build_steps(model, variant: str, cuda: bool):
     from NNDF.backends.torch_steps import TorchSteps
 
     settings, options = VARIANTS[variant]
-    if settings is not None and settings.get("kernels") == "triton" and not cuda and not interpreted():
-        raise SkipVariant("the Triton kernels need CUDA (or triton installed and TRITON_INTERPRET=1)")
     fused = None if settings is None else FusedGPT2Step(model, options, FusedSettings(**settings))
     return TorchSteps(model, True, static_cache=True, cuda_graph=cuda, compile_mode="default", fused=fused)
-
-
-class SkipVariant(Exception):
-    """A variant this machine cannot run (recorded as skipped, with the reason)."""
-
-
-def interpreted() -> bool:
-    """Whether Triton kernels can run on the CPU here: triton importable and its interpreter switched on."""
-    import importlib.util
-
-    return os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None
 
 
 def inputs(rows: int, vocab: int, device):
@@ -153,7 +133,7 @@ def time_replays(replay, replays: int, cuda: bool) -> float:
 
 def profile_kernels(replay, cuda: bool, replays: int = 5, top: int = 5):
     """(kernels per step, [(name, microseconds per step)] of the `top` kernels by time); CPU: operators."""
-    from kernel_table import kernel_table
+    from tools.bench.kernel_table import kernel_table
 
     table = kernel_table(replay, replays, cuda=cuda, top=top)
     return table["kernels_per_step"], [(t["name"], round(t["us_per_step"], 2)) for t in table["top"]]
@@ -166,7 +146,6 @@ def run_variant(model, variant: str, rows: int, args, reference) -> dict:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     torch._dynamo.reset()  # each variant compiles from scratch: its compile time is its own, no recompile limit
     steps = build_steps(model, variant, cuda)
-    steps_kernels = "hf" if steps.fused is None else steps.fused.kernels  # which layers ran: triton or torch ops
     try:
         prompt, token = inputs(rows, model.config.vocab_size, model.device)
         slot, logits, compile_s = first_step(steps, prompt, token, sync)
@@ -180,7 +159,7 @@ def run_variant(model, variant: str, rows: int, args, reference) -> dict:
     finally:
         steps.close()
     gbps = weight_bytes(model) / (ms * 1e-3) / 1e9
-    return dict(status="ok", kernels=steps_kernels, ms_per_step=round(ms, 4), kernels_per_step=kernels,
+    return dict(status="ok", ms_per_step=round(ms, 4), kernels_per_step=kernels,
                 top_kernels=top, weight_gb_per_s=round(gbps, 1), compile_capture_s=round(compile_s, 1),
                 max_abs_diff_vs_hf_eager=round((logits - reference).abs().max().item(), 5))
 
@@ -249,8 +228,6 @@ def run(args) -> list[dict]:
                     continue
                 try:
                     row.update(run_variant(model, variant, rows, args, reference))
-                except SkipVariant as exc:
-                    row.update(status=f"skipped: {exc}")
                 except Exception as exc:  # noqa: BLE001 - one variant failing must not lose the others' numbers
                     row.update(status=f"failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}")
                 results.append(row)
@@ -302,7 +279,8 @@ def write(out: Path, env: dict, results: list[dict]) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="folder for fused_step_bench.json and .md")
+    parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench" / "fused-step",
+                        help="folder for fused_step_bench.json and .md (default temp/bench/fused-step)")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU in fp32 (no CUDA graph): a plumbing check")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer 64-wide model instead of the real shapes")
     parser.add_argument("--shapes", nargs="+", default=["gpt2", "gpt2-xl"], choices=["gpt2", "gpt2-medium",

@@ -1,8 +1,8 @@
-"""What one step is made of, from torch's profiler: the device tools' one kernel table.
+"""What one step is made of, from torch's profiler: the benchmarks' one kernel table.
 
 `kernel_table(run, steps)` runs `run()` `steps` times under torch.profiler and returns the kernels per step, the
 device time per step and the top kernels by time. CUPTI sees every kernel on the device, so this works for
-torch's own steps, replayed CUDA graphs and ONNX Runtime's sessions alike. With `cuda=False` (the tools' CPU
+torch's own steps, replayed CUDA graphs and ONNX Runtime's sessions alike. With `cuda=False` (the benchmarks' CPU
 smoke runs) it tallies CPU operators by their self time instead.
 """
 from __future__ import annotations

@@ -5,11 +5,11 @@
     static   --static-cache --use-cuda-graph               (the torch.onnx export over HF's StaticCache)
     growing  --use-cache                                   (the export with a growing cache, no CUDA graph)
 
-    . tools/device/env.sh && python3 tools/bench/ort_fused_bench.py --out "$OUT/fused" \\
-        [--models gpt2,gpt2-xl] [--graphs fused,static,growing] [--batches 1,8]
-    python3 tools/bench/ort_fused_bench.py --cpu --tiny --out temp/fused-bench     # CPU smoke run (gpt2-offline)
+    python tools/bench/ort_fused_bench.py [--out temp/bench/ort-fused] [--models gpt2,gpt2-xl] \\
+        [--graphs fused,static,growing] [--batches 1,8]          # CUDA, with onnxruntime-gpu
+    python tools/bench/ort_fused_bench.py --cpu --tiny --out temp/fused-bench     # CPU smoke run (gpt2-offline)
 
-Per model (random weights with the published shapes, tools/assets/make_shapes_model.py, kept in --shapes-dir), graph
+Per model (random weights with the published shapes, tools/assets/make_shapes_model.py, made in --shapes-dir), graph
 and batch, fp16 on CUDA (fp32 on the CPU), cache length 384: the prefill of a 128-token prompt (median wall
 time), the one-token step at past 128.. (wall time per step, synchronised once over --steps steps), and under
 torch's profiler (CUPTI sees ONNX Runtime's kernels) the GPU kernel time per step, kernels per step and the top
@@ -27,7 +27,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
 
 MODES = {"fused": dict(static_cache=True, use_cuda_graph=True, fused_decode=True),
          "static": dict(static_cache=True, use_cuda_graph=True),
@@ -45,7 +44,7 @@ def model_dir(shape: str, args) -> dict:
         return {"variant": "gpt2-offline"}
     folder = Path(args.shapes_dir) / shape
     if not (folder / "config.json").is_file():
-        import make_shapes_model
+        from tools.assets import make_shapes_model
 
         say(f"making {shape} shapes in {folder}")
         make_shapes_model.gpt2(shape, folder)
@@ -118,7 +117,7 @@ def torch_full(like, value: int):
 
 def kernels(decoder: Decoder, count: int, top: int) -> dict:
     """GPU kernel time and kernels per step over `count` steps (torch's CUPTI profiler), and the top kernels."""
-    from kernel_table import kernel_table
+    from tools.bench.kernel_table import kernel_table
 
     table = kernel_table(decoder.step, count, top=top)
     return {"gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
@@ -192,7 +191,8 @@ def markdown(rows: list[dict], header: dict) -> str:
 
 def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True, help="folder for results.json and results.md")
+    parser.add_argument("--out", default=str(ROOT / "temp" / "bench" / "ort-fused"),
+                        help="folder for results.json and results.md (default temp/bench/ort-fused)")
     parser.add_argument("--models", default="gpt2,gpt2-xl", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--graphs", default="fused,static,growing", help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--batches", default="1,8")
@@ -201,8 +201,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--profile-steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5, help="prefill passes (median)")
     parser.add_argument("--top", type=int, default=8)
-    parser.add_argument("--working-dir", default="temp")
-    parser.add_argument("--shapes-dir", default="temp/shapes")
+    parser.add_argument("--working-dir", default=str(ROOT / "temp"))
+    parser.add_argument("--shapes-dir", default=str(ROOT / "temp" / "shapes"))
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (fp32): a smoke test of the script")
     parser.add_argument("--tiny", action="store_true", help="gpt2-offline instead of the --models shapes")
     args = parser.parse_args()

@@ -17,11 +17,15 @@ import argparse
 import collections
 import json
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tools.bench
 
 FLOATS = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16}
 
@@ -47,7 +51,7 @@ def gpu_kernels(session, inputs: dict, warmup: int, steps: int) -> None:
     import time
 
     import torch
-    from kernel_table import kernel_table  # tools/device, the script's own folder
+    from tools.bench.kernel_table import kernel_table
 
     binding = session.io_binding()
     for name, value in inputs.items():
@@ -70,13 +74,14 @@ def gpu_kernels(session, inputs: dict, warmup: int, steps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("model")
-    parser.add_argument("--past", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--provider", default="CUDAExecutionProvider")
-    parser.add_argument("--gpu-kernels", action="store_true")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="an exported decoder graph (model.onnx in a working dir)")
+    parser.add_argument("--past", type=int, default=128, help="past length P of the measured steps")
+    parser.add_argument("--steps", type=int, default=20, help="measured steps")
+    parser.add_argument("--warmup", type=int, default=5, help="steps before the measured ones")
+    parser.add_argument("--provider", default="CUDAExecutionProvider",
+                        help="ONNX Runtime execution provider (CPUExecutionProvider: a CPU run)")
+    parser.add_argument("--gpu-kernels", action="store_true", help="CUDA kernels from torch's profiler instead")
     args = parser.parse_args()
     model = onnx.load(args.model, load_external_data=False)
     inputs = feeds(model, args.past, np.random.default_rng(0))

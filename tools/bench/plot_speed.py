@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Bar plots of time per token (TPOT p50) from speed_matrix.py's JSON files, one panel per (model, batch), with
-the weight-bytes floor (weight bytes / the run's measured copy bandwidth) and the issue's goal drawn across:
+the weight-bytes floor (weight bytes / the run's measured copy bandwidth) and a goal per model drawn across:
 
     python3 tools/bench/plot_speed.py OUT.png RUN.json[@LABEL] [...] [--goal gpt2=0.33 --goal gpt2-xl=2.08]
 
@@ -28,7 +28,7 @@ def panels(docs: list[tuple[dict, str]]) -> dict[tuple[str, int], list[dict]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("runs", nargs="+", help="speed_matrix JSON files, each optionally @LABEL")
     parser.add_argument("--goal", action="append", default=[], help="MODEL=ms (batch 1)")

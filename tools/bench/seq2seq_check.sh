@@ -1,25 +1,19 @@
 #!/usr/bin/env bash
-# Encoder-decoder (T5, BART/mBART) and image-to-text (BLIP) GPU check, in ONE device call, after ../shared/device/stage.sh's packages are in
-# /tmp/site (onnxruntime-gpu, tensorrt_rtx; re-split with tools/device/resplit.sh); small wheels (tabulate, psutil,
-# pytest) travel in .whl/.
+# Encoder-decoder (T5, BART/mBART) and image-to-text (BLIP) on CUDA:
 #
-#   bash tools/bench/seq2seq_check.sh    # any CUDA machine with the requirements plus onnxruntime-gpu and TensorRT or TensorRT-RTX
-# or, in this workplace (packages staged by ../shared/device/stage.sh), through the device tool:
-#   run(command='sh .device/part-07/install.sh && bash tools/bench/seq2seq_check.sh', carry=['.device/part-07', '.whl'])
-#
+#   bash tools/bench/seq2seq_check.sh [all|cuda|fp16|trt|blip]   # any CUDA machine with the requirements plus
+#                                                               # onnxruntime-gpu and TensorRT (or TensorRT-RTX)
 # 1. parity tests on CUDA (tests/test_parity.py -k "T5 or BART": frameworks and onnxrt with IO binding, greedy and
 #    beam, padded batches, EOS, against HF generate on the same GPU, fp32);
 # 2. `compare` for every offline variant in fp32 (against checkpoint.toml's CPU HF-generate outputs) and fp16;
 # 3. tools/bench/fp16_seq2seq.py: fp16 ONNX Runtime CUDA logits against PyTorch fp32, with and without islands;
-# 4. TensorRT-RTX: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
-#    fp32 and fp16, with and without KV cache; then one run, to show what TensorRT-RTX says about executing here.
-#
-#   bash tools/bench/seq2seq_check.sh cuda   # only 1 and 2        bash tools/bench/seq2seq_check.sh fp16  # only 3
-#   bash tools/bench/seq2seq_check.sh trt    # only 4              (each fits one 10-minute call)
-#   bash tools/bench/seq2seq_check.sh blip   # BLIP: CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision encoder
-#                                             # fp16 or fp32), trt builds fp32/fp16 with and without cache
+# 4. TensorRT: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
+#    fp32 and fp16, with and without KV cache; then one run of the engines.
+# cuda: 1 and 2; fp16: 3; trt: 4; all: 1 to 4; blip: BLIP's CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision
+# encoder fp16 or fp32), trt builds fp32/fp16 with and without cache. Logs and tables in $OUT (default temp/bench).
 set -uo pipefail
-. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/common.sh"
+mkdir -p "$OUT/builds"
 WD=/tmp/wd-s2s
 n=0
 build() {  # build <family> <max prompt> <max new>: --build-only in fp32/fp16, with/without cache, 2 x 2 beams
@@ -35,7 +29,9 @@ build() {  # build <family> <max prompt> <max new>: --build-only in fp32/fp16, w
 }
 {
 nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
-python3 -c "import torch, transformers, onnxruntime as o, tensorrt_rtx as t; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, 'tensorrt_rtx', t.__version__)"
+python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__)"
+python3 -c "import tensorrt_rtx as t; print(t.__name__, t.__version__)" 2>/dev/null \
+  || python3 -c "import tensorrt as t; print(t.__name__, t.__version__)" || echo "no TensorRT module"
 MODE=${1:-all}
 if [ "$MODE" = all ] || [ "$MODE" = cuda ]; then
 HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_parity.py -k "T5 or BART" 2>&1 | tail -12
@@ -61,7 +57,7 @@ fi
 if [ "$MODE" = all ] || [ "$MODE" = trt ]; then
 build T5 128 64
 build BART 128 64
-echo "--- executing T5 engines (expected on Hopper with TensorRT-RTX: refused, exit 2) ---"
+echo "--- executing T5 engines (where TensorRT cannot run them here: one line, exit 2) ---"
 python3 run.py run T5 trt --device cuda --use-cache --num-beams 2 --batch-size 2 --input-profile-max-len 128 \
   --output-profile-max-len 64 -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
 python3 tools/bench/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-seq2seq.md"

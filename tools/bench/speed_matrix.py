@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The GPU speed matrix (run by tools/bench/speed_check.sh in one device call): fp16 benchmarks of every
-configuration on GPT-2 124M and gpt2-xl shapes (random weights, tools/assets/make_shapes_model.py) and the families'
-offline defaults, plus a token check of each optimised configuration against the same backend's plain path.
+"""The GPU speed matrix: fp16 benchmarks of every configuration on GPT-2 124M and gpt2-xl shapes (random weights,
+tools/assets/make_shapes_model.py, made in --shapes-dir when missing) and the families' offline defaults, plus a
+token check of each optimised configuration against the same backend's plain path.
 
 Configurations (each a `run.py benchmark` option set, run in-process through NNDF.actions.benchmark):
   eager         growing KV cache; HF `generate` (eager) timed beside it
@@ -12,12 +12,16 @@ Writes OUT/speed-GROUP.json (every row, environment, anchors), OUT/speed-GROUP.m
 plots (OUT/per_token_MODEL_b1.png). The families' offline defaults run at prompt 64 / 64 new tokens (their
 position tables hold 256; BLIP: 16 / 40).
 
-    python3 tools/bench/speed_matrix.py OUT [--group quick|gpt2|xl|all|autotune]   # quick: GPT-2 124M, batch 1
+    python tools/bench/speed_matrix.py [OUT] --group quick     # GPT-2 124M shapes, batch 1; OUT: temp/bench
+    python tools/bench/speed_matrix.py [OUT] --group gpt2|xl|all|autotune|fused|fused-gpt2|fused-xl|fused-final
+    python tools/bench/speed_matrix.py temp/smoke --group quick --device cpu --prompt 8 --new 8   # CPU smoke run
 
-`autotune` is a frameworks-only group (no staged packages needed; one device call of ~6 minutes): compiled vs
-autotuned for GPT-2 124M (batch 1; batch 8 autotuned) and gpt2-xl shapes, the GPU time of the captured step alone with its
-kernels (`step_time`), the token check, an HF eager anchor and the offline defaults. It writes its JSON after
-every job, so a call cut off at its limit still returns what finished.
+Needs a CUDA GPU with onnxruntime-gpu for the onnxrt rows (or `--backends frameworks`). `autotune` is a
+frameworks-only group (~6 minutes on an H200): compiled vs autotuned for GPT-2 124M (batch 1; batch 8
+autotuned) and gpt2-xl shapes, the GPU time of the captured step alone with its kernels (`step_time`), the token
+check, an HF eager anchor and the offline defaults. The `fused*` groups put the fused decode step
+(--fused-decode) against the paths it replaces. The job groups (autotune, fused*) write their JSON after every
+job and start none after --deadline seconds, so a run cut off by a time limit keeps what finished.
 """
 from __future__ import annotations
 
@@ -41,9 +45,9 @@ from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, Timing
 from NNDF.plot import plot_per_token  # noqa: E402
 from NNDF.results import environment  # noqa: E402
 from NNDF.tasks import Prompt  # noqa: E402
-from kernel_table import kernel_table  # noqa: E402  (tools/device, the script's own folder)
+from tools.bench.kernel_table import kernel_table  # noqa: E402
 
-# ../shared/device/README.md (H200, fp16, batch 1, prompt 128, 256 new tokens): per-token ms
+# reference points measured on an H200 (fp16, batch 1, prompt 128, 256 new tokens; docs/PERFORMANCE.md): per-token ms
 ANCHORS = {"gpt2": {"floor": 0.059, "hf eager": 4.40, "hf static": 2.83, "ORT IO-binding loop": 1.93},
            "gpt2-xl": {"floor": 0.73, "hf eager": 14.2}}
 CONFIGS = {
@@ -61,7 +65,7 @@ CONFIGS = {
 # (prompt, new tokens) of the offline defaults: their position tables hold 256 (blip-offline's text decoder: 64)
 OFFLINE_LENGTHS = {"BLIP": (16, 40)}
 PROMPT, NEW = 128, 256
-SHAPES = {"gpt2": "/tmp/shapes/gpt2", "gpt2-xl": "/tmp/shapes/gpt2-xl"}
+SHAPES = {"gpt2": str(ROOT / "temp/shapes/gpt2"), "gpt2-xl": str(ROOT / "temp/shapes/gpt2-xl")}  # --shapes-dir
 
 
 def models(group: str):
@@ -220,7 +224,7 @@ def autotune_jobs():
 
 
 def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
-    """Issue 17's jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both in
+    """The fused groups' jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both in
     CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
     batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
     cache without graphs and against the plain growing cache)."""
@@ -290,11 +294,20 @@ def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
 
 
 def make_shapes(shape: str) -> dict:
+    """The shapes model's folder, made (in a child process: gpt2-xl's weights leave with it) unless it is there."""
     import subprocess
 
+    if (Path(SHAPES[shape]) / "config.json").is_file():
+        return {"found": shape}
     subprocess.run([sys.executable, str(ROOT / "tools/assets/make_shapes_model.py"), shape, SHAPES[shape]], check=True,
                    capture_output=True)
     return {"made": shape}
+
+
+# shapes made before a group starts (the job groups make gpt2-xl as a job of their own, after the GPT-2 rows)
+UPFRONT_SHAPES = {"quick": ("gpt2",), "gpt2": ("gpt2",), "xl": ("gpt2-xl",), "all": ("gpt2", "gpt2-xl"),
+                  "autotune": ("gpt2",), "fused": ("gpt2",), "fused-gpt2": ("gpt2",), "fused-xl": (),
+                  "fused-final": ("gpt2",)}
 
 
 WORKDIR = "/tmp/wd"
@@ -302,7 +315,7 @@ WORKDIR = "/tmp/wd"
 
 def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
     """Run each job, record its rows (or its error), rewrite the JSON and table after every one; start no job
-    once `deadline` seconds have passed (the device call's limit would kill the run and its summary)."""
+    once `deadline` seconds have passed (a caller's time limit would otherwise kill the run before its summary)."""
     doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
            "new_tokens": NEW, "rows": [], "step_times": [], "token_checks": [], "log": []}
     started = time.time()
@@ -349,22 +362,29 @@ def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
 
 def main() -> None:
     global DEVICE, PROMPT, NEW, BACKENDS, WORKDIR
-    parser = argparse.ArgumentParser()
-    parser.add_argument("out", type=Path)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench",
+                        help="folder for speed-GROUP.json, .md and the plots (default temp/bench)")
     parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
                                             "fused-xl", "fused-final"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no staging needed)")
-    parser.add_argument("--deadline", type=float, default=330, help="autotune: start no job after this many seconds")
+    parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
+    parser.add_argument("--deadline", type=float, default=330,
+                        help="autotune and fused groups: start no job after this many seconds")
     parser.add_argument("--prompt", type=int, default=PROMPT)
     parser.add_argument("--new", type=int, default=NEW)
-    parser.add_argument("--gpt2-dir", default="/tmp/shapes/gpt2", help="GPT-2 124M shapes (make_shapes_model.py)")
+    parser.add_argument("--shapes-dir", type=Path, default=ROOT / "temp" / "shapes",
+                        help="where the shapes models are (made when missing; default temp/shapes)")
+    parser.add_argument("--gpt2-dir", help="GPT-2 124M shapes folder (default SHAPES_DIR/gpt2)")
     args = parser.parse_args()
     DEVICE, PROMPT, NEW, WORKDIR = args.device, args.prompt, args.new, args.workdir
     BACKENDS = tuple(args.backends) if args.backends else None
-    SHAPES["gpt2"] = args.gpt2_dir
+    SHAPES.update({shape: str(args.shapes_dir / shape) for shape in SHAPES})
+    SHAPES["gpt2"] = args.gpt2_dir or SHAPES["gpt2"]
     args.out.mkdir(parents=True, exist_ok=True)
+    for shape in UPFRONT_SHAPES[args.group]:
+        make_shapes(shape)
     if args.group == "autotune":
         BACKENDS = ("frameworks",)
         return run_jobs(args.out, autotune_jobs(), args.deadline)

@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Summarise `--build-only --json` files of a folder as one markdown table (used by trt_check.sh)."""
+"""Summarise the `--build-only --json` files of a folder (named 1.json, 2.json, ...) as one markdown table
+(used by trt_check.sh and seq2seq_check.sh).
+
+    python tools/bench/trt_summary.py temp/bench/builds > trt_builds.md
+"""
+import argparse
 import json
-import sys
 from pathlib import Path
 
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("folder", type=Path, help="the builds' JSON files")
 rows = []
-for path in sorted(Path(sys.argv[1]).glob("*.json"), key=lambda p: int(p.stem)):
+for path in sorted(parser.parse_args().folder.glob("*.json"), key=lambda p: int(p.stem)):
     data = json.loads(path.read_text())
     s = data["settings"]
     batch = "dynamic" if s["dynamic_batch"] else str(s["batch_size"])
