@@ -77,7 +77,8 @@ def expected_outputs(family, variant: str) -> list[str]:
 
 def write(family, expected: dict[str, list[str]]) -> None:
     lines = [f"# {family.name} golden samples for `run` / `compare`: greedy outputs made by HF generate",
-             "# (fp32, CPU) with tools/assets/make_checkpoints.py. Add entries for other variants under [sample.expected].",
+             "# (fp32, CPU) with tools/assets/make_checkpoints.py. Add entries for other variants under "
+             "[sample.expected].",
              "", "[generation]", f"max_new_tokens = {MAX_NEW_TOKENS}", ""]
     for i, sample in enumerate(INPUTS[family.kind]):
         fields = sample if isinstance(sample, dict) else {"input": sample}

@@ -101,7 +101,8 @@ def _toml_value(value) -> str:
 
 def write_family(family) -> None:
     expected = {v.name: expected_outputs(family, v.name) for v in family.variants if v.offline}
-    lines = [f"# {family.name} golden samples for `run` / `compare`, written by tools/assets/make_encoder_checkpoints.py from",
+    lines = [f"# {family.name} golden samples for `run` / `compare`, written by "
+             "tools/assets/make_encoder_checkpoints.py from",
              "# sentence-transformers (embeddings) and transformers' classifiers (labels), fp32 on the CPU.",
              "# Per variant and precision: label (text classifier), labels (token classifier, special tokens left",
              "# out) or embedding (the whole vector) with min_cosine.", ""]

@@ -224,8 +224,8 @@ def autotune_jobs():
 
 
 def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
-    """The fused groups' jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both in
-    CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
+    """The fused groups' jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both
+    in CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
     batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
     cache without graphs and against the plain growing cache)."""
     jobs = [("copy", copy_bandwidth)]
