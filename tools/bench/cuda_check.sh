@@ -17,8 +17,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
 WD=/tmp/wd
 if [ "${1:-all}" = baselines ]; then
-  python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
-  python3 tools/assets/make_shapes_model.py gpt2-xl $SHAPES/gpt2-xl >/dev/null 2>&1
+  make_shapes gpt2
+  make_shapes gpt2-xl
   python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \
     --use-cache --batch-size 8 --input-seq-len 128 --output-seq-len 256 --iterations 5 --warmup 1 -wd $WD \
     --json "$OUT/bench_gpt2_b8_p128_n256.json"
@@ -36,7 +36,7 @@ for fam in GPT2 OPT BLOOM; do
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
   python3 run.py compare $fam --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
 done
-python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2
+make_shapes gpt2
 python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \
   --use-cache --input-seq-len 32 --output-seq-len 64 --iterations 20 --warmup 3 -wd $WD --json "$OUT/bench_gpt2_p32_n64.json"
 python3 run.py benchmark GPT2 frameworks onnxrt --hf-baseline --torch-dir $SHAPES/gpt2 --device cuda --fp16 \

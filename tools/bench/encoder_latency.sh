@@ -13,7 +13,7 @@ set -uo pipefail
 . "$(dirname "$0")/common.sh"
 J=/tmp/lat/json; mkdir -p $J
 M=$SHAPES/minilm-l6-h384
-python3 tools/assets/make_shapes_model.py minilm-l6-h384 $M >/dev/null 2>&1
+make_shapes minilm-l6-h384
 {
 TEXTS=(--prompt "The weather is lovely today." --prompt "It's so sunny outside!" --prompt "He drove to the stadium."
        --prompt "A man is playing a guitar on a quiet street corner while people walk past him.")

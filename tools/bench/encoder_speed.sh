@@ -29,7 +29,7 @@ bench() {  # tag shape batch seq backends/flags...
 }
 shape_rows() {  # shape "batch seq" ...
   local shape=$1; shift
-  python3 tools/assets/make_shapes_model.py "$shape" "$SHAPES/$shape" >/dev/null 2>&1 || echo "shape $shape: FAILED"
+  make_shapes "$shape" || echo "shape $shape: FAILED"
   for bs in "$@"; do
     set -- $bs
     bench fp32 "$shape" "$1" "$2" frameworks onnxrt --hf-baseline

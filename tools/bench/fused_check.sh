@@ -29,10 +29,10 @@ case $MODE in
   tests)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_fused_decode.py tests/test_fused_decode_ort.py 2>&1 | tail -30;;
   matrix-gpt2)
-    python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+    make_shapes gpt2
     python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-gpt2 --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 480;;
   final)
-    python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+    make_shapes gpt2
     python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-final --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 420;;
   matrix-xl)
     python3 tools/bench/speed_matrix.py "$OUT/matrix" --group fused-xl --workdir /tmp/wd --shapes-dir "$SHAPES" --deadline 420;;

@@ -25,7 +25,7 @@ case $GROUP in xl) MODELS="gpt2-xl";; gpt2) MODELS="gpt2";; all) MODELS="gpt2 gp
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
 for shape in $MODELS; do
-  python3 tools/assets/make_shapes_model.py "$shape" "$SHAPES/$shape" >/dev/null 2>&1
+  make_shapes "$shape"
   python3 run.py benchmark GPT2 onnxrt --quantize none int4 --torch-dir "$SHAPES/$shape" --device "$DEVICE" \
     $PRECISION --use-cache --input-seq-len 128 --output-seq-len 256 --iterations "$ITERATIONS" --warmup "$WARMUP" -wd /tmp/wd \
     --json "$OUT/quant-$shape.json" 2>&1 | tail -8

@@ -21,8 +21,8 @@ GROUP=${1:-all}
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
-python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
-case $GROUP in all|xl) python3 tools/assets/make_shapes_model.py gpt2-xl $SHAPES/gpt2-xl >/dev/null 2>&1;; esac
+make_shapes gpt2
+case $GROUP in all|xl) make_shapes gpt2-xl;; esac
 case $GROUP in all|gpt2|quick)
   HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider tests/test_static_cache.py 2>&1 | tail -15;; esac
 python3 tools/bench/speed_matrix.py "$OUT" --group "$GROUP" --workdir /tmp/wd --shapes-dir "$SHAPES"

@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
 python3 -c "import torch; print('torch', torch.__version__)"
 python3 -c "import tensorrt_rtx as t; print(t.__name__, t.__version__)" 2>/dev/null \
   || python3 -c "import tensorrt as t; print(t.__name__, t.__version__)" || echo "no TensorRT module"
-python3 tools/assets/make_shapes_model.py gpt2 $SHAPES/gpt2 >/dev/null 2>&1
+make_shapes gpt2
 n=0
 case "${1:-all}" in
   offline) MODELS=("GPT2" "OPT" "BLOOM") ;;
