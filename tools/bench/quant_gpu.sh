@@ -31,7 +31,7 @@ for shape in $MODELS; do
     --json "$OUT/quant-$shape.json" 2>&1 | tail -8
   for f in /tmp/wd/GPT2/local-"$shape"/decoder-*-kv-int4-*/validation.json; do echo "$f"; cat "$f"; done
   for f in /tmp/wd/GPT2/local-"$shape"/decoder-*-kv-int4-*/model.onnx; do  # where ONNX Runtime runs MatMulNBits
-    [ "$DEVICE" = cuda ] && python3 tools/bench/ort_placement.py "$f" 2>&1 | grep -i "matmulnbits\|memcpy\|cpu" | head -8
+    if [ "$DEVICE" = cuda ]; then python3 tools/bench/ort_placement.py "$f" 2>&1 | grep -i "matmulnbits\|memcpy\|cpu" | head -8; fi
   done
 done
 } 2>&1 | tee "$OUT/quant-gpu.log"

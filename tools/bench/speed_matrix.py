@@ -256,7 +256,7 @@ def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
 
 
 def final_jobs():
-    """A short re-measure of the fused rows with their baselines in one call (~5 minutes on an H100): GPT-2 124M
+    """A short re-measure of the fused rows with their baselines in one run (~5 minutes on an H100): GPT-2 124M
     at batch 1 (+ today's compiled step, the onnxrt growing graph and HF eager) and 8, gpt2-xl at batch 1."""
     g, x = SHAPES["gpt2"], SHAPES["gpt2-xl"]
     return [("copy", copy_bandwidth),
