@@ -4,7 +4,7 @@
 start) and has a deeper decoder than encoder (3 vs 2 layers), so code that reads one depth for both fails its
 tests. `mbart-offline` uses an mBART-50-style tokenizer (sentencepiece unigram + the 52 language codes; see
 BART/offline/mbart-tokenizer/README.md for why not BPE) and forces German (de_DE) as the first generated token,
-as mBART-50 translation does. Both tokenizers are made by tools/make_offline_seq2seq_tokenizers.py.
+as mBART-50 translation does. Both tokenizers are made by tools/assets/make_offline_seq2seq_tokenizers.py.
 """
 from __future__ import annotations
 

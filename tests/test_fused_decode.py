@@ -5,15 +5,14 @@ generation on the same pooled buffers; compiled once on the CPU (the reduction f
 step's other settings (SDPA attention, folded layer norms). Model types, families and GPT-2 configs without a
 fused step refuse the flag in one line, exit 2.
 
-With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled, and the
-settings cases add the Triton kernels (`kernels="triton"`, NNDF/backends/decode_kernels.py) and the reduction
-attention.
+With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
 """
 import os
 import re
 
 import pytest
 
+from GPT2.fused_decode import FusedSettings
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, open_run
 from NNDF.backends.torch_steps import COMPILE_OPTIONS, TorchSteps
@@ -97,19 +96,16 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
     run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=mode[0], compiled=mode[1])
     with backend_steps(run, "frameworks") as (_, steps):
         assert type(steps.fused).__name__ == "FusedGPT2Step"
-        assert steps.fused.kernels == "torch"  # the default everywhere (the Triton kernels measured slower)
+        assert steps.fused.settings == FusedSettings()  # the default settings everywhere
         _check_parity(run, steps)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)
-@pytest.mark.parametrize("settings", [dict(attention="sdpa"), dict(fold_norms=True)]
-                         + ([dict(kernels="triton")] if DEVICE == "cuda" else []),
-                         ids=["sdpa", "fold-norms", "triton"][: 3 if DEVICE == "cuda" else 2])
+@pytest.mark.parametrize("settings", [dict(attention="sdpa"), dict(fold_norms=True)], ids=["sdpa", "fold-norms"])
 def test_step_settings_match_hf_generate(settings, mode, tiny, workdir):
     """The step's other internal choices (`FusedSettings`), which the device benchmark compares: SDPA for the
-    one-query attention, layer norms folded into the products that follow them; on CUDA also the Triton kernels
-    (on the CPU they run in Triton's interpreter: tests/test_decode_kernels.py)."""
-    from GPT2.fused_decode import FusedGPT2Step, FusedSettings
+    one-query attention, layer norms folded into the products that follow them."""
+    from GPT2.fused_decode import FusedGPT2Step
 
     run = _run(workdir, torch_dir=tiny, fused=False)
     model = run.torch_model()

@@ -16,7 +16,7 @@ from NNDF.options import ModelOptions
 from conftest import offline_variants
 from NNDF.tasks import GenerativeTask
 
-DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/device/cuda_check.sh runs this file on CUDA too
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/bench/cuda_check.sh runs this file on CUDA too
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
 NEW = 10
 

@@ -2,7 +2,7 @@
 plain growing cache: padded batches, greedy and beam search (prompt expansion to more rows, in-place beam
 reordering), EOS mid-way, and a second generation reusing the pooled buffers (and captured graph).
 
-On the CPU this runs the static cache alone; `tools/device/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
+On the CPU this runs the static cache alone; `tools/bench/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
 where the CUDA-graph variants (and torch.compile for frameworks) join in.
 """
 import json

@@ -275,7 +275,7 @@ def test_malformed_requests_get_errors_and_the_model_keeps_serving(triton_server
 # --- load ------------------------------------------------------------------------------------------------------
 
 def test_concurrent_load_answers_equal_in_process_with_and_without_batching(triton_server, workdir):
-    """A bounded tools/triton_load.py: 4 clients x 3 requests of different lengths, no timing asserted."""
+    """A bounded tools/bench/triton_load.py: 4 clients x 3 requests of different lengths, no timing asserted."""
     from NNDF.options import ModelOptions
     from NNDF.triton.load import load, prompts_from, reference
 

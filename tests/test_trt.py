@@ -1,7 +1,7 @@
 """TensorRT backend parts that need no TensorRT: profiles, names, flag validation, the step bookkeeping (KV
 buffers, binding shapes, profile choice, beam reordering; run through the shared loop with ONNX Runtime
 executing each bound step), and the TensorRT-missing path. Engine builds are verified on a GPU by
-tools/device/trt_check.sh (docs/VERIFICATION.md); engine execution could not be verified in this workplace."""
+tools/bench/trt_check.sh (docs/VERIFICATION.md); engine execution could not be verified in this workplace."""
 import ctypes
 import importlib.util
 

@@ -19,7 +19,7 @@ from test_trt import OrtIO
 IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
 CASES = [[ImagePrompt(IMAGES[0])], [ImagePrompt(IMAGES[1], "a picture of")], [ImagePrompt(i) for i in IMAGES]]
 NEW = 10
-DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/device/seq2seq_check.sh blip runs the parity on CUDA
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/bench/seq2seq_check.sh blip runs the parity on CUDA
 
 
 def _run(workdir, use_cache, device="cpu"):

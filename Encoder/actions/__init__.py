@@ -6,4 +6,4 @@ Each is a library function with the shared action's signature (`(family, backend
 order, *backend option groups) -> Report`). `common.py` holds what they share: JSONL texts, `forward_texts`
 (texts -> one output per text, in padded batches), label names, timed forwards. `accuracy`'s default dataset is
 data/encoder_offline.jsonl (40 sentences labelled "positive" / "negative"); checkpoint.toml's expected values
-come from tools/make_encoder_checkpoints.py (sentence-transformers and HF classifiers, never these backends)."""
+come from tools/assets/make_encoder_checkpoints.py (sentence-transformers and HF classifiers, never these backends)."""

@@ -1,7 +1,7 @@
 """`run` and `compare` for encoder models: the family's checkpoint.toml samples on one or several backends.
 
 checkpoint.toml holds `[[sample]]` entries with an `input` text and, per variant and precision, what the
-outside reference computed (tools/make_encoder_checkpoints.py: sentence-transformers, HF classifiers):
+outside reference computed (tools/assets/make_encoder_checkpoints.py: sentence-transformers, HF classifiers):
     [sample.expected."<variant>".fp32]
     label = "positive"                 # text classification: the most likely class
     labels = ["B-PER", "O", ...]       # token classification: per token, special tokens left out

@@ -8,7 +8,7 @@ the prompt pass, one decoder step, and the full generation. `run` prints one row
 row per backend, side by side.
 
 The expected outputs are HF `generate`'s greedy outputs under the model's generation config
-(tools/make_checkpoints.py). A run that decodes differently (beams, sampling, a penalty or rule the flags add or
+(tools/assets/make_checkpoints.py). A run that decodes differently (beams, sampling, a penalty or rule the flags add or
 change) cannot be held to them: its accuracy is n/a and a note says why (perplexity, teacher-forced on the
 expected text, still applies).
 """

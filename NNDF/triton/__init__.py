@@ -13,5 +13,5 @@
   ONNX Runtime steps inside the server, with request batching, optional token streaming and teacher forcing);
   `generative_deploy.py` writes it; `backend.py` is the `triton` client backend of generative kinds (chat,
   run, compare, benchmark and accuracy against a served model); `load.py` is concurrent load with every answer
-  checked (tools/triton_load.py).
+  checked (tools/bench/triton_load.py).
 """

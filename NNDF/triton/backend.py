@@ -31,7 +31,7 @@ from NNDF.triton.options import TritonOptions
 OUTPUTS = ("output_ids", "text")  # a streaming model's last response is the one with `text`
 TIMED = ("a served model that is not streaming returns whole generations, not the prefill and per-token times "
          "benchmark, run and compare report: time a model deployed with --streaming over grpc://, or measure "
-         "served latency and throughput with tools/triton_load.py")
+         "served latency and throughput with tools/bench/triton_load.py")
 
 
 class _Tokens:

@@ -3,7 +3,7 @@
 `reference` runs each prompt alone in process (the onnxrt backend, the same generation settings) and times it:
 the in-process side of the comparison (one request at a time, as one process serves them). `load` runs
 `clients` threads, each with its own connection sending `requests` text requests one after another, and
-records each request's latency (send to answer) and the whole run's requests/s. tools/triton_load.py runs both
+records each request's latency (send to answer) and the whole run's requests/s. tools/bench/triton_load.py runs both
 against a model deployed with dynamic batching and one deployed one-request-at-a-time.
 """
 from __future__ import annotations

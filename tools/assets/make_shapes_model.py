@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Build a random-weight HF folder with the shapes of a real model, for benchmarks without the Hub.
+
+    python tools/assets/make_shapes_model.py gpt2 temp/shapes/gpt2          # GPT-2 124M shapes
+    python tools/assets/make_shapes_model.py gpt2-xl temp/shapes/gpt2-xl    # GPT-2 XL (1.56B) shapes
+    python tools/assets/make_shapes_model.py minilm-l6-h384 temp/shapes/minilm   # encoders (BERT family): a sequence
+    python tools/assets/make_shapes_model.py roberta-base temp/shapes/rb         # classifier of MiniLM-L6-H384,
+    python tools/assets/make_shapes_model.py roberta-large temp/shapes/rl        # roberta-base, roberta-large shapes
+
+Weights use HF's default init (speed does not depend on values; std 0.02 keeps fp16 activations finite); the
+tokenizer is an offline one (GPT-2: gpt2-offline's; encoders: the BERT family's committed WordPiece / BPE
+folders): benchmarks feed random token ids, the tokenizer only supplies special ids and input names.
+Run it as `benchmark GPT2 ... --torch-dir <folder>` (encoders: `benchmark BERT ... --torch-dir <folder>`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {  # GPT-2 sizes from the published configs
+    "gpt2": dict(n_layer=12, n_embd=768, n_head=12),
+    "gpt2-medium": dict(n_layer=24, n_embd=1024, n_head=16),
+    "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20),
+    "gpt2-xl": dict(n_layer=48, n_embd=1600, n_head=25),
+}
+ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels, as the seed's SST-2 models
+    "minilm-l6-h384": ("BertConfig", "wordpiece-uncased", dict(
+        vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+        max_position_embeddings=512, type_vocab_size=2)),
+    "roberta-base": ("RobertaConfig", "roberta-bpe", dict(
+        vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+        max_position_embeddings=514, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)),
+    "roberta-large": ("RobertaConfig", "roberta-bpe", dict(
+        vocab_size=50265, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+        max_position_embeddings=514, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2)),
+}
+
+
+def gpt2(shape: str, out: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from NNDF.offline import SHARED_TOKENIZERS
+
+    tok = AutoTokenizer.from_pretrained(SHARED_TOKENIZERS / "byte-bpe", local_files_only=True)
+    eos = tok.eos_token_id
+    config = GPT2Config(vocab_size=50257, n_positions=1024, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+                        **SHAPES[shape])
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
+
+
+def encoder(shape: str, out: Path) -> None:
+    import torch
+    import transformers
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    class_name, tokenizer, sizes = ENCODER_SHAPES[shape]
+    tok = AutoTokenizer.from_pretrained(ROOT / "BERT" / "offline" / tokenizer, local_files_only=True)
+    config = getattr(transformers, class_name)(num_labels=2, id2label={0: "NEGATIVE", 1: "POSITIVE"},
+                                               label2id={"NEGATIVE": 0, "POSITIVE": 1}, **sizes)
+    config.architectures = [class_name.replace("Config", "ForSequenceClassification")]
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(ENCODER_SHAPES))
+    parser.add_argument("out", type=Path)
+    args = parser.parse_args()
+    (gpt2 if args.shape in SHAPES else encoder)(args.shape, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""fp32 / int8 / int4 onnxrt speed measured interleaved, for a shared CPU: every round generates once with each
+row in turn (fresh random prompt, exactly --new tokens, EOS suppressed, as `benchmark`), so a burst of load
+from other processes hits every row alike; reports per row the median and the best TPOT, tokens/s as `benchmark`
+computes it (new tokens / median end to end, prefill included), and the ratios to the first row.
+
+    python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
+    python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
+
+`benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
+only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--torch-dir", required=True)
+    parser.add_argument("--working-dir", default="temp")
+    parser.add_argument("--quantize", nargs="+", default=["none", "int8", "int4"])
+    parser.add_argument("--quant-block-size", type=int, default=None)
+    parser.add_argument("--prompt", type=int, default=32)
+    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+
+    import torch
+
+    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt, generation_config, open_run
+    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.options import ModelOptions, SamplingOptions
+    from NNDF.timing import GenerationClock
+
+    run = open_run("GPT2", ModelOptions(torch_dir=args.torch_dir, working_dir=args.working_dir, use_cache=True,
+                                        cpu=True), ("onnxrt",),
+                   ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
+    config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
+    generator = torch.Generator().manual_seed(0)
+    tpot: dict[str, list[float]] = {}
+    e2e: dict[str, list[float]] = {}
+    with ExitStack() as stack:
+        opened = [(name, stack.enter_context(backend_steps(run, row))[1]) for name, row in backend_rows(run, ("onnxrt",))]
+        torch.set_num_threads(1)  # as backend_steps sets it for onnxrt on the CPU (several are open here)
+        for round_ in range(args.rounds + 1):  # round 0: warm-up
+            for name, steps in opened:
+                prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
+                clock = GenerationClock(run.device)
+                generate_prompt(steps, prompt, config, clock)
+                times = clock.seconds()
+                if round_:
+                    tpot.setdefault(name, []).append((times["e2e"] - times["prefill"]) / (args.new - 1) * 1e3)
+                    e2e.setdefault(name, []).append(times["e2e"])
+    first = statistics.median(next(iter(tpot.values())))
+    first_rate = args.new / statistics.median(next(iter(e2e.values())))
+    print(f"{args.rounds} interleaved rounds, prompt {args.prompt}, {args.new} new tokens, batch 1, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row |")
+    print("|---|---|---|---|---|---|")
+    for name, values in tpot.items():
+        median, rate = statistics.median(values), args.new / statistics.median(e2e[name])
+        print(f"| {name} | {median:.2f} | {min(values):.2f} | {first / median:.2f}x | {rate:.1f} | "
+              f"{rate / first_rate:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Encoder-decoder (T5, BART/mBART) and image-to-text (BLIP) on CUDA:
+#
+#   bash tools/bench/seq2seq_check.sh [all|cuda|fp16|trt|blip]   # any CUDA machine with the requirements plus
+#                                                               # onnxruntime-gpu and TensorRT (or TensorRT-RTX)
+# 1. parity tests on CUDA (tests/test_parity.py -k "T5 or BART": frameworks and onnxrt with IO binding, greedy and
+#    beam, padded batches, EOS, against HF generate on the same GPU, fp32);
+# 2. `compare` for every offline variant in fp32 (against checkpoint.toml's CPU HF-generate outputs) and fp16;
+# 3. tools/bench/fp16_seq2seq.py: fp16 ONNX Runtime CUDA logits against PyTorch fp32, with and without islands;
+# 4. TensorRT: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
+#    fp32 and fp16, with and without KV cache; then one run of the engines.
+# cuda: 1 and 2; fp16: 3; trt: 4; all: 1 to 4; blip: BLIP's CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision
+# encoder fp16 or fp32), trt builds fp32/fp16 with and without cache. Logs and tables in $OUT (default temp/bench).
+set -uo pipefail
+. "$(dirname "$0")/common.sh"
+mkdir -p "$OUT/builds"
+WD=/tmp/wd-s2s
+n=0
+build() {  # build <family> <max prompt> <max new>: --build-only in fp32/fp16, with/without cache, 2 x 2 beams
+  for precision in "" "--fp16"; do
+    for cache in "--use-cache" ""; do
+      n=$((n+1))
+      # shellcheck disable=SC2086
+      python3 run.py run "$1" trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
+        --input-profile-max-len "$2" --output-profile-max-len "$3" -wd $WD --json "$OUT/builds/$n.json" \
+        || echo "build $n failed: $1 $precision $cache"
+    done
+  done
+}
+{
+nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv
+python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__)"
+python3 -c "import tensorrt_rtx as t; print(t.__name__, t.__version__)" 2>/dev/null \
+  || python3 -c "import tensorrt as t; print(t.__name__, t.__version__)" || echo "no TensorRT module"
+MODE=${1:-all}
+if [ "$MODE" = all ] || [ "$MODE" = cuda ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_parity.py -k "T5 or BART" 2>&1 | tail -12
+for v in "T5 t5-offline" "T5 flan-t5-offline" "BART bart-offline" "BART mbart-offline"; do
+  set -- $v
+  python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
+  python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
+done
+fi
+if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
+python3 tools/bench/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"
+fi
+if [ "$MODE" = blip ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_vision2seq.py -k parity 2>&1 | tail -5
+python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
+python3 run.py compare BLIP --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
+python3 tools/bench/fp16_seq2seq.py blip | tee "$OUT/fp16_blip.jsonl"
+build BLIP 16 32
+python3 run.py run BLIP trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+python3 tools/bench/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-blip.md"
+cat "$OUT/trt_builds-blip.md"
+fi
+if [ "$MODE" = all ] || [ "$MODE" = trt ]; then
+build T5 128 64
+build BART 128 64
+echo "--- executing T5 engines (where TensorRT cannot run them here: one line, exit 2) ---"
+python3 run.py run T5 trt --device cuda --use-cache --num-beams 2 --batch-size 2 --input-profile-max-len 128 \
+  --output-profile-max-len 64 -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+python3 tools/bench/trt_summary.py "$OUT/builds" > "$OUT/trt_builds-seq2seq.md"
+cat "$OUT/trt_builds-seq2seq.md"
+fi
+} 2>&1 | tee "$OUT/seq2seq_check-${1:-all}.log"
+rm -rf "$OUT/builds"

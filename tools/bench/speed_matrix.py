@@ -1,0 +1,441 @@
+#!/usr/bin/env python3
+"""The GPU speed matrix: fp16 benchmarks of every configuration on GPT-2 124M and gpt2-xl shapes (random weights,
+tools/assets/make_shapes_model.py, made in --shapes-dir when missing) and the families' offline defaults, plus a
+token check of each optimised configuration against the same backend's plain path.
+
+Configurations (each a `run.py benchmark` option set, run in-process through NNDF.actions.benchmark):
+  eager         growing KV cache; HF `generate` (eager) timed beside it
+  static-graph  --static-cache --use-cuda-graph; HF `generate` with its own static cache beside it
+  compiled      --static-cache --use-cuda-graph --torch-compile (frameworks only)
+  autotuned     the same with --compile-mode max-autotune
+Writes OUT/speed-GROUP.json (every row, environment, anchors), OUT/speed-GROUP.md (the table) and per-token
+plots (OUT/per_token_MODEL_b1.png). The families' offline defaults run at prompt 64 / 64 new tokens (their
+position tables hold 256; BLIP: 16 / 40).
+
+    python tools/bench/speed_matrix.py [OUT] --group quick     # GPT-2 124M shapes, batch 1; OUT: temp/bench
+    python tools/bench/speed_matrix.py [OUT] --group gpt2|xl|all|autotune|fused|fused-gpt2|fused-xl|fused-final
+    python tools/bench/speed_matrix.py temp/smoke --group quick --device cpu --prompt 8 --new 8   # CPU smoke run
+
+Needs a CUDA GPU with onnxruntime-gpu for the onnxrt rows (or `--backends frameworks`). `autotune` is a
+frameworks-only group (~6 minutes on an H200): compiled vs autotuned for GPT-2 124M (batch 1; batch 8
+autotuned) and gpt2-xl shapes, the GPU time of the captured step alone with its kernels (`step_time`), the token
+check, an HF eager anchor and the offline defaults. The `fused*` groups put the fused decode step
+(--fused-decode) against the paths it replaces. The job groups (autotune, fused*) write their JSON after every
+job and start none after --deadline seconds, so a run cut off by a time limit keeps what finished.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from NNDF.actions.benchmark import benchmark  # noqa: E402
+from NNDF.actions.common import backend_steps, generate_prompt, open_run  # noqa: E402
+from NNDF.generation import GenerationConfig  # noqa: E402
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions  # noqa: E402
+from NNDF.plot import plot_per_token  # noqa: E402
+from NNDF.results import environment  # noqa: E402
+from NNDF.tasks import Prompt  # noqa: E402
+from tools.bench.kernel_table import kernel_table  # noqa: E402
+
+# reference points measured on an H200 (fp16, batch 1, prompt 128, 256 new tokens; docs/PERFORMANCE.md): per-token ms
+ANCHORS = {"gpt2": {"floor": 0.059, "hf eager": 4.40, "hf static": 2.83, "ORT IO-binding loop": 1.93},
+           "gpt2-xl": {"floor": 0.73, "hf eager": 14.2}}
+CONFIGS = {
+    "eager": dict(backends=("frameworks", "onnxrt"), options={}),
+    "static-graph": dict(backends=("frameworks", "onnxrt"), options=dict(static_cache=True, use_cuda_graph=True)),
+    "compiled": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True)),
+    "autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True, torch_compile=True,
+                                                           compile_mode="max-autotune")),
+    "fused": dict(backends=("frameworks", "onnxrt"), options=dict(static_cache=True, use_cuda_graph=True,
+                                                                  torch_compile=True, fused_decode=True)),
+    "fused-autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True,
+                                                                   torch_compile=True, fused_decode=True,
+                                                                   compile_mode="max-autotune")),
+}
+# (prompt, new tokens) of the offline defaults: their position tables hold 256 (blip-offline's text decoder: 64)
+OFFLINE_LENGTHS = {"BLIP": (16, 40)}
+PROMPT, NEW = 128, 256
+SHAPES = {"gpt2": str(ROOT / "temp/shapes/gpt2"), "gpt2-xl": str(ROOT / "temp/shapes/gpt2-xl")}  # --shapes-dir
+
+
+def models(group: str):
+    """(label, family, torch_dir or None, batches, configs, (prompt, new)) of a group: quick, gpt2 (124M shapes
+    at batch 1 and 8, and the families' offline defaults), xl (gpt2-xl shapes at batch 1), or all."""
+    if group == "quick":
+        return [("gpt2", "GPT2", SHAPES["gpt2"], (1,), ("eager", "static-graph", "compiled"), (PROMPT, NEW))]
+    out = []
+    if group in ("gpt2", "all"):
+        out.append(("gpt2", "GPT2", SHAPES["gpt2"], (1, 8), tuple(CONFIGS), (PROMPT, NEW)))
+        out += offline_defaults(("eager", "static-graph"))
+    if group in ("xl", "all"):
+        out.append(("gpt2-xl", "GPT2", SHAPES["gpt2-xl"], (1,), tuple(CONFIGS), (PROMPT, NEW)))
+    return out
+
+
+def offline_defaults(decoder_configs):
+    def lengths(family):
+        return OFFLINE_LENGTHS.get(family, (64, 64))
+
+    out = [(f"{f} offline default", f, None, (1,), decoder_configs, lengths(f)) for f in ("GPT2", "OPT", "BLOOM")]
+    return out + [(f"{f} offline default", f, None, (1,), ("eager",), lengths(f))  # encoder-decoder caches
+                  for f in ("T5", "BART", "BLIP")]                                # stay dynamic
+
+
+DEVICE = "cuda"  # --device cpu: a smoke test of this script (fp32; the CUDA-graph configurations are refused)
+BACKENDS: tuple[str, ...] | None = None  # --backends: restrict every configuration (e.g. frameworks alone)
+
+
+def backends_of(config) -> tuple[str, ...]:
+    return tuple(b for b in CONFIGS[config]["backends"] if BACKENDS is None or b in BACKENDS)
+
+
+def options(torch_dir, batch, extra, workdir) -> ModelOptions:
+    if DEVICE == "cpu":  # the smoke test: no CUDA graphs, no compilation (minutes on 2 cores)
+        extra = {k: v for k, v in extra.items() if k not in ("use_cuda_graph", "torch_compile", "compile_mode")}
+    return ModelOptions(torch_dir=torch_dir, device=DEVICE, fp16=DEVICE == "cuda", use_cache=True, batch_size=batch,
+                        working_dir=workdir, **extra)
+
+
+def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None, backends=None):
+    prompt, new = lengths or (PROMPT, NEW)
+    hf = config in ("eager", "static-graph") if hf is None else hf
+    backends = backends or backends_of(config)
+    report = benchmark(family, backends, options(torch_dir, batch, CONFIGS[config]["options"], workdir),
+                       SamplingOptions(), TimingOptions(iterations=iterations, warmup=2),
+                       BenchmarkOptions(input_seq_len=prompt, output_seq_len=new, hf_baseline=hf))
+    rows = []
+    for r in report.results:
+        rows.append({"model": label, "batch": batch, "config": config, "backend": r.backend, "prompt": prompt,
+                     "new": new, "prefill_p50_ms": r.prefill_ms.p50, "prefill_p90_ms": r.prefill_ms.p90,
+                     "tpot_p50_ms": r.tpot_ms.p50, "tpot_p90_ms": r.tpot_ms.p90, "tokens_per_s": r.tokens_per_s,
+                     "peak_mib": r.peak_memory_mb, "onnx_max_diff": r.onnx_max_diff, "weight_bytes": r.weight_bytes,
+                     "weights_gb_s": r.weights_gb_s})
+    return rows, report
+
+
+def traced(label, family, torch_dir, config, workdir):
+    """One traced run per backend (synchronised after each token) for the per-token plot."""
+    report = benchmark(family, backends_of(config), options(torch_dir, 1, CONFIGS[config]["options"], workdir),
+                       SamplingOptions(), TimingOptions(iterations=1, warmup=1),
+                       BenchmarkOptions(PROMPT, NEW, plot="/tmp/ignored.png"))
+    return report.results
+
+
+def same_tokens(family, torch_dir, batch, config, workdir, new=128):
+    """Greedy tokens of each backend under `config` against the same backend's static cache without CUDA graph
+    (and compilation), and that against the plain growing cache (same random prompts): the index of the first
+    difference per row, or None when equal. fp16 sums in another order (a full-length masked attention) may
+    flip a near tie on random weights; the graph must replay its uncaptured step exactly."""
+    out = {}
+    gen = torch.Generator().manual_seed(1)
+    for backend in backends_of(config):
+        tokens = []
+        for extra in (CONFIGS[config]["options"], dict(static_cache=True), {}):
+            run = open_run(family, options(torch_dir, batch, extra, workdir), (backend,))
+            ids = torch.randint(0, run.source.config.vocab_size, (batch, PROMPT), generator=gen.manual_seed(1))
+            prompt = Prompt(ids.to(run.device), torch.ones_like(ids).to(run.device))
+            config_ = GenerationConfig(max_new_tokens=new, min_new_tokens=new, pad_token_id=0)
+            with backend_steps(run, backend) as (_, steps):
+                tokens.append(generate_prompt(steps, prompt, config_).sequences[:, PROMPT:].cpu())
+
+        def first(a, b):
+            return [None if (x == y).all() else int((x != y).nonzero()[0]) for x, y in zip(a, b)]
+
+        out[backend] = {"graph_vs_static": first(tokens[0], tokens[1]), "static_vs_plain": first(tokens[1], tokens[2])}
+    return out
+
+
+def step_time(label, family, torch_dir, batch, config, workdir, replays=100, profiled=10) -> dict:
+    """The GPU time of the captured one-token step alone: back-to-back replays of its CUDA graph between two
+    CUDA events (the host launches far faster than the step runs, so this is device time, gaps between the
+    graph's kernels included). TPOT minus this is what the generation loop adds per token. Also the step's
+    kernels from torch.profiler (CUPTI sees the kernels of a replayed graph): count per step and the top 12 by
+    device time. The cache position advances with every replay, so prompt + replays stays below the buffer."""
+    run = open_run(family, options(torch_dir, batch, CONFIGS[config]["options"], workdir), ("frameworks",))
+    with backend_steps(run, "frameworks") as (_, steps):
+        length = PROMPT + NEW
+        assert PROMPT + 1 + 5 + replays + profiled < length
+        ids = torch.randint(0, run.source.config.vocab_size, (batch, PROMPT + 1), device=run.device)
+        positions = torch.arange(PROMPT + 1, device=run.device).expand(batch, -1)
+        mask = torch.ones(batch, PROMPT + 1, dtype=torch.long, device=run.device)
+        slot = steps.new_cache(batch, length)
+        steps.forward(ids[:, :PROMPT], mask[:, :PROMPT], positions[:, :PROMPT], slot, last_only=True)
+        steps.forward(ids[:, PROMPT:], mask, positions[:, PROMPT:], slot, last_only=True)  # captures the step
+        graph = slot.graph
+        for _ in range(5):
+            graph.replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        result = {"model": label, "batch": batch, "config": config, "step_gpu_ms": start.elapsed_time(end) / replays}
+        try:
+            table = kernel_table(graph.replay, profiled)
+            result["kernels_per_step"] = table["kernels_per_step"]
+            result["kernel_us_per_step"] = table["us_per_step"]
+            result["top_kernels"] = [{k: t[k] for k in ("name", "per_step", "us_per_step")} for t in table["top"]]
+        except Exception as exc:  # the timing above stands without the breakdown
+            result["profile_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    return result
+
+
+def table(rows) -> str:
+    from tabulate import tabulate
+
+    keys = ["model", "batch", "config", "backend", "prefill_p50_ms", "prefill_p90_ms", "tpot_p50_ms", "tpot_p90_ms",
+            "tokens_per_s", "weights_gb_s", "peak_mib"]
+    lines = [[r.get(k) for k in keys] if "error" not in r else [r[k] for k in keys[:4]] + [r["error"]] + [""] * 6
+             for r in rows]
+    return tabulate(lines, headers=keys, tablefmt="github", floatfmt=".4g")
+
+
+def autotune_jobs():
+    """This group's jobs in priority order (a cut-off run keeps the first ones): (kind, callable)."""
+    gpt2, xl = SHAPES["gpt2"], SHAPES["gpt2-xl"]
+    jobs = [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "compiled", WORKDIR, 10)),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "autotuned", WORKDIR, 10))]
+    jobs += [("step", lambda c=c: step_time("gpt2", "GPT2", gpt2, 1, c, WORKDIR))
+             for c in ("static-graph", "compiled", "autotuned")]
+    jobs += [("shapes", lambda: make_shapes("gpt2-xl")),
+             ("bench", lambda: bench_rows("gpt2-xl", "GPT2", xl, 1, "autotuned", WORKDIR, 3)),
+             ("bench", lambda: bench_rows("gpt2-xl", "GPT2", xl, 1, "compiled", WORKDIR, 3))]
+    jobs += [("step", lambda c=c: step_time("gpt2-xl", "GPT2", xl, 1, c, WORKDIR)) for c in ("autotuned", "compiled")]
+    jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 8, "autotuned", WORKDIR, 10)),
+             ("check", lambda: {"model": "gpt2", "batch": 1, "config": "autotuned",
+                                "first_difference": same_tokens("GPT2", gpt2, 1, "autotuned", WORKDIR)})]
+    for label, family, _, _, configs, lengths in offline_defaults(("eager", "static-graph")):
+        jobs += [("bench", lambda f=family, c=c, n=lengths, l=label: bench_rows(l, f, None, 1, c, WORKDIR, 3, n, False))
+                 for c in configs]
+    jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", gpt2, 1, "eager", WORKDIR, 5))]  # HF eager anchor
+    return jobs
+
+
+def fused_jobs(shapes: tuple[str, ...] = ("gpt2", "gpt2-xl")):
+    """The fused groups' jobs in priority order: the fused decode step (frameworks compiled + onnxrt fused graph, both
+    in CUDA graphs) against the paths it replaces, in one run on one GPU: GPT-2 124M at batch 1 and 8, gpt2-xl at
+    batch 1; the captured step's GPU time and kernels; the fp16 token check (first difference against the static
+    cache without graphs and against the plain growing cache)."""
+    jobs = [("copy", copy_bandwidth)]
+    if "gpt2" in shapes:
+        g = SHAPES["gpt2"]
+        jobs += [("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
+                 ("step", lambda: step_time("gpt2", "GPT2", g, 1, "fused", WORKDIR)),
+                 ("check", lambda: {"model": "gpt2", "batch": 1, "config": "fused",
+                                    "first_difference": same_tokens("GPT2", g, 1, "fused", WORKDIR)}),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "eager", WORKDIR, 5)),  # + HF eager
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "compiled", WORKDIR, 10)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "static-graph", WORKDIR, 10, backends=("onnxrt",),
+                                              hf=False)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "fused", WORKDIR, 10)),
+                 ("step", lambda: step_time("gpt2", "GPT2", g, 8, "fused", WORKDIR)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "eager", WORKDIR, 5, hf=False)),
+                 ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused-autotuned", WORKDIR, 10))]
+    if "gpt2-xl" in shapes:
+        x = SHAPES["gpt2-xl"]
+        jobs += [("shapes", lambda: make_shapes("gpt2-xl")),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR, 3)),
+                 ("step", lambda: step_time("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR)),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "compiled", WORKDIR, 3)),
+                 ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "eager", WORKDIR, 3)),  # onnxrt export: minutes
+                 ("check", lambda: {"model": "gpt2-xl", "batch": 1, "config": "fused",
+                                    "first_difference": same_tokens("GPT2", x, 1, "fused", WORKDIR, new=64)})]
+    return jobs
+
+
+def final_jobs():
+    """A short re-measure of the fused rows with their baselines in one run (~5 minutes on an H100): GPT-2 124M
+    at batch 1 (+ today's compiled step, the onnxrt growing graph and HF eager) and 8, gpt2-xl at batch 1."""
+    g, x = SHAPES["gpt2"], SHAPES["gpt2-xl"]
+    return [("copy", copy_bandwidth),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "fused", WORKDIR, 10)),
+            ("step", lambda: step_time("gpt2", "GPT2", g, 1, "fused", WORKDIR)),
+            ("check", lambda: {"model": "gpt2", "batch": 1, "config": "fused",
+                               "first_difference": same_tokens("GPT2", g, 1, "fused", WORKDIR)}),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "compiled", WORKDIR, 10)),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 1, "eager", WORKDIR, 5, backends=("onnxrt",))),
+            ("bench", lambda: bench_rows("gpt2", "GPT2", g, 8, "fused", WORKDIR, 10)),
+            ("shapes", lambda: make_shapes("gpt2-xl")),
+            ("bench", lambda: bench_rows("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR, 3)),
+            ("step", lambda: step_time("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR))]
+
+
+def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
+    """The card's measured copy bandwidth (bytes read + bytes written per second, device to device): the floor
+    a decode step is held against (weight bytes / this)."""
+    src = torch.randn(gib * 2**28, device=DEVICE)  # float32: gib GiB
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    nbytes = 2 * src.numel() * src.element_size()
+    return {"copy_tb_s_median": nbytes / times[len(times) // 2] / 1e12, "copy_tb_s_best": nbytes / times[0] / 1e12,
+            "bytes_moved": nbytes}
+
+
+def make_shapes(shape: str) -> dict:
+    """The shapes model's folder, made (in a child process: gpt2-xl's weights leave with it) unless it is there."""
+    import subprocess
+
+    if (Path(SHAPES[shape]) / "config.json").is_file():
+        return {"found": shape}
+    subprocess.run([sys.executable, str(ROOT / "tools/assets/make_shapes_model.py"), shape, SHAPES[shape]], check=True,
+                   capture_output=True)
+    return {"made": shape}
+
+
+# shapes made before a group starts (the job groups make gpt2-xl as a job of their own, after the GPT-2 rows)
+UPFRONT_SHAPES = {"quick": ("gpt2",), "gpt2": ("gpt2",), "xl": ("gpt2-xl",), "all": ("gpt2", "gpt2-xl"),
+                  "autotune": ("gpt2",), "fused": ("gpt2",), "fused-gpt2": ("gpt2",), "fused-xl": (),
+                  "fused-final": ("gpt2",)}
+
+
+WORKDIR = "/tmp/wd"
+
+
+def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
+    """Run each job, record its rows (or its error), rewrite the JSON and table after every one; start no job
+    once `deadline` seconds have passed (a caller's time limit would otherwise kill the run before its summary)."""
+    doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
+           "new_tokens": NEW, "rows": [], "step_times": [], "token_checks": [], "log": []}
+    started = time.time()
+
+    def save():
+        doc["seconds"] = time.time() - started
+        (out / f"speed-{name}.json").write_text(json.dumps(doc, indent=1, default=str))
+        steps = "\n".join(json.dumps({k: v for k, v in s.items() if k != "top_kernels"}) for s in doc["step_times"])
+        (out / f"speed-{name}.md").write_text(table(doc["rows"]) + "\n\nstep times:\n" + steps +
+                                               "\n\ntoken checks:\n" + "\n".join(map(json.dumps, doc["token_checks"])))
+
+    for kind, job in jobs:
+        t0 = time.time()
+        if kind in ("step", "copy") and DEVICE != "cuda":
+            continue  # replays a CUDA graph / times with CUDA events
+        if t0 - started > deadline:
+            doc["log"].append({"job": kind, "seconds": 0, "status": "skipped: past the deadline"})
+            continue
+        try:
+            got = job()
+            if kind == "bench":
+                doc["rows"] += got[0]
+            elif kind == "step":
+                doc["step_times"].append(got)
+            elif kind == "check":
+                doc["token_checks"].append(got)
+            elif kind == "copy":
+                doc["copy_bandwidth"] = got
+            status = "ok"
+        except Exception as exc:  # one failed job must not hide the others
+            traceback.print_exc()
+            status = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        doc["log"].append({"job": kind, "seconds": round(time.time() - t0, 1), "status": status})
+        print(f"[{time.time() - started:6.0f}s] {kind}: {time.time() - t0:.0f}s {status}", flush=True)
+        save()
+    save()
+    print((out / f"speed-{name}.md").read_text())
+    for s in doc["step_times"]:
+        print(f"\n{s['model']} b{s['batch']} {s['config']}: step {s['step_gpu_ms']:.4f} ms, "
+              f"{s.get('kernels_per_step')} kernels, {s.get('kernel_us_per_step')} us in kernels")
+        for k in s.get("top_kernels", []):
+            print(f"  {k['us_per_step']:8.1f} us  x{k['per_step']:.0f}  {k['name']}")
+
+
+def main() -> None:
+    global DEVICE, PROMPT, NEW, BACKENDS, WORKDIR
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench",
+                        help="folder for speed-GROUP.json, .md and the plots (default temp/bench)")
+    parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
+                                            "fused-xl", "fused-final"), default="all")
+    parser.add_argument("--workdir", default="/tmp/wd")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
+    parser.add_argument("--deadline", type=float, default=330,
+                        help="autotune and fused groups: start no job after this many seconds")
+    parser.add_argument("--prompt", type=int, default=PROMPT)
+    parser.add_argument("--new", type=int, default=NEW)
+    parser.add_argument("--shapes-dir", type=Path, default=ROOT / "temp" / "shapes",
+                        help="where the shapes models are (made when missing; default temp/shapes)")
+    parser.add_argument("--gpt2-dir", help="GPT-2 124M shapes folder (default SHAPES_DIR/gpt2)")
+    args = parser.parse_args()
+    DEVICE, PROMPT, NEW, WORKDIR = args.device, args.prompt, args.new, args.workdir
+    BACKENDS = tuple(args.backends) if args.backends else None
+    SHAPES.update({shape: str(args.shapes_dir / shape) for shape in SHAPES})
+    SHAPES["gpt2"] = args.gpt2_dir or SHAPES["gpt2"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    for shape in UPFRONT_SHAPES[args.group]:
+        make_shapes(shape)
+    if args.group == "autotune":
+        BACKENDS = ("frameworks",)
+        return run_jobs(args.out, autotune_jobs(), args.deadline)
+    if args.group == "fused-final":
+        return run_jobs(args.out, final_jobs(), args.deadline, args.group)
+    if args.group.startswith("fused"):
+        shapes = {"fused": ("gpt2", "gpt2-xl"), "fused-gpt2": ("gpt2",), "fused-xl": ("gpt2-xl",)}[args.group]
+        return run_jobs(args.out, fused_jobs(shapes), args.deadline, args.group)
+    rows, checks, plots = [], [], {}
+    started = time.time()
+    for label, family, torch_dir, batches, configs, lengths in models(args.group):
+        for batch in batches:
+            for config in configs:
+                t0 = time.time()
+                try:
+                    got, _ = bench_rows(label, family, torch_dir, batch, config, args.workdir,
+                                        iterations=10 if label == "gpt2" else 3, lengths=lengths)
+                    rows += got
+                except Exception as exc:  # one failed configuration must not hide the others
+                    traceback.print_exc()
+                    rows.append({"model": label, "batch": batch, "config": config, "backend": "-",
+                                 "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"})
+                print(f"[{time.time() - started:6.0f}s] {label} b{batch} {config}: {time.time() - t0:.0f}s", flush=True)
+                if config != "eager" and torch_dir and batch in (1, 8) and "xl" not in label:
+                    try:
+                        checks.append({"model": label, "batch": batch, "config": config,
+                                       "first_difference": same_tokens(family, torch_dir, batch, config, args.workdir)})
+                    except Exception as exc:
+                        traceback.print_exc()
+                        checks.append({"model": label, "batch": batch, "config": config, "error": str(exc)[:200]})
+        if torch_dir:  # per-token latency against sequence length, every configuration, batch 1
+            results = []
+            for config in configs:
+                try:
+                    for r in traced(label, family, torch_dir, config, args.workdir):
+                        results.append(dataclasses.replace(r, backend=f"{r.backend} ({config})"))
+                except Exception:
+                    traceback.print_exc()
+            name = f"per_token_{label}_b1.png"
+            plot_per_token(results, PROMPT, str(args.out / name),
+                           f"{label} shapes, fp16, batch 1, prompt {PROMPT}: per-token latency (one traced run each)")
+            plots[label] = name
+    doc = {"environment": environment(torch.device(DEVICE)), "anchors_per_token_ms": ANCHORS, "prompt": PROMPT,
+           "new_tokens": NEW, "rows": rows, "token_checks": checks, "plots": plots,
+           "seconds": time.time() - started}
+    (args.out / f"speed-{args.group}.json").write_text(json.dumps(doc, indent=1, default=str))
+    text = table(rows) + "\n\ntoken checks (first differing new-token index per row; None = identical):\n" + \
+        "\n".join(json.dumps(c) for c in checks) + "\n"
+    (args.out / f"speed-{args.group}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
