@@ -1,4 +1,4 @@
-"""BART on PyTorch: its task's frameworks backend."""
-from BART.config import FAMILY
+"""BART on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks")
+BACKEND = BackendFacts()

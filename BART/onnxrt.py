@@ -1,5 +1,5 @@
-"""BART on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from BART.config import FAMILY
+"""BART on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
 from BART.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,5 +1,5 @@
-"""BART on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
-from BART.config import FAMILY
+"""BART on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from BART.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

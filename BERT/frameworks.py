@@ -1,5 +1,5 @@
-"""BERT family on PyTorch: its task's frameworks backend with this family's export facts."""
-from BERT.config import FAMILY
+"""BERT on PyTorch: this family's export facts (the kind's adapter does the rest)."""
 from BERT.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,5 +1,5 @@
-"""BERT family on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from BERT.config import FAMILY
+"""BERT on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
 from BERT.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,5 +1,5 @@
-"""BERT family on TensorRT: its task's trt backend with this family's export facts."""
-from BERT.config import FAMILY
+"""BERT on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from BERT.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,4 +1,4 @@
-"""BLIP on PyTorch: its task's frameworks backend."""
-from BLIP.config import FAMILY
+"""BLIP on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks")
+BACKEND = BackendFacts()

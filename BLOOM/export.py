@@ -1,4 +1,4 @@
-"""BLOOM export facts: the shared decoder export (NNDF.backends.onnx_export) needs nothing family-specific."""
+"""BLOOM export facts: the decoder-only kind's export (CausalLM/export.py) needs nothing family-specific."""
 from NNDF.backends.onnx_export import ExportSpec
 
 EXPORT = ExportSpec()

@@ -1,4 +1,4 @@
-"""BLOOM on PyTorch: its task's frameworks backend."""
-from BLOOM.config import FAMILY
+"""BLOOM on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks")
+BACKEND = BackendFacts()

@@ -1,5 +1,5 @@
-"""BLOOM on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from BLOOM.config import FAMILY
+"""BLOOM on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
 from BLOOM.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,5 +1,5 @@
-"""BLOOM on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
-from BLOOM.config import FAMILY
+"""BLOOM on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from BLOOM.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

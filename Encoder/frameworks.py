@@ -1,4 +1,4 @@
-"""The `frameworks` backend for encoder models: `Encoder.model.EncoderHead` in PyTorch (eager), optionally
+"""The encoder kind on PyTorch: `Encoder.model.EncoderHead` (eager), optionally
 compiled by `torch.compile` (`--torch-compile`, `--compile-mode`) and replayed from a CUDA graph
 (`--use-cuda-graph`: one graph per input shape, captured on first use after a warm-up on a side stream; the
 inputs are copied into the graph's fixed buffers and the output buffer is returned, valid until the next call).
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from NNDF.backends.frameworks import FrameworksBackend
+from NNDF.backends.frameworks import FrameworksBackend, TorchAdapter
 from NNDF.backends.torch_steps import compile_step
 from NNDF.errors import UsageError
 
@@ -58,8 +58,8 @@ class TorchEncoderSteps:
         self.graphs.clear()
 
 
-class EncoderFrameworksBackend(FrameworksBackend):
-    def setup(self, run):
+class EncoderTorch(TorchAdapter):
+    def steps(self, backend: FrameworksBackend, run) -> TorchEncoderSteps:
         from Encoder.model import encoder_head
 
         options = run.options

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from Encoder.task import Head, Pooling
+from Encoder.heads import Head, Pooling
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, pooling: Pooling) -> torch.Tensor:

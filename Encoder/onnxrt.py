@@ -1,5 +1,4 @@
-"""The `onnxrt` backend for encoder models, and the encoder's ONNX artifacts (the `trt` backend builds from the
-plain one).
+"""The encoder kind on ONNX Runtime: its ONNX artifacts (the `trt` backend builds engines from the plain one).
 
 - `EncoderOnnx`: `encoder-<task>-<precision>/encoder.onnx`, the plain export (`Encoder/export.py`), validated
   against PyTorch; the user's `--encoder-onnx` file instead when given (checked against the model and head).
@@ -18,7 +17,6 @@ from Encoder.export import (PREPARE, RECIPE, VALIDATION_TEXTS, encoder_mismatch,
                             optimize_for_ort, validate_encoder)
 from Encoder.ort_steps import OrtEncoderSteps
 from NNDF.backends.onnx_artifact import VALIDATION, OnnxArtifact
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.backends.ort_options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
@@ -72,6 +70,10 @@ class EncoderOnnx(OnnxArtifact):
         text (per token for token classification)."""
         out = steps.forward(self.task.encode(run, list(VALIDATION_TEXTS)).inputs)
         return out.reshape(-1, out.shape[-1]).float().cpu()
+
+    def check_options(self, run: RunContext) -> None:
+        """Nothing to refuse: an encoder's one forward pass has fixed shapes per input shape, so CUDA graphs need
+        no static cache (one graph per shape), and --torch-compile concerns the frameworks backend."""
 
     def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
         sig = onnx_signature(path)
@@ -130,10 +132,3 @@ class OrtEncoderOnnx(EncoderOnnx):
         return {"max_abs_diff_vs_pytorch": self.check(encoder_head(run), run, {"encoder": out}),
                 "fused_operators": fused}
 
-
-class EncoderOnnxRuntimeBackend(OnnxRuntimeBackend):
-    artifact = OrtEncoderOnnx
-
-    def check_options(self, run: RunContext) -> None:
-        """Nothing to refuse: an encoder's one forward pass has fixed shapes per input shape, so CUDA graphs need
-        no static cache (one graph per shape), and --torch-compile concerns the frameworks backend."""

@@ -18,41 +18,11 @@ from functools import lru_cache
 
 import torch
 
+from Encoder.heads import HEADS, Head, Pooling  # noqa: F401 (Head: this kind's API)
 from NNDF.errors import ModelLoadError, UsageError
 from NNDF.tasks import Task
 
 HUGE = 10 ** 6  # tokenizers without a length limit report a huge `model_max_length`
-
-
-@dataclass(frozen=True)
-class Head:
-    """What a run computes on top of the encoder."""
-
-    name: str  # the --task spelling
-    auto_class: str  # the transformers class that loads the encoder with this head
-    architecture: str | None  # suffix of `config.architectures` entries that carry the head (None: any encoder)
-    per_token: bool = False  # one output row per token (token classification)
-
-    @property
-    def output(self) -> str:
-        """The graph's output name (every backend's)."""
-        return "logits" if self.architecture else "embeddings"
-
-
-HEADS = {h.name: h for h in (
-    Head("feature-extraction", "AutoModel", None),
-    Head("text-classification", "AutoModelForSequenceClassification", "ForSequenceClassification"),
-    Head("token-classification", "AutoModelForTokenClassification", "ForTokenClassification", per_token=True),
-)}
-
-
-@dataclass(frozen=True)
-class Pooling:
-    """Sentence-embedding pooling: over the tokens the mask keeps (mean or max), or the first token (cls)."""
-
-    mode: str = "mean"  # mean | cls | max
-    normalize: bool = False  # L2-normalize the pooled vector (sentence-transformers' Normalize module)
-    declared_by: str = "plain mean pooling (no sentence-transformers modules.json)"
 
 
 _POOLING_FLAGS = {"pooling_mode_mean_tokens": "mean", "pooling_mode_cls_token": "cls", "pooling_mode_max_tokens": "max"}
@@ -118,10 +88,10 @@ class TextEncoder(Task):
     auto_class = "AutoModel"  # the feature-extraction head's; `model_class` picks per checkpoint
     padding_side = "right"
     static_cache_refusal = "encoder models have no KV cache"
-    backends = {"frameworks": "Encoder.frameworks:EncoderFrameworksBackend",
-                "onnxrt": "Encoder.onnxrt:EncoderOnnxRuntimeBackend",
-                "trt": "Encoder.trt:EncoderTensorRTBackend",
-                "triton": "Encoder.triton.client:TritonEncoderBackend"}
+    adapters = {"frameworks": "Encoder.frameworks:EncoderTorch",
+                "onnxrt": "Encoder.onnxrt:OrtEncoderOnnx",
+                "trt": "Encoder.trt:EncoderTrt",
+                "triton": "Encoder.triton.client:EncoderTriton"}
     actions = {"predict": "Encoder.actions.predict:predict",
                "benchmark": "Encoder.actions.benchmark:benchmark",
                "accuracy": "Encoder.actions.accuracy:accuracy",

@@ -1,4 +1,4 @@
-"""The `trt` backend for encoder models: one engine built from the PLAIN encoder export (`EncoderOnnx`; ONNX
+"""The encoder kind on TensorRT: one engine built from the PLAIN encoder export (`EncoderOnnx`; ONNX
 Runtime's fused contrib operators mean nothing to TensorRT), with one optimization profile over every input:
 
     input_ids, attention_mask[, token_type_ids]   [batch (min, opt, max), sequence (min, opt, max)]
@@ -9,8 +9,8 @@ Runtime's fused contrib operators mean nothing to TensorRT), with one optimizati
   The run's length is the benchmark's `--input-seq-len` where the action hands the run its `BenchmarkOptions`,
   else the benchmark's default (128), capped at the limit.
 
-The engine cache, fingerprints (which include these profiles), builds and loading are the shared
-`NNDF/backends/trt.py`; this module computes the shapes (pure Python, tested without TensorRT), names the engine
+The engine cache, fingerprints (which include these profiles), builds and loading are the `trt` backend's
+(`NNDF/backends/trt.py`); this adapter computes the shapes (pure Python, tested without TensorRT), names the engine
 as the decoder engines are named (model, variant, task, precision, batch, sequence, postfix), checks a user's
 `--encoder-engine` against the model and head, and runs `TrtEncoderSteps`.
 """
@@ -22,7 +22,7 @@ from Encoder.export import encoder_mismatch
 from Encoder.onnxrt import EncoderOnnx
 from Encoder.trt_steps import EncoderShapes, TrtEncoderSteps
 from NNDF.artifacts import safe_name
-from NNDF.backends.trt import TensorRTBackend
+from NNDF.backends.trt import TrtAdapter
 from NNDF.backends.trt_options import TRTOptions
 from NNDF.backends.trt_profiles import Profile, Range, two_d
 from NNDF.context import RunContext
@@ -83,10 +83,10 @@ def encoder_engine_name(family: str, variant: str, task: str, options: ModelOpti
     return safe_name("engine-" + "-".join(parts + ([trt.engine_postfix] if trt.engine_postfix else [])))
 
 
-class EncoderTensorRTBackend(TensorRTBackend):
+class EncoderTrt(TrtAdapter):
     artifact = EncoderOnnx  # the plain export
 
-    def _shapes(self, run: RunContext) -> EncoderShapes:
+    def shapes(self, run: RunContext) -> EncoderShapes:
         length = run.options_of(BenchmarkOptions).input_seq_len
         return encoder_shapes(run.options, run.options_of(TRTOptions), self.task.max_length(run), length)
 

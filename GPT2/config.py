@@ -10,7 +10,7 @@ from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
 from NNDF.offline import SHARED_TOKENIZERS, decoder_token_ids
-from NNDF.tasks import CAUSAL_LM
+from CausalLM.task import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
 # GPT-2 `activation_function` values the fused decode paths implement -> F.gelu's `approximate` ("tanh": the

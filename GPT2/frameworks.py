@@ -1,5 +1,5 @@
-"""GPT2 on PyTorch: its task's frameworks backend, with the fused decode step of GPT-2 proper (`--fused-decode`;
-GPT-Neo, GPT-NeoX and GPT-J have none)."""
-from GPT2.config import FAMILY
+"""GPT2 on PyTorch: the fused decode step of GPT-2 proper (`--fused-decode`; GPT-Neo, GPT-NeoX and GPT-J
+have none). The kind's adapter (CausalLM/) does the rest."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks").with_fused_decode({"gpt2": "GPT2.fused_decode:FusedGPT2Step"})
+BACKEND = BackendFacts(fused={"gpt2": "GPT2.fused_decode:FusedGPT2Step"})

@@ -1,5 +1,6 @@
-"""GPT2 on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from GPT2.config import FAMILY
-from GPT2.export import EXPORT
+"""GPT2 on ONNX Runtime: this family's export facts and its fused decode graph (`--fused-decode`,
+GPT-2 proper: GPT2/export.py's `FUSED_DECODE`). The kind's adapter (CausalLM/) does the rest."""
+from GPT2.export import EXPORT, FUSED_DECODE
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT, fused=FUSED_DECODE)

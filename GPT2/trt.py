@@ -1,5 +1,5 @@
-"""GPT2 on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
-from GPT2.config import FAMILY
+"""GPT2 on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from GPT2.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,18 +1,19 @@
 """What a model family declares about itself: variants, accepted architectures, its offline default.
 
 A family package (GPT2/, OPT/, BLOOM/, T5/, ...) builds one `Family` in its `config.py`. Shared code reads these
-fields and never tests a family's name. `task` (NNDF/tasks.py, Seq2Seq/task.py) says how the kind of model is
-loaded, prompted and scored; the family's backend modules bind it to the shared implementation of its kind.
+fields and never tests a family's name. `task` (CausalLM/task.py, Seq2Seq/task.py, ...) says how the kind of model
+is loaded, prompted and scored; each of the family's backend modules (`<family>/onnxrt.py`, ...) declares a
+`BackendFacts`: what the family adds on that backend. `NNDF.registry` binds the three.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from NNDF.model_config import ConfigNames
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the registry reads families for `--help` without importing torch
     from NNDF.tasks import Task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,3 +89,14 @@ class Family:
     def kind(self) -> str:
         """The task's label ("decoder", "seq2seq", ...), for messages and listings."""
         return self.task.kind
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """What a family adds to one backend (its `<family>/<backend>.py` module's `BACKEND`): its export facts and
+    its fused decode implementations. Strings are "module:attribute" targets that `NNDF.registry` loads."""
+
+    spec: object = None  # the family's `NNDF.backends.onnx_export.ExportSpec` (None: the defaults)
+    # HF model type -> "module:attribute" of the family's fused decode implementation on this backend (a torch
+    # step for frameworks, `--fused-decode`; a `FusedBuilder` of a fused graph for onnxrt)
+    fused: Mapping[str, str] = field(default_factory=dict)

@@ -3,8 +3,8 @@ prompts become model inputs, how a text is scored by teacher forcing.
 
 `Task` is the contract every kind keeps; a family declares its task (`Family.task`) and the CLI, actions, model
 loading and backends ask the task instead of testing the family. `GenerativeTask` adds what the shared
-generation loop and the generative actions need. `CausalLM` (decoder-only) lives here;
-`Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the backend through
+generation loop and the generative actions need. Kinds are packages of their own: `CausalLM.task.CausalLM`
+(decoder-only), `Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the backend through
 `steps.start`; `Vision2Seq.task.ImageToText` reads images with that encoder; `Encoder.task.TextEncoder`
 (embeddings, classification) generates nothing and brings its own implementations of the actions (`actions`).
 """
@@ -36,14 +36,16 @@ class Prompt:
 
 class Task(ABC):
     """How a kind of model is loaded, which parts it exports, which backend classes serve it and which actions it
-    runs. One instance per kind (`CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, `Encoder.task.TEXT_ENCODER`, ...); a
-    family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
+    runs. One instance per kind (`CausalLM.task.CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, `Encoder.task.TEXT_ENCODER`,
+    ...); a family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
 
     kind: ClassVar[str]  # a label for messages and `list` (shared code never compares it)
     auto_class: ClassVar[str]  # the transformers class that loads the model (see `model_class`)
     padding_side: ClassVar[str]  # where padding goes in a batch of inputs
     static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
-    backends: ClassVar[dict[str, str]] = {}  # backend name -> "module:Class" specialised for this kind
+    # backend name -> "module:Class" of this kind's adapter there (what it exports, validates and runs; see
+    # `NNDF.backends.base.Adapter`), loaded by `NNDF.registry`
+    adapters: ClassVar[dict[str, str]] = {}
     # action name -> "module:function" this kind runs instead of the action's shared function (NNDF.actions)
     actions: ClassVar[dict[str, str]] = {}
     # action name -> why this kind does not run it, and what to use instead (one line)
@@ -65,15 +67,6 @@ class Task(ABC):
     def refusal(self, action) -> str:
         """One line: why this kind does not run `action`, and what to use instead."""
         return self.refused_actions.get(action.name, f"{action.name} does not apply to {self.kind} models")
-
-    def backend(self, name: str, spec=None):
-        """The backend `name` bound to this task and a family's `ExportSpec`: the class this task names for it,
-        else the registry's (`NNDF.registry.BACKENDS`). A family module binds it: `BACKEND = task.backend(...)`."""
-        from NNDF import registry
-
-        target = self.backends.get(name)
-        cls = registry.load(target) if target else registry.backend_class(name)
-        return cls(self, spec)
 
     @abstractmethod
     def parts(self, use_cache: bool) -> tuple[str, ...]:
@@ -172,50 +165,6 @@ class TextItems:
         return self.teacher_force(run, steps, self.passage_ids(run.tokenizer, item), target)
 
 
-class CausalLM(TextItems, GenerativeTask):
-    """Decoder-only language models: the prompt is the decoder's input."""
-
-    kind = "decoder"
-    auto_class = "AutoModelForCausalLM"
-    padding_side = "left"  # new tokens follow the last real token of every row
-    one_stream = True
-
-    def parts(self, use_cache: bool) -> tuple[str, ...]:
-        return ("decoder",)
-
-    def hf_generate_inputs(self, run, prompt: Prompt) -> dict:
-        return {"input_ids": prompt.input_ids, "attention_mask": prompt.attention_mask,
-                "pad_token_id": self.special_ids(run)[1]}
-
-    def prompts(self, run, texts: list[str]) -> Prompt:
-        """Left-padded ids and mask; padding requires --use-mask (without a mask it would be wrong)."""
-        ids, mask = tokenize(run, texts)
-        return Prompt(ids, mask)
-
-    def length_problem(self, run, prompt: int, new: int) -> str | None:
-        """Prompt and generation share the decoder's positions."""
-        return shared_positions_problem(run, prompt, new)
-
-    def random_prompt(self, run, batch: int, length: int, generator: torch.Generator) -> Prompt:
-        ids = torch.randint(0, run.source.dims.vocab, (batch, length), generator=generator).to(run.device)
-        return Prompt(ids, torch.ones_like(ids))
-
-    def passage_ids(self, tokenizer, text: str) -> list[int]:
-        """A text's ids as the model reads a context (with the tokenizer's specials, e.g. a leading BOS)."""
-        return tokenizer(text)["input_ids"]
-
-    def split_passage(self, ids: list[int], k: int, eos: int | None) -> tuple[list[int], list[int], slice]:
-        """One pass scores every token after the first."""
-        return ids[:1], ids[1:], slice(len(ids) - 1 - k, None)
-
-    def teacher_force(self, run, steps, context: list[int], target: list[int]) -> torch.Tensor:
-        """One forward pass over context + target, no sampling."""
-        x = torch.tensor([context + target], device=steps.device)
-        mask = torch.ones_like(x)
-        logits, _ = steps.forward(x, mask, position_ids_from_mask(mask), steps.new_cache(1, x.shape[1]))
-        return torch.log_softmax(logits[0, len(context) - 1: -1].float(), dim=-1)
-
-
 def shared_positions_problem(run, prompt: int, new: int) -> str | None:
     """Why a prompt and its generation, which share one decoder's position table, do not fit it (None: they do)."""
     limit = run.source.dims.positions
@@ -246,5 +195,3 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
             return full[:start], full[start + len(bare):]
     raise ValueError("the tokenizer's special tokens could not be located")  # internal: tokenizers keep the text
 
-
-CAUSAL_LM = CausalLM()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from NNDF.family import Family, RandomWeights, Variant
 from NNDF.offline import SHARED_TOKENIZERS, decoder_token_ids
-from NNDF.tasks import CAUSAL_LM
+from CausalLM.task import CAUSAL_LM
 
 HERE = Path(__file__).resolve().parent
 BPE_TOKENIZER_DIR = SHARED_TOKENIZERS / "byte-bpe"

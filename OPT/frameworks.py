@@ -1,4 +1,4 @@
-"""OPT on PyTorch: its task's frameworks backend."""
-from OPT.config import FAMILY
+"""OPT on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks")
+BACKEND = BackendFacts()

@@ -1,5 +1,5 @@
-"""OPT on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from OPT.config import FAMILY
+"""OPT on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
 from OPT.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

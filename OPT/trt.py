@@ -1,5 +1,5 @@
-"""OPT on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
-from OPT.config import FAMILY
+"""OPT on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from OPT.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

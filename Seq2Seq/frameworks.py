@@ -1,12 +1,12 @@
-"""The `frameworks` backend for encoder-decoder models: HF PyTorch behind `Seq2SeqTorchSteps`."""
+"""The encoder-decoder kind on PyTorch: the HF model behind `Seq2SeqTorchSteps`."""
 from __future__ import annotations
 
-from NNDF.backends.frameworks import FrameworksBackend
+from NNDF.backends.frameworks import FrameworksBackend, TorchAdapter
 from NNDF.context import RunContext
 
 
-class Seq2SeqFrameworksBackend(FrameworksBackend):
-    def setup(self, run: RunContext):
+class Seq2SeqTorch(TorchAdapter):
+    def steps(self, backend: FrameworksBackend, run: RunContext):
         from Seq2Seq.torch_steps import Seq2SeqTorchSteps
 
         return Seq2SeqTorchSteps(self.model(run), run.options.use_cache)

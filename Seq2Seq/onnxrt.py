@@ -1,10 +1,9 @@
-"""The `onnxrt` backend for encoder-decoder models: the three-graph artifact (`Seq2SeqOnnx`) on ONNX Runtime."""
+"""The encoder-decoder kind on ONNX Runtime (and what its engines are built from): the three-graph artifact."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from NNDF.backends.onnx_artifact import OnnxArtifact
-from NNDF.backends.onnxrt import OnnxRuntimeBackend
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import export_seq2seq, validate
@@ -25,6 +24,3 @@ class Seq2SeqOnnx(OnnxArtifact):
     def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
         return validate(model, lambda: self.steps(run, paths), run.options.use_cache, self.spec, run.options.fp16)
 
-
-class Seq2SeqOnnxRuntimeBackend(OnnxRuntimeBackend):
-    artifact = Seq2SeqOnnx

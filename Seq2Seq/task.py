@@ -19,9 +19,10 @@ class Seq2SeqLM(TextItems, GenerativeTask):
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
     static_cache_refusal = "its encoder-decoder caches stay dynamic"
-    backends = {"frameworks": "Seq2Seq.frameworks:Seq2SeqFrameworksBackend",
-                "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnxRuntimeBackend",
-                "trt": "Seq2Seq.trt:Seq2SeqTensorRTBackend"}
+    adapters = {"frameworks": "Seq2Seq.frameworks:Seq2SeqTorch",
+                "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
+                "trt": "Seq2Seq.trt:Seq2SeqTrt",
+                "triton": "NNDF.triton.backend:GenerativeTriton"}
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned

@@ -1,7 +1,7 @@
-"""The `trt` backend for encoder-decoder models: encoder, decoder and cross-attention cache-generator engines.
+"""The encoder-decoder kind on TensorRT: encoder, decoder and cross-attention cache-generator engines.
 
-The shared engine cache, fingerprints, build and load live in `NNDF/backends/trt.py`; this module says what
-differs: one set of optimization profiles per part and `Seq2SeqTrtSteps` over the three engines.
+The engine cache, fingerprints, build and load are the `trt` backend's (`NNDF/backends/trt.py`); this adapter
+says what the kind adds: one set of optimization profiles per part and `Seq2SeqTrtSteps` over the three engines.
 
     encoder:          input_ids / attention_mask [batch, 1..max_input] (or pixel_values [batch, 3, H, W])
     cache_generator:  encoder_hidden_states [batch, 1..max_input, hidden]
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from NNDF.backends.trt import TensorRTBackend
+from NNDF.backends.trt import TrtAdapter
 from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
 from Seq2Seq.onnxrt import Seq2SeqOnnx
@@ -66,7 +66,7 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
     return profiles
 
 
-class Seq2SeqTensorRTBackend(TensorRTBackend):
+class Seq2SeqTrt(TrtAdapter):
     artifact = Seq2SeqOnnx
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:

@@ -1,4 +1,4 @@
-"""T5 on PyTorch: its task's frameworks backend."""
-from T5.config import FAMILY
+"""T5 on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("frameworks")
+BACKEND = BackendFacts()

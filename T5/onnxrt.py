@@ -1,5 +1,5 @@
-"""T5 on ONNX Runtime: its task's onnxrt backend with this family's export facts."""
-from T5.config import FAMILY
+"""T5 on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
 from T5.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("onnxrt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

@@ -1,5 +1,5 @@
-"""T5 on TensorRT: its task's engines (built from the ONNX export) with this family's export facts."""
-from T5.config import FAMILY
+"""T5 on TensorRT: this family's export facts (the kind's adapter does the rest)."""
 from T5.export import EXPORT
+from NNDF.family import BackendFacts
 
-BACKEND = FAMILY.task.backend("trt", EXPORT)
+BACKEND = BackendFacts(EXPORT)

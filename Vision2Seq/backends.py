@@ -1,5 +1,5 @@
-"""The three backends for image-to-text models, built on Seq2Seq's: the same steps, export and engines over the
-`ImageTextAdapter`, with the vision encoder reading `pixel_values` instead of token ids."""
+"""The image-to-text kind's adapters for the three in-process backends, built on Seq2Seq's: the same steps, export
+and engines over the `ImageTextAdapter`, with the vision encoder reading `pixel_values` instead of token ids."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,10 +10,10 @@ from NNDF.backends.trt_profiles import EngineShapes, seq_range
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
-from Seq2Seq.frameworks import Seq2SeqFrameworksBackend
-from Seq2Seq.onnxrt import Seq2SeqOnnx, Seq2SeqOnnxRuntimeBackend
+from Seq2Seq.frameworks import Seq2SeqTorch
+from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.ort_steps import Seq2SeqOrtSteps
-from Seq2Seq.trt import Seq2SeqTensorRTBackend, graph_dims, seq2seq_profiles
+from Seq2Seq.trt import Seq2SeqTrt, graph_dims, seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.model import ImageTextAdapter
 
@@ -29,7 +29,7 @@ def _pixels_example(model, gen) -> dict:
 IMAGE_ENCODER = EncoderInputs(("pixel_values",), (("batch", None, None, None),), _pixels_example)
 
 
-class ImageTextFrameworksBackend(Seq2SeqFrameworksBackend):
+class ImageTextTorch(Seq2SeqTorch):
     def model(self, run: RunContext):
         return ImageTextAdapter(run.torch_model())
 
@@ -61,7 +61,7 @@ class ImageTextOnnx(Seq2SeqOnnx):
         return torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1]).cpu()
 
 
-class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
+class ImageTextTrt(Seq2SeqTrt):
     """Vision-encoder, decoder and cache-generator engines; the first decoder step takes the text prompt."""
 
     artifact = ImageTextOnnx
@@ -75,6 +75,3 @@ class ImageTextTensorRTBackend(Seq2SeqTensorRTBackend):
         return Seq2SeqTrtSteps(ios, run.device, run.options.use_cache, shapes.rows.max, shapes.max_input,
                                shapes.max_total)
 
-
-class ImageTextOnnxRuntimeBackend(Seq2SeqOnnxRuntimeBackend):
-    artifact = ImageTextOnnx

@@ -68,9 +68,10 @@ class ImageToText(Seq2SeqLM):
     auto_class = "AutoModelForImageTextToText"
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
-    backends = {"frameworks": "Vision2Seq.backends:ImageTextFrameworksBackend",
-                "onnxrt": "Vision2Seq.backends:ImageTextOnnxRuntimeBackend",
-                "trt": "Vision2Seq.backends:ImageTextTensorRTBackend"}
+    adapters = {"frameworks": "Vision2Seq.backends:ImageTextTorch",
+                "onnxrt": "Vision2Seq.backends:ImageTextOnnx",
+                "trt": "Vision2Seq.backends:ImageTextTrt",
+                "triton": "NNDF.triton.backend:GenerativeTriton"}
 
     def items(self, options, texts: tuple) -> list[ImagePrompt]:
         """--image files (checked here, before anything loads) with each --prompt text."""

@@ -40,7 +40,7 @@ def _context(family: str, workdir, **options):
 
 def _export(family: str, workdir, **options) -> Path:
     """The family's decoder export in the session working dir (made once, shared with other tests)."""
-    from NNDF.backends.onnx_artifact import DecoderOnnx
+    from CausalLM.onnxrt import DecoderOnnx
 
     run = _context(family, workdir, **options)
     return DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec, run.family.task).path(run)[0]

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from NNDF.backends import onnx_export
-from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
+from CausalLM.export import export_decoder, validate
+from NNDF.backends.onnx_export import ExportSpec
 from NNDF.backends.ort_steps import OrtSteps
 from NNDF.offline import redraw_weights
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from NNDF.backends.trt_profiles import decoder_profiles, engine_name, engine_shapes, model_positions
+from CausalLM.trt import decoder_profiles
+from NNDF.backends.trt_profiles import engine_name, engine_shapes, model_positions
 from NNDF.backends.trt_steps import KVBuffers
 from NNDF.errors import UsageError
 from NNDF.backends.trt_options import TRTOptions
@@ -170,7 +171,7 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, cache, workdir):
     bound step, equals HF generate: the binding shapes, buffer views and beam reordering are right."""
     from NNDF import registry
     from NNDF.actions.common import encode
-    from NNDF.backends.onnx_artifact import DecoderOnnx
+    from CausalLM.onnxrt import DecoderOnnx
     from NNDF.backends.trt_steps import TrtSteps
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig, generate

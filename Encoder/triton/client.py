@@ -1,4 +1,4 @@
-"""The `triton` client backend of encoder models: `predict`, `benchmark`, `accuracy`, `run` and `compare` against a
+"""The encoder kind on the `triton` client backend: `predict`, `benchmark`, `accuracy`, `run` and `compare` against a
 model served by Triton, with the same tables and JSON as the in-process backends.
 
 The steps' `forward(named inputs)` is ONE infer of the served model with the token ids the task made in process
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from NNDF.errors import UsageError
-from NNDF.triton.backend import TritonBackend
+from NNDF.triton.backend import TritonAdapter
 from NNDF.triton.options import TritonOptions
 
 
@@ -37,26 +37,23 @@ class TritonEncoderSteps:
         self.client.close()
 
 
-class TritonEncoderBackend(TritonBackend):
+class EncoderTriton(TritonAdapter):
     """An encoder model served by Triton (see the module docstring)."""
 
-    served: str | None = None  # which server and model the last `setup` uses (for the action's notes)
+    served: str | None = None  # which server and model the last `steps` uses (for the action's notes)
 
-    def export_notes(self) -> tuple[str, ...]:
+    def notes(self) -> tuple[str, ...]:
         if self.served is None:
             return ()
         return (f"served by {self.served}: a forward is one request (client, protocol, the server's queue and "
                 "model); memory is this client process's",)
 
-    def model_name(self, run) -> str:
-        from Encoder.triton.configs import Names
-        from NNDF.triton.repository import check_model_name, default_model_name
+    def default_name(self, run) -> str:
+        from Encoder.triton.names import Names
 
-        opts = run.options_of(TritonOptions)
-        default = Names(default_model_name(run.family.name, run.source.variant, "onnxrt")).model_python
-        return check_model_name(opts.triton_model or default)
+        return Names(super().default_name(run)).model_python
 
-    def setup(self, run) -> TritonEncoderSteps:
+    def steps(self, run) -> TritonEncoderSteps:
         from NNDF.triton.client import Client
 
         opts = run.options_of(TritonOptions)

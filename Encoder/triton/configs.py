@@ -24,41 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from Encoder.triton.names import Names  # noqa: F401 (deploy's names)
 from NNDF.triton import config as tc
 
 PLATFORMS = {"onnxrt": ("onnxruntime_onnx", "model.onnx"), "trt": ("tensorrt_plan", "model.plan")}
 PYTHON_ONNX = "model.onnx"  # the python flavour's graph, in its version folder
-
-
-@dataclass(frozen=True)
-class Names:
-    """The model names of one deployment."""
-
-    base: str
-
-    @property
-    def tokenize(self) -> str:
-        return f"{self.base}_tokenize"
-
-    @property
-    def model(self) -> str:
-        return f"{self.base}_model"
-
-    @property
-    def model_python(self) -> str:
-        return f"{self.base}_model_python"
-
-    @property
-    def ensemble(self) -> str:
-        return self.base
-
-    @property
-    def ensemble_python(self) -> str:
-        return f"{self.base}_python"
-
-    @property
-    def all(self) -> tuple[str, ...]:
-        return self.tokenize, self.model, self.model_python, self.ensemble, self.ensemble_python
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
 """The backend contract: what every backend (PyTorch, ONNX Runtime, TensorRT, or a new one) is to the harness.
 
 A backend class has a `name` (the CLI spelling), the `devices` it runs on, and `availability(options)`: whether it can run on this machine, and why not.
-An instance is bound to one task (how a kind of model is prompted and scored) and one family's `ExportSpec`;
-`setup(run)` returns the step functions the shared generation loop runs (`NNDF.steps.DecoderSteps`),
-`build(run)` prepares its artifacts without running anything, and `export_max_diff()` says how far an exported
-graph was from PyTorch when it was validated. Shared code calls only these, never `getattr` on a backend.
+A backend is a kind-neutral runtime. `NNDF.registry.backend` binds an instance to one task (how a kind of model is
+prompted and scored), the kind's *adapter* for this backend (what the kind exports, validates and runs here,
+declared in the kind's `Task.adapters`), and the family's facts (its `ExportSpec`, its fused decode
+implementations). `setup(run)` returns the step functions the shared generation loop runs
+(`NNDF.steps.DecoderSteps`), `build(run)` prepares its artifacts without running anything, and
+`export_max_diff()` says how far an exported graph was from PyTorch when it was validated. Shared code calls only
+these, never `getattr` on a backend.
 
 A new backend: subclass `Backend` in its own module and add one line to `NNDF.registry.BACKENDS` (its class and
-the option groups it owns: flags only it reads, e.g. TensorRT's). Tasks whose kind needs a specialised class name
-it in their `backends` table (see `NNDF.tasks.Task`).
+the option groups it owns: flags only it reads, e.g. TensorRT's). It serves the kinds that name an adapter for it,
+or those its `serves(task)` accepts without one.
 """
 from __future__ import annotations
 
@@ -25,11 +28,22 @@ class Backend(ABC):
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")  # checked by `open_run` before anything loads
     runs_torch_model: ClassVar[bool] = False  # True: the run's HF model stays loaded while this backend runs
 
-    def __init__(self, task, spec: "ExportSpec | None" = None):
+    def __init__(self, task, spec: "ExportSpec | None" = None, adapter: type | None = None,
+                 fused: dict | None = None):
+        """`adapter`: the kind's adapter class for this backend (None: the backend `serves` the kind by itself);
+        `fused`: HF model type -> the family's fused decode implementation on this backend (loaded)."""
         from NNDF.backends.onnx_export import ExportSpec
 
         self.task = task
         self.spec = spec if spec is not None else ExportSpec()
+        self.adapter_class = adapter
+        self.fused = dict(fused or {})
+
+    @staticmethod
+    def fused_support() -> dict[str, tuple[str, ...]]:
+        """Backend name -> model types with a fused decode implementation, over every family (the registry sets
+        its own on each backend it binds; only `check_fused_decode`'s message reads it)."""
+        return {}
 
     @classmethod
     @abstractmethod
@@ -67,19 +81,18 @@ class Backend(ABC):
         return None
 
     def fused_decode_types(self) -> tuple[str, ...]:
-        """HF model types (`config.model_type`) this backend runs a family's fused decode step for under
-        `--fused-decode` (none by default). Read only by `check_fused_decode`."""
-        return ()
+        """HF model types (`config.model_type`) this backend runs the family's fused decode implementation for
+        under `--fused-decode` (the family's `BackendFacts.fused`). Read only by `check_fused_decode`."""
+        return tuple(self.fused)
 
     def check_fused_decode(self, model_type: str) -> None:
         """Refuse `--fused-decode`, in one line, where this backend has no fused step for the run's model type,
         naming the backends and model types that have one. `open_run` calls it once the model type is known."""
         if model_type in self.fused_decode_types():
             return
-        from NNDF import registry
         from NNDF.errors import UsageError
 
-        having = registry.fused_decode_support()
+        having = self.fused_support()
         where = "; ".join(f"{name}: {', '.join(types)}" for name, types in having.items()) or "none"
         raise UsageError(f"--fused-decode: the {self.name} backend has no fused decode step for model type "
                          f"{model_type!r} (fused steps exist for {where}); drop --fused-decode")
@@ -91,8 +104,7 @@ class Backend(ABC):
 
     @classmethod
     def serves(cls, task) -> bool:
-        """Whether a family whose task is `task` runs on this backend without a `<family>/<backend>.py` module
-        (the backends a family declares with a module always do)."""
+        """Whether this backend runs a kind that names no adapter for it (the kinds that name one always run)."""
         return False
 
     @classmethod
@@ -126,3 +138,11 @@ def option_group(options: dict | None, group: type):
     """The values of one option group from an {group class: values} mapping (its defaults when absent)."""
     value = (options or {}).get(group)
     return value if value is not None else group()
+
+
+class Adapter:
+    """What a kind supplies to one backend (see each backend's adapter contract: `TorchAdapter`, the ONNX artifacts,
+    `TrtAdapter`, `TritonAdapter`), built by the backend from the family's export facts and the task."""
+
+    def __init__(self, spec, task):
+        self.spec, self.task = spec, task

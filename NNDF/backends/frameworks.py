@@ -1,30 +1,29 @@
-"""The `frameworks` backend: PyTorch through HF transformers, on the run's device and dtype (decoder-only models;
-encoder-decoder kinds subclass it with their own steps).
+"""The `frameworks` backend: PyTorch through HF transformers, on the run's device and dtype. Kind-neutral: the
+kind's `TorchAdapter` (named in its `Task.adapters`) builds the steps from the run's model.
 
-A family may declare fused decode steps for some of its model types (`with_fused_decode`, in its
+A family may declare fused decode steps for some of its model types (`BackendFacts.fused`, in its
 `<family>/frameworks.py`): `--fused-decode` then runs that step (`NNDF.backends.torch_steps.FusedStep`) instead
-of the model's own code for the static cache; other model types, and kinds that declare none, refuse the flag
-(`Backend.check_fused_decode`)."""
+of the model's own code for the static cache (`fused_step`); other model types, and families that declare none,
+refuse the flag (`Backend.check_fused_decode`)."""
 from __future__ import annotations
 
-from NNDF.backends.base import Backend
+from abc import abstractmethod
+
+from NNDF.backends.base import Adapter, Backend
 from NNDF.context import RunContext
+
+
+class TorchAdapter(Adapter):
+    """What a kind runs on PyTorch: its steps over the run's HF model."""
+
+    @abstractmethod
+    def steps(self, backend: "FrameworksBackend", run: RunContext):
+        """The step functions of this run (`backend.fused_step(run, model)`: the family's fused step, if asked)."""
 
 
 class FrameworksBackend(Backend):
     name = "frameworks"
     runs_torch_model = True
-
-    fused_steps: dict[str, str] = {}  # HF model type -> "module:Class" of the family's fused decode step
-
-    def with_fused_decode(self, steps: dict[str, str]) -> FrameworksBackend:
-        """Declare the family's fused decode steps: model type -> "module:Class", a class taking (the loaded HF
-        model, inductor options or None for eager) that implements `FusedStep`."""
-        self.fused_steps = dict(steps)
-        return self
-
-    def fused_decode_types(self) -> tuple[str, ...]:
-        return tuple(self.fused_steps)
 
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
@@ -34,22 +33,16 @@ class FrameworksBackend(Backend):
         return True, f"torch {torch.__version__}, {gpu}"
 
     def setup(self, run: RunContext):
-        from NNDF.backends.torch_steps import TorchSteps
+        return self.adapter_class(self.spec, self.task).steps(self, run)
 
-        options = run.options
-        options.check_graph_needs_static(self.name)
-        model = run.torch_model()
-        return TorchSteps(model, options.use_cache, options.static_cache, options.use_cuda_graph,
-                          options.compile_mode if options.torch_compile else None, self._fused_step(run, model))
-
-    def _fused_step(self, run: RunContext, model):
-        """The family's fused decode step for this model (`--fused-decode`), compiled as --compile-mode says."""
-        from NNDF import registry
+    def fused_step(self, run: RunContext, model):
+        """The family's fused decode step for this model (`--fused-decode`, else None), compiled as --compile-mode
+        says."""
         from NNDF.backends.torch_steps import COMPILE_OPTIONS
 
         options = run.options
         if not options.fused_decode:
             return None
         self.check_fused_decode(model.config.model_type)
-        step_class = registry.load(self.fused_steps[model.config.model_type])
+        step_class = self.fused[model.config.model_type]
         return step_class(model, COMPILE_OPTIONS[options.compile_mode] if options.torch_compile else None)

@@ -36,7 +36,7 @@ ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorPro
 
 @dataclass(frozen=True)
 class FusedBuilder:
-    """What a family's `ExportSpec.fused_decode` names: the HF model types it builds (`model_types`), how to build
+    """What a family's `BackendFacts.fused` names for onnxrt: the HF model types it builds (`model_types`), how to build
     the graph from the PyTorch model (`build(model, dtype) -> ModelProto`), which of those models it still cannot
     build (`refusal(config) -> str | None`, a one-line reason), and a version in the artifact's fingerprint (bumped
     when the graph changes)."""

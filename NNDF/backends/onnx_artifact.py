@@ -9,6 +9,9 @@ recorded in `validation.json` and reported. User files come all together: `--enc
 --cache-generator-onnx` are all-or-nothing for the parts the run needs, and each is checked against the model
 before use (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype). `GraphArtifact` holds the store logic
 shared with quantized graphs (`NNDF/backends/quantized.py`), which are built from an export instead of PyTorch.
+Each kind's artifact (its adapter for `onnxrt`, and what `trt` builds engines from) subclasses `OnnxArtifact`:
+`CausalLM.onnxrt.DecoderOnnx`, `Seq2Seq.onnxrt.Seq2SeqOnnx`, `Vision2Seq.backends.ImageTextOnnx`,
+`Encoder.onnxrt.EncoderOnnx`.
 """
 from __future__ import annotations
 
@@ -17,10 +20,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from NNDF.artifacts import digest, weights_identity, write_json_atomic
-from NNDF.backends.onnx_export import ExportSpec, export_decoder, validate
-from NNDF.backends.ort_steps import OrtSteps
+from NNDF.backends.onnx_export import ExportSpec
 from NNDF.context import RunContext
-from NNDF.errors import ArtifactError
+from NNDF.errors import ArtifactError, UsageError
 from NNDF.integrity import check_user_onnx
 from NNDF.options import ModelOptions
 from NNDF.parts import given_parts, part_flag
@@ -127,6 +129,15 @@ class GraphArtifact(ABC):
         """What `build_into` builds from (the run's PyTorch model; None when it builds from other graphs)."""
         return run.torch_model()
 
+    def check_options(self, run: RunContext) -> None:
+        """Refuse flags this kind cannot honour on ONNX Runtime (generative: CUDA graphs need the static cache)."""
+        run.options.check_graph_needs_static("onnxrt")
+
+    def fused(self, builder, run: RunContext) -> "GraphArtifact":
+        """The family's fused decode graph (`builder`, a `FusedBuilder`) in place of this artifact, for
+        `--fused-decode`; kinds without one refuse it."""
+        raise UsageError(f"--fused-decode: {self.task.kind} models have no fused decode graph; drop --fused-decode")
+
     def check_user_file(self, run: RunContext, part: str, path: Path) -> None:
         """ArtifactError when the user's `--<part>-onnx` file does not fit the run's model (before it is used)."""
         check_user_onnx(run, part, path)
@@ -168,35 +179,3 @@ class OnnxArtifact(GraphArtifact):
         at least `max_abs_diff_vs_pytorch`)."""
         made = self.export(model, out_dir, run.options)
         return {"max_abs_diff_vs_pytorch": self.check(model, run, made)}
-
-
-class DecoderOnnx(OnnxArtifact):
-    """The decoder-only graph (`onnx_export.export_decoder`), stored as `decoder-*/model.onnx`."""
-
-    prefix = "decoder"
-
-    def file_name(self, part: str) -> str:
-        return "model.onnx"
-
-    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
-        return {"decoder": export_decoder(model, out_dir, options.use_cache, self.spec, options.static_cache)}
-
-    def steps(self, run: RunContext, paths: dict[str, Path], cuda_graph: bool | None = None) -> OrtSteps:
-        """OrtSteps over the decoder (CUDA graphs as the run asks, unless `cuda_graph` says otherwise)."""
-        options = run.options
-        cuda_graph = options.use_cuda_graph and options.static_cache if cuda_graph is None else cuda_graph
-        steps = OrtSteps(paths["decoder"], run.device, options.use_cache, options.threads, cuda_graph)
-        if steps.static != options.static_cache:
-            steps.close()
-            want = "a static-cache" if options.static_cache else "a growing-cache"
-            raise ArtifactError(f"{paths['decoder']} is not {want} decoder graph (--static-cache must match how "
-                                "it was exported)")
-        return steps
-
-    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
-        return validate(model, lambda: self.steps(run, paths, cuda_graph=False), run.options.use_cache, self.spec,
-                        run.options.fp16)
-
-    def path(self, run: RunContext, force: bool = False) -> tuple[Path, bool]:
-        paths, fresh = self.paths(run, force)
-        return paths["decoder"], fresh

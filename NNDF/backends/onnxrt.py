@@ -1,5 +1,6 @@
-"""The `onnxrt` backend: a run's ONNX artifact (`onnx_artifact`: the decoder graph, or an encoder-decoder's
-three graphs) on ONNX Runtime. A kind names its artifact class (`artifact`); everything else is shared.
+"""The `onnxrt` backend: a run's ONNX artifact on ONNX Runtime. Kind-neutral: the kind's adapter here is its
+artifact class (an `onnx_artifact.OnnxArtifact`: which graphs it exports, how they are validated and run, e.g.
+`CausalLM.onnxrt.DecoderOnnx`); everything else is shared.
 
 With `--quantize` (ORTOptions) the backend gives one variant per quantization (`variants`): `onnxrt` runs the
 float artifact, `onnxrt-int8` / `onnxrt-int4` the same graphs quantized (`NNDF.backends.quantized`), each its
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from NNDF.backends.base import Backend
-from NNDF.backends.onnx_artifact import DecoderOnnx, GraphArtifact, OnnxArtifact, graph_bytes
+from NNDF.backends.onnx_artifact import GraphArtifact, graph_bytes
 from NNDF.backends.ort_options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
@@ -23,12 +24,11 @@ log = logging.getLogger(__name__)
 
 class OnnxRuntimeBackend(Backend):
     name = "onnxrt"
-    artifact: type[OnnxArtifact] = DecoderOnnx  # which graphs a run of this kind exports and runs
 
-    def __init__(self, task, spec=None, quantization=None):
-        super().__init__(task, spec)
+    def __init__(self, task, spec=None, adapter=None, fused=None, quantization=None):
+        super().__init__(task, spec, adapter, fused)
         self.quantization = quantization  # None: the float graphs; else a `NNDF.backends.quantize.Quantization`
-        self.onnx: GraphArtifact = self.artifact(self.spec, task)
+        self.onnx: GraphArtifact = adapter(self.spec, task)  # the kind's artifact: which graphs a run exports and runs
         self.paths: dict | None = None  # the graphs the last `setup` runs
         if quantization is not None:
             from NNDF.backends.quantized import QuantizedOnnx
@@ -50,7 +50,13 @@ class OnnxRuntimeBackend(Backend):
             refusal = q and q.refusal(run.options.precision, run.device.type)
             if refusal:
                 raise UsageError(refusal)
-        return [self if q is None else type(self)(self.task, self.spec, q) for q in quantizations]
+        return [self if q is None else self.quantized(q) for q in quantizations]
+
+    def quantized(self, quantization) -> "OnnxRuntimeBackend":
+        """This backend over the same kind's graphs quantized (`--quantize`)."""
+        variant = type(self)(self.task, self.spec, self.adapter_class, self.fused, quantization)
+        variant.fused_support = self.fused_support
+        return variant
 
     def export_max_diff(self) -> float | None:
         return self.onnx.max_diff
@@ -82,29 +88,18 @@ class OnnxRuntimeBackend(Backend):
         return []
 
     def use_fused(self, run: RunContext) -> None:
-        """--fused-decode: the family's fused decode graph (`NNDF.backends.ort_fused`) replaces the export, or
-        UsageError when the family, model, precision or device has none (`variants` refuses --quantize with it)."""
+        """--fused-decode: the family's fused decode graph (its builder for the model type, made into an artifact
+        by the kind's: `OnnxArtifact.fused`) replaces the export, or UsageError when the family, model, precision
+        or device has none (`variants` refuses --quantize with it)."""
         self.onnx = self.plain
         if not getattr(run.options, "fused_decode", False):
             return
-        from NNDF.backends.ort_fused import fused_artifact
-
-        self.check_fused_decode(run.source.config.model_type)
-        self.onnx = fused_artifact(self.plain, run)
-
-    def fused_decode_types(self) -> tuple[str, ...]:
-        """The model types the family's fused decode graph builder takes (`ExportSpec.fused_decode`)."""
-        from NNDF.backends.ort_fused import fused_builder
-
-        builder = fused_builder(self.spec)
-        return builder.model_types if builder else ()
-
-    def check_options(self, run: RunContext) -> None:
-        """Refuse flags this kind cannot honour on ONNX Runtime (generative: CUDA graphs need the static cache)."""
-        run.options.check_graph_needs_static(self.name)
+        model_type = run.source.config.model_type
+        self.check_fused_decode(model_type)
+        self.onnx = self.plain.fused(self.fused[model_type], run)
 
     def setup(self, run: RunContext):
-        self.check_options(run)
+        self.plain.check_options(run)
         self.use_fused(run)
         self.paths, fresh = self.onnx.paths(run)
         try:

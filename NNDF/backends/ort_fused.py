@@ -2,7 +2,8 @@
 GroupQueryAttention, SkipLayerNormalization, FastGelu) as a derived artifact, and the steps that drive it.
 
 `FusedDecodeOnnx` is a `GraphArtifact` like the quantized graphs: built from the run's PyTorch model by the
-builder the family's `ExportSpec.fused_decode` names ("module:attribute" of a `fused_graph.FusedBuilder`),
+builder the family declares for the run's model type (`BackendFacts.fused` of its `<family>/onnxrt.py`: a
+`fused_graph.FusedBuilder`),
 fingerprinted (config, weights, precision, builder version, onnx and
 onnxruntime versions), validated against PyTorch at build time (`validation.json`) and cached as
 `decoder-<precision>-fused/model.onnx` (+ `model.onnx.data`). The standard export stays what `trt` builds from.
@@ -22,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from NNDF import registry
 from NNDF.artifacts import digest, weights_identity
 from NNDF.backends.onnx_artifact import GraphArtifact, user_files
 from NNDF.backends.onnx_export import LogitsCheck
@@ -47,15 +47,9 @@ def device_refusal(precision: str, device: str) -> str | None:
     return None
 
 
-def fused_builder(spec):
-    """The family's fused graph builder (`ExportSpec.fused_decode`), or None."""
-    return registry.load(spec.fused_decode) if spec.fused_decode else None
-
-
-def fused_artifact(base: GraphArtifact, run: RunContext) -> "FusedDecodeOnnx":
-    """The fused graph for this run in place of `base` (the model type was checked: `Backend.check_fused_decode`),
-    or UsageError naming why this model, precision or device has none."""
-    builder = fused_builder(base.spec)
+def fused_artifact(base: GraphArtifact, run: RunContext, builder) -> "FusedDecodeOnnx":
+    """The fused graph `builder` makes for this run in place of `base` (the model type was checked:
+    `Backend.check_fused_decode`), or UsageError naming why this model, precision or device has none."""
     why = builder.refusal(run.source.config) or device_refusal(run.options.precision, run.device.type)
     if why:
         raise UsageError(why)
@@ -88,7 +82,7 @@ class FusedDecodeOnnx(GraphArtifact):
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
                 "fused": {"precision": run.options.precision, "device": run.device.type,
-                          "builder": f"{self.spec.fused_decode}@{self.builder.version}"},
+                          "builder": f"{self.builder.build.__module__}@{self.builder.version}"},
                 "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}}
 
     def user_paths(self, run: RunContext) -> dict[str, Path] | None:

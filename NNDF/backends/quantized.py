@@ -32,6 +32,9 @@ class QuantizedOnnx(GraphArtifact):
     def file_name(self, part: str) -> str:
         return self.base.file_name(part)
 
+    def check_options(self, run: RunContext) -> None:
+        self.base.check_options(run)
+
     def artifact_name(self, run: RunContext) -> str:
         return f"{self.base.artifact_name(run)}-{self.quantization.tag}"
 

@@ -10,7 +10,9 @@ cannot run on is a one-line error. `--decoder-engine PATH` (with `--encoder-engi
 `--cache-generator-engine` for encoder-decoder models, all or nothing) uses the user's engines as they are,
 once their inputs and outputs fit the model (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype;
 written against TensorRT's API and not verified with TensorRT here).
-This class serves decoder-only models; `Seq2Seq/trt.py` overrides `profiles` and `make_steps`.
+The backend is kind-neutral: the kind's `TrtAdapter` (named in its `Task.adapters`) says which ONNX artifact the
+engines are built from, their shapes and profiles, and the steps over the loaded engines (CausalLM/trt.py,
+Seq2Seq/trt.py, Vision2Seq/backends.py, Encoder/trt.py).
 """
 from __future__ import annotations
 
@@ -20,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from NNDF.artifacts import FINGERPRINT
-from NNDF.backends.base import Backend, option_group
-from NNDF.backends.onnx_artifact import DecoderOnnx, OnnxArtifact, user_files
+from NNDF.backends.base import Adapter, Backend, option_group
+from NNDF.backends.onnx_artifact import OnnxArtifact, user_files
 from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
-from NNDF.backends.trt_profiles import EngineShapes, decoder_profiles, engine_name, engine_shapes
-from NNDF.backends.trt_steps import TensorRTIO, TrtSteps
+from NNDF.backends.trt_profiles import EngineShapes, engine_name, engine_shapes
+from NNDF.backends.trt_steps import TensorRTIO
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 from NNDF.integrity import check_user_engine
@@ -58,19 +60,6 @@ class EngineBuild:
                 "CC": self.compute_capability}
 
 
-def _past_dims(onnx_path: Path) -> tuple[dict[str, tuple[int, int]], bool]:
-    """(heads, head_dim) of each past input, and whether the graph takes position ids, read from the ONNX."""
-    import onnx
-
-    graph = onnx.load(str(onnx_path), load_external_data=False).graph
-    dims = {}
-    for value in graph.input:
-        if value.name.startswith("past."):
-            shape = value.type.tensor_type.shape.dim
-            dims[value.name] = (shape[1].dim_value, shape[3].dim_value)
-    return dims, any(v.name == "position_ids" for v in graph.input)
-
-
 def _onnx_identity(path: Path) -> dict:
     """What identifies the ONNX an engine was built from, cheaply (no hashing of gigabytes on every run): the
     export's own fingerprint when it is our artifact, plus name, size and modification time of the graph and
@@ -83,14 +72,42 @@ def _onnx_identity(path: Path) -> dict:
     return identity
 
 
+class TrtAdapter(Adapter):
+    """What a kind builds and runs on TensorRT. `shapes`, `engine_name` and `check_engine` default to what the
+    generative kinds share; `profiles` and `make_steps` are each kind's own."""
+
+    artifact: type[OnnxArtifact]  # the ONNX parts engines are built from
+
+    def shapes(self, run: RunContext) -> EngineShapes:
+        """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
+        return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions),
+                             beams=run.num_beams)
+
+    def profiles(self, run: RunContext, shapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
+        """The optimization profiles of each part's engine."""
+        raise NotImplementedError
+
+    def make_steps(self, run: RunContext, ios: dict, shapes):
+        """The step functions over the loaded engines ({part: `TensorRTIO`})."""
+        raise NotImplementedError
+
+    def engine_name(self, run: RunContext, shapes) -> str:
+        """The engine folder's name (`trt_profiles.engine_name`: the seed's conventions)."""
+        return engine_name(run.family.name, run.source.variant, run.options, run.options_of(TRTOptions), shapes)
+
+    def check_engine(self, trt, engine, run: RunContext, part: str, path: Path) -> None:
+        """ArtifactError when the user's `--<part>-engine` does not fit the run's model (before it is used)."""
+        check_user_engine(trt, engine, run, part, path)
+
+
 class TensorRTBackend(Backend):
     name = "trt"
     devices = ("cuda",)
-    artifact: type[OnnxArtifact] = DecoderOnnx  # the ONNX parts engines are built from
 
-    def __init__(self, task, spec=None):
-        super().__init__(task, spec)
-        self.onnx = self.artifact(self.spec, task)
+    def __init__(self, task, spec=None, adapter=None, fused=None):
+        super().__init__(task, spec, adapter, fused)
+        self.kind: TrtAdapter = adapter(self.spec, task)
+        self.onnx = self.kind.artifact(self.spec, task)
         self.last_builds: list[EngineBuild] = []
 
     def export_max_diff(self) -> float | None:
@@ -119,29 +136,24 @@ class TensorRTBackend(Backend):
 
         return build_only(family, backends, option_group(options, ModelOptions), flags)
 
-    # --- what a model kind decides: the profiles of each part, and the steps over the loaded engines ---
+    # --- what the kind decides (its `TrtAdapter`) ---
 
-    def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
-        dims, positions = _past_dims(onnx_paths["decoder"])
-        return {"decoder": decoder_profiles(shapes, dims, positions, run.options.use_cache, run.options.static_cache)}
+    def profiles(self, run: RunContext, shapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
+        return self.kind.profiles(run, shapes, onnx_paths)
 
-    def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes):
-        return TrtSteps(ios["decoder"], run.device, run.options.use_cache, shapes.rows.max, shapes.max_total)
+    def make_steps(self, run: RunContext, ios: dict, shapes):
+        return self.kind.make_steps(run, ios, shapes)
 
-    def engine_name(self, run: RunContext, shapes: EngineShapes) -> str:
-        """The engine folder's name (`trt_profiles.engine_name`: the seed's conventions)."""
-        return engine_name(run.family.name, run.source.variant, run.options, run.options_of(TRTOptions), shapes)
+    def engine_name(self, run: RunContext, shapes) -> str:
+        return self.kind.engine_name(run, shapes)
 
     def check_engine(self, trt, engine, run: RunContext, part: str, path: Path) -> None:
-        """ArtifactError when the user's `--<part>-engine` does not fit the run's model (before it is used)."""
-        check_user_engine(trt, engine, run, part, path)
+        self.kind.check_engine(trt, engine, run, part, path)
 
     # --- shared: shapes, the engine cache, loading ---
 
-    def _shapes(self, run: RunContext) -> EngineShapes:
-        """Profile maxima; checks flags before anything needs TensorRT (`open_run` checked the device)."""
-        return engine_shapes(run.source.config.get_text_config(decoder=True), run.options, run.options_of(TRTOptions),
-                             beams=run.num_beams)
+    def _shapes(self, run: RunContext):
+        return self.kind.shapes(run)
 
     def _fingerprint(self, trt, onnx_paths: dict[str, Path], profiles: dict, settings: BuildSettings) -> dict:
         return {"onnx": {part: _onnx_identity(path) for part, path in onnx_paths.items()},

@@ -1,15 +1,8 @@
-"""TensorRT shapes without TensorRT: engine maxima, optimization profiles, engine names and fingerprints.
+"""TensorRT shapes without TensorRT: engine maxima, ranges and optimization profiles, engine names.
 
 Pure Python (tested on any machine). The prompt pass runs `batch` rows; beam search then expands them to
-batch x beams `rows` for the one-token steps. With a KV cache an engine has two optimization profiles, both
-over the same graph:
-
-    0 "prompt": input_ids [batch, 1..max_input], attention_mask [batch, 1..max_input], past.* [batch, H, 0, D]
-    1 "step":   input_ids [rows, 1],            attention_mask [rows, 2..max_total], past.* [rows, H, 1..max_total-1, D]
-
-Without a cache one profile covers full recomputation: input_ids / attention_mask [batch..rows, 1..max_total].
-A static-cache graph (`--static-cache`) has the mask and past.* at the generation's full length L (prompt + new
-tokens, 2..max_total) in both profiles; the prompt profile differs in its token count and rows.
+batch x beams `rows` for the one-token steps (`EngineShapes`). Each kind turns these into the profiles of its
+graphs (CausalLM/trt.py, Seq2Seq/trt.py, Encoder/trt.py).
 """
 from __future__ import annotations
 
@@ -79,31 +72,6 @@ def engine_shapes(config, options: ModelOptions, trt: TRTOptions, beams: int | N
     beams = beams or options.num_beams or 1  # RunContext.num_beams: --num-beams, else the model's generation config
     return EngineShapes(Range(low, batch, high), Range(low * beams, batch * beams, high * beams), max_input,
                         max_output, max_total)
-
-
-def decoder_profiles(shapes: EngineShapes, past_dims: dict[str, tuple[int, int]], takes_positions: bool,
-                     use_cache: bool, static: bool = False) -> list[Profile]:
-    """Profiles for the decoder graph; `past_dims` maps each past input to its (heads, head_dim)."""
-
-    def profile(name: str, r: Range, new: Range, total: Range, past: Range | None) -> Profile:
-        spec = {"input_ids": two_d(r, new), "attention_mask": two_d(r, total)}
-        if takes_positions:
-            spec["position_ids"] = two_d(r, new)
-        for input_name, (heads, dim) in (past_dims.items() if past else ()):
-            spec[input_name] = four_d(r, heads, past, dim)
-        return Profile(name, spec)
-
-    if not use_cache:
-        full = seq_range(1, shapes.max_total)
-        return [profile("full", shapes.any_rows, full, full, None)]
-    prompt = seq_range(1, shapes.max_input)
-    if static:
-        length = seq_range(2, shapes.max_total)
-        return [profile("prompt", shapes.batch, prompt, length, length),
-                profile("step", shapes.rows, Range(1, 1, 1), length, length)]
-    return [profile("prompt", shapes.batch, prompt, prompt, Range(0, 0, 0)),
-            profile("step", shapes.rows, Range(1, 1, 1), seq_range(2, shapes.max_total),
-                    seq_range(1, shapes.max_total - 1))]
 
 
 def seq_range(low: int, high: int) -> Range:

@@ -1,7 +1,9 @@
-"""The `triton` client backend of generative kinds: the same prompts and generation settings as an in-process run,
-answered by a model served by Triton (`deploy MODEL onnxrt`, `serve DIR`).
+"""The `triton` client backend: a model served by Triton (`deploy MODEL onnxrt`, `serve DIR`) answers what an
+in-process backend would. Kind-neutral: the kind's `TritonAdapter` says what is asked; `GenerativeTriton` here is
+every generative kind's (the same prompts and generation settings as an in-process run), `Encoder.triton.client`
+the encoder kind's.
 
-`setup` checks that the server answers and the model (`--triton-model`, default: the name deploy gives) is
+`GenerativeTriton.steps` checks that the server answers and the model (`--triton-model`, default: the name deploy gives) is
 ready, and returns `ServedGeneration` steps: the generation loop runs in the server, so `generate` replaces it
 (NNDF/actions/common.py `generate_prompt`). Each prompt row becomes one request, sent concurrently so Triton's
 dynamic batcher can batch them: the decoder prompt without its left padding (`input_ids`), the encoder inputs
@@ -22,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from NNDF.backends.base import Backend
+from NNDF.backends.base import Adapter, Backend
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, GenerationOutput
 from NNDF.steps import ServedGeneration
@@ -165,11 +167,56 @@ class ServedSteps(ServedGeneration):
         pass
 
 
+class TritonAdapter(Adapter):
+    """What a kind asks of a served model: which model answers by default, and the steps that send it requests."""
+
+    def model_name(self, run) -> str:
+        """The served model's name: --triton-model, else the name deploy gives this family and variant."""
+        from NNDF.triton.names import check_model_name
+
+        return check_model_name(run.options_of(TritonOptions).triton_model or self.default_name(run))
+
+    def default_name(self, run) -> str:
+        from NNDF.triton.names import default_model_name
+
+        return default_model_name(run.family.name, run.source.variant, "onnxrt")
+
+    def steps(self, run):
+        """The steps of this run over the served model (checked ready first)."""
+        raise NotImplementedError
+
+    def notes(self) -> tuple[str, ...]:
+        """What the action's notes say about the last served run."""
+        return ()
+
+
+class GenerativeTriton(TritonAdapter):
+    """Every generative kind on Triton: the generation loop runs in the server (`ServedSteps`)."""
+
+    def steps(self, run) -> ServedSteps:
+        from NNDF.triton.client import Client
+
+        opts = run.options_of(TritonOptions)
+        name = self.model_name(run)
+        with Client(opts.triton_url, timeout=opts.triton_timeout) as client:
+            client.require_ready(name)
+            streaming = client.model_config(name).model_transaction_policy.decoupled
+        if streaming and client.endpoint.protocol != "grpc":
+            raise UsageError(f"{name} is a streaming (decoupled) model, which answers over gRPC streams only: give "
+                             f"--triton-url grpc://HOST:PORT")
+        return ServedSteps(opts.triton_url, name, opts.triton_timeout, run.options.ignore_generation_config,
+                           streaming)
+
+
 class TritonBackend(Backend):
-    """A generative model served by Triton (see the module docstring)."""
+    """A model served by Triton; the kind's `TritonAdapter` says what is asked (see the module docstring)."""
 
     name = "triton"
     devices = ("cpu", "cuda")  # the client's device: the prompts are built here, the model runs in the server
+
+    def __init__(self, task, spec=None, adapter=None, fused=None):
+        super().__init__(task, spec, adapter, fused)
+        self.kind: TritonAdapter = adapter(self.spec, task)
 
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
@@ -186,29 +233,11 @@ class TritonBackend(Backend):
                            "start one with `python run.py serve DIR`, or give --triton-url")
         return True, f"Triton server at {opts.triton_url}, ready models: {', '.join(ready) or 'none'}"
 
-    @classmethod
-    def serves(cls, task) -> bool:
-        from NNDF.tasks import GenerativeTask
-
-        return isinstance(task, GenerativeTask) or "triton" in task.backends
-
     def model_name(self, run) -> str:
-        from NNDF.triton.repository import check_model_name, default_model_name
+        return self.kind.model_name(run)
 
-        opts = run.options_of(TritonOptions)
-        return check_model_name(opts.triton_model or default_model_name(run.family.name, run.source.variant,
-                                                                        "onnxrt"))
+    def export_notes(self) -> tuple[str, ...]:
+        return self.kind.notes()
 
-    def setup(self, run) -> ServedSteps:
-        from NNDF.triton.client import Client
-
-        opts = run.options_of(TritonOptions)
-        name = self.model_name(run)
-        with Client(opts.triton_url, timeout=opts.triton_timeout) as client:
-            client.require_ready(name)
-            streaming = client.model_config(name).model_transaction_policy.decoupled
-        if streaming and client.endpoint.protocol != "grpc":
-            raise UsageError(f"{name} is a streaming (decoupled) model, which answers over gRPC streams only: give "
-                             f"--triton-url grpc://HOST:PORT")
-        return ServedSteps(opts.triton_url, name, opts.triton_timeout, run.options.ignore_generation_config,
-                           streaming)
+    def setup(self, run):
+        return self.kind.steps(run)

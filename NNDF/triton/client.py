@@ -125,12 +125,11 @@ class Client:
     def model_config(self, model: str):
         """The served model's configuration as Triton's ModelConfig protobuf (either protocol)."""
         from google.protobuf import json_format
-
-        from NNDF.triton.config import pb
+        from tritonclient.grpc import model_config_pb2
 
         if self.endpoint.protocol == "grpc":
             return self.client.get_model_config(model).config
-        return json_format.ParseDict(self.client.get_model_config(model), pb().ModelConfig(),
+        return json_format.ParseDict(self.client.get_model_config(model), model_config_pb2.ModelConfig(),
                                      ignore_unknown_fields=True)
 
     def stream(self, model: str, arrays: dict[str, np.ndarray], outputs: tuple[str, ...], on_partial=None) -> dict:

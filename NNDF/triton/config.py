@@ -17,6 +17,12 @@ CONFIG = "config.pbtxt"
 TRITON_TYPES = {"bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "int32": "TYPE_INT32", "int64": "TYPE_INT64",
                 "float16": "TYPE_FP16", "bfloat16": "TYPE_BF16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
                 "object": "TYPE_STRING"}
+# a served generative model's per-request settings: name -> Triton type (all [1], optional)
+SETTINGS = {"max_new_tokens": "TYPE_INT32", "min_new_tokens": "TYPE_INT32", "num_beams": "TYPE_INT32",
+            "top_k": "TYPE_INT32", "no_repeat_ngram_size": "TYPE_INT32", "do_sample": "TYPE_BOOL",
+            "ignore_generation_config": "TYPE_BOOL", "temperature": "TYPE_FP32", "top_p": "TYPE_FP32",
+            "repetition_penalty": "TYPE_FP32", "length_penalty": "TYPE_FP32", "early_stopping": "TYPE_STRING",
+            "seed": "TYPE_INT64"}
 
 
 def pb():

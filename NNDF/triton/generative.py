@@ -159,7 +159,7 @@ class GenerativeModel:
         return array[0]
 
     def settings(self, request) -> dict:
-        from NNDF.triton.generative_deploy import SETTINGS
+        from NNDF.triton.config import SETTINGS
 
         values = {name: _scalar(self.array(request, name), name) for name in SETTINGS}
         if values["early_stopping"] is not None and values["early_stopping"] not in _EARLY:

@@ -33,12 +33,6 @@ from NNDF.triton.options import DeployOptions
 SERVING = "serving.json"
 # ModelOptions fields that decide how the graphs run in the server (recorded in serving.json)
 SERVED_OPTIONS = ("use_cache", "static_cache", "fp16", "threads", "use_mask")
-# per-request settings: name -> Triton type (all [1], optional)
-SETTINGS = {"max_new_tokens": "TYPE_INT32", "min_new_tokens": "TYPE_INT32", "num_beams": "TYPE_INT32",
-            "top_k": "TYPE_INT32", "no_repeat_ngram_size": "TYPE_INT32", "do_sample": "TYPE_BOOL",
-            "ignore_generation_config": "TYPE_BOOL", "temperature": "TYPE_FP32", "top_p": "TYPE_FP32",
-            "repetition_penalty": "TYPE_FP32", "length_penalty": "TYPE_FP32", "early_stopping": "TYPE_STRING",
-            "seed": "TYPE_INT64"}
 OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,)), "logits": ("TYPE_FP32", (-1, -1))}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
@@ -73,7 +67,7 @@ def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, 
         inputs.append(tc.tensor("image", "TYPE_STRING", (1,), optional=True))
     inputs += [tc.tensor(f"encoder_{name}", tc.TRITON_TYPES[t.dtype], tc.graph_dims(t.shape), optional=True)
                for name, t in encoder.items()]  # the encoder graph's inputs (NNDF.integrity.Tensor each)
-    inputs += [tc.tensor(key, kind, (1,), optional=True) for key, kind in SETTINGS.items()]
+    inputs += [tc.tensor(key, kind, (1,), optional=True) for key, kind in tc.SETTINGS.items()]
     for spec in inputs:
         if -1 in spec.dims:
             spec.allow_ragged_batch = True  # requests of different lengths share a batch (padded by the model)

@@ -10,7 +10,6 @@ the folders in `NNDF_TRITON_PATH` (set by `run.py serve`) and the project root r
 """
 from __future__ import annotations
 
-import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -20,33 +19,11 @@ from typing import Iterator
 from NNDF.artifacts import dir_mode, file_mode
 from NNDF.errors import UsageError
 from NNDF.triton.config import CONFIG, read_config
+from NNDF.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
 from NNDF.triton.server import PATH_VARIABLE, ROOT
 
 README = "README.md"
 VERSION = "1"
-
-
-def model_name(*parts: str) -> str:
-    """A Triton model name from family / variant / backend: lower case, [a-z0-9_.-], words joined by '-'."""
-    text = "-".join(p for p in parts if p).lower().replace("/", "--")
-    name = re.sub(r"[^a-z0-9_.-]+", "-", text).strip(".-")
-    if not name:
-        raise UsageError("--model-name: give a name of letters, digits, '_', '.' or '-'")
-    return name
-
-
-def default_model_name(family: str, variant: str, backend: str) -> str:
-    """deploy's name for a model (and the triton backend's --triton-model default): <variant>-<backend>, with the
-    family in front when the variant's name does not start with it (local folders, hub ids)."""
-    lead = () if variant.lower().startswith(family.lower()) else (family,)
-    return model_name(*lead, variant, backend)
-
-
-def check_model_name(name: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name):
-        raise UsageError(f"--model-name {name!r}: use letters, digits, '_', '.' and '-' (not starting with '.' or "
-                         "'-')")
-    return name
 
 
 def models(repository: Path) -> list[str]:

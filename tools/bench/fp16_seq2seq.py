@@ -101,7 +101,7 @@ def compare(family: str, variant: str | None, torch_dir: str | None, wd: Path) -
     other = ("vision encoder fp32", ExportSpec(fp32_modules=("vision_model",))) if image else ("no islands", ExportSpec())
     for label, spec in (("declared islands " + repr(declared.fp32_modules), declared), other):
         run16 = make_context(fam, ModelOptions(working_dir=str(wd / label.split()[0]), fp16=True, **opts))
-        backend = OnnxRuntimeBackend(spec, type(onnx))
+        backend = OnnxRuntimeBackend(fam.task, spec, type(onnx))
         encoder = {k: v.cuda().half() if v.is_floating_point() else v.cuda() for k, v in prompt.encoder.items()}
         try:
             steps = backend.setup(run16)
