@@ -1,4 +1,4 @@
 """BLOOM export facts: the decoder-only kind's export (CausalLM/export.py) needs nothing family-specific."""
-from NNDF.backends.onnx_export import ExportSpec
+from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec()

@@ -15,7 +15,7 @@ Without the cache the graph is input_ids, attention_mask[, position_ids] -> logi
 
 so every one-token step has the same shapes, and ONNX Runtime can write `present` into `past`'s own buffer
 (the update is a ScatterND that runs in place when its input and output share memory). The shared exporter
-(`NNDF.backends.onnx_export.export_graph`) gives the symbolic dimensions readable names, stores tied weights once
+(`NNDF.backends.onnxrt.export.export_graph`) gives the symbolic dimensions readable names, stores tied weights once
 and keeps the weights of models over 2 GB in external data. Validation runs the file on ONNX Runtime for a padded
 prompt pass and a cached step and reports the largest difference from PyTorch; above the tolerance it fails with
 every mismatch listed.
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from NNDF.backends.onnx_export import ExportSpec, LogitsCheck, export_graph
+from NNDF.backends.onnxrt.export import ExportSpec, LogitsCheck, export_graph
 from NNDF.model_config import ModelDims
 
 
@@ -150,7 +150,7 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
 
 
 def _export_static_decoder(model: torch.nn.Module, out_dir: Path, spec: ExportSpec) -> Path:
-    from NNDF.backends.torch_steps import check_static_cache_support
+    from NNDF.backends.torch.steps import check_static_cache_support
 
     check_static_cache_support(model)  # the graph runs HF's StaticCache code
     takes_positions = takes_position_ids(model)
@@ -190,7 +190,7 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
     prompt pass and, with a cache, one cached step (whose logits depend on every cached key and value).
     Return the max abs difference of logits at real (unpadded) positions, or raise listing every mismatch.
     fp16 logits are compared relative to their scale (max |logit|)."""
-    from NNDF.backends.torch_steps import TorchSteps
+    from NNDF.backends.torch.steps import TorchSteps
 
     ref_steps, ort_steps = TorchSteps(model, use_cache), steps_factory()
     full = _example(model, batch=2, seq=6, past=0, use_cache=False, takes_positions=True)

@@ -2,13 +2,13 @@
 the family's fused decode step as the run's flags say)."""
 from __future__ import annotations
 
-from NNDF.backends.frameworks import FrameworksBackend, TorchAdapter
+from NNDF.backends.torch.backend import FrameworksBackend, TorchAdapter
 from NNDF.context import RunContext
 
 
 class DecoderTorch(TorchAdapter):
     def steps(self, backend: FrameworksBackend, run: RunContext):
-        from NNDF.backends.torch_steps import TorchSteps
+        from NNDF.backends.torch.steps import TorchSteps
 
         options = run.options
         options.check_graph_needs_static(backend.name)

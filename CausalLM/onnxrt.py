@@ -1,12 +1,12 @@
 """The decoder-only kind on ONNX Runtime: the decoder graph (CausalLM/export.py) as a stored artifact, run by
-`OrtSteps`; with `--fused-decode`, the family's fused decode graph (`NNDF.backends.ort_fused`) in its place."""
+`OrtSteps`; with `--fused-decode`, the family's fused decode graph (`CausalLM.ort_fused`) in its place."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from CausalLM.export import export_decoder, validate
-from NNDF.backends.onnx_artifact import GraphArtifact, OnnxArtifact
-from NNDF.backends.ort_steps import OrtSteps
+from NNDF.backends.onnxrt.artifact import GraphArtifact, OnnxArtifact
+from NNDF.backends.onnxrt.steps import OrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 from NNDF.options import ModelOptions
@@ -40,7 +40,7 @@ class DecoderOnnx(OnnxArtifact):
                         run.options.fp16)
 
     def fused(self, builder, run: RunContext) -> GraphArtifact:
-        from NNDF.backends.ort_fused import fused_artifact
+        from CausalLM.ort_fused import fused_artifact
 
         return fused_artifact(self, run, builder)
 

@@ -22,7 +22,7 @@ class CausalLM(TextItems, GenerativeTask):
     adapters = {"frameworks": "CausalLM.frameworks:DecoderTorch",
                 "onnxrt": "CausalLM.onnxrt:DecoderOnnx",
                 "trt": "CausalLM.trt:DecoderTrt",
-                "triton": "NNDF.triton.backend:GenerativeTriton"}
+                "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("decoder",)

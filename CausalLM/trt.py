@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from CausalLM.onnxrt import DecoderOnnx
-from NNDF.backends.trt import TrtAdapter
-from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, four_d, seq_range, two_d
-from NNDF.backends.trt_steps import TrtSteps
+from NNDF.backends.trt.backend import TrtAdapter
+from NNDF.backends.trt.profiles import EngineShapes, Profile, Range, four_d, seq_range, two_d
+from NNDF.backends.trt.steps import TrtSteps
 from NNDF.context import RunContext
 
 

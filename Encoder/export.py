@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from Encoder.model import EncoderHead
-from NNDF.backends.onnx_export import ExportSpec, LogitsCheck, export_graph, save_onnx
+from NNDF.backends.onnxrt.export import ExportSpec, LogitsCheck, export_graph, save_onnx
 from NNDF.errors import ArtifactError
 from NNDF.model_config import ModelDims
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from NNDF.backends.frameworks import FrameworksBackend, TorchAdapter
-from NNDF.backends.torch_steps import compile_step
+from NNDF.backends.torch.backend import FrameworksBackend, TorchAdapter
+from NNDF.backends.torch.steps import compile_step
 from NNDF.errors import UsageError
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from Encoder.export import (PREPARE, RECIPE, VALIDATION_TEXTS, encoder_mismatch, export_encoder,
                             optimize_for_ort, validate_encoder)
 from Encoder.ort_steps import OrtEncoderSteps
-from NNDF.backends.onnx_artifact import VALIDATION, OnnxArtifact
-from NNDF.backends.ort_options import ORTOptions
+from NNDF.backends.onnxrt.artifact import VALIDATION, OnnxArtifact
+from NNDF.backends.onnxrt.options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 from NNDF.integrity import onnx_signature

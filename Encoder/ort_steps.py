@@ -1,6 +1,6 @@
 """`onnxrt` steps for encoder models: one exported encoder graph on ONNX Runtime behind `EncoderSteps`.
 
-The graph runs through `NNDF.backends.ort_steps.OrtGraph`: on the CPU the torch tensors are handed to the session
+The graph runs through `NNDF.backends.onnxrt.steps.OrtGraph`: on the CPU the torch tensors are handed to the session
 as numpy views of the same memory and the output is wrapped without a copy; on CUDA every input is bound by
 pointer from the torch tensor on the device (IO binding) and the output is written into a torch buffer sized for
 this call, on torch's current stream. Only the inputs the graph declares are fed (a DistilBERT graph has no
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.backends.ort_steps import OrtGraph
+from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.errors import ArtifactError
 
 

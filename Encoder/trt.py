@@ -10,7 +10,8 @@ Runtime's fused contrib operators mean nothing to TensorRT), with one optimizati
   else the benchmark's default (128), capped at the limit.
 
 The engine cache, fingerprints (which include these profiles), builds and loading are the `trt` backend's
-(`NNDF/backends/trt.py`); this adapter computes the shapes (pure Python, tested without TensorRT), names the engine
+(`NNDF/backends/trt/backend.py`); this adapter computes the shapes (pure Python, tested without TensorRT), names
+the engine
 as the decoder engines are named (model, variant, task, precision, batch, sequence, postfix), checks a user's
 `--encoder-engine` against the model and head, and runs `TrtEncoderSteps`.
 """
@@ -22,9 +23,9 @@ from Encoder.export import encoder_mismatch
 from Encoder.onnxrt import EncoderOnnx
 from Encoder.trt_steps import EncoderShapes, TrtEncoderSteps
 from NNDF.artifacts import safe_name
-from NNDF.backends.trt import TrtAdapter
-from NNDF.backends.trt_options import TRTOptions
-from NNDF.backends.trt_profiles import Profile, Range, two_d
+from NNDF.backends.trt.backend import TrtAdapter
+from NNDF.backends.trt.options import TRTOptions
+from NNDF.backends.trt.profiles import Profile, Range, two_d
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
 from NNDF.integrity import engine_signature, onnx_signature

@@ -1,6 +1,6 @@
 """`trt` steps for encoder models: one TensorRT engine (one optimization profile) behind `EncoderSteps`.
 
-The engine is reached only through `NNDF.backends.trt_steps.EngineIO` (`TensorRTIO` on a GPU; tests stand ONNX
+The engine is reached only through `NNDF.backends.trt.steps.EngineIO` (`TensorRTIO` on a GPU; tests stand ONNX
 Runtime in for it), so the bookkeeping here runs anywhere. Each call binds the inputs the engine declares (int64
 [B, T] torch tensors on the device, by address) and an output buffer sized for this call: the engine's output
 shape with its dynamic dimensions read as (batch, sequence) in order, i.e. [B, H], [B, C] or [B, T, C].
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.backends.trt_profiles import Range
-from NNDF.backends.trt_steps import EngineIO
+from NNDF.backends.trt.profiles import Range
+from NNDF.backends.trt.steps import EngineIO
 from NNDF.errors import ArtifactError, UsageError
 
 

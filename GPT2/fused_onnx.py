@@ -1,5 +1,5 @@
 """GPT-2's fused decode graph for `onnxrt --fused-decode` (HF model_type "gpt2": GPT-2, Cerebras-GPT,
-gpt2-offline), built from the HF weights with the shared pieces of `NNDF.backends.fused_graph`:
+gpt2-offline), built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
 
     x = SkipLayerNorm(wte[ids], wpe[positions])            -> h, the residual stream
     per layer: GroupQueryAttention(h @ c_attn + b)  (the cache written in place)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from GPT2.config import FUSED_GELUS
-from NNDF.backends import fused_graph as fg
+from CausalLM import fused_graph as fg
 from NNDF.errors import ArtifactError
 
 

@@ -96,7 +96,7 @@ class BackendFacts:
     """What a family adds to one backend (its `<family>/<backend>.py` module's `BACKEND`): its export facts and
     its fused decode implementations. Strings are "module:attribute" targets that `NNDF.registry` loads."""
 
-    spec: object = None  # the family's `NNDF.backends.onnx_export.ExportSpec` (None: the defaults)
+    spec: object = None  # the family's `NNDF.backends.onnxrt.export.ExportSpec` (None: the defaults)
     # HF model type -> "module:attribute" of the family's fused decode implementation on this backend (a torch
     # step for frameworks, `--fused-decode`; a `FusedBuilder` of a fused graph for onnxrt)
     fused: Mapping[str, str] = field(default_factory=dict)

@@ -54,10 +54,12 @@ class BackendEntry:
 
 
 BACKENDS: dict[str, BackendEntry] = {
-    "frameworks": BackendEntry("NNDF.backends.frameworks:FrameworksBackend"),
-    "onnxrt": BackendEntry("NNDF.backends.onnxrt:OnnxRuntimeBackend", ("NNDF.backends.ort_options:ORTOptions",)),
-    "trt": BackendEntry("NNDF.backends.trt:TensorRTBackend", ("NNDF.backends.trt_options:TRTOptions",)),
-    "triton": BackendEntry("NNDF.triton.backend:TritonBackend", ("NNDF.triton.options:TritonOptions",)),
+    "frameworks": BackendEntry("NNDF.backends.torch.backend:FrameworksBackend"),
+    "onnxrt": BackendEntry("NNDF.backends.onnxrt.backend:OnnxRuntimeBackend",
+                           ("NNDF.backends.onnxrt.options:ORTOptions",)),
+    "trt": BackendEntry("NNDF.backends.trt.backend:TensorRTBackend", ("NNDF.backends.trt.options:TRTOptions",)),
+    "triton": BackendEntry("NNDF.backends.triton.backend:TritonBackend",
+                           ("NNDF.backends.triton.options:TritonOptions",)),
 }
 
 

@@ -59,7 +59,7 @@ class EncoderDecoderSteps(DecoderSteps, Protocol):
 
 
 class ServedGeneration(ABC):
-    """Steps of a model whose generation loop runs elsewhere (a served model: NNDF/triton/backend.py): the shared
+    """Steps of a model whose generation loop runs elsewhere (a served model: NNDF/backends/triton/backend.py): the shared
     `generate` hands the whole generation to `generate`, with the same arguments and the same result."""
 
     device: torch.device

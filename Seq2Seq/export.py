@@ -27,7 +27,7 @@ import torch
 from transformers import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
-from NNDF.backends.onnx_export import ExportSpec, LogitsCheck, export_graph
+from NNDF.backends.onnxrt.export import ExportSpec, LogitsCheck, export_graph
 from NNDF.model_config import ModelDims
 from Seq2Seq.torch_steps import Seq2SeqTorchSteps, empty_kv, encoder_mask
 

@@ -1,7 +1,7 @@
 """The encoder-decoder kind on PyTorch: the HF model behind `Seq2SeqTorchSteps`."""
 from __future__ import annotations
 
-from NNDF.backends.frameworks import FrameworksBackend, TorchAdapter
+from NNDF.backends.torch.backend import FrameworksBackend, TorchAdapter
 from NNDF.context import RunContext
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from NNDF.backends.onnx_artifact import OnnxArtifact
+from NNDF.backends.onnxrt.artifact import OnnxArtifact
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import export_seq2seq, validate

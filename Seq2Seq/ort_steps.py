@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.backends.ort_steps import OrtGraph, empty_past
+from NNDF.backends.onnxrt.steps import OrtGraph, empty_past
 from NNDF.errors import ArtifactError
 from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 

@@ -22,7 +22,7 @@ class Seq2SeqLM(TextItems, GenerativeTask):
     adapters = {"frameworks": "Seq2Seq.frameworks:Seq2SeqTorch",
                 "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
                 "trt": "Seq2Seq.trt:Seq2SeqTrt",
-                "triton": "NNDF.triton.backend:GenerativeTriton"}
+                "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned

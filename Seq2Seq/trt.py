@@ -1,6 +1,6 @@
 """The encoder-decoder kind on TensorRT: encoder, decoder and cross-attention cache-generator engines.
 
-The engine cache, fingerprints, build and load are the `trt` backend's (`NNDF/backends/trt.py`); this adapter
+The engine cache, fingerprints, build and load are the `trt` backend's (`NNDF/backends/trt/backend.py`); this adapter
 says what the kind adds: one set of optimization profiles per part and `Seq2SeqTrtSteps` over the three engines.
 
     encoder:          input_ids / attention_mask [batch, 1..max_input] (or pixel_values [batch, 3, H, W])
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from NNDF.backends.trt import TrtAdapter
-from NNDF.backends.trt_profiles import EngineShapes, Profile, Range, seq_range
+from NNDF.backends.trt.backend import TrtAdapter
+from NNDF.backends.trt.profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
 from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps

@@ -1,6 +1,6 @@
 """`trt` step functions for encoder-decoder models: encoder, cache-generator and decoder engines, device buffers.
 
-Like `NNDF/backends/trt_steps.py`, every buffer is a torch tensor allocated once at the profile maxima and bound
+Like `NNDF/backends/trt/steps.py`, every buffer is a torch tensor allocated once at the profile maxima and bound
 by pointer, and the engines are reached only through `EngineIO` (so this bookkeeping is tested on the CPU with
 ONNX Runtime standing in for TensorRT):
 - `start`: the encoder writes the hidden states into one buffer; with a KV cache the cache generator reads them
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from NNDF.backends.trt_steps import EngineIO, KVBuffers
+from NNDF.backends.trt.steps import EngineIO, KVBuffers
 from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 
 

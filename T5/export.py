@@ -6,6 +6,6 @@ fp16 hidden states near the fp16 maximum, and both are traced into the graph as 
 makes the island explicit in the ONNX (so strongly typed TensorRT builds it in fp32) whatever dtype the
 weights were loaded in. The fp16 tolerance is relative to the logits' scale (see docs/VERIFICATION.md).
 """
-from NNDF.backends.onnx_export import ExportSpec
+from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec(fp32_modules=("wo",))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from NNDF.backends.trt_profiles import EngineShapes, seq_range
+from NNDF.backends.trt.profiles import EngineShapes, seq_range
 from NNDF.context import RunContext
 from NNDF.options import ModelOptions
 from Seq2Seq.export import EncoderInputs, export_seq2seq, validate

@@ -71,7 +71,7 @@ class ImageToText(Seq2SeqLM):
     adapters = {"frameworks": "Vision2Seq.backends:ImageTextTorch",
                 "onnxrt": "Vision2Seq.backends:ImageTextOnnx",
                 "trt": "Vision2Seq.backends:ImageTextTrt",
-                "triton": "NNDF.triton.backend:GenerativeTriton"}
+                "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
 
     def items(self, options, texts: tuple) -> list[ImagePrompt]:
         """--image files (checked here, before anything loads) with each --prompt text."""

@@ -215,7 +215,7 @@ def test_missing_image_flag_is_refused_before_setup(capsys, tmp_path):
 # --- backends, benchmark lengths, golden outputs under other decoding ---
 
 def test_trt_says_what_is_missing(tmp_path):
-    from NNDF.backends.trt import TensorRTBackend
+    from NNDF.backends.trt.backend import TensorRTBackend
 
     if TensorRTBackend.availability()[0]:
         pytest.skip("TensorRT and a GPU are here")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from NNDF.backends.ort_options import ORTOptions
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.onnxrt.options import ORTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.errors import ArtifactError, UsageError
 from NNDF.options import ModelOptions
 
@@ -178,7 +178,7 @@ def test_checkpoint_without_the_head_is_refused_in_one_line(encoder):
 
 def test_trt_profile_defaults_and_seed_flags():
     from Encoder.trt import encoder_profile, encoder_shapes
-    from NNDF.backends.trt_profiles import Range
+    from NNDF.backends.trt.profiles import Range
 
     shapes = encoder_shapes(ModelOptions(batch_size=4), TRTOptions(), limit=256)
     assert (shapes.batch, shapes.seq) == (Range(4, 4, 4), Range(1, 128, 256))  # opt: the benchmark's default

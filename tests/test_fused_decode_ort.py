@@ -1,5 +1,5 @@
 """`onnxrt --fused-decode`: the GPT-2 fused decode graph (GroupQueryAttention writing a shared past/present
-buffer, SkipLayerNormalization, FastGelu / BiasGelu; NNDF/backends/ort_fused.py, GPT2/fused_onnx.py).
+buffer, SkipLayerNormalization, FastGelu / BiasGelu; CausalLM/ort_fused.py, GPT2/fused_onnx.py).
 
 On the CPU (fp32): the graph is validated against PyTorch when built and is small (one attention op per layer, no
 Reshape / Transpose / ScatterND); generation gives HF `generate`'s tokens, token for token, for gpt2-offline and
@@ -19,8 +19,8 @@ import torch
 
 from NNDF import registry
 from NNDF.actions.common import backend_steps
-from NNDF.backends.ort_fused import FusedDecodeOnnx, device_refusal
-from NNDF.backends.ort_options import ORTOptions
+from CausalLM.ort_fused import FusedDecodeOnnx, device_refusal
+from NNDF.backends.onnxrt.options import ORTOptions
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, generate

@@ -5,10 +5,10 @@ import onnx
 import pytest
 import torch
 
-from NNDF.backends import onnx_export
+from NNDF.backends.onnxrt.backend import export as onnx_export
 from CausalLM.export import export_decoder, validate
-from NNDF.backends.onnx_export import ExportSpec
-from NNDF.backends.ort_steps import OrtSteps
+from NNDF.backends.onnxrt.export import ExportSpec
+from NNDF.backends.onnxrt.steps import OrtSteps
 from NNDF.offline import redraw_weights
 
 from conftest import run_cli

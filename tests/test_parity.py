@@ -10,7 +10,7 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.options import ModelOptions
 
 from conftest import offline_variants
@@ -89,7 +89,7 @@ def _skip_without_tensorrt(backend: str) -> None:
 
 @contextmanager
 def _steps_or_skip(run, backend):
-    from NNDF.backends.trt_engine import EngineRefused
+    from NNDF.backends.trt.engine import EngineRefused
 
     try:
         with backend_steps(run, backend) as (_, steps):

@@ -1,4 +1,4 @@
-"""`--quantize int8|int4` on the onnxrt backend (NNDF/backends/quantize.py, quantized.py): the graph rewrite is
+"""`--quantize int8|int4` on the onnxrt backend (NNDF/backends/onnxrt/quantize.py, quantized.py): the graph rewrite is
 exact, quantized graphs are artifacts (named, fingerprinted with their settings, validated against the float
 export), the accuracy cost on the trained gpt2-offline is within the issue's bounds, every kind of model
 (decoder-only, encoder-decoder, encoder) quantizes and runs, and misuse is one line with exit code 2.
@@ -35,7 +35,7 @@ def test_prepare_rewrites_gemm_and_folds_the_head_transpose_exactly():
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from NNDF.backends.quantize import Int4, QuantSpec, float_nodes, head_nodes, prepare
+    from NNDF.backends.onnxrt.quantize import Int4, QuantSpec, float_nodes, head_nodes, prepare
 
     rng = np.random.default_rng(0)
     w1, b1, w2 = rng.normal(size=(8, 4)).astype(np.float32), rng.normal(size=8).astype(np.float32), \
@@ -157,7 +157,7 @@ def test_chat_gives_each_open_backend_its_own_threads(gpt2_accuracy, workdir, mo
 
 def test_fingerprint_follows_the_settings(workdir):
     from NNDF.actions.common import backend_rows, open_run
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions
 
     def rows(**ort):
@@ -200,7 +200,7 @@ def test_misuse_is_one_line(capsys, workdir, argv, expect):
 
 
 def test_user_files_and_fp16_int8_are_refused(gpt2_accuracy, workdir):  # the fixture exported the float graph
-    from NNDF.backends.quantize import Int8
+    from NNDF.backends.onnxrt.quantize import Int8
 
     assert "takes fp32 graphs, not fp16" in Int8().refusal("fp16", "cpu") and Int8().refusal("fp32", "cpu") is None
     assert "runs on ONNX Runtime's CPU kernels, not cuda: use --quantize int4" in Int8().refusal("fp32", "cuda")
@@ -228,7 +228,7 @@ def test_encoder_decoder_quantizes_each_graph(workdir, capsys, family, folder):
 
 def test_encoder_quantizes_the_optimized_graph(workdir):
     from Encoder.actions.predict import predict
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, PredictOptions
 
     report = predict("BERT", ("onnxrt",), ModelOptions(working_dir=str(workdir)),
@@ -247,7 +247,7 @@ def test_encoder_quantizes_the_optimized_graph(workdir):
 
 
 def test_options_library_refusals():
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
 
     with pytest.raises(UsageError, match="--quant-symmetric applies to --quantize int4"):
         ORTOptions(quantize=("int8",), quant_symmetric=False)
@@ -259,7 +259,7 @@ def test_classifier_head_gemm_quantizes(workdir):
     """A classifier's transB Gemm head, whose weight the exporter also annotates in value_info: stored transposed
     for MatMul, the stale annotation once failed the quantizer's shape inference (a traceback)."""
     from Encoder.actions.predict import predict
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, PredictOptions
 
     report = predict("BERT", ("onnxrt",), ModelOptions(variant="roberta-classifier-offline", working_dir=str(workdir)),

@@ -9,10 +9,10 @@ import torch
 from NNDF import registry
 from NNDF.actions.accuracy import accuracy
 from NNDF.actions.common import encode, generate_prompt
-from NNDF.backends.trt_profiles import engine_shapes
+from NNDF.backends.trt.profiles import engine_shapes
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.options import AccuracyOptions, ModelOptions
 from Seq2Seq.trt import seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps

@@ -49,7 +49,7 @@ def _by_backend(results: list[dict]) -> dict[str, list[list[int]]]:
 
 
 def _client(server, protocol: str = "http"):
-    from NNDF.triton.client import Client
+    from NNDF.backends.triton.client import Client
 
     return Client(server.urls[protocol], timeout=120)
 
@@ -208,12 +208,12 @@ def test_run_compare_and_accuracy_score_the_served_model_like_in_process(triton_
 def test_a_client_leaving_mid_stream_does_not_wedge_the_server(triton_server):
     """A client process is killed after its first streamed token of a long generation; the model then answers
     new streamed and unary requests (bounded in time)."""
-    from NNDF.triton.client import Client
+    from NNDF.backends.triton.client import Client
 
     script = f"""
 import os, sys, numpy as np
 sys.path.insert(0, {str(ROOT)!r})
-from NNDF.triton.client import Client
+from NNDF.backends.triton.client import Client
 arrays = {{"text": np.array([[b"Once upon a time"]], dtype=np.object_),
           "max_new_tokens": np.array([[200]], dtype=np.int32)}}
 def first(_):
@@ -319,7 +319,7 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
     try:
         line = process.stdout.readline()  # the first line says it serves (after every model is ready)
         assert f"HTTP http://127.0.0.1:{http}" in line and f"gRPC grpc://127.0.0.1:{grpc}" in line, line
-        from NNDF.triton.client import Client
+        from NNDF.backends.triton.client import Client
 
         with Client(f"http://127.0.0.1:{http}", timeout=60) as client:
             assert client.model_ready(triton_server.single)

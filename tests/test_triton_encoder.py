@@ -65,7 +65,7 @@ def _texts(texts: list[str]) -> dict:
 
 
 def _client(server, protocol: str):
-    from NNDF.triton.client import Client
+    from NNDF.backends.triton.client import Client
 
     return Client(server.urls[protocol], timeout=60)
 
@@ -206,7 +206,7 @@ def test_triton_backend_refuses_a_model_that_takes_text(served, workdir, protoco
     from NNDF.actions.common import open_run
     from NNDF.errors import UsageError
     from NNDF.options import ModelOptions
-    from NNDF.triton.options import TritonOptions
+    from NNDF.backends.triton.options import TritonOptions
 
     server, bases = served
     ensemble = f"{bases[MINILM]}_python"
@@ -316,7 +316,7 @@ def test_padded_requests_per_token_logits_are_cut_back(in_process):
 
 def test_trt_deploy_writes_the_plan_config_and_says_how_to_build_the_engine(workdir, tmp_path):
     from Encoder.actions.deploy import deploy
-    from NNDF.backends.trt_options import TRTOptions
+    from NNDF.backends.trt.options import TRTOptions
     from NNDF.options import ModelOptions
     from NNDF.triton.config import read_config
     from NNDF.triton.options import DeployOptions
@@ -367,7 +367,7 @@ def test_deploy_takes_one_quantized_graph(workdir, tmp_path):
     from Encoder.actions.deploy import deploy
     from NNDF import registry
     from NNDF.actions.common import open_run
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.errors import UsageError
     from NNDF.options import ModelOptions
     from NNDF.triton.options import DeployOptions

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from CausalLM.trt import decoder_profiles
-from NNDF.backends.trt_profiles import engine_name, engine_shapes, model_positions
-from NNDF.backends.trt_steps import KVBuffers
+from NNDF.backends.trt.profiles import engine_name, engine_shapes, model_positions
+from NNDF.backends.trt.steps import KVBuffers
 from NNDF.errors import UsageError
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.options import ModelOptions
 
 from conftest import run_cli
@@ -105,7 +105,7 @@ def test_tensorrt_missing_is_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert lines[0].startswith("error: the trt backend needs TensorRT >= 10") and "torch sees no CUDA GPU" in lines[0]
-    from NNDF.backends.trt_engine import import_trt
+    from NNDF.backends.trt.engine import import_trt
     from NNDF.errors import BackendUnavailable
 
     with pytest.raises(BackendUnavailable, match=r"pip install tensorrt.*neither tensorrt nor tensorrt_rtx"):
@@ -172,7 +172,7 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, cache, workdir):
     from NNDF import registry
     from NNDF.actions.common import encode
     from CausalLM.onnxrt import DecoderOnnx
-    from NNDF.backends.trt_steps import TrtSteps
+    from NNDF.backends.trt.steps import TrtSteps
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig, generate
 
@@ -209,7 +209,7 @@ def test_engine_fingerprint_follows_the_onnx(tmp_path):
     """The engine cache key changes when the ONNX it was built from is re-exported or edited (cheaply: no hashing)."""
     import os
 
-    from NNDF.backends.trt import _onnx_identity
+    from NNDF.backends.trt.backend import _onnx_identity
 
     onnx_file = tmp_path / "model.onnx"
     onnx_file.write_bytes(b"graph v1")

@@ -58,7 +58,7 @@ def _backend(backends: tuple[str, ...]) -> str:
 def _trt_options(backend_options: tuple, batching: Batching) -> tuple:
     """TensorRT's option group (added when absent) with the engine's batch profile [1, opt, --max-batch-size]
     unless one is given: Triton hands the engine any batch up to its max_batch_size."""
-    from NNDF.backends.trt_options import TRTOptions
+    from NNDF.backends.trt.options import TRTOptions
 
     given = next((g for g in backend_options if isinstance(g, TRTOptions)), TRTOptions())
     if not given.batch_profile and not given.dynamic_batch:
@@ -134,8 +134,8 @@ def _engine(run) -> Engine:
     """The run's engine: the trt backend's (built or found current) or --encoder-engine, when TensorRT runs here;
     the user's file unchecked when it does not; else none."""
     from NNDF import registry
-    from NNDF.backends.trt_engine import import_trt, load_engine
-    from NNDF.backends.trt_options import TRTOptions
+    from NNDF.backends.trt.engine import import_trt, load_engine
+    from NNDF.backends.trt.options import TRTOptions
     from NNDF.integrity import engine_signature
 
     backend = registry.backend(run.family, "trt")
@@ -155,7 +155,7 @@ def _engine(run) -> Engine:
 def trtexec_command(run, names: Names) -> str:
     """How to build N_model/1/model.plan in the serving container (its TensorRT must be the server's)."""
     from Encoder.trt import encoder_shapes
-    from NNDF.backends.trt_options import TRTOptions
+    from NNDF.backends.trt.options import TRTOptions
 
     shapes = encoder_shapes(run.options, run.options_of(TRTOptions), run.family.task.max_length(run))
     inputs = run.family.task.input_names(run)

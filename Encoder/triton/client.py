@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from NNDF.errors import UsageError
-from NNDF.triton.backend import TritonAdapter
-from NNDF.triton.options import TritonOptions
+from NNDF.backends.triton.backend import TritonAdapter
+from NNDF.backends.triton.options import TritonOptions
 
 
 class TritonEncoderSteps:
@@ -54,7 +54,7 @@ class EncoderTriton(TritonAdapter):
         return Names(super().default_name(run)).model_python
 
     def steps(self, run) -> TritonEncoderSteps:
-        from NNDF.triton.client import Client
+        from NNDF.backends.triton.client import Client
 
         opts = run.options_of(TritonOptions)
         name = self.model_name(run)

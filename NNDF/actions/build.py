@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from NNDF import registry
 from NNDF.actions.common import finish, open_run
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 from NNDF.results import Report, environment

@@ -1,8 +1,11 @@
-"""Backends: one contract (`NNDF.steps.DecoderSteps`), three implementations.
+"""Backends: kind-neutral runtimes, one folder each, all keeping one contract (`base.Backend`; their steps keep
+`NNDF.steps.DecoderSteps`).
 
-- `frameworks`: the HF PyTorch model itself (`torch_steps.py`).
-- `onnxrt`: an exported ONNX graph on ONNX Runtime (`onnx_export.py`, `ort_steps.py`).
-- `trt`: TensorRT engines (added by the TensorRT issue).
+- `torch/`: `frameworks`, the HF PyTorch model itself.
+- `onnxrt/`: a kind's exported ONNX graphs on ONNX Runtime (the shared exporter, quantization).
+- `trt/`: TensorRT engines built from those graphs.
+- `triton/`: the Triton client, a model served by Triton.
 
-`NNDF.registry` maps CLI names to these; a family's `frameworks.py` / `onnxrt.py` bind them to the family.
+`NNDF.registry.BACKENDS` maps CLI names to these; each kind names its adapter for each backend (`Task.adapters`),
+and each family's `frameworks.py` / `onnxrt.py` / `trt.py` declares what it adds there.
 """

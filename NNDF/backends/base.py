@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # imported for annotations only: keeps `--help` and `list` free of heavy imports
-    from NNDF.backends.onnx_export import ExportSpec
+    from NNDF.backends.onnxrt.export import ExportSpec
     from NNDF.context import RunContext
 
 
@@ -32,7 +32,7 @@ class Backend(ABC):
                  fused: dict | None = None):
         """`adapter`: the kind's adapter class for this backend (None: the backend `serves` the kind by itself);
         `fused`: HF model type -> the family's fused decode implementation on this backend (loaded)."""
-        from NNDF.backends.onnx_export import ExportSpec
+        from NNDF.backends.onnxrt.export import ExportSpec
 
         self.task = task
         self.spec = spec if spec is not None else ExportSpec()

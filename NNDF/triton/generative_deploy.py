@@ -110,7 +110,7 @@ class DeployedModel:
 def _graphs(run) -> dict[str, Path]:
     """The run's ONNX graphs (exported now if there is no current export), {part: path}."""
     from NNDF import registry
-    from NNDF.backends.onnxrt import OnnxRuntimeBackend
+    from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
 
     backend = registry.backend(run.family, "onnxrt")
     assert isinstance(backend, OnnxRuntimeBackend)

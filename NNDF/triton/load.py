@@ -64,7 +64,7 @@ def load(url: str, model: str, prompts: list[str], expected: list[list[int]], cl
          timeout: float = 600.0) -> LoadResult:
     """`clients` threads share the prompts round-robin (client c sends prompts c, c + clients, ...), each
     request with max_new_tokens; every answer is compared with `expected`."""
-    from NNDF.triton.client import Client
+    from NNDF.backends.triton.client import Client
 
     def client_run(c: int) -> tuple[list[float], int, int]:
         latencies, errors, mismatches = [], 0, 0

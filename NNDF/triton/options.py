@@ -1,5 +1,5 @@
-"""Option groups of serving: `deploy` (DeployOptions), `serve` (ServeOptions) and the `triton` client backend
-(TritonOptions, owned by that backend: its flags are refused when `triton` is not named)."""
+"""Option groups of serving: `deploy` (DeployOptions) and `serve` (ServeOptions). The `triton` client backend's
+own flags are `NNDF.backends.triton.options.TritonOptions`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -52,15 +52,3 @@ class ServeOptions(OptionGroup):
                 raise UsageError(f"{name} {port}: give a port in 1-65535")
         if self.ready_timeout <= 0:
             raise UsageError(f"--ready-timeout must be > 0, got {self.ready_timeout}")
-
-
-@dataclass(frozen=True)
-class TritonOptions(OptionGroup):
-    title = "triton backend (a model served by Triton Inference Server)"
-    triton_url: str = flag("http://127.0.0.1:8000", "--triton-url", help="the server: http://HOST:PORT or grpc://HOST:PORT")
-    triton_model: str | None = flag(None, "--triton-model", help="the served model's name (default: the name deploy gives: <family>-<variant>-onnxrt)")
-    triton_timeout: float = flag(600.0, "--triton-timeout", help="seconds one request may take")
-
-    def __post_init__(self):
-        if self.triton_timeout <= 0:
-            raise UsageError(f"--triton-timeout must be > 0, got {self.triton_timeout}")

@@ -19,7 +19,7 @@ from typing import Iterator
 from NNDF.artifacts import dir_mode, file_mode
 from NNDF.errors import UsageError
 from NNDF.triton.config import CONFIG, read_config
-from NNDF.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
+from NNDF.backends.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
 from NNDF.triton.server import PATH_VARIABLE, ROOT
 
 README = "README.md"

@@ -27,8 +27,8 @@ import torch  # noqa: E402
 
 from NNDF import registry  # noqa: E402
 from NNDF.actions.common import encode  # noqa: E402
-from NNDF.backends.onnx_export import ExportSpec  # noqa: E402
-from NNDF.backends.onnxrt import OnnxRuntimeBackend  # noqa: E402
+from NNDF.backends.onnxrt.export import ExportSpec  # noqa: E402
+from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend  # noqa: E402
 from NNDF.context import make_context  # noqa: E402
 from NNDF.options import ModelOptions  # noqa: E402
 from Seq2Seq.torch_steps import Seq2SeqTorchSteps  # noqa: E402

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One decode step of GPT-2 on ONNX Runtime, three ways, measured through the onnxrt backend's own steps:
 
-    fused    --static-cache --use-cuda-graph --fused-decode (GroupQueryAttention graph, NNDF/backends/ort_fused.py)
+    fused    --static-cache --use-cuda-graph --fused-decode (GroupQueryAttention graph, CausalLM/ort_fused.py)
     static   --static-cache --use-cuda-graph               (the torch.onnx export over HF's StaticCache)
     growing  --use-cache                                   (the export with a growing cache, no CUDA graph)
 

@@ -37,7 +37,7 @@ def main() -> None:
     import torch
 
     from NNDF.actions.common import backend_rows, backend_steps, generate_prompt, generation_config, open_run
-    from NNDF.backends.ort_options import ORTOptions
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, SamplingOptions
     from NNDF.timing import GenerationClock
 

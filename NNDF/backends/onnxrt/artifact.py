@@ -8,7 +8,7 @@ validated against PyTorch (on ONNX Runtime, on the run's device) before it is ke
 recorded in `validation.json` and reported. User files come all together: `--encoder-onnx --decoder-onnx
 --cache-generator-onnx` are all-or-nothing for the parts the run needs, and each is checked against the model
 before use (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype). `GraphArtifact` holds the store logic
-shared with quantized graphs (`NNDF/backends/quantized.py`), which are built from an export instead of PyTorch.
+shared with quantized graphs (`NNDF/backends/onnxrt/quantized.py`), which are built from an export instead of PyTorch.
 Each kind's artifact (its adapter for `onnxrt`, and what `trt` builds engines from) subclasses `OnnxArtifact`:
 `CausalLM.onnxrt.DecoderOnnx`, `Seq2Seq.onnxrt.Seq2SeqOnnx`, `Vision2Seq.backends.ImageTextOnnx`,
 `Encoder.onnxrt.EncoderOnnx`.
@@ -20,7 +20,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from NNDF.artifacts import digest, weights_identity, write_json_atomic
-from NNDF.backends.onnx_export import ExportSpec
+from NNDF.backends.onnxrt.export import ExportSpec
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
 from NNDF.integrity import check_user_onnx
@@ -56,7 +56,7 @@ def graph_bytes(paths: dict[str, Path]) -> int:
 class GraphArtifact(ABC):
     """Graphs a run uses, kept in the artifact store: where they come from (the user's files, a current artifact, or
     a build now) and what their validation at build time said. `OnnxArtifact` exports from PyTorch;
-    `NNDF.backends.quantized.QuantizedOnnx` quantizes another artifact's graphs."""
+    `NNDF.backends.onnxrt.quantized.QuantizedOnnx` quantizes another artifact's graphs."""
 
     prefix = "model"
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from NNDF.artifacts import safe_name
 from NNDF.errors import UsageError
 from NNDF.model_config import ModelDims
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.options import ModelOptions
 
 # The engine profiles' longest sequence (prompt + new tokens) where the model has no position table (ALiBi,

@@ -1,4 +1,4 @@
-"""`onnxrt --fused-decode`: the family's fused decode graph (`NNDF.backends.fused_graph`: ONNX Runtime's
+"""`onnxrt --fused-decode`: the family's fused decode graph (`CausalLM.fused_graph`: ONNX Runtime's
 GroupQueryAttention, SkipLayerNormalization, FastGelu) as a derived artifact, and the steps that drive it.
 
 `FusedDecodeOnnx` is a `GraphArtifact` like the quantized graphs: built from the run's PyTorch model by the
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from NNDF.artifacts import digest, weights_identity
-from NNDF.backends.onnx_artifact import GraphArtifact, user_files
-from NNDF.backends.onnx_export import LogitsCheck
-from NNDF.backends.ort_steps import OrtGraph
+from NNDF.backends.onnxrt.artifact import GraphArtifact, user_files
+from NNDF.backends.onnxrt.export import LogitsCheck
+from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 
@@ -102,7 +102,7 @@ class FusedDecodeOnnx(GraphArtifact):
         return OrtFusedSteps(paths["decoder"], run.device, run.options.threads, graph)
 
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
-        from NNDF.backends import fused_graph
+        from CausalLM import fused_graph
 
         proto = self.builder.build(model, np.float16 if run.options.fp16 else np.float32)
         fused_graph.save(proto, out_dir / "model.onnx")
@@ -120,7 +120,7 @@ def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     one-token steps (whose logits depend on every cached key and value) in a `VALIDATION_CACHE`-long buffer;
     the max abs difference, or
     ArtifactError listing every mismatch (`LogitsCheck`)."""
-    from NNDF.backends.torch_steps import TorchSteps
+    from NNDF.backends.torch.steps import TorchSteps
 
     reference, check = TorchSteps(model, use_cache=True), LogitsCheck(spec, fp16)
     device = next(model.parameters()).device

@@ -3,7 +3,7 @@ artifact class (an `onnx_artifact.OnnxArtifact`: which graphs it exports, how th
 `CausalLM.onnxrt.DecoderOnnx`); everything else is shared.
 
 With `--quantize` (ORTOptions) the backend gives one variant per quantization (`variants`): `onnxrt` runs the
-float artifact, `onnxrt-int8` / `onnxrt-int4` the same graphs quantized (`NNDF.backends.quantized`), each its
+float artifact, `onnxrt-int8` / `onnxrt-int4` the same graphs quantized (`NNDF.backends.onnxrt.quantized`), each its
 own row of the action's table.
 
 A cached export that no longer loads (truncated, edited) is re-exported with a warning; a fresh export or
@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 
 from NNDF.backends.base import Backend
-from NNDF.backends.onnx_artifact import GraphArtifact, graph_bytes
-from NNDF.backends.ort_options import ORTOptions
+from NNDF.backends.onnxrt.artifact import GraphArtifact, graph_bytes
+from NNDF.backends.onnxrt.options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
 
@@ -27,11 +27,11 @@ class OnnxRuntimeBackend(Backend):
 
     def __init__(self, task, spec=None, adapter=None, fused=None, quantization=None):
         super().__init__(task, spec, adapter, fused)
-        self.quantization = quantization  # None: the float graphs; else a `NNDF.backends.quantize.Quantization`
+        self.quantization = quantization  # None: the float graphs; else a `NNDF.backends.onnxrt.quantize.Quantization`
         self.onnx: GraphArtifact = adapter(self.spec, task)  # the kind's artifact: which graphs a run exports and runs
         self.paths: dict | None = None  # the graphs the last `setup` runs
         if quantization is not None:
-            from NNDF.backends.quantized import QuantizedOnnx
+            from NNDF.backends.onnxrt.quantized import QuantizedOnnx
 
             self.onnx = QuantizedOnnx(self.onnx, quantization)
         self.plain = self.onnx  # the export (or its quantization); --fused-decode runs use a fused graph instead

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from NNDF.backends.quantize import QuantSpec
-from NNDF.backends.precision import fp32_islands, unconditional_fp16_clamp
+from NNDF.backends.onnxrt.quantize import QuantSpec
+from NNDF.backends.onnxrt.precision import fp32_islands, unconditional_fp16_clamp
 from NNDF.errors import ArtifactError
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # protobuf's hard limit is 2 GiB per file

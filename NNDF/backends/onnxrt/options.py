@@ -36,7 +36,7 @@ class ORTOptions(OptionGroup):
 
     def quantizations(self) -> tuple:
         """One entry per row, in the order given: None for the float graph, else a `Quantization`."""
-        from NNDF.backends.quantize import QUANTIZATIONS
+        from NNDF.backends.onnxrt.quantize import QUANTIZATIONS
 
         return tuple(None if q == "none" else QUANTIZATIONS[q].from_options(self)
                      for q in self.quantize)

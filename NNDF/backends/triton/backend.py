@@ -28,7 +28,7 @@ from NNDF.backends.base import Adapter, Backend
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, GenerationOutput
 from NNDF.steps import ServedGeneration
-from NNDF.triton.options import TritonOptions
+from NNDF.backends.triton.options import TritonOptions
 
 OUTPUTS = ("output_ids", "text")  # a streaming model's last response is the one with `text`
 TIMED = ("a served model that is not streaming returns whole generations, not the prefill and per-token times "
@@ -107,7 +107,7 @@ class ServedSteps(ServedGeneration):
         self.device, self.use_cache, self.name = torch.device("cpu"), True, "triton"
 
     def _one(self, arrays: dict, arrived=None, outputs: tuple[str, ...] = OUTPUTS) -> dict:
-        from NNDF.triton.client import Client
+        from NNDF.backends.triton.client import Client
 
         with Client(self.url, self.timeout) as client:
             if self.streaming:
@@ -172,12 +172,12 @@ class TritonAdapter(Adapter):
 
     def model_name(self, run) -> str:
         """The served model's name: --triton-model, else the name deploy gives this family and variant."""
-        from NNDF.triton.names import check_model_name
+        from NNDF.backends.triton.names import check_model_name
 
         return check_model_name(run.options_of(TritonOptions).triton_model or self.default_name(run))
 
     def default_name(self, run) -> str:
-        from NNDF.triton.names import default_model_name
+        from NNDF.backends.triton.names import default_model_name
 
         return default_model_name(run.family.name, run.source.variant, "onnxrt")
 
@@ -194,7 +194,7 @@ class GenerativeTriton(TritonAdapter):
     """Every generative kind on Triton: the generation loop runs in the server (`ServedSteps`)."""
 
     def steps(self, run) -> ServedSteps:
-        from NNDF.triton.client import Client
+        from NNDF.backends.triton.client import Client
 
         opts = run.options_of(TritonOptions)
         name = self.model_name(run)
@@ -221,7 +221,7 @@ class TritonBackend(Backend):
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
         try:
-            from NNDF.triton.client import Client
+            from NNDF.backends.triton.client import Client
         except ImportError:
             return False, "tritonclient is not installed (pip install 'tritonclient[http,grpc]==2.73.0')"
         opts = (options or {}).get(TritonOptions) or TritonOptions()

@@ -1,5 +1,5 @@
 """Quantized graphs as artifacts: `QuantizedOnnx` wraps the float artifact a run of this kind exports (decoder,
-encoder-decoder's three graphs, encoder) and quantizes each of its graphs (`NNDF.backends.quantize`).
+encoder-decoder's three graphs, encoder) and quantizes each of its graphs (`NNDF.backends.onnxrt.quantize`).
 
 Stored as `<float artifact>-<int8|int4>/` (e.g. `decoder-fp32-kv-int8/`), with the float artifact's fingerprint
 plus the quantization's settings, the family's `QuantSpec` and onnxruntime's version; built atomically from the
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from NNDF.backends.onnx_artifact import GraphArtifact
-from NNDF.backends.quantize import Agreement, Quantization, quantize_file
+from NNDF.backends.onnxrt.artifact import GraphArtifact
+from NNDF.backends.onnxrt.quantize import Agreement, Quantization, quantize_file
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 

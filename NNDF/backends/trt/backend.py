@@ -23,15 +23,15 @@ from pathlib import Path
 
 from NNDF.artifacts import FINGERPRINT
 from NNDF.backends.base import Adapter, Backend, option_group
-from NNDF.backends.onnx_artifact import OnnxArtifact, user_files
-from NNDF.backends.trt_engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
+from NNDF.backends.onnxrt.artifact import OnnxArtifact, user_files
+from NNDF.backends.trt.engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
-from NNDF.backends.trt_profiles import EngineShapes, engine_name, engine_shapes
-from NNDF.backends.trt_steps import TensorRTIO
+from NNDF.backends.trt.profiles import EngineShapes, engine_name, engine_shapes
+from NNDF.backends.trt.steps import TensorRTIO
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 from NNDF.integrity import check_user_engine
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.backends.trt.options import TRTOptions
 from NNDF.progress import status
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from NNDF.backends.trt_profiles import Profile
+from NNDF.backends.trt.profiles import Profile
 from NNDF.errors import ArtifactError, BackendUnavailable
 
 MODULES = ("tensorrt", "tensorrt_rtx")
