@@ -11,8 +11,7 @@ Runtime's fused contrib operators mean nothing to TensorRT), with one optimizati
 
 The engine cache, fingerprints (which include these profiles), builds and loading are the `trt` backend's
 (`NNDF/backends/trt/backend.py`); this adapter computes the shapes (pure Python, tested without TensorRT), names
-the engine
-as the decoder engines are named (model, variant, task, precision, batch, sequence, postfix), checks a user's
+the engine as the decoder engines are named (model, variant, task, precision, batch, sequence, postfix), checks a user's
 `--encoder-engine` against the model and head, and runs `TrtEncoderSteps`.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ import onnx
 import pytest
 import torch
 
-from NNDF.backends.onnxrt.backend import export as onnx_export
+from NNDF.backends.onnxrt import export as onnx_export
 from CausalLM.export import export_decoder, validate
 from NNDF.backends.onnxrt.export import ExportSpec
 from NNDF.backends.onnxrt.steps import OrtSteps
