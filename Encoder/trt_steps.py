@@ -81,7 +81,7 @@ class TrtEncoderSteps:
         return output
 
     def _replay(self, feeds: dict[str, torch.Tensor], key: tuple[int, int]) -> torch.Tensor:
-        slot = self.slots.get(key, lambda number: self._new_slot(feeds, key, number))
+        slot = self.slots.get(key, lambda _: self._new_slot(feeds, key))
         for name, tensor in feeds.items():
             slot.inputs[name].copy_(tensor)
         if slot.binding is None:  # the addresses the slot's graph is captured with
@@ -90,11 +90,11 @@ class TrtEncoderSteps:
         self.io.execute(key)
         return slot.output
 
-    def _new_slot(self, feeds: dict[str, torch.Tensor], key: tuple[int, int], number: int) -> Slot:
-        """Fixed-address inputs shaped as `feeds` and the output for (rows, tokens); the engine's graph for them is
-        keyed by (rows, tokens), so the slot's number is unused."""
+    def _new_slot(self, feeds: dict[str, torch.Tensor], key: tuple[int, int]) -> Slot:
+        """Fixed-address inputs shaped as `feeds` and the output for `key` = (rows, tokens) (the engine keys its
+        captured graph by `key` too, so the slot needs no graph id)."""
         output = torch.empty(self.output_shape(*key), dtype=self.io.dtype(self.output), device=self.device)
-        return Slot({name: torch.empty_like(t) for name, t in feeds.items()}, output, number)
+        return Slot({name: torch.empty_like(t) for name, t in feeds.items()}, output)
 
     def close(self) -> None:
         self.io = None
