@@ -8,10 +8,11 @@ token_type_ids even when the tokenizer makes them).
 
 With `cuda_graph` (`--use-cuda-graph`, CUDA only), ONNX Runtime's CUDA-graph mode: the session runs on a stream
 of its own (capture is impossible on the legacy default stream; torch's stream and that one wait on each other
-around every run), and each input shape gets a slot: fixed-address input buffers, an output buffer, a graph
-id (`gpu_graph_id`) and the IO binding of those buffers with its run options, made once (binding anew on every
-call cost ~0.1 ms of host time per forward, measured on an H100). ONNX Runtime captures a slot's graph during its first run (after the regular run that
-allocates its memory) and replays it afterwards; inputs are copied into the slot's buffers on the device.
+around every run), and each input shape gets a slot (a `NNDF.slots.Slot` in a `SlotPool`): fixed-address input
+buffers, an output buffer, a graph id (`gpu_graph_id`) and the IO binding of those buffers, made once (binding
+anew on every call cost ~0.1 ms of host time per forward, measured on an H100). ONNX Runtime captures a slot's
+graph during its first run (after the regular run that allocates its memory) and replays it afterwards; inputs are
+copied into the slot's buffers on the device.
 """
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ Runtime in for it), so the bookkeeping here runs anywhere. Each call binds the i
 shape with its dynamic dimensions read as (batch, sequence) in order, i.e. [B, H], [B, C] or [B, T, C].
 A batch outside the engine's profile is a one-line error naming the flags that rebuild it.
 
-With `cuda_graph` (`--use-cuda-graph`), each input shape gets a slot: fixed-address input and output buffers,
-bound once; `EngineIO.execute(key)` runs, captures and replays the slot's graph, and later calls only copy the
-inputs into the slot's buffers (device to device) and replay. The output is the slot's buffer, valid until the
-next call of the same shape.
+With `cuda_graph` (`--use-cuda-graph`), each input shape gets a slot (a `NNDF.slots.Slot` in a `SlotPool`):
+fixed-address input and output buffers, bound once; `EngineIO.execute(key)` runs, captures and replays the slot's
+graph, and later calls only copy the inputs into the slot's buffers (device to device) and replay. The output is
+the slot's buffer, valid until the next call of the same shape.
 """
 from __future__ import annotations
 
