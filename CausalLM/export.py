@@ -150,7 +150,7 @@ def export_decoder(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
 
 
 def _export_static_decoder(model: torch.nn.Module, out_dir: Path, spec: ExportSpec) -> Path:
-    from NNDF.backends.torch.steps import check_static_cache_support
+    from CausalLM.torch_steps import check_static_cache_support
 
     check_static_cache_support(model)  # the graph runs HF's StaticCache code
     takes_positions = takes_position_ids(model)
@@ -190,7 +190,7 @@ def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: Expor
     prompt pass and, with a cache, one cached step (whose logits depend on every cached key and value).
     Return the max abs difference of logits at real (unpadded) positions, or raise listing every mismatch.
     fp16 logits are compared relative to their scale (max |logit|)."""
-    from NNDF.backends.torch.steps import TorchSteps
+    from CausalLM.torch_steps import TorchSteps
 
     ref_steps, ort_steps = TorchSteps(model, use_cache), steps_factory()
     full = _example(model, batch=2, seq=6, past=0, use_cache=False, takes_positions=True)

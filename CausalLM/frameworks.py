@@ -8,7 +8,7 @@ from NNDF.context import RunContext
 
 class DecoderTorch(TorchAdapter):
     def steps(self, backend: FrameworksBackend, run: RunContext):
-        from NNDF.backends.torch.steps import TorchSteps
+        from CausalLM.torch_steps import TorchSteps
 
         options = run.options
         options.check_graph_needs_static(backend.name)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from CausalLM.export import export_decoder, validate
 from NNDF.backends.onnxrt.artifact import GraphArtifact, OnnxArtifact
-from NNDF.backends.onnxrt.steps import OrtSteps
+from CausalLM.ort_steps import OrtSteps
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError
 from NNDF.options import ModelOptions

@@ -121,7 +121,7 @@ def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     one-token steps (whose logits depend on every cached key and value) in a `VALIDATION_CACHE`-long buffer;
     the max abs difference, or
     ArtifactError listing every mismatch (`LogitsCheck`)."""
-    from NNDF.backends.torch.steps import TorchSteps
+    from CausalLM.torch_steps import TorchSteps
 
     reference, check = TorchSteps(model, use_cache=True), LogitsCheck(spec, fp16)
     device = next(model.parameters()).device

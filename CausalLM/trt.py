@@ -17,7 +17,7 @@ from pathlib import Path
 from CausalLM.onnxrt import DecoderOnnx
 from NNDF.backends.trt.backend import TrtAdapter
 from NNDF.backends.trt.profiles import EngineShapes, Profile, Range, four_d, seq_range, two_d
-from NNDF.backends.trt.steps import TrtSteps
+from CausalLM.trt_steps import TrtSteps
 from NNDF.context import RunContext
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from NNDF.backends.torch.backend import FrameworksBackend, TorchAdapter
-from NNDF.backends.torch.steps import compile_step
+from NNDF.backends.torch.compile import compile_step
 from NNDF.errors import UsageError
 
 

@@ -7,7 +7,7 @@ ONE layer function called for every layer with that layer's weights as arguments
 `torch.compile(dynamic=False)` compiles it once: gpt2-xl's 48 layers compile as fast as 12), and the head
 (final layer norm + tied LM head). The cache is our own: one K and one V buffer [rows, heads, length, head_dim]
 per layer, written in place at a write position held on the device, so the step replays from a CUDA graph
-without host work (the capture is `NNDF.backends.torch.steps.TorchSteps`'s).
+without host work (the capture is `CausalLM.torch_steps.TorchSteps`'s).
 
 Weight products of few rows use the reduction form `(x[:, None, :] * W).sum(-1)`, which inductor fuses with its
 prologue (layer norm) and epilogue (bias, GELU, residual); above `FusedSettings.reduction_rows` rows (and always

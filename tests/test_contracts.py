@@ -38,7 +38,7 @@ class ToyBackend(Backend):
         return isinstance(task, CausalLM)
 
     def setup(self, run):
-        from NNDF.backends.torch.steps import TorchSteps
+        from CausalLM.torch_steps import TorchSteps
 
         return TorchSteps(run.torch_model(), run.options.use_cache)
 
@@ -99,7 +99,7 @@ class ToyTorch(TorchAdapter):
     """The toy kind on PyTorch: the HF model's own decoder steps."""
 
     def steps(self, backend, run):
-        from NNDF.backends.torch.steps import TorchSteps
+        from CausalLM.torch_steps import TorchSteps
 
         return TorchSteps(run.torch_model(), run.options.use_cache)
 

@@ -15,7 +15,8 @@ import pytest
 from GPT2.fused_decode import FusedSettings
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, open_run
-from NNDF.backends.torch.steps import COMPILE_OPTIONS, TorchSteps
+from CausalLM.torch_steps import TorchSteps
+from NNDF.backends.torch.compile import COMPILE_OPTIONS
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions

@@ -1,7 +1,7 @@
 """The shared loop's own contracts: sampling determinism, min_new_tokens, no-cache recompute equivalence."""
 import torch
 
-from NNDF.backends.torch.steps import TorchSteps
+from CausalLM.torch_steps import TorchSteps
 from NNDF.generation import GenerationConfig, generate
 from NNDF.offline import redraw_weights
 from NNDF.sampling import SamplingConfig

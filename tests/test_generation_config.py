@@ -11,7 +11,7 @@ import torch
 
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, generate_prompt, generation_config
-from NNDF.backends.torch.steps import TorchSteps
+from CausalLM.torch_steps import TorchSteps
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig, generate
 from NNDF.offline import redraw_weights

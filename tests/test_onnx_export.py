@@ -8,7 +8,7 @@ import torch
 from NNDF.backends.onnxrt import export as onnx_export
 from CausalLM.export import export_decoder, validate
 from NNDF.backends.onnxrt.export import ExportSpec
-from NNDF.backends.onnxrt.steps import OrtSteps
+from CausalLM.ort_steps import OrtSteps
 from NNDF.offline import redraw_weights
 
 from conftest import run_cli

@@ -172,7 +172,7 @@ def test_trt_steps_bookkeeping_gives_hf_tokens(family, cache, workdir):
     from NNDF import registry
     from NNDF.actions.common import encode
     from CausalLM.onnxrt import DecoderOnnx
-    from NNDF.backends.trt.steps import TrtSteps
+    from CausalLM.trt_steps import TrtSteps
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig, generate
 

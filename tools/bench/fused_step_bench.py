@@ -6,7 +6,7 @@
 
 For each shape (random weights, `tools/assets/make_shapes_model.py`'s configs), rows 1 and 8 and a cache of 384 columns
 (a 128-token prompt written by the prompt pass), each variant's one-token step is built through
-`NNDF.backends.torch.steps.TorchSteps` (the backend's own capture), compiled and captured, then replayed:
+`CausalLM.torch_steps.TorchSteps` (the backend's own capture), compiled and captured, then replayed:
 GPU time per replay (CUDA events, median of --replays after warm-up), kernels per step and the top kernels by
 time (torch.profiler, CUDA activity, a few replays), weight bytes / time, compile + capture time, and the step's
 max |logits - HF eager| on the same tokens; and the 128-token prompt pass (eager) of both. Variants: `hf`
@@ -78,7 +78,7 @@ def weight_bytes(model) -> int:
 
 def build_steps(model, variant: str, cuda: bool):
     from GPT2.fused_decode import FusedGPT2Step, FusedSettings
-    from NNDF.backends.torch.steps import TorchSteps
+    from CausalLM.torch_steps import TorchSteps
 
     settings, options = VARIANTS[variant]
     fused = None if settings is None else FusedGPT2Step(model, options, FusedSettings(**settings))
@@ -179,7 +179,7 @@ def time_prefill(model, rows: int, fused: bool, args) -> float:
     import torch
 
     from GPT2.fused_decode import FusedGPT2Step
-    from NNDF.backends.torch.steps import TorchSteps
+    from CausalLM.torch_steps import TorchSteps
 
     steps = TorchSteps(model, True, static_cache=True, fused=FusedGPT2Step(model) if fused else None)
     try:

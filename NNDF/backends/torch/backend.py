@@ -2,7 +2,7 @@
 kind's `TorchAdapter` (named in its `Task.adapters`) builds the steps from the run's model.
 
 A family may declare fused decode steps for some of its model types (`BackendFacts.fused`, in its
-`<family>/frameworks.py`): `--fused-decode` then runs that step (`NNDF.backends.torch.steps.FusedStep`) instead
+`<family>/frameworks.py`): `--fused-decode` then runs that step (`CausalLM.torch_steps.FusedStep`) instead
 of the model's own code for the static cache (`fused_step`); other model types, and families that declare none,
 refuse the flag (`Backend.check_fused_decode`)."""
 from __future__ import annotations
@@ -38,7 +38,7 @@ class FrameworksBackend(Backend):
     def fused_step(self, run: RunContext, model):
         """The family's fused decode step for this model (`--fused-decode`, else None), compiled as --compile-mode
         says."""
-        from NNDF.backends.torch.steps import COMPILE_OPTIONS
+        from NNDF.backends.torch.compile import COMPILE_OPTIONS
 
         options = run.options
         if not options.fused_decode:

@@ -1,4 +1,4 @@
-"""`frameworks` backend: the HuggingFace PyTorch model behind the step contract.
+"""The decoder-only kind on PyTorch: the HuggingFace model behind the step contract (the `frameworks` backend).
 
 The cache is HF's own `DynamicCache` (built from the model config, so sliding-window layers behave as in
 `generate`), or with `static_cache` HF's `StaticCache`: buffers of the generation's full length written in place,
@@ -22,6 +22,7 @@ from typing import Protocol
 import torch
 from transformers import DynamicCache, StaticCache
 
+from NNDF.backends.torch.compile import compile_step
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
@@ -80,14 +81,6 @@ def check_static_cache_support(model: torch.nn.Module) -> None:
 # --compile-mode -> inductor options. max-autotune is gpt-fast's decoding recipe without inductor's CUDA graphs
 # (we capture ourselves): GEMM templates autotuned against cuBLAS per shape (epilogues such as bias + GELU
 # fused into them) and coordinate-descent tuning of the generated kernels' launch configs.
-COMPILE_OPTIONS = {"default": {}, "max-autotune": {"max_autotune": True, "coordinate_descent_tuning": True}}
-
-
-def compile_step(model: torch.nn.Module, mode: str):
-    options = COMPILE_OPTIONS[mode]
-    return torch.compile(model, dynamic=False, options=options or None)
-
-
 class FusedStep(Protocol):
     """A family's fused decode step over its own static cache (see the module docstring)."""
 
