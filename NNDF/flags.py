@@ -101,12 +101,16 @@ def _cell(text: str) -> str:
 
 
 def _who(group: type) -> list[str]:
-    actions = ", ".join(a.name for a in ACTIONS.values() if group in a.read_groups())
-    lines = [f"- actions: {actions or 'every action that runs a model'}" if not group.backends else
-             f"- backends: {', '.join(group.backends)} (every action that runs a model, when one of them is named)"]
-    owner = group.kind_owner()
-    kinds = f"{group.owner} ({', '.join(_families_adding(group))})" if owner else "every kind"
-    lines.append(f"- models: {kinds}")
+    """Who reads the group: the actions (or the backends), and the kinds where only some read it."""
+    readers = [a for a in ACTIONS.values() if group in a.read_groups()]
+    if group.backends:
+        lines = [f"- backends: {', '.join(group.backends)} (any action that runs a model, when one is named)"]
+    else:
+        lines = [f"- actions: {', '.join(a.name for a in readers)}"]
+    if group.kind_owner():
+        lines.append(f"- models: {group.owner} ({', '.join(_families_adding(group))})")
+    elif group.backends or any(a.runs_models for a in readers):
+        lines.append("- models: every kind")
     return lines
 
 

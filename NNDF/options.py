@@ -68,7 +68,7 @@ class BatchOptions(OptionGroup):
 @dataclass(frozen=True)
 class MaskOptions(OptionGroup):
     title = "padding (generative models)"
-    owner = "generative models (encoder models always pass masks)"
+    owner = "generative models"  # encoder models always pass masks
     by_kind = True
     use_mask: bool = flag(False, "--use-mask", help="pass attention masks (required for padded batches)")
 
