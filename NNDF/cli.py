@@ -64,7 +64,9 @@ def _add_action(sub, action: Action, task=None) -> None:
 
 
 def _kind_named(argv: list[str]):
-    """The kind (`Task`) of `ACTION MODEL ...` when argv names a known family there, for `--help` (else None)."""
+    """The kind (`Task`) of `ACTION MODEL ... --help` when argv names a known family there (else None)."""
+    if not {"-h", "--help"} & set(argv):
+        return None
     if len(argv) >= 2 and argv[0] in ACTIONS and ACTIONS[argv[0]].runs_models and argv[1] in registry.FAMILY_PACKAGES:
         return registry.family(argv[1]).task
     return None
