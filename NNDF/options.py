@@ -13,8 +13,7 @@ import argparse
 from dataclasses import dataclass
 
 from NNDF.errors import UsageError
-from NNDF.option_group import (ACTIONS, BatchSize, OptionGroup, _positive, finite_float, flag,  # noqa: F401
-                               int64)
+from NNDF.option_group import OptionGroup, _positive, flag  # noqa: F401 - the groups' modules import them here
 
 MAX_THREADS = 1024  # torch and ONNX Runtime thread pools: far above any CPU this runs on
 

@@ -20,7 +20,6 @@ import pytest
 from conftest import ROOT, run_cli
 from NNDF import cli, registry
 from NNDF.actions import ACTIONS
-from NNDF.options import OptionGroup
 from dataclasses import fields
 
 LONG = "hello world " * 300  # ~600 tokens: past every offline model's 256 positions

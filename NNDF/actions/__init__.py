@@ -69,8 +69,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
                   BenchmarkInputOptions, BenchmarkGenerationOptions)),  # always --output-seq-len tokens
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
            (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True,  # one prompt at a time: no batch
-           reads=(*_MODEL, *(g for g in _STEPS if g not in (BatchOptions, MaskOptions)), ImageOptions, *_DECODE,
-                  ChatOptions)),
+           reads=(*_MODEL, CleanupOptions, CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions,
+                  ImageOptions, *_DECODE, ChatOptions)),
     Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples",
            (ModelOptions, SamplingOptions, TimingOptions),
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),  # medians only
