@@ -29,3 +29,13 @@ def test_every_owner_group_has_an_owner_and_each_flag_one_owner_per_action():
         assert all(group.owner and group.parts() == (group,) for group in groups), action.name
         names = [f.name for group in groups for f in fields(group)]
         assert len(names) == len(set(names)), action.name
+
+
+def test_backend_groups_name_the_backend_whose_registry_entry_lists_them():
+    from NNDF import registry
+
+    for name, entry in registry.BACKENDS.items():
+        for target in entry.options:
+            assert all(name in part.backends for part in registry.load(target).parts()), (name, target)
+    owned = {b for a in ACTIONS.values() for g in flags.parsed_groups(a) for b in g.backends}
+    assert owned <= set(registry.BACKENDS)
