@@ -69,8 +69,9 @@ def refusal(args: argparse.Namespace, action: Action, family, backends: tuple[st
             continue
         flag = group.flag_name(given[0])
         if not kind_reads(family.task, group):
-            return (f"{flag} does not apply to {family.name} ({family.kind} models): it belongs to {group.owner} "
-                    f"({', '.join(_families_adding(group))})")
+            having = ", ".join(_families_adding(group))
+            return (f"{flag} does not apply to {family.name} ({family.kind} models): it belongs to {group.owner}"
+                    + (f" ({having})" if having else ""))
         if not group.backends and group not in action.read_groups():
             where = [a.name for a in ACTIONS.values() if group in a.read_groups()]
             return f"{flag} does not apply to {action.name} (it applies to {', '.join(where) or 'no action'})"
