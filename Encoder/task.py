@@ -20,6 +20,7 @@ import torch
 
 from Encoder.heads import HEADS, Head, Pooling  # noqa: F401 (Head: this kind's API)
 from NNDF.errors import ModelLoadError, UsageError
+from NNDF.options import HeadOptions
 from NNDF.tasks import Task
 
 HUGE = 10 ** 6  # tokenizers without a length limit report a huge `model_max_length`
@@ -102,15 +103,7 @@ class TextEncoder(Task):
                                "(--prompt TEXT, repeatable)",
                        "generate": "generate writes text; encoder models embed or classify it: use predict "
                                    "(--prompt TEXT, repeatable, or --dataset FILE.jsonl)"}
-    ignores = frozenset({
-        # generation: caches, beams, decoding rules, new tokens
-        "use_cache", "static_cache", "num_beams", "ignore_generation_config", "use_mask", "image",
-        "decoder_onnx", "cache_generator_onnx", "do_sample", "temperature", "top_k", "top_p",
-        "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "length_penalty", "early_stopping",
-        "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
-        "output_seq_len", "plot", "tokens_to_generate", "topN", "max_new_tokens_limit",
-        # TensorRT's generative profiles (encoders: --seq-len, --batch-size MIN OPT MAX)
-        "input_profile_max_len", "output_profile_max_len", "n_positions", "decoder_engine", "cache_generator_engine"})
+    option_groups = (HeadOptions,)  # beside the groups every kind reads: no cache, decoding or images
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder",)

@@ -17,6 +17,8 @@ from typing import ClassVar
 import torch
 
 from NNDF.errors import UsageError
+from NNDF.options import (BenchmarkGenerationOptions, CacheOptions, DecodingOptions, FusedStepOptions, MaskOptions,
+                          MinLengthOptions, SamplerOptions, ScoringOptions)
 from NNDF.steps import position_ids_from_mask
 
 
@@ -50,8 +52,9 @@ class Task(ABC):
     actions: ClassVar[dict[str, str]] = {}
     # action name -> why this kind does not run it, and what to use instead (one line)
     refused_actions: ClassVar[dict[str, str]] = {}
-    # option fields (of any action's or backend's option group) this kind never reads: the CLI refuses them
-    ignores: ClassVar[frozenset[str]] = frozenset()
+    # the option groups only some kinds read that this kind adds (NNDF/options.py, `by_kind`): their flags are
+    # shown and accepted for its families, refused for the others
+    option_groups: ClassVar[tuple[type, ...]] = ()
 
     def model_class(self, source, options) -> str:
         """The transformers class that loads this run's model (`auto_class` unless the kind picks per checkpoint)."""
@@ -85,7 +88,8 @@ class GenerativeTask(Task):
     accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
     refused_actions = {"predict": "predict is for encoder models (embeddings, classification); this model "
                                   "generates text: use generate (or chat, run / compare)"}
-    ignores = frozenset({"task", "ort_optimize", "seq_len", "batch_profile"})  # encoder models' flags
+    option_groups = (CacheOptions, FusedStepOptions, MaskOptions, DecodingOptions, SamplerOptions, MinLengthOptions,
+                     BenchmarkGenerationOptions, ScoringOptions)
 
     # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
 
