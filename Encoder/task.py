@@ -122,16 +122,7 @@ class TextEncoder(Task):
                 "onnxrt": "Encoder.onnxrt:EncoderOnnxRuntimeBackend",
                 "trt": "Encoder.trt:EncoderTensorRTBackend",
                 "triton": "Encoder.triton.client:TritonEncoderBackend"}
-    actions = {"predict": "Encoder.actions.predict:predict",
-               "benchmark": "Encoder.actions.benchmark:benchmark",
-               "accuracy": "Encoder.actions.accuracy:accuracy",
-               "run": "Encoder.actions.checkpoint:run_samples",
-               "compare": "Encoder.actions.checkpoint:compare_backends",
-               "deploy": "Encoder.actions.deploy:deploy"}
-    refused_actions = {"chat": "chat generates text; encoder models embed or classify it: use predict "
-                               "(--prompt TEXT, repeatable)",
-                       "generate": "generate writes text; encoder models embed or classify it: use predict "
-                                   "(--prompt TEXT, repeatable, or --dataset FILE.jsonl)"}
+    does = "embed or classify it"
     ignores = frozenset({
         # generation: caches, beams, decoding rules, new tokens
         "use_cache", "static_cache", "num_beams", "ignore_generation_config", "use_mask", "image",
@@ -144,6 +135,12 @@ class TextEncoder(Task):
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder",)
+
+    def evaluator(self, action: str):
+        """The encoder's evaluators (Encoder/evaluate/; `deploy`: Encoder/triton/deploy.py)."""
+        from Encoder.evaluate import evaluator
+
+        return evaluator(action)
 
     def items(self, options, texts: tuple) -> list:
         return list(texts)

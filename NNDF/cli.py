@@ -151,11 +151,11 @@ def dispatch(args) -> object:
     if not action.runs_models:
         return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
-    target = family.task.action_function(action)  # the family's kind may run the action its own way
-    if target is None:
-        raise UsageError(f"{family.name}: {family.task.refusal(action)}")
+    if action.per_kind:  # the kind's evaluator runs it; a kind without one: one generated line
+        from NNDF.actions.skeleton import evaluator_for
+        evaluator_for(action.name, family)
     _refuse_inapplicable(args, action, family)
-    function = registry.load(target)
+    function = registry.load(action.function)
     backends = _backends(args, action)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = _backend_options(args)

@@ -1,19 +1,22 @@
 """Actions: one module per CLI action, each a library function that returns a `Report`, registered in `ACTIONS`.
 
-benchmark.py (fixed-length random inputs), accuracy.py (LAMBADA), chat.py (interactive / --prompt),
-checkpoint.py (`run` and `compare` over a family's checkpoint.toml), listing.py (`list`), deploy.py (a Triton
-model repository) and serve.py (Triton Inference Server on loopback). `common.py` holds
-what they share: opening a run, setting backends up one at a time, tokenising prompts.
+benchmark.py (fixed-length random inputs), accuracy.py (a dataset's scores), chat.py (interactive / --prompt),
+checkpoint.py (`run` and `compare` over a family's checkpoint.toml), generate.py (batches of the user's prompts),
+predict.py (encoders' embeddings or labels), listing.py (`list`), deploy.py (a Triton model repository) and
+serve.py (Triton Inference Server on loopback).
+
+Every action that runs models is written once, in skeleton.py: open the run, one row per backend (its steps set
+up, evaluated and freed), export notes, agreement between rows, the report, cleanup. What differs per kind of
+model is the kind's *evaluator* for the action (`task.evaluator(name)`, NNDF/evaluate/); a kind with none
+gets one generated line (`Action.unavailable`), which names the action to use instead where the declaration
+names one (`instead`). A new action may supply evaluators for kinds that do not know it (`evaluators`).
 
 An `Action` declares its option groups and its library function; the CLI (NNDF/cli.py) builds the parser from
 the declaration and calls `function(model, backends, *groups, *backend_option_groups)`. Adding an action is
 its module plus one line in `ACTIONS`. Functions are named as "module:function" strings and imported only when
 the action runs, so `--help` stays light.
 
-A kind of model may run an action its own way: its task's `actions` table names the function to run instead
-(encoder models: `Encoder/`), its `refused_actions` say why an action does not apply (one line that names the
-action to use), and its `ignores` name option fields it never reads (refused like an action's `ignores`). An
-action whose `function` is None (`predict`) runs only for kinds that implement it.
+A kind's `ignores` name option fields it never reads (refused like an action's `ignores`).
 
 `ignores` names the fields of the action's option groups that it does not read (`--batch-size` for `chat`, which
 answers one prompt at a time): the CLI refuses those flags for the action in one line that says where they
@@ -33,16 +36,27 @@ from NNDF.triton.options import DeployOptions, ServeOptions
 class Action:
     name: str  # the CLI spelling
     help: str
-    function: str | None  # "module:function" of the library function (None: only kinds that implement it)
+    function: str  # "module:function" of the library function
     groups: tuple[type, ...] = ()  # option groups, in the order the function takes them after (model, backends)
     runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (operand, *groups) (`list`)
     operand: tuple[str, str] | None = None  # runs_models=False: (metavar, help) of its one required operand
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
     ignores: frozenset[str] = frozenset()  # fields of `groups` this action does not read: their flags are refused
+    does: str = ""  # what it does, for the line a kind without its evaluator gets ("generates text")
+    instead: str | None = None  # the action to use where a kind has no evaluator for this one
+    evaluators: tuple = ()  # (Task subclass, evaluator class or "module:Class"): what it supplies for kinds
+    per_kind: bool = True  # runs through the skeleton, so a kind without its evaluator is refused first
 
     def applies(self, group: type, name: str) -> bool:
         """Whether field `name` of option group `group` means something to this action."""
         return group in self.groups and name not in self.ignores
+
+    def unavailable(self, family) -> str:
+        """The one line for a family whose kind has no evaluator for this action."""
+        task = family.task
+        what = (f"{self.name} {self.does}; {task.kind} models {task.does}" if self.does and task.does
+                else f"{self.name} does not apply to {task.kind} models")
+        return f"{family.name}: {what}" + (f": use {self.instead}" if self.instead else "")
 
 
 _RUN = (ModelOptions, SamplingOptions, TimingOptions)
@@ -57,15 +71,18 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            (*_RUN, BenchmarkOptions),  # random inputs (pixels too), always --output-seq-len tokens
            ignores=frozenset({"image", "min_new_tokens"})),
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
-           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True, ignores=frozenset(_ONE_SEQUENCE)),
+           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True, ignores=frozenset(_ONE_SEQUENCE),
+           does="generates text", instead="predict"),
     Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples", _RUN,
            ignores=frozenset({"percentile"})),  # medians only
     Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends", _RUN,
            side_by_side=True, ignores=frozenset({"percentile"})),
     Action("generate", "batches of your own prompts (--prompt or --dataset FILE.jsonl), several backends side by side",
-           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True),
-    Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side", None,
-           (ModelOptions, PredictOptions), side_by_side=True),
+           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True,
+           does="writes text", instead="predict"),
+    Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side",
+           "NNDF.actions.predict:predict", (ModelOptions, PredictOptions), side_by_side=True,
+           does="is for encoder models (embeddings, classification)", instead="generate"),
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
            runs_models=False),
     Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
