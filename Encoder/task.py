@@ -123,6 +123,9 @@ class TextEncoder(Task):
                 "trt": "Encoder.trt:EncoderTensorRTBackend",
                 "triton": "Encoder.triton.client:TritonEncoderBackend"}
     does = "embed or classify it"
+    evaluators = {"predict": "Encoder.evaluate.predict:Predict", "benchmark": "Encoder.evaluate.benchmark:Benchmark",
+                  "accuracy": "Encoder.evaluate.accuracy:Accuracy", "run": "Encoder.evaluate.checkpoint:Checkpoint",
+                  "compare": "Encoder.evaluate.checkpoint:Checkpoint", "deploy": "Encoder.triton.deploy:EncoderDeploy"}
     ignores = frozenset({
         # generation: caches, beams, decoding rules, new tokens
         "use_cache", "static_cache", "num_beams", "ignore_generation_config", "use_mask", "image",
@@ -135,12 +138,6 @@ class TextEncoder(Task):
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder",)
-
-    def evaluator(self, action: str):
-        """The encoder's evaluators (Encoder/evaluate/; `deploy`: Encoder/triton/deploy.py)."""
-        from Encoder.evaluate import evaluator
-
-        return evaluator(action)
 
     def items(self, options, texts: tuple) -> list:
         return list(texts)

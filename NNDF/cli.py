@@ -151,9 +151,8 @@ def dispatch(args) -> object:
     if not action.runs_models:
         return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
-    if action.per_kind:  # the kind's evaluator runs it; a kind without one: one generated line
-        from NNDF.actions.skeleton import evaluator_for
-        evaluator_for(action.name, family)
+    from NNDF.actions.skeleton import check_evaluated
+    check_evaluated(action.name, family)  # a kind without the action's evaluator: one generated line
     _refuse_inapplicable(args, action, family)
     function = registry.load(action.function)
     backends = _backends(args, action)

@@ -45,6 +45,7 @@ class Task(ABC):
     static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
     backends: ClassVar[dict[str, str]] = {}  # backend name -> "module:Class" specialised for this kind
     does: ClassVar[str] = ""  # what its models do, in the line for an action it has no evaluator for
+    evaluators: ClassVar[dict[str, str]] = {}  # action name -> "module:Class" of this kind's evaluator for it
     # option fields (of any action's or backend's option group) this kind never reads: the CLI refuses them
     ignores: ClassVar[frozenset[str]] = frozenset()
 
@@ -55,7 +56,10 @@ class Task(ABC):
     def evaluator(self, action: str):
         """The evaluator class (`NNDF.evaluate.Evaluator`) that runs action `action` for this kind; None when the
         kind has none (the action's skeleton then says so in one line)."""
-        return None
+        from NNDF import registry
+
+        target = self.evaluators.get(action)
+        return registry.load(target) if target else None
 
     def backend(self, name: str, spec=None):
         """The backend `name` bound to this task and a family's `ExportSpec`: the class this task names for it,
@@ -82,18 +86,13 @@ class GenerativeTask(Task):
     one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
     accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
     does = "generate text"
+    # the generative kinds share their evaluators (NNDF/evaluate/, over the shared generation loop); `deploy`
+    # writes a served generation loop (NNDF/triton/generative_deploy.py)
+    evaluators = {"accuracy": "NNDF.evaluate.accuracy:Accuracy", "benchmark": "NNDF.evaluate.benchmark:Benchmark",
+                  "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
+                  "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
+                  "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
     ignores = frozenset({"task", "ort_optimize", "seq_len", "batch_profile"})  # encoder models' flags
-
-    def evaluator(self, action: str):
-        """The generative kinds share their evaluators (the shared generation loop); `deploy` writes a served
-        generation loop (NNDF/triton/generative_deploy.py)."""
-        if action == "deploy":
-            from NNDF.triton.generative_deploy import GenerativeDeploy
-
-            return GenerativeDeploy
-        from NNDF.evaluate import generative
-
-        return generative(action)
 
     # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
 

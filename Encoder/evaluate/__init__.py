@@ -1,18 +1,9 @@
-"""The encoder kind's evaluators (NNDF/evaluate/__init__.py says what an evaluator answers): `predict` (embeddings /
-labels of texts), `benchmark` (one forward per call), `accuracy` (labelled texts; embedding agreement), `run` /
-`compare` (checkpoint.toml samples), and `deploy` (Encoder/triton/deploy.py). `chat` and `generate` have none.
+"""The encoder kind's evaluators, named in `Encoder.task.TextEncoder.evaluators` (NNDF/evaluate/__init__.py says
+what an evaluator answers): `predict` (embeddings / labels of texts), `benchmark` (one forward per call),
+`accuracy` (labelled texts; embedding agreement), `run` / `compare` (checkpoint.toml samples), and `deploy`
+(Encoder/triton/deploy.py). `chat` and `generate` have none.
 
 `common.py` holds what they share: `forward_texts` (texts -> one output per text, in padded batches), label
 names, timed forwards. `accuracy`'s default dataset is data/encoder_offline.jsonl (40 sentences labelled
 "positive" / "negative"); checkpoint.toml's expected values come from tools/assets/make_encoder_checkpoints.py
 (sentence-transformers and HF classifiers, never these backends)."""
-from __future__ import annotations
-
-
-def evaluator(action: str):
-    """The encoder kind's evaluator class of an action (None: it has none)."""
-    from Encoder.evaluate import accuracy, benchmark, checkpoint, predict
-    from Encoder.triton.deploy import EncoderDeploy
-
-    return {"predict": predict.Predict, "benchmark": benchmark.Benchmark, "accuracy": accuracy.Accuracy,
-            "run": checkpoint.Checkpoint, "compare": checkpoint.Checkpoint, "deploy": EncoderDeploy}.get(action)

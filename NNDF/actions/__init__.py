@@ -45,7 +45,6 @@ class Action:
     does: str = ""  # what it does, for the line a kind without its evaluator gets ("generates text")
     instead: str | None = None  # the action to use where a kind has no evaluator for this one
     evaluators: tuple = ()  # (Task subclass, evaluator class or "module:Class"): what it supplies for kinds
-    per_kind: bool = True  # runs through the skeleton, so a kind without its evaluator is refused first
 
     def applies(self, group: type, name: str) -> bool:
         """Whether field `name` of option group `group` means something to this action."""

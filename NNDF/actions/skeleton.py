@@ -41,6 +41,17 @@ def evaluator_for(action: str, family) -> type:
     return found
 
 
+def check_evaluated(action: str, family) -> None:
+    """Refuse in one line (`evaluator_for`) a family whose kind has no evaluator for `action`, when the action is
+    one that kinds evaluate (some family's kind has an evaluator for it, or the action supplies one); an action
+    that runs without evaluators (`list`, or a plain library function) is not refused here."""
+    from NNDF.actions import ACTIONS
+
+    kinds = {id(fam.task): fam.task for fam in registry.families().values()}.values()
+    if ACTIONS[action].evaluators or any(task.evaluator(action) is not None for task in kinds):
+        evaluator_for(action, family)
+
+
 def run_action(action: str, family: str, backends: tuple[str, ...], options: ModelOptions, groups: tuple,
                backend_options: tuple[OptionGroup, ...]) -> Report:
     """`action` over the named backends; `groups`: the action's option groups after ModelOptions, in order."""

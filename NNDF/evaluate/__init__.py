@@ -8,9 +8,9 @@ run, makes the report, sets each backend row up and frees it, and cleans up; the
     evaluate(run, name, backend, steps, report) -> outcome     one backend row, its steps set up
     end(run, report, outcomes)          results from [(name, outcome)], agreement between rows, notes
 
-A kind answers `task.evaluator(action_name)` with an `Evaluator` class, or None when it has none. The generative
-kinds (decoder-only, encoder-decoder, image-to-text) share theirs (`generative`, over the shared generation loop);
-the encoder kind's are in Encoder/evaluate/.
+A kind answers `task.evaluator(action_name)` with an `Evaluator` class, or None when it has none (its task's
+`evaluators` table). The generative kinds (decoder-only, encoder-decoder, image-to-text) share theirs, in this
+package, over the shared generation loop; the encoder kind's are in Encoder/evaluate/.
 """
 from __future__ import annotations
 
@@ -46,11 +46,3 @@ class Evaluator:
 
     def end(self, run, report, outcomes: list) -> None:
         """[(row name, what `evaluate` returned)] in row order."""
-
-
-def generative(action: str) -> type[Evaluator] | None:
-    """The generative kinds' evaluator of an action (None: they have none)."""
-    from NNDF.evaluate import accuracy, benchmark, chat, checkpoint, generate
-
-    return {"accuracy": accuracy.Accuracy, "benchmark": benchmark.Benchmark, "chat": chat.Chat,
-            "run": checkpoint.Checkpoint, "compare": checkpoint.Checkpoint, "generate": generate.Generate}.get(action)
