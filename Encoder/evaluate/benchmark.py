@@ -1,9 +1,9 @@
-"""The encoder kind's `benchmark`: latency of one forward over random token inputs, as seed 002
-(transformer-deploy) reports it.
+"""The encoder kind's `benchmark`: latency of one forward over random token inputs, as transformer-deploy
+reports it.
 
 Every call draws fresh random token ids [--batch-size, --input-seq-len] (default 128; no padding) before the
 clock starts; the device is synchronised before and after the forward (NNDF.timing); `--warmup` untimed calls
-come first. Per backend: mean, sd (population, numpy's default as the seed's), min, max, p50, p90, p95, p99 of
+come first. Per backend: mean, sd (population, numpy's default, as transformer-deploy's), min, max, p50, p90, p95, p99 of
 the milliseconds per forward (and `--percentile` when it is another one), sequences/s = batch / mean seconds
 (the throughput of back-to-back calls), and peak memory over the timed calls (NNDF.timing.MemoryWatch).
 `--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager": `model(**inputs)`, the head's
@@ -24,7 +24,7 @@ from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, Timing
 from NNDF.timing import MemoryWatch, Stats, measure
 
 DEFAULT_LENGTH = BenchmarkOptions.DEFAULT_LENGTHS[0]  # 128 tokens
-REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # seed 002's statistics (and p90, as `benchmark`)
+REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # transformer-deploy's statistics (and p90, as `benchmark`)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,8 @@ def check_evaluated(action: str, family) -> None:
     that runs without evaluators (`list`, or a plain library function) is not refused here."""
     from NNDF.actions import ACTIONS
 
-    kinds = {id(fam.task): fam.task for fam in registry.families().values()}.values()
-    if ACTIONS[action].evaluators or any(task.evaluator(action) is not None for task in kinds):
+    kinds = [fam.task for fam in registry.families().values()]
+    if ACTIONS[action].evaluators or any(action in task.evaluators for task in kinds):  # tables: nothing imported
         evaluator_for(action, family)
 
 

@@ -1,4 +1,5 @@
-"""`accuracy` for the generative kinds: LAMBADA-style scoring by teacher forcing, with the seed's metrics and lm-eval-harness's.
+"""`accuracy` for the generative kinds: LAMBADA-style scoring by teacher forcing, with the TensorRT HuggingFace
+demo's metrics and lm-eval-harness's.
 
 Per passage (token ids t_0..t_{L-1}, k = --tokens-to-generate), one forward pass over the whole passage gives
 the logits that predict each next token. Definitions (also in the README):
