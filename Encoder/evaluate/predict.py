@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.evaluate.common import (Forwarded, check_prompts, cosine, forward_texts, label_names, short,
+from Encoder.evaluate.common import (Forwarded, check_prompts, forward_texts, label_names, short,
                                     token_labels, top_label)
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator

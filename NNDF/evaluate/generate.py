@@ -32,7 +32,7 @@ from NNDF.evaluate.chat import length_refusal
 from NNDF.generate_options import GenerateOptions
 from NNDF.generation import GenerationConfig
 from NNDF.jsonl import read_jsonl, text_of
-from NNDF.options import ModelOptions, OptionGroup, SamplingOptions
+from NNDF.options import ModelOptions, SamplingOptions
 from NNDF.session import decode, encode, generate_prompt, generation_config
 from NNDF.steps import ServedGeneration
 from NNDF.timing import sync
