@@ -8,31 +8,21 @@ token_type_ids even when the tokenizer makes them).
 
 With `cuda_graph` (`--use-cuda-graph`, CUDA only), ONNX Runtime's CUDA-graph mode: the session runs on a stream
 of its own (capture is impossible on the legacy default stream; torch's stream and that one wait on each other
-around every run), and each input shape gets a slot: fixed-address input buffers, an output buffer, a graph
-id (`gpu_graph_id`) and the IO binding of those buffers with its run options, made once (binding anew on every
-call cost ~0.1 ms of host time per forward, measured on an H100). ONNX Runtime captures a slot's graph during its first run (after the regular run that
-allocates its memory) and replays it afterwards; inputs are copied into the slot's buffers on the device.
+around every run), and each input shape gets a slot (a `NNDF.slots.Slot` in a `SlotPool`): fixed-address input
+buffers, an output buffer, a graph id (`gpu_graph_id`) and the IO binding of those buffers, made once (binding
+anew on every call cost ~0.1 ms of host time per forward, measured on an H100). ONNX Runtime captures a slot's
+graph during its first run (after the regular run that allocates its memory) and replays it afterwards; inputs are
+copied into the slot's buffers on the device.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from NNDF.backends.ort_steps import OrtGraph
 from NNDF.errors import ArtifactError
-
-
-@dataclass
-class _Slot:
-    """One input shape's captured graph: its fixed-address inputs and output, and its graph id."""
-
-    inputs: dict  # name -> int64 [B, T]
-    output: torch.Tensor  # [B, H] / [B, C] / [B, T, C]
-    graph_id: int
-    binding: object = None  # the IO binding of these buffers, made once (the addresses never change)
-    run_options: object = None  # its graph id
+from NNDF.slots import Slot, SlotPool
 
 
 class OrtEncoderSteps:
@@ -47,7 +37,7 @@ class OrtEncoderSteps:
             raise ArtifactError(f"{path} is not an encoder graph with a {output} output as this harness exports it "
                                 f"(inputs: {', '.join(self.graph.inputs)}; outputs: {', '.join(self.graph.outputs)})")
         self.index = self.graph.output_names.index(output)
-        self.slots: dict[tuple, _Slot] = {}
+        self.slots: SlotPool[Slot] = SlotPool()  # by the inputs' shapes
 
     def _feeds(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         missing = [name for name in self.graph.inputs if name not in inputs]
@@ -62,20 +52,24 @@ class OrtEncoderSteps:
         slot = self._slot(feeds)
         for name, tensor in feeds.items():
             slot.inputs[name].copy_(tensor)  # device to device, on torch's stream
-        self.graph.run_bound(slot.binding, slot.run_options)  # replays the slot's graph (captures it the first time)
+        # replays the slot's graph (captures it the first time)
+        self.graph.run_bound(slot.binding, self.graph.run_options(slot.graph_id))
         return slot.output
 
-    def _slot(self, feeds: dict[str, torch.Tensor]) -> _Slot:
+    def _slot(self, feeds: dict[str, torch.Tensor]) -> Slot:
         key = tuple(tuple(t.shape) for t in feeds.values())
-        if key not in self.slots:
-            buffers = {name: torch.empty_like(t) for name, t in feeds.items()}
-            output = torch.empty(self.graph.output_shape(self.output, feeds), dtype=self.graph.dtype(self.output),
-                                 device=self.device)
-            graph_id = len(self.slots) + 1  # -1 means "no graph"
-            self.slots[key] = _Slot(buffers, output, graph_id, self.graph.bind(buffers, {self.output: output}),
-                                    self.graph.run_options(graph_id))
-        return self.slots[key]
+        return self.slots.get(key, lambda number: self._new_slot(feeds, number))
+
+    def _new_slot(self, feeds: dict[str, torch.Tensor], graph_id: int) -> Slot:
+        """Fixed-address inputs (int64 [B, T]) shaped as `feeds`, the output ([B, H] / [B, C] / [B, T, C]) and
+        their IO binding, made once (the addresses never change)."""
+        buffers = {name: torch.empty_like(t) for name, t in feeds.items()}
+        output = torch.empty(self.graph.output_shape(self.output, feeds), dtype=self.graph.dtype(self.output),
+                             device=self.device)
+        slot = Slot(buffers, output, graph_id)
+        slot.binding = self.graph.bind(buffers, {self.output: output})
+        return slot
 
     def close(self) -> None:
         self.graph.close()
-        self.slots.clear()
+        self.slots.close()

@@ -19,6 +19,7 @@ from functools import lru_cache
 import torch
 
 from NNDF.errors import ModelLoadError, UsageError
+from NNDF.options import HeadOptions
 from NNDF.tasks import Task
 
 HUGE = 10 ** 6  # tokenizers without a length limit report a huge `model_max_length`
@@ -126,15 +127,7 @@ class TextEncoder(Task):
     evaluators = {"predict": "Encoder.evaluate.predict:Predict", "benchmark": "Encoder.evaluate.benchmark:Benchmark",
                   "accuracy": "Encoder.evaluate.accuracy:Accuracy", "run": "Encoder.evaluate.checkpoint:Checkpoint",
                   "compare": "Encoder.evaluate.checkpoint:Checkpoint", "deploy": "Encoder.triton.deploy:EncoderDeploy"}
-    ignores = frozenset({
-        # generation: caches, beams, decoding rules, new tokens
-        "use_cache", "static_cache", "num_beams", "ignore_generation_config", "use_mask", "image",
-        "decoder_onnx", "cache_generator_onnx", "do_sample", "temperature", "top_k", "top_p",
-        "repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "length_penalty", "early_stopping",
-        "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers",
-        "output_seq_len", "plot", "tokens_to_generate", "topN", "max_new_tokens_limit",
-        # TensorRT's generative profiles (encoders: --seq-len, --batch-size MIN OPT MAX)
-        "input_profile_max_len", "output_profile_max_len", "n_positions", "decoder_engine", "cache_generator_engine"})
+    option_groups = (HeadOptions,)  # beside the groups every kind reads: no cache, decoding or images
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder",)

@@ -6,10 +6,10 @@ Runtime in for it), so the bookkeeping here runs anywhere. Each call binds the i
 shape with its dynamic dimensions read as (batch, sequence) in order, i.e. [B, H], [B, C] or [B, T, C].
 A batch outside the engine's profile is a one-line error naming the flags that rebuild it.
 
-With `cuda_graph` (`--use-cuda-graph`), each input shape gets a slot: fixed-address input and output buffers,
-bound once; `EngineIO.execute(key)` runs, captures and replays the slot's graph, and later calls only copy the
-inputs into the slot's buffers (device to device) and replay. The output is the slot's buffer, valid until the
-next call of the same shape.
+With `cuda_graph` (`--use-cuda-graph`), each input shape gets a slot (a `NNDF.slots.Slot` in a `SlotPool`):
+fixed-address input and output buffers, bound once; `EngineIO.execute(key)` runs, captures and replays the slot's
+graph, and later calls only copy the inputs into the slot's buffers (device to device) and replay. The output is
+the slot's buffer, valid until the next call of the same shape.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import torch
 from NNDF.backends.trt_profiles import Range
 from NNDF.backends.trt_steps import EngineIO
 from NNDF.errors import ArtifactError, UsageError
+from NNDF.slots import Slot, SlotPool
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,6 @@ class EncoderShapes:
 
     batch: Range
     seq: Range
-
-
-@dataclass
-class _Slot:
-    inputs: dict  # name -> [B, T] at a fixed address
-    output: torch.Tensor
-    bound: bool = False
 
 
 class TrtEncoderSteps:
@@ -46,7 +40,7 @@ class TrtEncoderSteps:
             raise ArtifactError(f"the engine is not an encoder engine with a {output} output as this harness builds "
                                 f"it (inputs: {', '.join(io.inputs)}; outputs: {', '.join(io.outputs)})")
         self.cuda_graph = cuda_graph
-        self.slots: dict[tuple[int, int], _Slot] = {}
+        self.slots: SlotPool[Slot] = SlotPool()  # by (rows, tokens per row)
         self.profile_selected = False
 
     def _feeds(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -87,17 +81,21 @@ class TrtEncoderSteps:
         return output
 
     def _replay(self, feeds: dict[str, torch.Tensor], key: tuple[int, int]) -> torch.Tensor:
-        slot = self.slots.get(key)
-        if slot is None:
-            output = torch.empty(self.output_shape(*key), dtype=self.io.dtype(self.output), device=self.device)
-            slot = self.slots[key] = _Slot({name: torch.empty_like(t) for name, t in feeds.items()}, output)
+        slot = self.slots.get(key, lambda _: self._new_slot(feeds, key))
         for name, tensor in feeds.items():
             slot.inputs[name].copy_(tensor)
-        if not slot.bound:  # the addresses the slot's graph is captured with
+        if slot.binding is None:  # the addresses the slot's graph is captured with
             self._bind(slot.inputs, slot.output)
-            slot.bound = True
+            slot.binding = True  # the execution context holds them (TensorRT binds by context, not by object)
         self.io.execute(key)
         return slot.output
 
+    def _new_slot(self, feeds: dict[str, torch.Tensor], key: tuple[int, int]) -> Slot:
+        """Fixed-address inputs shaped as `feeds` and the output for `key` = (rows, tokens) (the engine keys its
+        captured graph by `key` too, so the slot needs no graph id)."""
+        output = torch.empty(self.output_shape(*key), dtype=self.io.dtype(self.output), device=self.device)
+        return Slot({name: torch.empty_like(t) for name, t in feeds.items()}, output)
+
     def close(self) -> None:
-        self.io, self.slots = None, {}
+        self.io = None
+        self.slots.close()

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from NNDF.backends.torch_steps import Slot
+from NNDF.slots import KVSlot, step_inputs
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
@@ -71,45 +71,6 @@ def check_config(config) -> None:
     if config.activation_function not in ACTIVATIONS:
         raise UsageError(f"--fused-decode: activation {config.activation_function!r} is not one the fused step "
                          f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
-
-
-class FusedSlot(Slot):
-    """Our static cache for `rows` x `max_length` tokens and the fixed-address inputs of its one-token step (the
-    same interface as `torch_steps.StaticSlot`): per-layer K and V buffers, the attention mask at full width,
-    token ids, positions, the write position (a device tensor), and once captured the CUDA graph and its logits."""
-
-    def __init__(self, shape: tuple[int, int, int, int], layers: int, dtype, device):
-        self.rows, _, self.max_length, _ = shape
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.mask = torch.ones(self.rows, self.max_length, dtype=torch.long, device=device)
-        self.ids = torch.zeros(self.rows, 1, dtype=torch.long, device=device)
-        self.positions = torch.zeros(self.rows, 1, dtype=torch.long, device=device)
-        self.write = torch.zeros(1, dtype=torch.long, device=device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.logits: torch.Tensor | None = None
-
-    def reset(self) -> FusedSlot:
-        self.mask.fill_(1)
-        self.write.zero_()
-        return self
-
-    def set_length(self, length: int) -> None:
-        """The step about to run sees `length` columns: it writes its K/V at column length - 1."""
-        self.write.fill_(length - 1)
-
-    def positions_state(self) -> list[torch.Tensor]:
-        return [self.write.clone()]
-
-    def restore_positions(self, state: list[torch.Tensor]) -> None:
-        self.write.copy_(state[0])
-
-    def take_rows(self, source: FusedSlot, index: torch.Tensor) -> None:
-        """This slot's rows become `source`'s rows `index` (in place: captured graphs keep their addresses)."""
-        self.mask.copy_(source.mask.index_select(0, index))
-        for mine, theirs in zip(self.keys + self.values, source.keys + source.values):
-            mine.copy_(theirs.index_select(0, index))
-        self.write.copy_(source.write)
 
 
 def _product(x, weight, bias, reduce: bool):
@@ -222,21 +183,26 @@ class FusedGPT2Step:
             compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
             self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
 
-    def new_slot(self, rows: int, max_length: int) -> FusedSlot:
+    def new_slot(self, rows: int, max_length: int) -> KVSlot:
+        """Our static cache: per layer a K and a V buffer [rows, heads, max_length, head_dim] (`past` holds them
+        as K0, V0, K1, V1, ...), the full-width mask, ids, positions and the write position [1] on the device."""
         shape = (rows, self.heads, max_length, self.head_dim)
-        return FusedSlot(shape, len(self.layers), self.dtype, self.device)
+        past = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
+        inputs = step_inputs(rows, max_length, self.device)
+        inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=self.device)
+        return KVSlot(rows, max_length, past, inputs)
 
-    def one_token(self, slot: FusedSlot) -> torch.Tensor:
+    def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
         reduce = self.settings.reduces(slot.rows, self.compiled)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
-        for weights, keys, values in zip(self.layers, slot.keys, slot.values):
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
                             gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention,
                             folded=self.folded)
         return self._head(x, self.ln_f, self.lm_head, eps=self.eps, reduce=reduce, folded=self.folded)
 
-    def prefill(self, input_ids, mask, position_ids, slot: FusedSlot, last_only: bool) -> torch.Tensor:
+    def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
         Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
         then stays finite, so later layers' K/V at padding columns do too)."""
@@ -247,7 +213,7 @@ class FusedGPT2Step:
         allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
         allowed = allowed[:, None]  # [R, 1, S, total]
         x = self.wte[input_ids] + self.wpe[position_ids]
-        for weights, keys, values in zip(self.layers, slot.keys, slot.values):
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._prompt_layer(x, weights, keys, values, start, allowed)
         if last_only:
             x = x[:, -1:]

@@ -1,15 +1,15 @@
 """Command line: `python run.py <action> <MODEL> [backend ...] [flags]`, a thin adapter over the actions.
 
-Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`: option groups) plus the option
-groups the registered backends own; the action is one library call that returns a `Report`, printed as a table
-and optionally written as JSON. Every `HarnessError` (and argparse's own errors) becomes one line on stderr and
-exit code 2 (with --verbose, the traceback of what caused it follows); library warnings are silenced unless
---verbose, the harness's own warnings are one `warning: ...` line each.
+One pass: parse -> resolve the family (its kind) and the backends -> check every flag given against its owner
+(NNDF/flags.py: the action reads it, the kind adds it, the backend is named) -> build the action's option groups
+-> call the action's library function, which returns a `Report`, printed as a table and optionally written as
+JSON. Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`) plus the backends' own groups;
+`run.py ACTION MODEL --help` shows only what that model's kind reads. Every `HarnessError` (and argparse's own
+errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback of what caused it follows);
+library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each.
 
-Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). A flag of the action's option
-groups that the action does not read (`Action.ignores`), or a backend's own flag without that backend, is
-refused in one line saying where it applies. `--json` is checked before the action runs (a folder, or a place
-that cannot be written, fails at once rather than after the run).
+Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). `--json` is checked before the
+action runs (a folder, or a place that cannot be written, fails at once rather than after the run).
 """
 from __future__ import annotations
 
@@ -20,10 +20,9 @@ import sys
 import traceback
 import warnings
 
-from NNDF import progress, registry
+from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
-from NNDF.options import ModelOptions
 from NNDF.results import check_output_path, say
 
 
@@ -35,11 +34,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
+        if "--build-only" in message:
+            message += " (engines and graphs are built by the build action: run.py build MODEL BACKEND...)"
         say(f"error: {self.prog}: {' '.join(message.split())}")
         raise SystemExit(2)
 
 
-def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
+def _add_action(sub, action: Action, task=None) -> None:
+    """The action's parser: every flag of its groups and the backends' is parsed (to be refused by name when not
+    in play); `--help` shows the groups in play for the action, and for `task` (the model's kind) when known."""
     p = sub.add_parser(action.name, help=action.help, description=action.help, allow_abbrev=False)
     families = ", ".join(registry.FAMILY_PACKAGES)
     if not action.runs_models:
@@ -56,19 +59,27 @@ def _add_action(sub, action: Action, backend_groups: list[type]) -> None:
     if action.side_by_side:
         p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
                        "(default: every backend usable here)")
-    for group in action.groups:  # flags the action ignores are parsed (to be refused by name) but not shown
-        group.add_to_parser(p, hidden=frozenset(action.ignores))
-    for group in backend_groups:
-        group.add_to_parser(p)
+    for group in flags.parsed_groups(action):
+        group.add_to_parser(p, shown=flags.shown(action, group, task), hidden=flags.absent_parts(task))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _kind_named(argv: list[str]):
+    """The kind (`Task`) of `ACTION MODEL ... --help` when argv names a known family there (else None)."""
+    if not {"-h", "--help"} & set(argv):
+        return None
+    if len(argv) >= 2 and argv[0] in ACTIONS and ACTIONS[argv[0]].runs_models and argv[1] in registry.FAMILY_PACKAGES:
+        return registry.family(argv[1]).task
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line; `argv` (when given) narrows the help of `ACTION MODEL` to that model's kind."""
     parser = _Parser(prog="run.py", description="HuggingFace models on PyTorch, ONNX Runtime and TensorRT: "
-                     "accuracy, speed, chat.")
+                     "accuracy, speed, chat, artifacts, serving.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser, metavar="ACTION")
-    backend_groups = registry.backend_option_groups()
+    task = _kind_named(argv) if argv else None
     for action in ACTIONS.values():
-        _add_action(sub, action, backend_groups)
+        _add_action(sub, action, task if task is not None and argv[0] == action.name else None)
     return parser
 
 
@@ -93,83 +104,52 @@ class _OneLine(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
-def _refuse_inapplicable(args, action: Action, family) -> None:
-    """A flag the action does not read is an error naming the actions it applies to; a flag the family's kind
-    of model never reads (`Task.ignores`) names the kind."""
-    for group in (*action.groups, *registry.backend_option_groups()):
-        for name in group.given(args):
-            if name in family.task.ignores:
-                raise UsageError(f"{group.flag_name(name)} does not apply to {family.name} "
-                                 f"({family.kind} models)")
-            if group not in action.groups or action.applies(group, name):
-                continue
-            where = [a.name for a in ACTIONS.values() if a.applies(group, name)]
-            raise UsageError(f"{group.flag_name(name)} does not apply to {action.name} "
-                             f"(it applies to {', '.join(where) or 'no action'})")
-
-
-def _refuse_unowned(args, backends: tuple[str, ...]) -> None:
-    """A backend's own flag (TensorRT's --dynamic-batch, ...) given without that backend would be ignored."""
-    for backend, entry in registry.BACKENDS.items():
-        if backend in backends:
-            continue
-        for target in entry.options:
-            group = registry.load(target)
-            given = group.given(args)
-            if given:
-                raise UsageError(f"{group.flag_name(given[0])} is a flag of the {backend} backend, which this run "
-                                 f"does not use ({', '.join(backends)}): name {backend} or drop the flag")
-
-
 def _check_output(args) -> None:
     """--json: checked before the action runs, so a bad path fails at once and leaves nothing behind."""
     if getattr(args, "json", None) is not None:
         check_output_path(args.json, "--json")
 
 
-def _backends(args, action: Action) -> tuple[str, ...]:
+def _function(action: Action, family):
+    """The library function that runs `action`; a kind without the action's evaluator: one generated line."""
+    from NNDF.actions.skeleton import check_evaluated
+
+    check_evaluated(action.name, family)
+    return registry.load(action.function)
+
+
+def _backends(args, action: Action, family) -> tuple[str, ...]:
+    """The backends named (positionally or with --compare); for side-by-side actions, none named: every backend
+    usable here."""
     chosen = list(args.backends) + list(getattr(args, "compare", None) or [])
     for name in chosen:
         if name not in registry.BACKENDS:
             raise UnknownChoice("backend", name, registry.BACKENDS)
     if not chosen and action.side_by_side:
-        fam, options = registry.family(args.model), _backend_options(args)
-        chosen = [b for b in registry.backends_of(fam) if registry.backend_class(b).availability(options)[0]]
+        options = {group: group.from_namespace(args) for group in registry.backend_option_groups()}
+        chosen = [b for b in registry.backends_of(family) if registry.backend_class(b).availability(options)[0]]
     if not chosen:
         raise UsageError(f"name at least one backend: {', '.join(registry.BACKENDS)}")
     return tuple(dict.fromkeys(chosen))
 
 
-def _backend_options(args) -> dict[type, object]:
-    return {group: group.from_namespace(args) for group in registry.backend_option_groups()}
-
-
 def dispatch(args) -> object:
-    """Run the parsed command: the action's library function with its option groups."""
+    """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
     action = ACTIONS[args.action]
     _check_output(args)
     if not action.runs_models:
         return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
-    from NNDF.actions.skeleton import check_evaluated
-    check_evaluated(action.name, family)  # a kind without the action's evaluator: one generated line
-    _refuse_inapplicable(args, action, family)
-    function = registry.load(action.function)
-    backends = _backends(args, action)
+    function = _function(action, family)
+    backends = _backends(args, action, family)
+    flags.check(args, action, family, backends)
     groups = [group.from_namespace(args) for group in action.groups]
-    owned = _backend_options(args)
-    for name, entry in registry.BACKENDS.items():  # a backend-owned flag may replace the action (--build-only),
-        if not entry.options:  # also when that backend is not named (it then says what is wrong)
-            continue
-        report = registry.backend_class(name).run_instead(args.model, backends, {**owned, ModelOptions: groups[0]})
-        if report is not None:
-            return report
-    _refuse_unowned(args, backends)
-    return function(args.model, backends, *groups, *owned.values())
+    owned = [group.from_namespace(args) for group in registry.backend_option_groups()]
+    return function(args.model, backends, *groups, *owned)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     verbose = getattr(args, "verbose", False)
     _quiet_libraries(verbose)

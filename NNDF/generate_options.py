@@ -14,11 +14,12 @@ from NNDF.options import OptionGroup, flag
 @dataclass(frozen=True)
 class GenerateOptions(OptionGroup):
     title = "generate"
+    owner = "generate"
     prompt: tuple = flag((), "--prompt", action="append", help="a prompt to continue (repeatable; image-to-text models: a text prefix for every --image)")
     dataset: str | None = flag(None, "--dataset", help="a JSONL file, one prompt per line: \"text\" (image-to-text models: \"image\", a path relative to the file, and an optional \"text\"), and an optional \"max_new_tokens\" of its own")
     max_new_tokens: int | None = flag(None, "--max-new-tokens", type=int, help="most tokens to generate per prompt (a dataset line's own max_new_tokens wins; default: the model's generation config's max_new_tokens or max_length, else 32)")
 
-    def __post_init__(self):
+    def check(self):
         if self.prompt and self.dataset:
             raise UsageError("--prompt and --dataset are alternatives: give one")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:

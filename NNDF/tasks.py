@@ -17,6 +17,8 @@ from typing import ClassVar
 import torch
 
 from NNDF.errors import UsageError
+from NNDF.options import (BenchmarkGenerationOptions, CacheOptions, DecodingOptions, FusedStepOptions, MaskOptions,
+                          MinLengthOptions, SamplerOptions, ScoringOptions)
 from NNDF.steps import position_ids_from_mask
 
 
@@ -46,8 +48,9 @@ class Task(ABC):
     backends: ClassVar[dict[str, str]] = {}  # backend name -> "module:Class" specialised for this kind
     does: ClassVar[str] = ""  # what its models do, in the line for an action it has no evaluator for
     evaluators: ClassVar[dict[str, str]] = {}  # action name -> "module:Class" of this kind's evaluator for it
-    # option fields (of any action's or backend's option group) this kind never reads: the CLI refuses them
-    ignores: ClassVar[frozenset[str]] = frozenset()
+    # the option groups only some kinds read that this kind adds (NNDF/options.py, `by_kind`): their flags are
+    # shown and accepted for its families, refused for the others
+    option_groups: ClassVar[tuple[type, ...]] = ()
 
     def model_class(self, source, options) -> str:
         """The transformers class that loads this run's model (`auto_class` unless the kind picks per checkpoint)."""
@@ -92,7 +95,8 @@ class GenerativeTask(Task):
                   "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
                   "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
                   "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
-    ignores = frozenset({"task", "ort_optimize", "seq_len", "batch_profile"})  # encoder models' flags
+    option_groups = (CacheOptions, FusedStepOptions, MaskOptions, DecodingOptions, SamplerOptions, MinLengthOptions,
+                     BenchmarkGenerationOptions, ScoringOptions)
 
     # --- inputs: items are what a user gives (texts; image prompts for image-to-text) ---
 

@@ -16,6 +16,7 @@ import torch
 
 from NNDF.errors import UsageError
 from NNDF.family import ROOT
+from NNDF.options import ImageOptions
 from NNDF.tasks import Prompt, shared_positions_problem
 from Seq2Seq.task import Seq2SeqLM
 
@@ -68,6 +69,7 @@ class ImageToText(Seq2SeqLM):
     auto_class = "AutoModelForImageTextToText"
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
+    option_groups = (*Seq2SeqLM.option_groups, ImageOptions)
     backends = {"frameworks": "Vision2Seq.backends:ImageTextFrameworksBackend",
                 "onnxrt": "Vision2Seq.backends:ImageTextOnnxRuntimeBackend",
                 "trt": "Vision2Seq.backends:ImageTextTensorRTBackend"}

@@ -203,3 +203,17 @@ def test_benchmark_plot(wd, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for r in json.loads(path.read_text())["results"]:
         assert len(r["per_token_ms"]) == 8 and min(r["per_token_ms"]) > 0
+
+
+def test_build_prepares_the_graphs_and_reports_seconds_and_sizes(tmp_path):
+    wd, path = tmp_path / "w", tmp_path / "build.json"
+    args = ("build", "GPT2", "onnxrt", "--use-cache", "--quantize", "none", "int8", "-wd", str(wd))
+    out = _ok(run_cli(*args, "--json", str(path))).stdout
+    assert "| onnxrt-int8 |" in out
+    rows = json.loads(path.read_text())["results"]
+    assert [r["backend"] for r in rows] == ["onnxrt", "onnxrt-int8"]
+    assert all(r["build_seconds"] >= 0 and r["size_mb"] > 0 for r in rows)
+    graph = wd / "GPT2" / "gpt2-offline" / "decoder-fp32-kv" / "model.onnx"
+    before = graph.stat().st_mtime_ns
+    _ok(run_cli(*args))  # current artifacts are found, not rebuilt
+    assert graph.stat().st_mtime_ns == before

@@ -1,4 +1,4 @@
-"""Issue 12, the CLI half: every bad input is one line on stderr and exit code 2 (never a traceback), checked
+"""The command line's errors: every bad input is one line on stderr and exit code 2 (never a traceback), checked
 before long work where it can be; flags are never abbreviated and a flag an action does not read is refused;
 an interactive chat survives any line. Cheap cases run in-process through `cli.main`; what needs a real
 process (stdin bytes, exit codes of the whole program) runs through `run.py`."""
@@ -10,6 +10,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ import pytest
 from conftest import ROOT, run_cli
 from NNDF import cli, registry
 from NNDF.actions import ACTIONS
-from NNDF.options import OptionGroup
 from dataclasses import fields
 
 LONG = "hello world " * 300  # ~600 tokens: past every offline model's 256 positions
@@ -74,7 +74,7 @@ def test_no_abbreviations_anywhere(capsys):
 
 @pytest.mark.parametrize("argv,expect", [
     (["chat", "GPT2", "frameworks", "--batch-size", "2", "--prompt", "x"],
-     "--batch-size does not apply to chat (it applies to benchmark, run, compare, generate, predict)"),
+     "--batch-size does not apply to chat (it applies to benchmark, run, compare, generate, predict, build)"),
     (["accuracy", "GPT2", "frameworks", "-b", "2"], "--batch-size does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--num-beams", "1"], "--num-beams does not apply to accuracy"),
     (["accuracy", "GPT2", "frameworks", "--use-mask"], "--use-mask does not apply to accuracy"),
@@ -87,16 +87,46 @@ def test_flags_an_action_does_not_read_are_refused(capsys, argv, expect):
     assert expect in _main(capsys, *argv)
 
 
-def test_ignored_flags_are_declared_fields_and_hidden_from_help():
+def test_flags_an_action_does_not_read_are_parsed_but_hidden_from_help():
     parser = cli.build_parser()
     for action in ACTIONS.values():
-        names = {f.name for group in action.groups for f in fields(group)}
-        assert action.ignores <= names, (action.name, action.ignores - names)
+        assert set(action.read_groups()) <= set(action.owner_groups()), action.name
         if action.runs_models:
             text = _subparsers(parser)[action.name].format_help()
-            for group in action.groups:
-                for name in action.ignores & {f.name for f in fields(group)}:
-                    assert f"{group.flag_name(name)} " not in text, (action.name, name)
+            for group in action.owner_groups():
+                for f in fields(group):
+                    shown = re.search(rf"^  {re.escape(group.flag_name(f.name))}[ ,\n]", text, re.M) is not None
+                    assert shown == (group in action.read_groups()), (action.name, f.name)
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["run", "GPT2", "frameworks", "--image", "x.png"],
+     "--image does not apply to GPT2 (decoder models): it belongs to image-to-text models (BLIP)"),
+    (["run", "GPT2", "trt", "--seq-len", "1", "8", "16"], "--seq-len does not apply to GPT2 (decoder models): it "
+                                                          "belongs to encoder models on the trt backend (BERT)"),
+    (["run", "BERT", "frameworks", "--decoder-onnx", "x.onnx"], "--decoder-onnx is a flag of the onnxrt and trt "
+     "backends, which this run does not use (frameworks): name onnxrt or trt, or drop the flag"),
+    (["deploy", "GPT2", "onnxrt", "--ignore-generation-config"], "--ignore-generation-config does not apply to deploy"),
+])
+def test_refusals_name_the_owner(capsys, argv, expect):
+    assert expect in _main(capsys, *argv)
+
+
+def test_help_of_a_model_shows_only_what_its_kind_reads(capsys):
+    def help_of(*argv: str) -> str:
+        with pytest.raises(SystemExit):
+            cli.main([*argv, "--help"])
+        return capsys.readouterr().out
+
+    def flags_of(*argv: str) -> set[str]:
+        return set(re.findall(r"^  (--[\w-]+)", help_of(*argv), re.M))
+
+    gpt2, bert, blip, plain = flags_of("run", "GPT2"), flags_of("run", "BERT"), flags_of("run", "BLIP"), flags_of("run")
+    assert "--use-cache" in gpt2 and not {"--image", "--task", "--seq-len", "--ort-optimize"} & gpt2
+    assert {"--image", "--encoder-onnx", "--use-cache"} <= blip
+    assert {"--task", "--seq-len", "--ort-optimize", "--encoder-onnx"} <= bert
+    assert not {"--use-cache", "--decoder-onnx", "--num-beams", "--image"} & bert
+    assert {"--use-cache", "--image", "--task", "--seq-len", "--quantize", "--triton-url"} <= plain
 
 
 def test_non_finite_numbers_are_refused(capsys):
@@ -287,7 +317,7 @@ def test_random_arguments_exit_0_or_2_and_never_raise():
         outcomes["parsed"] += 1
         spec = ACTIONS[args.action]
         try:  # what dispatch does with the values before any model is touched: refusals and validation
-            cli._refuse_inapplicable(args, spec, registry.family("GPT2"))
+            cli.flags.check(args, spec, registry.family("GPT2"), ("frameworks",))
             for group in spec.groups:
                 group.from_namespace(args)
         except cli.HarnessError:

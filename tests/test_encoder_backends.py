@@ -246,3 +246,57 @@ def test_trt_steps_bookkeeping_gives_frameworks_embeddings(encoder, cuda_graph):
         assert len(steps.slots) == 2
     with pytest.raises(UsageError, match=r"outside the engine's profile \(batch 1..4, sequence 1..32 tokens\)"):
         steps.forward(_encode(run, ["word " * 40]))
+    steps.close()
+    assert len(steps.slots) == 0
+
+
+class _FakeCudaGraphSession:
+    """Stands in for `OrtGraph` in CUDA-graph mode (which needs a GPU): records bindings and bound runs; a run
+    writes each row's token sum into the bound output."""
+
+    def __init__(self, path, device, threads, cuda_graph):
+        assert cuda_graph
+        self.inputs, self.outputs = dict.fromkeys(("input_ids", "attention_mask")), {"out": 0}
+        self.output_names = ["out"]
+        self.bindings, self.runs = [], []
+
+    def output_shape(self, name, feeds):
+        return (feeds["input_ids"].shape[0], 3)
+
+    def dtype(self, name):
+        return torch.float32
+
+    def bind(self, feeds, outputs):
+        self.bindings.append((feeds, outputs))
+        return len(self.bindings)
+
+    @staticmethod
+    def run_options(graph_id):
+        return ("gpu_graph_id", graph_id)
+
+    def run_bound(self, binding, options):
+        feeds, outputs = self.bindings[binding - 1]
+        outputs["out"].copy_(feeds["input_ids"].sum(1, keepdim=True).float().expand(-1, 3))
+        self.runs.append((binding, options))
+
+    def close(self):
+        pass
+
+
+def test_ort_cuda_graph_slots_per_input_shape(monkeypatch):
+    """With --use-cuda-graph, each input shape gets one slot (graph ids 1, 2, ... in order), bound once and
+    replayed with its graph id; inputs are copied into the slot's buffers; close releases every slot."""
+    import Encoder.ort_steps as ort_steps
+
+    monkeypatch.setattr(ort_steps, "OrtGraph", _FakeCudaGraphSession)
+    steps = ort_steps.OrtEncoderSteps("encoder.onnx", "cpu", "out", cuda_graph=True)
+    batches = [torch.tensor([[1, 2], [3, 4]]), torch.tensor([[5, 6]]), torch.tensor([[7, 8], [9, 10]])]
+    for ids in batches:
+        got = steps.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})
+        assert got.tolist() == [[float(s)] * 3 for s in ids.sum(1).tolist()]
+    graph = steps.graph
+    assert len(steps.slots) == 2 and len(graph.bindings) == 2  # bound once per shape
+    assert graph.runs == [(1, ("gpu_graph_id", 1)), (2, ("gpu_graph_id", 2)), (1, ("gpu_graph_id", 1))]
+    assert graph.bindings[0][0]["input_ids"].tolist() == [[7, 8], [9, 10]]  # the slot's own buffer, refilled
+    steps.close()
+    assert len(steps.slots) == 0

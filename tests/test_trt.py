@@ -113,9 +113,11 @@ def test_tensorrt_missing_is_one_line(tmp_path):
         import_trt("tensorrt_rtx")
 
 
-def test_build_only_needs_the_trt_backend(tmp_path):
+def test_build_needs_a_backend_with_artifacts(tmp_path):
+    proc = run_cli("build", "GPT2", "frameworks", "-wd", str(tmp_path))
+    assert proc.returncode == 2 and "the frameworks backend has nothing to build" in proc.stderr
     proc = run_cli("run", "GPT2", "onnxrt", "--build-only", "-wd", str(tmp_path))
-    assert proc.returncode == 2 and "--build-only builds TensorRT engines" in proc.stderr
+    assert proc.returncode == 2 and "run.py build MODEL BACKEND" in proc.stderr
 
 
 class OrtIO:

@@ -2,8 +2,8 @@
 
 benchmark.py (fixed-length random inputs), accuracy.py (a dataset's scores), chat.py (interactive / --prompt),
 checkpoint.py (`run` and `compare` over a family's checkpoint.toml), generate.py (batches of the user's prompts),
-predict.py (encoders' embeddings or labels), listing.py (`list`), deploy.py (a Triton model repository) and
-serve.py (Triton Inference Server on loopback).
+predict.py (encoders' embeddings or labels), build.py (a run's artifacts, nothing run), listing.py (`list`),
+deploy.py (a Triton model repository) and serve.py (Triton Inference Server on loopback).
 
 Every action that runs models is written once, in skeleton.py: open the run, one row per backend (its steps set
 up, evaluated and freed), export notes, agreement between rows, the report, cleanup. What differs per kind of
@@ -11,25 +11,26 @@ model is the kind's *evaluator* for the action (`task.evaluator(name)`, NNDF/eva
 gets one generated line (`Action.unavailable`), which names the action to use instead where the declaration
 names one (`instead`). A new action may supply evaluators for kinds that do not know it (`evaluators`).
 
-An `Action` declares its option groups and its library function; the CLI (NNDF/cli.py) builds the parser from
-the declaration and calls `function(model, backends, *groups, *backend_option_groups)`. Adding an action is
-its module plus one line in `ACTIONS`. Functions are named as "module:function" strings and imported only when
-the action runs, so `--help` stays light.
-
-A kind's `ignores` name option fields it never reads (refused like an action's `ignores`).
-
-`ignores` names the fields of the action's option groups that it does not read (`--batch-size` for `chat`, which
-answers one prompt at a time): the CLI refuses those flags for the action in one line that says where they
-apply, instead of accepting and ignoring them. A new action ignores nothing unless it says so.
+An `Action` declares its library function, the library groups it takes (`groups`, in the function's order after
+(model, backends)) and the owner groups whose flags it reads (`reads`, NNDF/options.py; default: every part of
+`groups`). The CLI (NNDF/cli.py) builds the parser from the declaration, accepts a flag only when its owner group
+is read here (and added by the model's kind, and its backend named), and calls
+`function(model, backends, *groups, *backend_option_groups)`. Adding an action is its module plus one line in
+`ACTIONS`. Functions are named as "module:function" strings and imported only when the action runs, so `--help`
+stays light.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from NNDF.options import (AccuracyOptions, BenchmarkOptions, ChatOptions, ModelOptions, PredictOptions,
-                          SamplingOptions, TimingOptions)
 from NNDF.generate_options import GenerateOptions
-from NNDF.triton.options import DeployOptions, ServeOptions
+from NNDF.options import (AccuracyDataOptions, AccuracyOptions, BatchOptions, BenchmarkGenerationOptions,
+                          BenchmarkInputOptions, BenchmarkOptions, CacheOptions, ChatOptions, CleanupOptions,
+                          CompileOptions, DecodingOptions, DeviceOptions, FusedStepOptions, GraphFileOptions,
+                          HeadOptions, ImageOptions, MaskOptions, MinLengthOptions, ModelOptions, OutputOptions,
+                          PredictOptions, SamplerOptions, SamplingOptions, ScoringOptions, SeedOptions, SourceOptions,
+                          PercentileOptions, TimingLoopOptions, TimingOptions)
+from NNDF.triton.options import DeployOptions, RepositoryOptions, RequestLimitOptions, ServeOptions
 
 
 @dataclass(frozen=True)
@@ -37,18 +38,24 @@ class Action:
     name: str  # the CLI spelling
     help: str
     function: str  # "module:function" of the library function
-    groups: tuple[type, ...] = ()  # option groups, in the order the function takes them after (model, backends)
+    groups: tuple[type, ...] = ()  # library groups, in the order the function takes them after (model, backends)
     runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (operand, *groups) (`list`)
     operand: tuple[str, str] | None = None  # runs_models=False: (metavar, help) of its one required operand
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
-    ignores: frozenset[str] = frozenset()  # fields of `groups` this action does not read: their flags are refused
+    reads: tuple[type, ...] | None = None  # owner groups whose flags it takes (None: every part of `groups`)
     does: str = ""  # what it does, for the line a kind without its evaluator gets ("generates text")
     instead: str | None = None  # the action to use where a kind has no evaluator for this one
     evaluators: tuple = ()  # (Task subclass, evaluator class or "module:Class"): what it supplies for kinds
 
-    def applies(self, group: type, name: str) -> bool:
-        """Whether field `name` of option group `group` means something to this action."""
-        return group in self.groups and name not in self.ignores
+    def owner_groups(self) -> tuple[type, ...]:
+        """Every owner group of the action's library groups: their flags are parsed (those it does not read,
+        to be refused by name)."""
+        return tuple(part for group in self.groups for part in group.parts())
+
+    def read_groups(self) -> tuple[type, ...]:
+        """The owner groups whose flags this action takes, in `owner_groups` order."""
+        return self.owner_groups() if self.reads is None else \
+            tuple(g for g in self.owner_groups() if g in self.reads)
 
     def unavailable(self, family) -> str:
         """The one line for a family whose kind has no evaluator for this action."""
@@ -58,36 +65,44 @@ class Action:
         return f"{family.name}: {what}" + (f": use {self.instead}" if self.instead else "")
 
 
-_RUN = (ModelOptions, SamplingOptions, TimingOptions)
-_ONE_SEQUENCE = {"batch_size", "use_mask"}  # one prompt or passage at a time: no batch, never padded
-_ONE_TOKEN_STEP = {"use_cuda_graph", "torch_compile", "compile_mode", "fused_decode"}  # speed-ups of generation's one-token steps
+_MODEL = (SourceOptions, DeviceOptions, OutputOptions, HeadOptions, GraphFileOptions)  # every model action's
+_STEPS = (CleanupOptions, BatchOptions, MaskOptions, CacheOptions, CompileOptions, FusedStepOptions,
+          DecodingOptions)  # actions that run the model's steps on batches
+_DECODE = (SamplerOptions, MinLengthOptions, SeedOptions)
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("accuracy", "LAMBADA TopN accuracy and perplexity", "NNDF.actions.accuracy:accuracy",
            (ModelOptions, AccuracyOptions),  # teacher forcing: no decoding, no one-token steps, text passages
-           ignores=frozenset({*_ONE_SEQUENCE, *_ONE_TOKEN_STEP, "num_beams", "ignore_generation_config", "image"})),
+           reads=(*_MODEL, CleanupOptions, CacheOptions, AccuracyDataOptions, ScoringOptions)),
     Action("benchmark", "fixed-length random inputs: latency, tokens/s, memory", "NNDF.actions.benchmark:benchmark",
-           (*_RUN, BenchmarkOptions),  # random inputs (pixels too), always --output-seq-len tokens
-           ignores=frozenset({"image", "min_new_tokens"})),
+           (ModelOptions, SamplingOptions, TimingOptions, BenchmarkOptions),  # random inputs (pixels too)
+           reads=(*_MODEL, *_STEPS, SamplerOptions, SeedOptions, TimingLoopOptions, PercentileOptions,
+                  BenchmarkInputOptions, BenchmarkGenerationOptions)),  # always --output-seq-len tokens
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
-           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True, ignores=frozenset(_ONE_SEQUENCE),
-           does="generates text", instead="predict"),
-    Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples", _RUN,
-           ignores=frozenset({"percentile"})),  # medians only
-    Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends", _RUN,
-           side_by_side=True, ignores=frozenset({"percentile"})),
+           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True,  # one prompt at a time: no batch
+           reads=(*_MODEL, CleanupOptions, CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions,
+                  ImageOptions, *_DECODE, ChatOptions), does="generates text", instead="predict"),
+    Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples",
+           (ModelOptions, SamplingOptions, TimingOptions),
+           reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),  # medians only
+    Action("compare", "`run` over several backends, side by side", "NNDF.actions.checkpoint:compare_backends",
+           (ModelOptions, SamplingOptions, TimingOptions), side_by_side=True,
+           reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),
     Action("generate", "batches of your own prompts (--prompt or --dataset FILE.jsonl), several backends side by side",
            "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True,
            does="writes text", instead="predict"),
     Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side",
            "NNDF.actions.predict:predict", (ModelOptions, PredictOptions), side_by_side=True,
+           reads=(*_MODEL, CleanupOptions, BatchOptions, CompileOptions, PredictOptions),
            does="is for encoder models (embeddings, classification)", instead="generate"),
+    Action("build", "prepare a run's artifacts (ONNX exports, quantized graphs, TensorRT engines) without running "
+           "the model: build seconds and sizes", "NNDF.actions.build:build", (ModelOptions,),
+           reads=(*_MODEL, BatchOptions, CacheOptions, FusedStepOptions, DecodingOptions)),  # what artifacts depend on
     Action("list", "families, variants, and which backends work here", "NNDF.actions.listing:list_models",
            runs_models=False),
     Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
-           "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),
-           ignores=frozenset({"batch_size", "use_mask", "num_beams", "image", "use_cuda_graph", "torch_compile",
-                              "compile_mode", "fused_decode", "cleanup"})),  # served: masks always on, beams per request
+           "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),  # served: masks always on, beams per request
+           reads=(*_MODEL, CacheOptions, RepositoryOptions, RequestLimitOptions)),
     Action("serve", "serve a Triton model repository on 127.0.0.1 until Ctrl-C", "NNDF.actions.serve:serve",
            (ServeOptions,), runs_models=False, operand=("DIR", "the Triton model repository (run.py deploy writes one)")),
 )}

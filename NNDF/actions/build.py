@@ -1,23 +1,65 @@
-"""TensorRT's `--build-only` (the trt backend runs it instead of the action): build (or find current) the
-TensorRT engines of a run and report build seconds and sizes; nothing runs."""
+"""The `build` action: prepare a run's artifacts without running the model, and report what each took.
+
+`python run.py build MODEL BACKEND... [flags]`: for each backend row (onnxrt: one per `--quantize` value) the
+backend's `build` exports, quantizes or builds TensorRT engines (or finds them current in the working dir), and
+the report gives build seconds and sizes: the backend's own rows where it has them (TensorRT: one per engine,
+built now or reused), else one row with the seconds `build` took and the size of the files it prepared.
+A backend with nothing to build (it runs the model as loaded) is refused before anything loads.
+"""
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 from NNDF import registry
-from NNDF.actions.common import finish, open_run
-from NNDF.backends.trt_options import TRTOptions
+from NNDF.actions.common import backend_rows, finish, open_run
+from NNDF.backends.base import Backend
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions
+from NNDF.options import ModelOptions, OptionGroup
 from NNDF.results import Report, environment
 
 
-def build_only(family: str, backends: tuple[str, ...], options: ModelOptions, trt_options: TRTOptions) -> Report:
-    if backends != ("trt",):
-        raise UsageError(f"--build-only builds TensorRT engines: name only the trt backend (got {', '.join(backends)})")
-    run = open_run(family, options, backends, trt_options)
-    report = Report("build", run.family.name, run.source.variant, {
-        "device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
-        "batch_size": options.batch_size, "dynamic_batch": trt_options.dynamic_batch, "num_beams": run.num_beams},
-        environment=environment(run.device))
-    report.results.extend(registry.backend(run.family, "trt").build(run))
+@dataclass(frozen=True)
+class ArtifactBuild:
+    """One backend row's artifacts: how long preparing them took, and their size on disk."""
+
+    backend: str
+    build_seconds: float
+    size_mb: float | None
+
+    def row(self) -> dict:
+        return {"backend": self.backend, "build s": self.build_seconds, "MB": self.size_mb}
+
+
+def builders() -> list[str]:
+    """The registered backends that have artifacts to build (their class overrides `Backend.build`)."""
+    return [name for name in registry.BACKENDS if registry.backend_class(name).build is not Backend.build]
+
+
+def _settings(run, options: ModelOptions, backend_options) -> dict:
+    settings = {"device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
+                "batch_size": options.batch_size, "num_beams": run.num_beams}
+    for group in backend_options:  # e.g. TensorRT's dynamic batch, which its engines are built for
+        if getattr(group, "dynamic_batch", False):
+            settings["dynamic_batch"] = True
+    return settings
+
+
+def build(family: str, backends: tuple[str, ...], options: ModelOptions, *backend_options: OptionGroup) -> Report:
+    """Build (or find current) the artifacts each named backend runs from; nothing runs."""
+    able = builders()
+    idle = [name for name in backends if name not in able]
+    if idle:
+        raise UsageError(f"build: the {idle[0]} backend has nothing to build (it runs the model as loaded); "
+                         f"name {' or '.join(able)}")
+    run = open_run(family, options, backends, *backend_options)
+    report = Report("build", run.family.name, run.source.variant, _settings(run, options, backend_options),
+                    environment=environment(run.device))
+    for label, backend in backend_rows(run, backends):
+        start = time.perf_counter()
+        rows = backend.build(run)
+        seconds = time.perf_counter() - start
+        size = backend.model_bytes()
+        report.results.extend(rows or [ArtifactBuild(label, round(seconds, 3), size and size / 2 ** 20)])
     finish(run)
     return report

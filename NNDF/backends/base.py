@@ -95,12 +95,6 @@ class Backend(ABC):
         (the backends a family declares with a module always do)."""
         return False
 
-    @classmethod
-    def run_instead(cls, family: str, backends: tuple[str, ...], options: dict):
-        """A `Report` to return instead of running the action (a backend-owned flag such as TensorRT's
-        `--build-only` that replaces the action), or None to run it."""
-        return None
-
     def check_device(self, device_type: str | None, options: dict | None = None) -> None:
         """Refuse, in one line, a backend that cannot run here (`availability` with the run's option groups:
         what is missing) or on the device asked for (`device_type`: "cpu", "cuda", or None before the default

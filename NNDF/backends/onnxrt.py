@@ -78,7 +78,7 @@ class OnnxRuntimeBackend(Backend):
 
     def build(self, run: RunContext) -> list:
         self.use_fused(run)
-        self.onnx.paths(run)
+        self.paths = self.onnx.paths(run)[0]  # `model_bytes` then gives their size
         return []
 
     def use_fused(self, run: RunContext) -> None:

@@ -7,9 +7,9 @@ fingerprinted (config, weights, precision, builder version, onnx and
 onnxruntime versions), validated against PyTorch at build time (`validation.json`) and cached as
 `decoder-<precision>-fused/model.onnx` (+ `model.onnx.data`). The standard export stays what `trt` builds from.
 
-`OrtFusedSteps` keeps one `FusedSlot` per (rows, max_length): full-length key/value buffers bound as both past
-and present (the attention op writes each step's keys and values in place), and the one-token step's ids,
-positions, per-row lengths (`seqlens_k`, int32 on the device) and logits at fixed addresses, so ONNX Runtime's
+`OrtFusedSteps` keeps one `KVSlot` per (rows, max_length) in a `SlotPool`: full-length key/value buffers bound as
+both past and present (the attention op writes each step's keys and values in place), and the one-token step's
+ids, positions, per-row lengths (`seqlens_k`, int32 on the device) and logits at fixed addresses, so ONNX Runtime's
 CUDA graph captures that step once per slot and replays it. `total_sequence_length` is a host scalar (the CUDA
 kernel takes it on the CPU) that a captured graph freezes: one-token steps always pass the buffer length, which
 the kernel only uses to tell the step from a prompt pass and to size its split-K work; the per-row lengths come
@@ -29,6 +29,7 @@ from NNDF.backends.onnx_export import LogitsCheck
 from NNDF.backends.ort_steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
+from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
 HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kernel reads on the CPU
 # validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
@@ -145,31 +146,6 @@ def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
     return check.worst()
 
 
-class FusedSlot:
-    """One (rows, max_length) cache of the fused graph: past buffers (bound as present too), and the one-token
-    step's inputs and logits at fixed addresses (its CUDA graph is `graph_id`)."""
-
-    def __init__(self, steps: "OrtFusedSteps", rows: int, max_length: int, graph_id: int):
-        device, graph = steps.device, steps.graph
-        self.rows, self.max_length, self.graph_id = rows, max_length, graph_id
-        self.past = []
-        for name in steps.past_names:
-            _, heads, _, head_dim = graph.inputs[name].shape
-            self.past.append(torch.zeros(rows, heads, max_length, head_dim, dtype=graph.dtype(name), device=device))
-        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.seqlens = torch.zeros(rows, dtype=torch.int32, device=device)
-        self.step_total = torch.tensor(max_length, dtype=torch.int32)  # host memory, frozen by a captured graph
-        vocab = graph.outputs["logits"].shape[-1]
-        self.logits = torch.empty(rows, 1, vocab, dtype=graph.dtype("logits"), device=device)
-        self.binding = None  # the one-token step's IO binding (same buffers every step)
-
-    def take_rows(self, source: "FusedSlot", index: torch.Tensor) -> None:
-        """This slot's rows become `source`'s rows `index`, in place (the captured step keeps its addresses)."""
-        for mine, theirs in zip(self.past, source.past):
-            mine.copy_(theirs.index_select(0, index))
-
-
 class OrtFusedSteps:
     """The decoder step contract over a fused decode graph (always a static, in-place cache)."""
 
@@ -181,39 +157,49 @@ class OrtFusedSteps:
         self.graph = OrtGraph(path, device, threads, cuda_graph, HOST_INPUTS)
         self.past_names = [n for n in self.graph.inputs if n.startswith("past.")]
         self.present_names = [n for n in self.graph.output_names if n.startswith("present.")]
-        self._slots: dict[tuple[int, int], FusedSlot] = {}
+        self._slots: SlotPool[KVSlot] = SlotPool()
 
-    def new_cache(self, batch: int, max_length: int) -> FusedSlot:
+    def new_cache(self, batch: int, max_length: int) -> KVSlot:
         return self._slot(batch, max_length)
 
-    def _slot(self, rows: int, max_length: int) -> FusedSlot:
-        key = (rows, max_length)
-        if key not in self._slots:
-            self._slots[key] = FusedSlot(self, rows, max_length, graph_id=len(self._slots) + 1)
-        return self._slots[key]
+    def _slot(self, rows: int, max_length: int) -> KVSlot:
+        return self._slots.get((rows, max_length), lambda number: self._new_slot(rows, max_length, number))
 
-    def reorder_cache(self, cache: FusedSlot, index: torch.Tensor) -> FusedSlot:
-        target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length)
-        target.take_rows(cache, index)
-        return target
+    def _new_slot(self, rows: int, max_length: int, graph_id: int) -> KVSlot:
+        """Past buffers [rows, heads, max_length, head_dim] (bound as present too), and the one-token step's inputs
+        and logits at fixed addresses (no mask: the op reads per-row lengths); its CUDA graph is `graph_id`."""
+        device, graph = self.device, self.graph
+        past = []
+        for name in self.past_names:
+            _, heads, _, head_dim = graph.inputs[name].shape
+            past.append(torch.zeros(rows, heads, max_length, head_dim, dtype=graph.dtype(name), device=device))
+        inputs = step_inputs(rows, max_length, device, mask=False)
+        inputs["seqlens_k"] = torch.zeros(rows, dtype=torch.int32, device=device)  # total length - 1 per row
+        # host memory, frozen by a captured graph
+        inputs["total_sequence_length"] = torch.tensor(max_length, dtype=torch.int32)
+        vocab = graph.outputs["logits"].shape[-1]
+        logits = torch.empty(rows, 1, vocab, dtype=graph.dtype("logits"), device=device)
+        return KVSlot(rows, max_length, past, inputs, logits, graph_id)
 
-    def forward(self, input_ids, attention_mask, position_ids, cache: FusedSlot, last_only=False):
+    def reorder_cache(self, cache: KVSlot, index: torch.Tensor) -> KVSlot:
+        return reordered(cache, index, self._slot)
+
+    def forward(self, input_ids, attention_mask, position_ids, cache: KVSlot, last_only=False):
         width, seq = attention_mask.shape[1], input_ids.shape[1]
         if seq > 1 or width == 1:
             return self._prompt(input_ids, attention_mask, position_ids, cache), cache
-        cache.seqlens.fill_(width - 1)
+        cache.inputs["seqlens_k"].fill_(width - 1)
         cache.ids.copy_(input_ids)
         cache.positions.copy_(position_ids)
         if cache.binding is None:
-            feeds = {"input_ids": cache.ids, "position_ids": cache.positions, "seqlens_k": cache.seqlens,
-                     "total_sequence_length": cache.step_total, **dict(zip(self.past_names, cache.past))}
+            feeds = {**cache.inputs, **dict(zip(self.past_names, cache.past))}
             outputs = {"logits": cache.logits, **dict(zip(self.present_names, cache.past))}
             cache.binding = self.graph.bind(feeds, outputs)
         options = self.graph.run_options(cache.graph_id) if self.cuda_graph else None
         self.graph.run_bound(cache.binding, options)
         return cache.logits, cache
 
-    def _prompt(self, input_ids, attention_mask, position_ids, slot: FusedSlot) -> torch.Tensor:
+    def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot) -> torch.Tensor:
         """The prompt pass: columns 0..S-1 of the buffers written, uncaptured."""
         seq = input_ids.shape[1]
         if attention_mask.shape[1] != seq:
@@ -221,12 +207,12 @@ class OrtFusedSteps:
                              "takes a later multi-token pass for one row only); leave --fused-decode out")
         if not bool(attention_mask.all()):
             raise UsageError(PADDED)
-        slot.seqlens.fill_(seq - 1)
-        feeds = {"input_ids": input_ids, "position_ids": position_ids, "seqlens_k": slot.seqlens,
+        slot.inputs["seqlens_k"].fill_(seq - 1)
+        feeds = {"input_ids": input_ids, "position_ids": position_ids, "seqlens_k": slot.inputs["seqlens_k"],
                  "total_sequence_length": torch.tensor(seq, dtype=torch.int32),
                  **dict(zip(self.past_names, slot.past))}
         return self.graph.run(feeds, outputs=dict(zip(self.present_names, slot.past)))[0]
 
     def close(self) -> None:
         self.graph.close()
-        self._slots.clear()
+        self._slots.close()

@@ -1,5 +1,6 @@
-"""ONNX Runtime's own flags (the onnxrt backend owns them: `NNDF.registry.BACKENDS` adds them to every action
-that runs a model, and only the onnxrt backend reads them).
+"""ONNX Runtime's own flags: the onnxrt backend owns them (`NNDF.registry.BACKENDS` lists `ORTOptions`, what the
+library functions take; the CLI accepts a flag only when onnxrt is in the run). `--ort-optimize` is read only by
+the kinds that add `HeadOptions` (encoder models).
 
 `--quantize` takes one or more of none / int8 / int4: each becomes its own row of the action's table (`onnxrt`,
 `onnxrt-int8`, `onnxrt-int4`), so one command shows what each quantization costs beside the float graph. The
@@ -11,21 +12,22 @@ import argparse
 from dataclasses import dataclass
 
 from NNDF.errors import UsageError
-from NNDF.options import OptionGroup, flag
+from NNDF.options import HeadOptions, OptionGroup, flag
 
 QUANTIZE_CHOICES = ("none", "int8", "int4")
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # MatMulNBits block sizes ONNX Runtime's kernels take
 
 
 @dataclass(frozen=True)
-class ORTOptions(OptionGroup):
-    title = "ONNX Runtime (onnxrt backend)"
-    ort_optimize: bool = flag(True, "--ort-optimize", action=argparse.BooleanOptionalAction, help="encoder models: run ONNX Runtime's transformer graph optimizer on the export (fused attention, skip layer norm, GELU); --no-ort-optimize keeps the plain export, to compare")
+class QuantizeOptions(OptionGroup):
+    title = "ONNX Runtime: quantized graphs (onnxrt backend)"
+    owner = "the onnxrt backend"
+    backends = ("onnxrt",)
     quantize: tuple = flag(("none",), "--quantize", nargs="+", type=str, choices=QUANTIZE_CHOICES, metavar="{none,int8,int4}", help="weights of the onnxrt graphs: none (float), int8 (dynamic int8 MatMul, fp32 graphs), int4 (MatMulNBits blocks); several values give one row each (e.g. --quantize none int8 int4: onnxrt, onnxrt-int8, onnxrt-int4)")
     quant_block_size: int | None = flag(None, "--quant-block-size", type=int, choices=BLOCK_SIZES, help="int4: weights per scale along the input dimension (default 128: measured, docs/PERFORMANCE.md)")
     quant_symmetric: bool | None = flag(None, "--quant-symmetric", action=argparse.BooleanOptionalAction, help="int4: symmetric blocks (one scale each) or, the default, --no-quant-symmetric (a scale and a zero point each: measured more accurate)")
 
-    def __post_init__(self):
+    def check(self):
         repeated = sorted({q for q in self.quantize if self.quantize.count(q) > 1})
         if repeated:
             raise UsageError(f"--quantize names {', '.join(repeated)} twice; give each of "
@@ -33,6 +35,20 @@ class ORTOptions(OptionGroup):
         for name, value in (("--quant-block-size", self.quant_block_size), ("--quant-symmetric", self.quant_symmetric)):
             if value is not None and "int4" not in self.quantize:
                 raise UsageError(f"{name} applies to --quantize int4 (int4's blocks), which this run does not use")
+
+
+@dataclass(frozen=True)
+class OrtOptimizeOptions(OptionGroup):
+    title = "ONNX Runtime: graph optimizer (onnxrt backend, encoder models)"
+    owner = "encoder models on the onnxrt backend"
+    backends = ("onnxrt",)
+    kind_scope = HeadOptions
+    ort_optimize: bool = flag(True, "--ort-optimize", action=argparse.BooleanOptionalAction, help="run ONNX Runtime's transformer graph optimizer on the export (fused attention, skip layer norm, GELU); --no-ort-optimize keeps the plain export, to compare")
+
+
+@dataclass(frozen=True)
+class ORTOptions(QuantizeOptions, OrtOptimizeOptions):
+    """What the onnxrt backend reads (`run.options_of(ORTOptions)`)."""
 
     def quantizations(self) -> tuple:
         """One entry per row, in the order given: None for the float graph, else a `Quantization`."""

@@ -5,7 +5,7 @@ wrapping its outputs copies nothing. On CUDA, IO binding hands ONNX Runtime torc
 pointer for every input and output, and ONNX Runtime runs on torch's current stream: tokens, masks and cache
 never visit the host. `OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
 tensors (present.* of the previous step become past.* of the next), or for a static-cache graph (one with a
-`cache_position` input) an `OrtStaticSlot`: full-length buffers bound as both past and present, so the graph
+`cache_position` input) a `NNDF.slots.KVSlot`: full-length buffers bound as both past and present, so the graph
 writes the new keys and values in place and every one-token step has the same shapes and addresses. With
 `cuda_graph`, ONNX Runtime captures that step once per slot (its CUDA-graph mode, `gpu_graph_id` = the slot's
 id) and replays it; the prompt pass runs uncaptured (`gpu_graph_id` -1).
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from NNDF.errors import ArtifactError, BackendUnavailable
+from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
        "tensor(int32)": np.int32}
@@ -159,34 +160,6 @@ class OrtGraph:
         self.session = None
 
 
-class OrtStaticSlot:
-    """Static cache of one (rows, max_length) for a static-cache graph: the past buffers (bound as present too),
-    the full-width mask (1 beyond the written columns; the causal mask hides them), the one-token step's inputs
-    and logits at fixed addresses, and the CUDA graph id of that step."""
-
-    def __init__(self, steps: OrtSteps, rows: int, max_length: int, graph_id: int):
-        device = steps.device
-        self.rows, self.max_length, self.graph_id = rows, max_length, graph_id
-        self.past = [empty_past(steps.inputs[name], rows, steps.graph.dtype(name), device, max_length)
-                     for name in steps.past_names]
-        self.mask = torch.ones(rows, max_length, dtype=torch.long, device=device)
-        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.write = torch.zeros((), dtype=torch.long, device=device)
-        vocab = steps.graph.outputs["logits"].shape[-1]
-        self.logits = torch.empty(rows, 1, vocab, dtype=steps.graph.dtype("logits"), device=device)
-
-    def reset(self) -> OrtStaticSlot:
-        self.mask.fill_(1)
-        return self
-
-    def take_rows(self, source: OrtStaticSlot, index: torch.Tensor) -> None:
-        """This slot's rows become `source`'s rows `index`, in place (the captured step keeps its addresses)."""
-        self.mask.copy_(source.mask.index_select(0, index))
-        for mine, theirs in zip(self.past, source.past):
-            mine.copy_(theirs.index_select(0, index))
-
-
 class OrtSteps:
     name = "onnxrt"
 
@@ -204,7 +177,7 @@ class OrtSteps:
             raise ArtifactError(f"{path} has a growing KV cache: CUDA graphs need the static-cache graph "
                                 "(export with --static-cache)")
         self.cuda_graph = cuda_graph
-        self._slots: dict[tuple[int, int], OrtStaticSlot] = {}
+        self._slots: SlotPool[KVSlot] = SlotPool()
 
     def _check_signature(self, path: Path) -> None:
         has_past = any(n.startswith("past.") for n in self.inputs)
@@ -223,22 +196,28 @@ class OrtSteps:
         return tuple(empty_past(self.inputs[name], batch, self.graph.dtype(name), self.device)
                      for name in self.past_names)
 
-    def _slot(self, rows: int, max_length: int) -> OrtStaticSlot:
-        key = (rows, max_length)
-        if key not in self._slots:
-            self._slots[key] = OrtStaticSlot(self, rows, max_length, graph_id=len(self._slots) + 1)
-        return self._slots[key]
+    def _slot(self, rows: int, max_length: int) -> KVSlot:
+        return self._slots.get((rows, max_length), lambda number: self._new_slot(rows, max_length, number))
+
+    def _new_slot(self, rows: int, max_length: int, graph_id: int) -> KVSlot:
+        """The past buffers (bound as present too), the full-width mask, the one-token step's ids, positions,
+        write position (a device scalar) and logits [rows, 1, vocab] at fixed addresses; CUDA graph `graph_id`."""
+        past = [empty_past(self.inputs[name], rows, self.graph.dtype(name), self.device, max_length)
+                for name in self.past_names]
+        inputs = step_inputs(rows, max_length, self.device)
+        inputs["cache_position"] = torch.zeros((), dtype=torch.long, device=self.device)
+        vocab = self.graph.outputs["logits"].shape[-1]
+        logits = torch.empty(rows, 1, vocab, dtype=self.graph.dtype("logits"), device=self.device)
+        return KVSlot(rows, max_length, past, inputs, logits, graph_id)
 
     def reorder_cache(self, cache, index):
-        if isinstance(cache, OrtStaticSlot):
-            target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()
-            target.take_rows(cache, index)
-            return target
+        if isinstance(cache, KVSlot):
+            return reordered(cache, index, lambda rows, length: self._slot(rows, length).reset())
         return tuple(t.index_select(0, index) for t in cache)
 
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
         # the graph always computes logits for every position (accuracy needs them); `last_only` is a hint
-        if isinstance(cache, OrtStaticSlot):
+        if isinstance(cache, KVSlot):
             return self._static_forward(input_ids, attention_mask, position_ids, cache)
         feeds = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.takes_positions:
@@ -248,7 +227,7 @@ class OrtSteps:
         outputs = self.graph.run(feeds, {"total": attention_mask.shape[1]})
         return outputs[0], (tuple(outputs[1:]) if self.use_cache else None)
 
-    def _static_forward(self, input_ids, attention_mask, position_ids, slot: OrtStaticSlot):
+    def _static_forward(self, input_ids, attention_mask, position_ids, slot: KVSlot):
         width, seq = attention_mask.shape[1], input_ids.shape[1]
         slot.mask[:, :width].copy_(attention_mask)
         slot.write.fill_(width - seq)
@@ -269,7 +248,7 @@ class OrtSteps:
 
     def close(self) -> None:
         self.graph.close()
-        self._slots.clear()
+        self._slots.close()
 
 
 def empty_past(meta, batch: int, dtype: torch.dtype, device, length: int = 0) -> torch.Tensor:

@@ -7,12 +7,12 @@ so every one-token step has the same shapes. Position ids are passed only to mod
 
 With a static cache the one-token step can be replayed from a CUDA graph (`cuda_graph`) and compiled by
 `torch.compile` (`compile_mode`, inductor without its own CUDA graphs: capture stays ours, so the graph, its
-static inputs and its cache are one object, `StaticSlot`). Slots are pooled per (rows, length): the benchmark's
-repeated generations reuse one captured graph.
+static inputs and its cache are one object, `HFStaticSlot`, a `NNDF.slots.KVSlot`). Slots are pooled per
+(rows, length) in a `SlotPool`: the benchmark's repeated generations reuse one captured graph.
 
 A family's fused decode step (`--fused-decode`, `FusedStep`) replaces the model's code for the static cache: it
-makes its own slots (the `StaticSlot` interface), runs the prompt pass and the one-token step; the capture, the
-slot pool and beam reordering stay here.
+makes its own slots (`KVSlot`s over its own buffers), runs the prompt pass and the one-token step; the capture,
+the slot pool and beam reordering stay here.
 """
 from __future__ import annotations
 
@@ -23,37 +23,19 @@ import torch
 from transformers import DynamicCache, StaticCache
 
 from NNDF.errors import UsageError
+from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
 
-class Slot:
-    """What the capture and the slot pool need of a static cache: its rows and length, the fixed-address inputs
-    of its one-token step (mask at full width, ids, positions), and once captured the CUDA graph and its logits."""
-
-    rows: int
-    max_length: int
-    mask: torch.Tensor
-    ids: torch.Tensor
-    positions: torch.Tensor
-    graph: torch.cuda.CUDAGraph | None = None
-    logits: torch.Tensor | None = None  # the graph's output, overwritten by each replay
-
-
-class StaticSlot(Slot):
-    """A static cache for `rows` x `max_length` tokens plus the fixed-address inputs of its one-token step:
-    the attention mask at full width (columns not yet written are 1, the causal mask hides them), token ids,
-    positions, and once captured, the CUDA graph and its logits output. HF's layers keep their write position
-    on the device (`cumulative_length`), so a replayed step advances it without the host."""
+class HFStaticSlot(KVSlot):
+    """A `KVSlot` whose cache is HF's `StaticCache` for `rows` x `max_length` tokens (so `past` stays empty):
+    HF's layers keep their write position on the device (`cumulative_length`), so a replayed step advances it
+    without the host, and their buffers are made on the first write."""
 
     def __init__(self, config, rows: int, max_length: int, device: torch.device):
-        self.rows, self.max_length = rows, max_length
+        super().__init__(rows, max_length, [], step_inputs(rows, max_length, device))
         self.cache = StaticCache(config=config, max_cache_len=max_length)
-        self.mask = torch.ones(rows, max_length, dtype=torch.long, device=device)
-        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.positions = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.logits: torch.Tensor | None = None  # the graph's output, overwritten by each replay
 
-    def reset(self) -> StaticSlot:
+    def reset(self) -> HFStaticSlot:
         self.mask.fill_(1)
         for layer in self.cache.layers:
             if layer.is_initialized:
@@ -70,7 +52,7 @@ class StaticSlot(Slot):
         for layer, saved in zip(self.cache.layers, state):
             layer.cumulative_length.copy_(saved)
 
-    def take_rows(self, source: StaticSlot, index: torch.Tensor) -> None:
+    def take_rows(self, source: HFStaticSlot, index: torch.Tensor) -> None:
         """This slot's rows become `source`'s rows `index` (in place: captured graphs keep their addresses)."""
         self.mask.copy_(source.mask.index_select(0, index))
         for mine, theirs in zip(self.cache.layers, source.cache.layers):
@@ -80,6 +62,10 @@ class StaticSlot(Slot):
             mine.keys.copy_(keys)
             mine.values.copy_(values)
             mine.cumulative_length.copy_(theirs.cumulative_length)
+
+    def close(self) -> None:
+        super().close()
+        self.cache = None
 
 
 def check_static_cache_support(model: torch.nn.Module) -> None:
@@ -105,9 +91,8 @@ def compile_step(model: torch.nn.Module, mode: str):
 class FusedStep(Protocol):
     """A family's fused decode step over its own static cache (see the module docstring)."""
 
-    def new_slot(self, rows: int, max_length: int):
-        """An empty slot: `StaticSlot`'s interface (mask, ids, positions, graph, logits, reset, set_length,
-        positions_state, restore_positions, take_rows)."""
+    def new_slot(self, rows: int, max_length: int) -> KVSlot:
+        """An empty `KVSlot` over the step's own buffers (with a mask and a device write position)."""
 
     def prefill(self, input_ids, mask, position_ids, slot, last_only: bool) -> torch.Tensor:
         """The prompt's logits; writes its K/V into `slot` (mask: the slot's mask over the columns so far)."""
@@ -130,7 +115,7 @@ class TorchSteps:
         self._can_skip_logits = "logits_to_keep" in params  # LM head on the last position only, as HF generate
         # the one-token step of a static cache: compiled shapes never change, so inductor compiles it once per rows
         self._step_model = compile_step(model, compile_mode) if compile_mode and not fused else model
-        self._slots: dict[tuple[int, int], StaticSlot] = {}
+        self._slots: SlotPool[KVSlot] = SlotPool()
         if static_cache:
             check_static_cache_support(model)
 
@@ -146,12 +131,12 @@ class TorchSteps:
 
     @torch.inference_mode()
     def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
-        if isinstance(cache, Slot):
+        if isinstance(cache, KVSlot):
             return self._static_forward(input_ids, attention_mask, position_ids, cache, last_only)
         out = self.model(**self._kwargs(input_ids, attention_mask, position_ids, cache, last_only))
         return out.logits, (out.past_key_values if self.use_cache else None)
 
-    def _static_forward(self, input_ids, attention_mask, position_ids, slot: StaticSlot, last_only):
+    def _static_forward(self, input_ids, attention_mask, position_ids, slot: KVSlot, last_only):
         slot.mask[:, : attention_mask.shape[1]].copy_(attention_mask)
         if input_ids.shape[1] > 1 or attention_mask.shape[1] == input_ids.shape[1]:  # the prompt: eager
             if self.fused is not None:
@@ -169,13 +154,13 @@ class TorchSteps:
         slot.graph.replay()
         return slot.logits, slot  # valid until the next step (the loop reads it before stepping again)
 
-    def _one_token(self, slot: StaticSlot) -> torch.Tensor:
+    def _one_token(self, slot: KVSlot) -> torch.Tensor:
         if self.fused is not None:
             return self.fused.one_token(slot)
         kwargs = self._kwargs(slot.ids, slot.mask, slot.positions, slot.cache, last_only=True)
         return self._step_model(**kwargs).logits
 
-    def _capture(self, slot: StaticSlot) -> None:
+    def _capture(self, slot: KVSlot) -> None:
         """Warm up on a side stream (cuBLAS workspaces, inductor's compilation), then capture the step. Warm-up
         writes the same K/V the real step writes; the write position is put back after each run."""
         positions = slot.positions_state()
@@ -208,23 +193,21 @@ class TorchSteps:
             return DynamicCache(config=self.model.config)
         return self._slot(batch, max_length).reset()
 
-    def _slot(self, rows: int, max_length: int) -> StaticSlot:
-        key = (rows, max_length)
-        if key not in self._slots:
-            fused = self.fused
-            self._slots[key] = (fused.new_slot(rows, max_length) if fused is not None
-                                else StaticSlot(self.model.config, rows, max_length, self.device))
-        return self._slots[key]
+    def _slot(self, rows: int, max_length: int) -> KVSlot:
+        return self._slots.get((rows, max_length), lambda _: self._new_slot(rows, max_length))
+
+    def _new_slot(self, rows: int, max_length: int) -> KVSlot:
+        if self.fused is not None:
+            return self.fused.new_slot(rows, max_length)
+        return HFStaticSlot(self.model.config, rows, max_length, self.device)
 
     @torch.inference_mode()
     def reorder_cache(self, cache, index):
-        if isinstance(cache, Slot):
-            target = cache if index.numel() == cache.rows else self._slot(index.numel(), cache.max_length).reset()
-            target.take_rows(cache, index)
-            return target
+        if isinstance(cache, KVSlot):
+            return reordered(cache, index, lambda rows, length: self._slot(rows, length).reset())
         cache.reorder_cache(index)
         return cache
 
     def close(self) -> None:
         self.model = self._step_model = self.fused = None
-        self._slots.clear()
+        self._slots.close()

@@ -41,7 +41,7 @@ def engine_file(part: str) -> str:
 
 @dataclass(frozen=True)
 class EngineBuild:
-    """What `--build-only` reports for one engine."""
+    """What the `build` action reports for one engine."""
 
     backend: str
     engine: str
@@ -108,17 +108,6 @@ class TensorRTBackend(Backend):
         return True, (f"{describe(trt)} on {gpu['gpu']} (compute capability {gpu['compute_capability']}); "
                       "whether engines run there is known when the first one loads")
 
-    @classmethod
-    def run_instead(cls, family: str, backends: tuple[str, ...], options: dict):
-        """`--build-only`: build (or find current) the run's engines and report them instead of the action."""
-        flags = option_group(options, TRTOptions)
-        if not flags.build_only:
-            return None
-        from NNDF.actions.build import build_only
-        from NNDF.options import ModelOptions
-
-        return build_only(family, backends, option_group(options, ModelOptions), flags)
-
     # --- what a model kind decides: the profiles of each part, and the steps over the loaded engines ---
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
@@ -183,7 +172,7 @@ class TensorRTBackend(Backend):
         return paths
 
     def build(self, run: RunContext) -> list[EngineBuild]:
-        """--build-only: build (or find current) engines and report them; nothing runs."""
+        """The `build` action: build (or find current) engines and report them; nothing runs."""
         self._shapes(run)
         self.engine_paths(run, import_trt(run.options_of(TRTOptions).trt_module))
         return self.last_builds

@@ -1,0 +1,142 @@
+"""Which flags are in play: an option group's owner (an action that reads it, a kind that adds it, a backend that
+owns it) decides, for one action, one model's kind and the run's backends, whether its flags are shown and
+accepted, and says in one line why not. `reference()` writes the same facts as docs/FLAGS.md.
+
+A flag is in play iff its owner group is
+- read by the action (`Action.read_groups`), unless the group is a backend's own (any action that runs a model
+  hands every backend its own groups);
+- added by the model's kind (`Task.option_groups`) where the group is read only by some kinds (`kind_owner`);
+- owned by a backend the run uses, where the group is a backend's own (`backends`).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, fields
+
+from NNDF import registry
+from NNDF.actions import ACTIONS, Action
+from NNDF.errors import UsageError
+from NNDF.parts import PARTS
+
+
+def backend_groups() -> tuple[type, ...]:
+    """Every backend's own owner groups, in registry order (parts of `registry.backend_option_groups`)."""
+    return tuple(part for group in registry.backend_option_groups() for part in group.parts())
+
+
+def parsed_groups(action: Action) -> tuple[type, ...]:
+    """The owner groups whose flags the action's parser takes: its library groups' parts, then the backends'."""
+    return (*action.owner_groups(), *backend_groups()) if action.runs_models else action.owner_groups()
+
+
+def kind_reads(task, group: type) -> bool:
+    owner = group.kind_owner()
+    return owner is None or owner in task.option_groups
+
+
+def shown(action: Action, group: type, task=None) -> bool:
+    """Whether `--help` shows the group for this action (and, when the model is known, its kind)."""
+    read = bool(group.backends) or group in action.read_groups()
+    return read and (task is None or kind_reads(task, group))
+
+
+def absent_parts(task) -> frozenset[str]:
+    """Fields naming the user's files for parts this kind never has (`--decoder-onnx` for encoder models): left
+    out of its `--help` (NNDF/parts.py refuses them, naming the parts it has)."""
+    if task is None:
+        return frozenset()
+    return frozenset(f"{part}_{kind}" for part in PARTS if part not in task.parts(True) for kind in ("onnx", "engine"))
+
+
+def _families_adding(group: type) -> list[str]:
+    owner = group.kind_owner()
+    return [name for name, fam in registry.families().items() if owner in fam.task.option_groups]
+
+
+def _backend_refusal(flag: str, group: type, backends: tuple[str, ...]) -> str:
+    owners = group.backends
+    which = f"the {owners[0]} backend" if len(owners) == 1 else f"the {' and '.join(owners)} backends"
+    name = owners[0] if len(owners) == 1 else f"{' or '.join(owners)},"
+    return (f"{flag} is a flag of {which}, which this run does not use ({', '.join(backends)}): name {name} "
+            "or drop the flag")
+
+
+def refusal(args: argparse.Namespace, action: Action, family, backends: tuple[str, ...]) -> str | None:
+    """One line for the first flag given whose owner is not in play (None: every flag given is)."""
+    for group in parsed_groups(action):
+        given = group.given(args)
+        if not given:
+            continue
+        flag = group.flag_name(given[0])
+        if not kind_reads(family.task, group):
+            having = ", ".join(_families_adding(group))
+            return (f"{flag} does not apply to {family.name} ({family.kind} models): it belongs to {group.owner}"
+                    + (f" ({having})" if having else ""))
+        if not group.backends and group not in action.read_groups():
+            where = [a.name for a in ACTIONS.values() if group in a.read_groups()]
+            return f"{flag} does not apply to {action.name} (it applies to {', '.join(where) or 'no action'})"
+        if group.backends and not set(group.backends) & set(backends):
+            return _backend_refusal(flag, group, backends)
+    return None
+
+
+def check(args: argparse.Namespace, action: Action, family, backends: tuple[str, ...]) -> None:
+    problem = refusal(args, action, family, backends)
+    if problem:
+        raise UsageError(problem)
+
+
+# --- the flag reference (docs/FLAGS.md) ---
+
+def _default(f) -> str:
+    value = f.default if f.default is not MISSING else f.default_factory()
+    if value in (None, (), ""):
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", "\\n")
+
+
+def _who(group: type) -> list[str]:
+    """Who reads the group: the actions (or the backends), and the kinds where only some read it."""
+    readers = [a for a in ACTIONS.values() if group in a.read_groups()]
+    if group.backends:
+        lines = [f"- backends: {', '.join(group.backends)} (any action that runs a model, when one is named)"]
+    else:
+        lines = [f"- actions: {', '.join(a.name for a in readers)}"]
+    if group.kind_owner():
+        lines.append(f"- models: {group.owner} ({', '.join(_families_adding(group))})")
+    elif group.backends or any(a.runs_models for a in readers):
+        lines.append("- models: every kind")
+    return lines
+
+
+def reference() -> str:
+    """docs/FLAGS.md: every flag, by owner group, with who reads it, its default and its help."""
+    groups = [g for a in ACTIONS.values() for g in a.owner_groups()] + list(backend_groups())
+    out = ["# Flags by owner", "",
+           "Generated from the option groups (`NNDF/options.py`, the backends' option modules, `NNDF/flags.py`):",
+           "`python -m NNDF.flags` writes this file and a test checks it is current. A flag is accepted only where",
+           "its owner is in play: the action reads its group, the model's kind adds it (where only some kinds read",
+           "it), the run names its backend (a backend's own flags). `python run.py ACTION MODEL --help` shows",
+           "exactly those.", ""]
+    for group in dict.fromkeys(groups):
+        out += [f"## {group.title}", "", *_who(group), "", "| flag | default | what it does |", "|---|---|---|"]
+        for f in fields(group):
+            spellings = ", ".join(f"`{s}`" for s in f.metadata["flags"])
+            out.append(f"| {spellings} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m NNDF.flags [PATH]: write the reference (default docs/FLAGS.md)
+    import sys
+    from pathlib import Path
+
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent / "docs" / "FLAGS.md"
+    path.write_text(reference(), encoding="utf-8")
+    print(f"wrote {path}")
