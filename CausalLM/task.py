@@ -23,6 +23,12 @@ class CausalLM(TextItems, GenerativeTask):
                 "onnxrt": "CausalLM.onnxrt:DecoderOnnx",
                 "trt": "CausalLM.trt:DecoderTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
+    # the generative kinds' evaluators (NNDF/evaluate/, over the shared generation loop); `deploy` writes a served
+    # generation loop (NNDF/triton/generative_deploy.py)
+    evaluators = {"accuracy": "NNDF.evaluate.accuracy:Accuracy", "benchmark": "NNDF.evaluate.benchmark:Benchmark",
+                  "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
+                  "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
+                  "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("decoder",)

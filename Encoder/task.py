@@ -93,16 +93,10 @@ class TextEncoder(Task):
                 "onnxrt": "Encoder.onnxrt:OrtEncoderOnnx",
                 "trt": "Encoder.trt:EncoderTrt",
                 "triton": "Encoder.triton.client:EncoderTriton"}
-    actions = {"predict": "Encoder.actions.predict:predict",
-               "benchmark": "Encoder.actions.benchmark:benchmark",
-               "accuracy": "Encoder.actions.accuracy:accuracy",
-               "run": "Encoder.actions.checkpoint:run_samples",
-               "compare": "Encoder.actions.checkpoint:compare_backends",
-               "deploy": "Encoder.actions.deploy:deploy"}
-    refused_actions = {"chat": "chat generates text; encoder models embed or classify it: use predict "
-                               "(--prompt TEXT, repeatable)",
-                       "generate": "generate writes text; encoder models embed or classify it: use predict "
-                                   "(--prompt TEXT, repeatable, or --dataset FILE.jsonl)"}
+    does = "embed or classify it"
+    evaluators = {"predict": "Encoder.evaluate.predict:Predict", "benchmark": "Encoder.evaluate.benchmark:Benchmark",
+                  "accuracy": "Encoder.evaluate.accuracy:Accuracy", "run": "Encoder.evaluate.checkpoint:Checkpoint",
+                  "compare": "Encoder.evaluate.checkpoint:Checkpoint", "deploy": "Encoder.triton.deploy:EncoderDeploy"}
     option_groups = (HeadOptions,)  # beside the groups every kind reads: no cache, decoding or images
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ class RunContext:
     device: torch.device
     store: ArtifactStore
     backend_options: dict[type, OptionGroup] = field(default_factory=dict)  # groups owned by backends, by class
+    bind: object = None  # name -> the family's bound backend (set by whoever opened the run: NNDF.session.open_run)
     _tokenizer: object = field(default=None, repr=False)
     _model: torch.nn.Module | None = field(default=None, repr=False)
 

@@ -117,6 +117,12 @@ def backend(fam: Family, name: str):
     return bound
 
 
+def evaluator(task, action: str):
+    """The evaluator class that runs `action` for this kind (its `Task.evaluator` target, loaded), or None."""
+    target = task.evaluator(action)
+    return load(target) if target else None
+
+
 def fused_decode_support() -> dict[str, tuple[str, ...]]:
     """Backend name -> the model types some family has a fused decode implementation for on it (from every
     family's `BackendFacts.fused`); backends with none are left out."""

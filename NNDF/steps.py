@@ -1,8 +1,12 @@
-"""The backend contract: the step functions the shared generation loop runs on.
+"""The steps contracts: what a backend's `setup` returns for a run, one family of protocols.
 
-Every backend (PyTorch, ONNX Runtime, TensorRT) implements `DecoderSteps` for decoder-only models. Tensors
-crossing the contract are torch tensors on `steps.device`, so the loop, beam bookkeeping and sampling are
-written once. The cache is opaque to the loop: it only asks the backend for an empty one and to reorder it.
+- `Steps`: what every backend's steps have (a device, a name for reports, `close`).
+- `GenerativeSteps`: the step functions the shared generation loop runs on (decoder-only models);
+  `EncoderDecoderSteps` adds the encoder's one pass (`start`); `ServedGeneration` hands the whole loop to a
+  server.
+- `ForwardSteps`: one forward pass over named inputs (encoder models: embeddings, class logits).
+Tensors crossing the contracts are torch tensors on `steps.device`, so the loop, beam bookkeeping and sampling
+are written once. The cache is opaque to the loop: it only asks the backend for an empty one and to reorder it.
 """
 from __future__ import annotations
 
@@ -14,10 +18,21 @@ import torch
 Cache = Any  # backend-specific: HF DynamicCache, a tuple of tensors, device buffers, ...
 
 
-class DecoderSteps(Protocol):
+class Steps(Protocol):
+    """What every backend's steps have."""
+
     device: torch.device
-    use_cache: bool
     name: str  # backend name for reports
+
+    def close(self) -> None:
+        """Free the backend's resources."""
+        ...
+
+
+class GenerativeSteps(Steps, Protocol):
+    """Steps of a model that generates tokens: new tokens in, logits and the grown cache out."""
+
+    use_cache: bool
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, cache: Cache,
@@ -42,12 +57,11 @@ class DecoderSteps(Protocol):
         """Rows of the cache picked by `index` [B'] (beam search reordering and prompt expansion)."""
         ...
 
-    def close(self) -> None:
-        """Free the backend's resources."""
-        ...
+
+DecoderSteps = GenerativeSteps  # the name the backends' modules import
 
 
-class EncoderDecoderSteps(DecoderSteps, Protocol):
+class EncoderDecoderSteps(GenerativeSteps, Protocol):
     """Steps of an encoder-decoder model (Seq2Seq/, Vision2Seq/): `start` runs the encoder once per input and
     returns the decoder's initial cache, which carries the encoder's output (and its padding mask, which every
     decoder step's cross-attention needs) plus, with a KV cache, the cross-attention keys and values. `forward`
@@ -84,6 +98,18 @@ class ServedGeneration(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+class ForwardSteps(Steps, Protocol):
+    """Steps of an encoder model, one forward pass per batch. Inputs are the tokenizer's (`input_ids`,
+    `attention_mask`, and `token_type_ids` where the model takes them), int64 [B, T] on `steps.device`; the output
+    is the head's tensor: sentence embeddings [B, H] (pooled, and normalized where the model says so) or logits
+    [B, C] (sequence classification) / [B, T, C] (token classification), float32 or the run's fp16, on
+    `steps.device`, valid until the next call."""
+
+    def forward(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One forward pass over a (right-padded) batch; the head's output."""
+        ...
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

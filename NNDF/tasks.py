@@ -1,12 +1,12 @@
-"""What a kind of model does with its inputs: which HF class loads it, which actions it runs (and how), how
-prompts become model inputs, how a text is scored by teacher forcing.
+"""What a kind of model does with its inputs: which HF class loads it, its evaluator per action (what the action's
+skeleton asks the kind), how prompts become model inputs, how a text is scored by teacher forcing.
 
 `Task` is the contract every kind keeps; a family declares its task (`Family.task`) and the CLI, actions, model
 loading and backends ask the task instead of testing the family. `GenerativeTask` adds what the shared
 generation loop and the generative actions need. Kinds are packages of their own: `CausalLM.task.CausalLM`
 (decoder-only), `Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the backend through
 `steps.start`; `Vision2Seq.task.ImageToText` reads images with that encoder; `Encoder.task.TextEncoder`
-(embeddings, classification) generates nothing and brings its own implementations of the actions (`actions`).
+(embeddings, classification) generates nothing and brings its own evaluators (Encoder/evaluate/).
 """
 from __future__ import annotations
 
@@ -37,9 +37,10 @@ class Prompt:
 
 
 class Task(ABC):
-    """How a kind of model is loaded, which parts it exports, which backend classes serve it and which actions it
-    runs. One instance per kind (`CausalLM.task.CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`, `Encoder.task.TEXT_ENCODER`,
-    ...); a family declares its task in `Family.task`. Shared code asks the task, never the family's name or kind."""
+    """How a kind of model is loaded, which parts it exports, which adapters serve it on each backend and how it
+    runs each action (`evaluator`). One instance per kind (`CausalLM.task.CAUSAL_LM`, `Seq2Seq.task.SEQ2SEQ_LM`,
+    `Encoder.task.TEXT_ENCODER`, ...); a family declares its task in `Family.task`. Shared code asks the task,
+    never the family's name or kind."""
 
     kind: ClassVar[str]  # a label for messages and `list` (shared code never compares it)
     auto_class: ClassVar[str]  # the transformers class that loads the model (see `model_class`)
@@ -48,10 +49,8 @@ class Task(ABC):
     # backend name -> "module:Class" of this kind's adapter there (what it exports, validates and runs; see
     # `NNDF.backends.base.Adapter`), loaded by `NNDF.registry`
     adapters: ClassVar[dict[str, str]] = {}
-    # action name -> "module:function" this kind runs instead of the action's shared function (NNDF.actions)
-    actions: ClassVar[dict[str, str]] = {}
-    # action name -> why this kind does not run it, and what to use instead (one line)
-    refused_actions: ClassVar[dict[str, str]] = {}
+    does: ClassVar[str] = ""  # what its models do, in the line for an action it has no evaluator for
+    evaluators: ClassVar[dict[str, str]] = {}  # action name -> "module:Class" of this kind's evaluator for it
     # the option groups only some kinds read that this kind adds (NNDF/options.py, `by_kind`): their flags are
     # shown and accepted for its families, refused for the others
     option_groups: ClassVar[tuple[type, ...]] = ()
@@ -60,16 +59,11 @@ class Task(ABC):
         """The transformers class that loads this run's model (`auto_class` unless the kind picks per checkpoint)."""
         return self.auto_class
 
-    def action_function(self, action) -> str | None:
-        """The "module:function" that runs `action` (an `NNDF.actions.Action`) for this kind: its own, else the
-        action's shared one; None with `refusal(action)` saying why."""
-        if action.name in self.refused_actions:
-            return None
-        return self.actions.get(action.name, action.function)
-
-    def refusal(self, action) -> str:
-        """One line: why this kind does not run `action`, and what to use instead."""
-        return self.refused_actions.get(action.name, f"{action.name} does not apply to {self.kind} models")
+    def evaluator(self, action: str) -> str | None:
+        """The "module:Class" of the evaluator (`NNDF.evaluate.Evaluator`) that runs action `action` for this kind
+        (`NNDF.registry.evaluator` loads it); None when the kind has none (the action's skeleton then says so in
+        one line)."""
+        return self.evaluators.get(action)
 
     @abstractmethod
     def parts(self, use_cache: bool) -> tuple[str, ...]:
@@ -86,8 +80,7 @@ class GenerativeTask(Task):
 
     one_stream: ClassVar[bool]  # context and target are one token stream: any split of the same ids scores the same
     accuracy_refusal: ClassVar[str | None] = None  # why `accuracy` does not apply to this task (None: it does)
-    refused_actions = {"predict": "predict is for encoder models (embeddings, classification); this model "
-                                  "generates text: use generate (or chat, run / compare)"}
+    does = "generate text"
     option_groups = (CacheOptions, FusedStepOptions, MaskOptions, DecodingOptions, SamplerOptions, MinLengthOptions,
                      BenchmarkGenerationOptions, ScoringOptions)
 

@@ -23,6 +23,12 @@ class Seq2SeqLM(TextItems, GenerativeTask):
                 "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
                 "trt": "Seq2Seq.trt:Seq2SeqTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
+    # the generative kinds' evaluators (NNDF/evaluate/, over the shared generation loop); `deploy` writes a served
+    # generation loop (NNDF/triton/generative_deploy.py)
+    evaluators = {"accuracy": "NNDF.evaluate.accuracy:Accuracy", "benchmark": "NNDF.evaluate.benchmark:Benchmark",
+                  "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
+                  "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
+                  "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned

@@ -1,4 +1,4 @@
-"""Encoder models' actions (Encoder/actions/) on the BERT family: predict, benchmark, accuracy, run / compare.
+"""Encoder models' actions (evaluators: Encoder/evaluate/) on the BERT family: predict, benchmark, accuracy, run / compare.
 
 The CLI smoke runs go through `run.py` where the whole program matters (exit code, printed tables, --json) and
 through `cli.main` in-process otherwise; the numbers are checked against outside references: sentence-
@@ -40,7 +40,7 @@ def _error(capsys, *argv: str) -> str:
 
 
 def _predict(workdir, texts, batch=1, variant=None, backends=BACKENDS):
-    from Encoder.actions.predict import predict
+    from NNDF.actions.predict import predict
 
     options = ModelOptions(working_dir=str(workdir), batch_size=batch, variant=variant)
     return predict("BERT", backends, options, PredictOptions(prompt=tuple(texts)))
@@ -166,14 +166,14 @@ def test_accuracy_default_dataset_and_agreement(workdir, tmp_path, capsys):
     for r in results:
         assert set(r) == {"backend", "accuracy", "agreement", "max_abs_diff", "num_samples", "predicted"}
         assert r["agreement"] == 1.0 and r["num_samples"] == 6 and 0 <= r["accuracy"] <= 1
-    from Encoder.actions.accuracy import accuracy
+    from NNDF.actions.accuracy import accuracy
 
     report = accuracy("BERT", BACKENDS, ModelOptions(working_dir=str(workdir)), AccuracyOptions(num_samples=4))
     assert all(r.min_cosine > 0.99999 for r in report.results)  # MiniLM embeddings: cosine to frameworks fp32
 
 
 def test_accuracy_labels_by_name_any_case_or_index_and_unknown_refused(workdir, tmp_path):
-    from Encoder.actions.accuracy import accuracy
+    from NNDF.actions.accuracy import accuracy
 
     data = tmp_path / "labels.jsonl"
     rows = [{"text": "great", "label": "POSITIVE"}, {"text": "awful", "label": "negative"}, {"text": "ok", "label": 1}]
@@ -188,7 +188,7 @@ def test_accuracy_labels_by_name_any_case_or_index_and_unknown_refused(workdir, 
 
 @pytest.mark.skipif(len(BACKENDS) == 1, reason="BERT has no onnxrt binding yet")
 def test_accuracy_computes_the_reference_when_frameworks_is_not_named(workdir):
-    from Encoder.actions.accuracy import accuracy
+    from NNDF.actions.accuracy import accuracy
 
     report = accuracy("BERT", ("onnxrt",), ModelOptions(working_dir=str(workdir)), AccuracyOptions(num_samples=3))
     assert "computed in this run as the reference" in " ".join(report.notes)
@@ -219,7 +219,7 @@ def test_run_with_a_task_the_goldens_do_not_cover_is_n_a(workdir, capsys):
 
 
 def test_library_refusals():
-    from Encoder.actions.predict import load_texts
+    from Encoder.evaluate.predict import load_texts
 
     with pytest.raises(UsageError, match="--prompt 1 is empty"):
         load_texts(PredictOptions(prompt=("",)))

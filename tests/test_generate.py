@@ -114,7 +114,7 @@ def test_a_max_length_from_the_model_becomes_each_prompts_own_length(tmp_path, w
     import dataclasses
 
     from NNDF import registry
-    from NNDF.actions import generate as action
+    from NNDF.evaluate import generate as action
     from NNDF.context import make_context
     from NNDF.options import ModelOptions
 

@@ -227,7 +227,7 @@ def test_encoder_decoder_quantizes_each_graph(workdir, capsys, family, folder):
 
 
 def test_encoder_quantizes_the_optimized_graph(workdir):
-    from Encoder.actions.predict import predict
+    from NNDF.actions.predict import predict
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, PredictOptions
 
@@ -258,7 +258,7 @@ def test_options_library_refusals():
 def test_classifier_head_gemm_quantizes(workdir):
     """A classifier's transB Gemm head, whose weight the exporter also annotates in value_info: stored transposed
     for MatMul, the stale annotation once failed the quantizer's shape inference (a traceback)."""
-    from Encoder.actions.predict import predict
+    from NNDF.actions.predict import predict
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, PredictOptions
 

@@ -315,7 +315,7 @@ def test_padded_requests_per_token_logits_are_cut_back(in_process):
 # --- deploy: TensorRT's flavour and refusals -------------------------------------------------------------------
 
 def test_trt_deploy_writes_the_plan_config_and_says_how_to_build_the_engine(workdir, tmp_path):
-    from Encoder.actions.deploy import deploy
+    from NNDF.actions.deploy import deploy
     from NNDF.backends.trt.options import TRTOptions
     from NNDF.options import ModelOptions
     from NNDF.triton.config import read_config
@@ -338,7 +338,7 @@ def test_trt_deploy_writes_the_plan_config_and_says_how_to_build_the_engine(work
 
 
 def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path):
-    from Encoder.actions.deploy import deploy
+    from NNDF.actions.deploy import deploy
     from NNDF.errors import UsageError
     from NNDF.options import ModelOptions
     from NNDF.triton.options import DeployOptions
@@ -364,7 +364,7 @@ def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path):
 def test_deploy_takes_one_quantized_graph(workdir, tmp_path):
     """`--quantize int8` deploys the int8 graph the onnxrt-int8 row runs (byte for byte), under its label's name;
     two values are refused (one graph per deployment)."""
-    from Encoder.actions.deploy import deploy
+    from NNDF.actions.deploy import deploy
     from NNDF import registry
     from NNDF.actions.common import open_run
     from NNDF.backends.onnxrt.options import ORTOptions

@@ -3,7 +3,7 @@ defaults the Triton tests need into ONE temporary repository and serves it on fr
 
 Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy for the load test,
 and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
-(tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/actions/deploy.py writes them.
+(tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/triton/deploy.py writes them.
 The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
 """
 from __future__ import annotations
@@ -19,21 +19,22 @@ ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
 
 
 def _deploy_generative(repository, workdir) -> dict[str, str]:
+    from NNDF.actions.deploy import deploy
     from NNDF.options import ModelOptions
-    from NNDF.triton.generative_deploy import deploy_generative
     from NNDF.triton.options import DeployOptions
 
     options = ModelOptions(use_cache=True, working_dir=str(workdir), device="cpu")
+    onnxrt = ("onnxrt",)
     for family in GENERATIVE:
-        deploy_generative(family, options, DeployOptions(repository=str(repository), max_batch_size=8))
-    deploy_generative("GPT2", options, DeployOptions(repository=str(repository), model_name=SINGLE,
-                                                     max_batch_size=1, max_new_tokens_limit=64))
-    deploy_generative("GPT2", options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
+        deploy(family, onnxrt, options, DeployOptions(repository=str(repository), max_batch_size=8))
+    deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=SINGLE, max_batch_size=1,
+                                                  max_new_tokens_limit=64))
+    deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
     return dict(GENERATIVE)
 
 
 def _deploy_encoders(repository, workdir) -> dict[str, str]:
-    from Encoder.actions.deploy import deploy
+    from NNDF.actions.deploy import deploy
     from NNDF.options import ModelOptions
     from NNDF.triton.options import DeployOptions
 

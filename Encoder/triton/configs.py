@@ -1,5 +1,5 @@
-"""The Triton model configurations of an encoder deployment (seed 002's layout: tokenizer + model + ensemble), and
-the check that a model file's inputs and outputs match its configuration.
+"""The Triton model configurations of an encoder deployment (transformer-deploy's layout: tokenizer + model +
+ensemble), and the check that a model file's inputs and outputs match its configuration.
 
 For a deployment named N (token ids are INT64 [batch, tokens]; the batch axis is Triton's, `max_batch_size`):
 

@@ -1,10 +1,15 @@
 """Actions: one module per CLI action, each a library function that returns a `Report`, registered in `ACTIONS`.
 
-benchmark.py (fixed-length random inputs), accuracy.py (LAMBADA), chat.py (interactive / --prompt),
-checkpoint.py (`run` and `compare` over a family's checkpoint.toml), generate.py (batches of your own prompts),
-build.py (a run's artifacts, nothing run), listing.py (`list`), deploy.py (a Triton model repository) and serve.py
-(Triton Inference Server on loopback). `common.py` holds what they share: opening a run, setting backends up one
-at a time, tokenising prompts.
+benchmark.py (fixed-length random inputs), accuracy.py (a dataset's scores), chat.py (interactive / --prompt),
+checkpoint.py (`run` and `compare` over a family's checkpoint.toml), generate.py (batches of the user's prompts),
+predict.py (encoders' embeddings or labels), build.py (a run's artifacts, nothing run), listing.py (`list`),
+deploy.py (a Triton model repository) and serve.py (Triton Inference Server on loopback).
+
+Every action that runs models is written once, in skeleton.py: open the run, one row per backend (its steps set
+up, evaluated and freed), export notes, agreement between rows, the report, cleanup. What differs per kind of
+model is the kind's *evaluator* for the action (`registry.evaluator(task, name)`, NNDF/evaluate/); a kind with none
+gets one generated line (`Action.unavailable`), which names the action to use instead where the declaration
+names one (`instead`). A new action may supply evaluators for kinds that do not know it (`evaluators`).
 
 An `Action` declares its library function, the library groups it takes (`groups`, in the function's order after
 (model, backends)) and the owner groups whose flags it reads (`reads`, NNDF/options.py; default: every part of
@@ -13,10 +18,6 @@ is read here (and added by the model's kind, and its backend named), and calls
 `function(model, backends, *groups, *backend_option_groups)`. Adding an action is its module plus one line in
 `ACTIONS`. Functions are named as "module:function" strings and imported only when the action runs, so `--help`
 stays light.
-
-A kind of model may run an action its own way: its task's `actions` table names the function to run instead
-(encoder models: `Encoder/`), its `refused_actions` say why an action does not apply (one line that names the
-action to use). An action whose `function` is None (`predict`) runs only for kinds that implement it.
 """
 from __future__ import annotations
 
@@ -36,12 +37,15 @@ from NNDF.triton.options import DeployOptions, RepositoryOptions, RequestLimitOp
 class Action:
     name: str  # the CLI spelling
     help: str
-    function: str | None  # "module:function" of the library function (None: only kinds that implement it)
+    function: str  # "module:function" of the library function
     groups: tuple[type, ...] = ()  # library groups, in the order the function takes them after (model, backends)
     runs_models: bool = True  # takes MODEL and BACKEND...; False: the function takes (operand, *groups) (`list`)
     operand: tuple[str, str] | None = None  # runs_models=False: (metavar, help) of its one required operand
     side_by_side: bool = False  # --compare BACKEND...; with no backend named, every backend usable here
     reads: tuple[type, ...] | None = None  # owner groups whose flags it takes (None: every part of `groups`)
+    does: str = ""  # what it does, for the line a kind without its evaluator gets ("generates text")
+    instead: str | None = None  # the action to use where a kind has no evaluator for this one
+    evaluators: tuple = ()  # (Task subclass, evaluator class or "module:Class"): what it supplies for kinds
 
     def owner_groups(self) -> tuple[type, ...]:
         """Every owner group of the action's library groups: their flags are parsed (those it does not read,
@@ -52,6 +56,13 @@ class Action:
         """The owner groups whose flags this action takes, in `owner_groups` order."""
         return self.owner_groups() if self.reads is None else \
             tuple(g for g in self.owner_groups() if g in self.reads)
+
+    def unavailable(self, family) -> str:
+        """The one line for a family whose kind has no evaluator for this action."""
+        task = family.task
+        what = (f"{self.name} {self.does}; {task.kind} models {task.does}" if self.does and task.does
+                else f"{self.name} does not apply to {task.kind} models")
+        return f"{family.name}: {what}" + (f": use {self.instead}" if self.instead else "")
 
 
 _MODEL = (SourceOptions, DeviceOptions, OutputOptions, HeadOptions, GraphFileOptions)  # every model action's
@@ -70,7 +81,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
            (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True,  # one prompt at a time: no batch
            reads=(*_MODEL, CleanupOptions, CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions,
-                  ImageOptions, *_DECODE, ChatOptions)),
+                  ImageOptions, *_DECODE, ChatOptions), does="generates text", instead="predict"),
     Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples",
            (ModelOptions, SamplingOptions, TimingOptions),
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),  # medians only
@@ -78,10 +89,12 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            (ModelOptions, SamplingOptions, TimingOptions), side_by_side=True,
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),
     Action("generate", "batches of your own prompts (--prompt or --dataset FILE.jsonl), several backends side by side",
-           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True),
-    Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side", None,
-           (ModelOptions, PredictOptions), side_by_side=True,
-           reads=(*_MODEL, CleanupOptions, BatchOptions, CompileOptions, PredictOptions)),
+           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True,
+           does="writes text", instead="predict"),
+    Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side",
+           "NNDF.actions.predict:predict", (ModelOptions, PredictOptions), side_by_side=True,
+           reads=(*_MODEL, CleanupOptions, BatchOptions, CompileOptions, PredictOptions),
+           does="is for encoder models (embeddings, classification)", instead="generate"),
     Action("build", "prepare a run's artifacts (ONNX exports, quantized graphs, TensorRT engines) without running "
            "the model: build seconds and sizes", "NNDF.actions.build:build", (ModelOptions,),
            reads=(*_MODEL, BatchOptions, CacheOptions, FusedStepOptions, DecodingOptions)),  # what artifacts depend on

@@ -1,122 +1,39 @@
-"""What the actions share: opening a run, iterating over backends, tokenising, generation settings."""
+"""A run's lifetime by names: the family and backends named on the command line resolved through the registry,
+then the core's run (NNDF/session.py, which serving uses too). Actions, tools and tests open runs here."""
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
+from functools import partial
 from typing import Iterator
 
-import torch
-
-
-from NNDF import registry
+from NNDF import registry, session
 from NNDF.backends.base import Backend
-from NNDF.parts import given_parts
-from NNDF.context import RunContext, make_context
-from NNDF.errors import UsageError
-from NNDF.generation import GenerationConfig, GenerationOutput, Observer, generate
-from NNDF.options import ModelOptions, OptionGroup, SamplingOptions
-from NNDF.steps import DecoderSteps
-from NNDF.tasks import Prompt
+from NNDF.context import RunContext
+from NNDF.options import ModelOptions, OptionGroup
+from NNDF.session import (decode, dry_breaker_ids, encode, finish, generate_prompt,  # noqa: F401
+                          generation_config, note_export_check, torch_threads)
 
 
 def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
              *backend_options: OptionGroup) -> RunContext:
-    """Resolve the family, check every named backend and the flags naming the user's files, then the run.
-    `backend_options`: option groups owned by backends (e.g. `TRTOptions`)."""
+    """Resolve the family, check every named backend (a bad name fails before any loading), then the run."""
     family = registry.family(family_name)
-    chosen = [registry.backend(family, name) for name in backends]  # a bad name fails before any loading
-    given_parts(family, options.use_cache, "onnx", options)  # --<part>-onnx: only this run's parts, all or none
-    for group in backend_options:
-        given_parts(family, options.use_cache, "engine", group)
-    groups = {ModelOptions: options, **{type(group): group for group in backend_options if group is not None}}
-    asked = "cpu" if options.cpu else options.device  # None: the default, chosen by make_context
-    for backend in chosen:  # what a backend misses here (library, GPU), before the device checks and any loading
-        backend.check_device(asked, groups)
-    run = make_context(family, options, *backend_options)
-    for backend in chosen:  # the device the default resolved to; the model type a fused step is for
-        backend.check_device(run.device.type, groups)
-        if options.fused_decode:
-            backend.check_fused_decode(run.source.config.model_type)
-    return run
+    chosen = [registry.backend(family, name) for name in backends]
+    return session.open_run(family, options, chosen, *backend_options, bind=partial(registry.backend, family))
 
 
 def backend_rows(run: RunContext, backends: tuple[str, ...]) -> list[tuple[str, Backend]]:
     """(label, backend) per result row: each named backend's `variants` (onnxrt: one per --quantize value)."""
-    return [(variant.label, variant) for name in backends
-            for variant in registry.backend(run.family, name).variants(run)]
+    return session.backend_rows(run, [_bound(run, name) for name in backends])
 
 
 @contextmanager
-def backend_steps(run: RunContext, backend: str | Backend, threads: bool = True) -> Iterator[tuple[object, DecoderSteps]]:
-    """Set one backend (a name, or a row of `backend_rows`) up, yield (backend, steps), then free it (one backend
-    in memory at a time). With `threads`, torch runs with the backend's thread count (`torch_threads`) until
-    then; an action that keeps several backends open at once (chat) passes False and wraps each backend's own
-    calls in `torch_threads` instead, so one backend's setting never applies to another's calls."""
-    backend = registry.backend(run.family, backend) if isinstance(backend, str) else backend
-    steps = backend.setup(run)  # exports and validation with the run's torch threads
-    if not backend.runs_torch_model:
-        run.release_torch_model()  # exported graphs do not need the weights: keep memory numbers honest
-    try:
-        with torch_threads(run, backend) if threads else nullcontext():
-            yield backend, steps
-    finally:
-        steps.close()
+def backend_steps(run: RunContext, backend: str | Backend, threads: bool = True) -> Iterator[tuple[Backend, object]]:
+    """`NNDF.session.backend_steps` for a backend given by name or bound."""
+    with session.backend_steps(run, _bound(run, backend) if isinstance(backend, str) else backend, threads) as opened:
+        yield opened
 
 
-@contextmanager
-def torch_threads(run: RunContext, backend: Backend) -> Iterator[None]:
-    """torch's thread count while `backend` runs (its `torch_threads`: onnxrt on the CPU takes one), restored after."""
-    threads, before = backend.torch_threads(run), torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def note_export_check(report, name: str, backend) -> None:
-    """Say how far the backend's exported graph was from PyTorch when it was validated (ONNX-based backends)."""
-    diff = backend.export_max_diff()
-    if diff is not None:
-        report.notes.append(f"{name}: exported ONNX max |output - PyTorch| = {diff:.3g} (validated at export; the "
-                            "output is the logits, or an encoder's embeddings)")
-    report.notes.extend(f"{name}: {note}" for note in backend.export_notes())
-
-
-def finish(run: RunContext) -> None:
-    """After the action: drop the weights, and remove artifacts if --cleanup asked for it."""
-    run.release_torch_model()
-    if run.options.cleanup:
-        run.store.cleanup()
-
-
-def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens: int | None = None,
-                      min_new_tokens: int | None = None) -> GenerationConfig:
-    """The run's generation settings: the model's generation config under the user's flags, as HF `generate`
-    honours it (NNDF/decoding.py). `max_new_tokens` / `min_new_tokens`: lengths the action fixes (None: the
-    flags, else the model's config, else the defaults)."""
-    from NNDF.decoding import resolve
-
-    return resolve(run, sampling, max_new_tokens, min_new_tokens)
-
-
-def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
-    """Token ids whose text contains a sequence breaker (so a repeat never spans one): NNDF/decoding.py."""
-    from NNDF.decoding import dry_breaker_ids as breaker_ids
-
-    return breaker_ids(tokenizer, breakers)
-
-
-def encode(run: RunContext, items: list) -> Prompt:
-    """Model inputs for these items (texts; images for image-to-text), as the family's task builds them
-    (padding needs --use-mask)."""
-    return run.family.task.prompts(run, list(items))
-
-
-def generate_prompt(steps: DecoderSteps, prompt: Prompt, config: GenerationConfig,
-                 observer: Observer | None = None) -> GenerationOutput:
-    return generate(steps, prompt.input_ids, prompt.attention_mask, config, observer, prompt.encoder)
-
-
-def decode(run: RunContext, ids: list[int]) -> str:
-    return run.tokenizer.decode(ids, skip_special_tokens=True)
+def _bound(run: RunContext, name: str) -> Backend:
+    """The run's family's backend `name` (a run made without `open_run` binds through the registry here)."""
+    return run.bind(name) if run.bind is not None else registry.backend(run.family, name)

@@ -1,34 +1,33 @@
 """`deploy MODEL BACKEND --repository DIR`: write a Triton Inference Server model repository for the model.
 
-Generative kinds: a python-backend model running the project's generation loop over the onnxrt backend's graphs
-(NNDF/triton/generative_deploy.py). A kind may deploy its own way (its task's `actions` table names its own
-`deploy`, as encoder models do). TensorRT is refused: the engine-building path cannot run on this CPU machine and
-TensorRT execution inside the server is unverified, so no repository is written for it.
+The skeleton is the same for every kind: the repository is required, the kind's deploy evaluator picks the one
+backend it deploys (or says in one line why not), the run opens as the evaluator asks, the evaluator writes the
+repository's models into the report, then cleanup. Generative kinds: a python-backend model running the
+project's generation loop over the onnxrt backend's graphs (NNDF/triton/generative_deploy.py); encoder models:
+tokenizer + model + ensemble (Encoder/triton/deploy.py).
 """
 from __future__ import annotations
 
-from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, OptionGroup
-from NNDF.triton.options import DeployOptions
+from pathlib import Path
 
-DEPLOYABLE = {"onnxrt": "NNDF.triton.generative_deploy:deploy_generative"}
-REFUSED = {"trt": "a python model over TensorRT engines is not written: TensorRT execution inside Triton is "
-                  "unverified here (no GPU); deploy onnxrt, or serve engines with NVIDIA's container",
-           "frameworks": "the PyTorch weights are not deployed (the served model runs exported graphs): deploy "
-                         "onnxrt"}
+from NNDF import registry
+from NNDF.actions.common import open_run
+from NNDF.actions.skeleton import evaluator_for
+from NNDF.options import ModelOptions, OptionGroup
+from NNDF.results import Report, environment
+from NNDF.session import finish
+from NNDF.triton.options import DeployOptions
 
 
 def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy_options: DeployOptions,
-           *backend_options: OptionGroup):
-    from NNDF import registry
-
-    deploy_options.required_repository()
-    if len(backends) != 1:
-        raise UsageError(f"deploy writes one backend's model: name one of {', '.join(DEPLOYABLE)}")
-    name = backends[0]
-    if name in REFUSED:
-        raise UsageError(f"deploy {family} {name}: {REFUSED[name]}")
-    if name not in DEPLOYABLE:
-        raise UsageError(f"deploy {family} {name}: cannot deploy the {name} backend; deployable: "
-                         f"{', '.join(DEPLOYABLE)}")
-    return registry.load(DEPLOYABLE[name])(family, options, deploy_options, *backend_options)
+           *backend_options: OptionGroup) -> Report:
+    fam = registry.family(family)
+    evaluator = evaluator_for("deploy", fam)("deploy", options, deploy_options)
+    repository = Path(deploy_options.required_repository())
+    backend = evaluator.choose(fam.name, backends)
+    opened_options, opened, groups = evaluator.opening(fam.name, backend, backend_options)
+    run = open_run(family, opened_options, opened, *groups)
+    report = Report("deploy", run.family.name, run.source.variant, {}, environment=environment())
+    evaluator.write(run, backend, repository, report)
+    finish(run)
+    return report

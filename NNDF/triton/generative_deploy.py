@@ -1,4 +1,4 @@
-"""`deploy MODEL onnxrt` for generative kinds: a python-backend model that runs the project's generation loop over
+"""`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
 the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
@@ -26,6 +26,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from NNDF.errors import UsageError
+from NNDF.evaluate import Evaluator
 from NNDF.options import ModelOptions
 from NNDF.triton import config as tc
 from NNDF.triton.options import DeployOptions
@@ -109,10 +110,9 @@ class DeployedModel:
 
 def _graphs(run) -> dict[str, Path]:
     """The run's ONNX graphs (exported now if there is no current export), {part: path}."""
-    from NNDF import registry
     from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
 
-    backend = registry.backend(run.family, "onnxrt")
+    backend = run.bind("onnxrt")
     assert isinstance(backend, OnnxRuntimeBackend)
     backend.check_options(run)
     return backend.onnx.paths(run)[0]
@@ -131,38 +131,64 @@ def refuse_backend_flags(family: str, backend_options) -> None:
                              "model runs the onnxrt backend's plain graphs")
 
 
-def deploy_generative(family: str, options: ModelOptions, deploy: DeployOptions, *backend_options):
-    """Write `<repository>/<name>/` for the generative python model over the run's ONNX Runtime graphs."""
-    from NNDF.actions.common import open_run
-    from NNDF.artifacts import write_json_atomic
-    from NNDF.integrity import onnx_signature
-    from NNDF.results import Report, environment
-    from NNDF.triton.repository import (VERSION, check_model_name, check_target, copy_graph, default_model_name,
-                                       staged_model, write_stub)
+DEPLOYABLE = ("onnxrt",)
+REFUSED = {"trt": "a python model over TensorRT engines is not written: TensorRT execution inside Triton is "
+                  "unverified here (no GPU); deploy onnxrt, or serve engines with NVIDIA's container",
+           "frameworks": "the PyTorch weights are not deployed (the served model runs exported graphs): deploy "
+                         "onnxrt"}
 
-    repository = Path(deploy.required_repository())
-    refuse_backend_flags(family, backend_options)
-    run = open_run(family, options, ("onnxrt",))
-    name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, "onnxrt"))
-    check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
-    graphs = _graphs(run)
-    encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
-    images = reads_images(run.family.task, options)
-    config = model_config(name, encoder, images, deploy, gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
-    with staged_model(repository, name, deploy.force) as stage:
-        version = stage / VERSION
-        parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
-                 for part, path in graphs.items()}
-        copy_model_files(run.source.local_dir, version / "hf", run.source.variant)
-        write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy))
-        write_stub(version, "NNDF.triton.generative:GenerativeModel")
-        tc.write_config(stage, config)
-        files = sum(1 for p in stage.rglob("*") if p.is_file())
-    report = Report("deploy", run.family.name, run.source.variant,
-                    {"backend": "onnxrt (python backend)", "max_batch_size": deploy.max_batch_size,
-                     "instances": deploy.instances, "use_cache": options.use_cache, "streaming": deploy.streaming},
-                    environment=environment())
-    report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
-    report.notes.append(f"serve it: python run.py serve {repository}; query it: python run.py chat {run.family.name} "
-                        f"onnxrt triton --triton-model {name}{' --use-cache' if options.use_cache else ''}")
-    return report
+
+class GenerativeDeploy(Evaluator):
+    """`deploy` for the generative kinds: `<repository>/<name>/`, the generative python model over the run's ONNX
+    Runtime graphs."""
+
+    def __init__(self, action: str, options: ModelOptions, deploy: DeployOptions) -> None:
+        super().__init__(action, options, deploy)
+        self.deploy = deploy
+
+    def choose(self, family: str, backends: tuple[str, ...]) -> str:
+        """The one backend deployed; TensorRT and PyTorch are refused in one line."""
+        if len(backends) != 1:
+            raise UsageError(f"deploy writes one backend's model: name one of {', '.join(DEPLOYABLE)}")
+        name = backends[0]
+        if name in REFUSED:
+            raise UsageError(f"deploy {family} {name}: {REFUSED[name]}")
+        if name not in DEPLOYABLE:
+            raise UsageError(f"deploy {family} {name}: cannot deploy the {name} backend; deployable: "
+                             f"{', '.join(DEPLOYABLE)}")
+        return name
+
+    def opening(self, family: str, backend: str, backend_options: tuple) -> tuple:
+        """(options, backends, backend option groups) the run opens with: the plain graphs, no backend flags."""
+        refuse_backend_flags(family, backend_options)
+        return self.options, (backend,), ()
+
+    def write(self, run, backend: str, repository: Path, report) -> None:
+        from NNDF.artifacts import write_json_atomic
+        from NNDF.integrity import onnx_signature
+        from NNDF.triton.repository import (VERSION, check_model_name, check_target, copy_graph, default_model_name,
+                                           staged_model, write_stub)
+
+        deploy, options = self.deploy, self.options
+        name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, backend))
+        check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
+        graphs = _graphs(run)
+        encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
+        images = reads_images(run.family.task, options)
+        config = model_config(name, encoder, images, deploy, gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
+        with staged_model(repository, name, deploy.force) as stage:
+            version = stage / VERSION
+            parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
+                     for part, path in graphs.items()}
+            copy_model_files(run.source.local_dir, version / "hf", run.source.variant)
+            write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy))
+            write_stub(version, "NNDF.triton.generative:GenerativeModel")
+            tc.write_config(stage, config)
+            files = sum(1 for p in stage.rglob("*") if p.is_file())
+        report.settings = {"backend": "onnxrt (python backend)", "max_batch_size": deploy.max_batch_size,
+                           "instances": deploy.instances, "use_cache": options.use_cache,
+                           "streaming": deploy.streaming}
+        report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
+        report.notes.append(f"serve it: python run.py serve {repository}; query it: python run.py chat "
+                            f"{run.family.name} onnxrt triton --triton-model {name}"
+                            f"{' --use-cache' if options.use_cache else ''}")

@@ -40,15 +40,16 @@ def _summary(name: str, clients: int, latencies: list[float], wall: float, error
                       float(np.percentile(ms, 99)), len(latencies) / wall, wall)
 
 
-def reference(family: str, options, prompts: list[str], max_new_tokens: int):
-    """(tokens per prompt, in-process LoadResult): each prompt generated alone on the onnxrt backend."""
-    from NNDF.actions.common import backend_steps, encode, generate_prompt, generation_config, open_run
+def reference(family, backend, options, prompts: list[str], max_new_tokens: int):
+    """(tokens per prompt, in-process LoadResult): each prompt generated alone on `backend` (the family's bound
+    onnxrt backend; `family`: an `NNDF.family.Family`)."""
     from NNDF.options import SamplingOptions
+    from NNDF.session import backend_steps, encode, generate_prompt, generation_config, open_run
 
-    run = open_run(family, options, ("onnxrt",))
+    run = open_run(family, options, (backend,))
     config = generation_config(run, SamplingOptions(), max_new_tokens)
     answers, latencies = [], []
-    with backend_steps(run, "onnxrt") as (_, steps):
+    with backend_steps(run, backend) as (_, steps):
         generate_prompt(steps, encode(run, [prompts[0]]), config)  # warm-up
         start = time.perf_counter()
         for text in prompts:

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from NNDF.options import ModelOptions  # noqa: E402
-from NNDF.triton.generative_deploy import deploy_generative  # noqa: E402
+from NNDF import registry  # noqa: E402
+from NNDF.actions.deploy import deploy as deploy_action  # noqa: E402
 from NNDF.triton.load import load, prompts_from, reference  # noqa: E402
 from NNDF.triton.options import DeployOptions  # noqa: E402
 from NNDF.triton.server import Ports, TritonServer, free_ports  # noqa: E402
@@ -37,7 +38,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     options = ModelOptions(use_cache=True, working_dir=args.working_dir)
     prompts = prompts_from(ROOT / "data" / "lambada_offline.jsonl", args.clients * args.requests)
-    expected, in_process = reference(FAMILY, options, prompts, args.max_new_tokens)
+    family = registry.family(FAMILY)
+    expected, in_process = reference(family, registry.backend(family, "onnxrt"), options, prompts, args.max_new_tokens)
     results = [in_process]
     with tempfile.TemporaryDirectory() as folder:
         repository = Path(folder) / "repository"
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
                                          batch_delay_us=5000),
                 "single": DeployOptions(repository=str(repository), model_name="gpt2-single", max_batch_size=1)}
         for deploy in runs.values():
-            deploy_generative(FAMILY, options, deploy)
+            deploy_action(FAMILY, ("onnxrt",), options, deploy)
         with TritonServer(repository, Ports(*free_ports(3))) as server:
             url = server.ports.urls()["http"]
             for deploy in runs.values():

@@ -98,8 +98,12 @@ class OnnxRuntimeBackend(Backend):
         self.check_fused_decode(model_type)
         self.onnx = self.plain.fused(self.fused[model_type], run)
 
-    def setup(self, run: RunContext):
+    def check_options(self, run: RunContext) -> None:
+        """Refuse flags this kind cannot honour on ONNX Runtime (its artifact's `check_options`)."""
         self.plain.check_options(run)
+
+    def setup(self, run: RunContext):
+        self.check_options(run)
         self.use_fused(run)
         self.paths, fresh = self.onnx.paths(run)
         try:

@@ -1,9 +1,9 @@
-"""`benchmark` for encoder models: latency of one forward over random token inputs, as seed 002
-(transformer-deploy) reports it.
+"""The encoder kind's `benchmark`: latency of one forward over random token inputs, as transformer-deploy
+reports it.
 
 Every call draws fresh random token ids [--batch-size, --input-seq-len] (default 128; no padding) before the
 clock starts; the device is synchronised before and after the forward (NNDF.timing); `--warmup` untimed calls
-come first. Per backend: mean, sd (population, numpy's default as the seed's), min, max, p50, p90, p95, p99 of
+come first. Per backend: mean, sd (population, numpy's default, as transformer-deploy's), min, max, p50, p90, p95, p99 of
 the milliseconds per forward (and `--percentile` when it is another one), sequences/s = batch / mean seconds
 (the throughput of back-to-back calls), and peak memory over the timed calls (NNDF.timing.MemoryWatch).
 `--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager": `model(**inputs)`, the head's
@@ -17,15 +17,14 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import timed_forward
-from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
+from Encoder.evaluate.common import timed_forward
 from NNDF.errors import UsageError
-from NNDF.options import BenchmarkOptions, ModelOptions, OptionGroup, SamplingOptions, TimingOptions
-from NNDF.results import Report, environment
+from NNDF.evaluate import Evaluator
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
 from NNDF.timing import MemoryWatch, Stats, measure
 
 DEFAULT_LENGTH = BenchmarkOptions.DEFAULT_LENGTHS[0]  # 128 tokens
-REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # seed 002's statistics (and p90, as `benchmark`)
+REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # transformer-deploy's statistics (and p90, as `benchmark`)
 
 
 @dataclass(frozen=True)
@@ -89,27 +88,36 @@ def _length(run, bench: BenchmarkOptions) -> int:
     return length
 
 
-def benchmark(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-              timing: TimingOptions, bench: BenchmarkOptions, *backend_options: OptionGroup) -> Report:
-    run = open_run(family, options, backends, bench, *backend_options)  # bench: trt's sequence optimum
-    length = _length(run, bench)
-    head = run.family.task.head(run.source, options)
-    report = Report("benchmark", run.family.name, run.source.variant, {
-        "task": head.name, "device": run.device.type, "precision": options.precision,
-        "batch_size": options.batch_size, "input_seq_len": length, "iterations": timing.iterations,
-        "warmup": timing.warmup, "number": timing.number, "torch_compile": options.torch_compile and options.compile_mode,
-        "use_cuda_graph": options.use_cuda_graph, "seed": sampling.seed}, environment=environment(run.device))
-    if bench.hf_baseline:  # first: an ONNX-based backend releases the PyTorch weights
-        report.results.append(_hf_eager(run, timing, length, sampling.seed))
-        report.notes.append("hf-eager: the HF model's own forward (eager PyTorch, no pooling), same inputs")
-    for name, row in backend_rows(run, backends):
-        with backend_steps(run, row) as (backend, steps):
-            size = backend.model_bytes()
-            result = _measure(run, name, steps.forward, timing, length, sampling.seed)
-            report.results.append(dataclasses.replace(result, model_mb=None if size is None else size / 2**20))
-            note_export_check(report, name, backend)
-    report.notes.append(f"latency in ms per forward of {options.batch_size} x {length} random tokens; "
-                        f"sequences/s = batch / mean; memory: {report.results[-1].memory_kind}")
-    finish(run)
-    return report
+class Benchmark(Evaluator):
+    """`benchmark` for encoder models: timed forwards over random token inputs."""
 
+    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, timing: TimingOptions,
+                 bench: BenchmarkOptions) -> None:
+        super().__init__(action, options, sampling, timing, bench)
+        self.sampling, self.timing, self.bench = sampling, timing, bench
+
+    def run_options(self) -> tuple:
+        return (self.bench,)  # trt's sequence optimum
+
+    def begin(self, run, report) -> None:
+        options, timing, sampling = self.options, self.timing, self.sampling
+        self.length = length = _length(run, self.bench)
+        head = run.family.task.head(run.source, options)
+        report.settings = {
+            "task": head.name, "device": run.device.type, "precision": options.precision,
+            "batch_size": options.batch_size, "input_seq_len": length, "iterations": timing.iterations,
+            "warmup": timing.warmup, "number": timing.number,
+            "torch_compile": options.torch_compile and options.compile_mode,
+            "use_cuda_graph": options.use_cuda_graph, "seed": sampling.seed}
+        if self.bench.hf_baseline:  # first: an ONNX-based backend releases the PyTorch weights
+            report.results.append(_hf_eager(run, timing, length, sampling.seed))
+            report.notes.append("hf-eager: the HF model's own forward (eager PyTorch, no pooling), same inputs")
+
+    def evaluate(self, run, name: str, backend, steps, report):
+        size = backend.model_bytes()
+        result = _measure(run, name, steps.forward, self.timing, self.length, self.sampling.seed)
+        report.results.append(dataclasses.replace(result, model_mb=None if size is None else size / 2**20))
+
+    def end(self, run, report, outcomes: list) -> None:
+        report.notes.append(f"latency in ms per forward of {self.options.batch_size} x {self.length} random tokens; "
+                            f"sequences/s = batch / mean; memory: {report.results[-1].memory_kind}")

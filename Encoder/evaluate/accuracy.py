@@ -1,4 +1,4 @@
-"""`accuracy` for encoder models: a labelled JSONL (`text`, `label`) through every chosen backend, each held to
+"""The encoder kind's `accuracy`: a labelled JSONL (`text`, `label`) through every chosen backend, each held to
 the labels and to PyTorch fp32 on the CPU.
 
 The reference is the `frameworks` backend, fp32, on the CPU, computed in the same call: it is the run's own
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names
-from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
+from Encoder.evaluate.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names
 from NNDF.errors import DatasetError
+from NNDF.evaluate import Evaluator
 from NNDF.jsonl import read_jsonl, text_of
-from NNDF.options import AccuracyOptions, ModelOptions, OptionGroup
-from NNDF.results import Report, environment
+from NNDF.options import AccuracyOptions, ModelOptions
+from NNDF.results import Report
+from NNDF.session import backend_steps, finish, open_run
 
 REFERENCE = "frameworks"  # the backend whose fp32 CPU outputs every backend is compared with
 
@@ -88,15 +89,16 @@ def _gold(dataset: str, rows: list[tuple[int, dict]], names: list[str]) -> list[
     return gold
 
 
-def _reference(family: str, run, texts: list[str], backends: tuple[str, ...], report: Report) -> Forwarded | None:
+def _reference(run, texts: list[str], rows: tuple[str, ...], report: Report) -> Forwarded | None:
     """frameworks fp32 on the CPU (None: the run's own frameworks pass is exactly that)."""
-    if REFERENCE in backends and run.device.type == "cpu" and not run.options.fp16:
+    if REFERENCE in rows and run.device.type == "cpu" and not run.options.fp16:
         report.notes.append(f"agreement: with this run's {REFERENCE} results (fp32, CPU)")
         return None
     options = dataclasses.replace(run.options, device="cpu", cpu=False, fp16=False, use_cuda_graph=False,
                                   torch_compile=False, compile_mode="default", cleanup=False)
-    reference = open_run(family, options, (REFERENCE,))
-    with backend_steps(reference, REFERENCE) as (_, steps):
+    backend = run.bind(REFERENCE)
+    reference = open_run(run.family, options, (backend,), bind=run.bind)
+    with backend_steps(reference, backend) as (_, steps):
         out = forward_texts(reference, steps, texts, options.batch_size)
     finish(reference)
     report.notes.append(f"agreement: with {REFERENCE} fp32 on the CPU, computed in this run as the reference")
@@ -118,31 +120,38 @@ def _embedding_result(name: str, out: Forwarded, ref: Forwarded) -> EmbeddingAgr
     return EmbeddingAgreement(name, sum(cosines) / len(cosines), min(cosines), len(cosines), cosines)
 
 
-def accuracy(family: str, backends: tuple[str, ...], options: ModelOptions, acc: AccuracyOptions,
-             *backend_options: OptionGroup) -> Report:
-    dataset, shown, note = _dataset(acc)
-    rows = read_jsonl(dataset, acc.num_samples)
-    texts = [text_of(dataset, number, row) for number, row in rows]
-    run = open_run(family, options, backends, *backend_options)
-    head = run.family.task.head(run.source, options)
-    names = label_names(run, len(run.family.task.labels(run.source)))
-    gold = _gold(dataset, rows, names) if head.architecture and not head.per_token else None  # before any pass
-    report = Report("accuracy", run.family.name, run.source.variant, {
-        "task": head.name, "dataset": shown, "num_samples": len(texts), "device": run.device.type,
-        "precision": options.precision}, environment=environment(run.device))
-    report.notes += [note] if note else []
-    outputs = {}
-    for name, row in backend_rows(run, backends):
-        with backend_steps(run, row) as (backend, steps):
-            outputs[name] = forward_texts(run, steps, texts, options.batch_size)
-            note_export_check(report, name, backend)
-    ref = _reference(family, run, texts, backends, report) or outputs[REFERENCE]
-    if head.architecture is None:
-        report.results = [_embedding_result(name, out, ref) for name, out in outputs.items()]
-    else:
-        report.results = [_labels_result(name, out, ref, gold, names) for name, out in outputs.items()]
-    if head.per_token:
-        report.notes.append("token classification: agreement per token; the file has one label per text, so "
-                            "accuracy is n/a")
-    finish(run)
-    return report
+class Accuracy(Evaluator):
+    """`accuracy` for encoder models: labels and agreement with PyTorch fp32 on the CPU."""
+
+    def __init__(self, action: str, options: ModelOptions, acc: AccuracyOptions) -> None:
+        super().__init__(action, options, acc)
+        self.acc = acc
+
+    def check(self, task) -> None:
+        self.dataset, self.shown, self.note = _dataset(self.acc)
+        self.rows = read_jsonl(self.dataset, self.acc.num_samples)
+        self.texts = [text_of(self.dataset, number, row) for number, row in self.rows]
+
+    def begin(self, run, report) -> None:
+        options = self.options
+        self.head = head = run.family.task.head(run.source, options)
+        self.names = label_names(run, len(run.family.task.labels(run.source)))
+        self.gold = (_gold(self.dataset, self.rows, self.names) if head.architecture and not head.per_token
+                     else None)  # before any pass
+        report.settings = {"task": head.name, "dataset": self.shown, "num_samples": len(self.texts),
+                           "device": run.device.type, "precision": options.precision}
+        report.notes += [self.note] if self.note else []
+
+    def evaluate(self, run, name: str, backend, steps, report):
+        return forward_texts(run, steps, self.texts, self.options.batch_size)
+
+    def end(self, run, report, outcomes: list) -> None:
+        outputs = dict(outcomes)
+        ref = _reference(run, self.texts, tuple(outputs), report) or outputs[REFERENCE]
+        if self.head.architecture is None:
+            report.results = [_embedding_result(name, out, ref) for name, out in outputs.items()]
+        else:
+            report.results = [_labels_result(name, out, ref, self.gold, self.names) for name, out in outputs.items()]
+        if self.head.per_token:
+            report.notes.append("token classification: agreement per token; the file has one label per text, so "
+                                "accuracy is n/a")

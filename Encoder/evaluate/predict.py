@@ -1,4 +1,4 @@
-"""`predict` for encoder models: texts from `--prompt` (repeatable) or `--dataset FILE.jsonl` (field "text"),
+"""The encoder kind's `predict`: texts from `--prompt` (repeatable) or `--dataset FILE.jsonl` (field "text"),
 `--batch-size` texts per forward, every chosen backend side by side.
 
 Per text and backend it prints what the head computes: the label and its softmax probability (text
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import (Forwarded, check_prompts, cosine, forward_texts, label_names, short,
+from Encoder.evaluate.common import (Forwarded, check_prompts, forward_texts, label_names, short,
                                     token_labels, top_label)
-from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
+from NNDF.evaluate import Evaluator
 from NNDF.jsonl import read_jsonl, text_of
-from NNDF.options import ModelOptions, OptionGroup, PredictOptions
-from NNDF.results import Report, environment
+from NNDF.options import ModelOptions, PredictOptions
+from NNDF.results import Report
 
 MATRIX_TEXTS = 6  # up to this many texts the similarity matrix is printed; beyond, a summary per backend
 TOKENS_SHOWN = 12  # token classification: tokens printed per text (the JSON has them all)
@@ -146,24 +146,31 @@ def _notes(run, report: Report, texts: list[str], truncated: int) -> None:
                             f"{task.max_length(run)} tokens and were truncated to it")
 
 
-def predict(family: str, backends: tuple[str, ...], options: ModelOptions, predict: PredictOptions,
-            *backend_options: OptionGroup) -> Report:
-    texts = load_texts(predict)
-    run = open_run(family, options, backends, *backend_options)
-    head = run.family.task.head(run.source, run.options)
-    report = Report("predict", run.family.name, run.source.variant, {
-        "task": head.name, "device": run.device.type, "precision": options.precision,
-        "batch_size": options.batch_size, "texts": len(texts)}, environment=environment(run.device))
-    per_backend, truncated = [], 0
-    for name, row in backend_rows(run, backends):
-        with backend_steps(run, row) as (backend, steps):
-            out = forward_texts(run, steps, texts, options.batch_size)
-            note_export_check(report, name, backend)
-        per_backend.append(_results(run, name, texts, out))
-        truncated = out.truncated
-        if head.architecture is None:
+class Predict(Evaluator):
+    """`predict`: every text through each backend in batches; one row per text and backend."""
+
+    def __init__(self, action: str, options: ModelOptions, predict: PredictOptions) -> None:
+        super().__init__(action, options, predict)
+        self.predict = predict
+
+    def check(self, task) -> None:
+        self.texts = load_texts(self.predict)
+
+    def begin(self, run, report) -> None:
+        options = self.options
+        self.head = run.family.task.head(run.source, run.options)
+        report.settings = {"task": self.head.name, "device": run.device.type, "precision": options.precision,
+                           "batch_size": options.batch_size, "texts": len(self.texts)}
+        self.truncated = 0
+
+    def evaluate(self, run, name: str, backend, steps, report):
+        out = forward_texts(run, steps, self.texts, self.options.batch_size)
+        self.truncated = out.truncated
+        if self.head.architecture is None:
             report.extra += similarities(name, out.values)
-    report.results = [row for rows in zip(*per_backend) for row in rows]  # per text, the backends side by side
-    _notes(run, report, texts, truncated)
-    finish(run)
-    return report
+        return _results(run, name, self.texts, out)
+
+    def end(self, run, report, outcomes: list) -> None:
+        per_backend = [rows for _, rows in outcomes]
+        report.results = [row for rows in zip(*per_backend) for row in rows]  # per text, the backends side by side
+        _notes(run, report, self.texts, self.truncated)

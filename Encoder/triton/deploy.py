@@ -1,6 +1,6 @@
-"""`deploy` for encoder models: a Triton model repository in seed 002's layout (tokenizer + model + ensemble),
-plus a python flavour of the model that runs with the python backend alone (Encoder/triton/configs.py lists the
-five models and their tensors).
+"""`deploy` for encoder models (their deploy evaluator): a Triton model repository in transformer-deploy's layout
+(tokenizer + model + ensemble), plus a python flavour of the model that runs with the python backend alone
+(Encoder/triton/configs.py lists the five models and their tensors).
 
 - `deploy BERT onnxrt --repository DIR`: the graph the onnxrt backend runs (ONNX Runtime's optimizer output by
   default, `--no-ort-optimize` the plain export) as `N_model/1/model.onnx` (`onnxruntime_onnx`) and as the
@@ -27,8 +27,9 @@ from pathlib import Path
 from Encoder.triton.configs import (PYTHON_ONNX, Batching, Names, check_config_file, ensemble_config,
                                     model_config, model_python_config, tokenize_config)
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, OptionGroup
-from NNDF.results import Report, environment
+from NNDF.evaluate import Evaluator
+from NNDF.options import ModelOptions
+from NNDF.results import Report
 from NNDF.triton.options import DeployOptions
 
 DEPLOYABLE = ("onnxrt", "trt")
@@ -70,9 +71,7 @@ def _trt_options(backend_options: tuple, batching: Batching) -> tuple:
 def _chosen(run, backend: str):
     """The backend whose graph is deployed: trt's (the plain export), or onnxrt's one `--quantize` variant (the
     float graph, optimized unless --no-ort-optimize, or its int8 / int4 quantization)."""
-    from NNDF import registry
-
-    chosen = registry.backend(run.family, backend)
+    chosen = run.bind(backend)
     variants = chosen.variants(run)
     if len(variants) != 1:
         raise UsageError(f"deploy writes one graph: give one --quantize value (got "
@@ -88,37 +87,46 @@ def _copy_graph(source: Path, version: Path, name: str) -> Path:
     return copied.rename(version / name)
 
 
-def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy_options: DeployOptions,
-           *backend_options: OptionGroup) -> Report:
-    from NNDF.actions.common import open_run
-    from NNDF.integrity import onnx_signature
-    from NNDF.triton.repository import check_model_name, check_target, default_model_name
+class EncoderDeploy(Evaluator):
+    """`deploy` for encoder models: tokenizer, model and ensembles, each config checked against its model file."""
 
-    repository = Path(deploy_options.required_repository())
-    backend = _backend(backends)
-    batching = Batching(deploy_options.max_batch_size, tuple(deploy_options.preferred_batch_size),
-                        deploy_options.batch_delay_us, deploy_options.instances)
-    backend_options = _trt_options(backend_options, batching) if backend == "trt" else backend_options
-    # the trt backend is not opened here: its engine is optional (see `_engine`), the export is not
-    run = open_run(family, replace(options, batch_size=batching.max_batch_size),
-                   (backend,) if backend == "onnxrt" else (), *backend_options)
-    batching = replace(batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
-    chosen = _chosen(run, backend)
-    names = Names(check_model_name(deploy_options.model_name
-                                   or default_model_name(run.family.name, run.source.variant, chosen.label)))
-    for name in names.all:  # refused before anything is exported
-        check_target(repository, name, deploy_options.force)
-    graph = chosen.onnx.paths(run)[0]["encoder"]
-    signature = onnx_signature(graph)
-    engine = _engine(run) if backend == "trt" else None
-    report = Report("deploy", run.family.name, run.source.variant, {
-        "backend": chosen.label, "task": run.family.task.head(run.source, run.options).name, "graph": str(graph),
-        "repository": str(repository), "max_batch_size": batching.max_batch_size,
-        "preferred_batch_size": list(batching.preferred), "batch_delay_us": batching.delay_us,
-        "instances": batching.instances}, environment=environment())
-    _write(run, repository, names, batching, backend, graph, signature, engine, deploy_options.force, report)
-    _notes(report, run, repository, names, backend, engine)
-    return report
+    def __init__(self, action: str, options: ModelOptions, deploy: DeployOptions) -> None:
+        super().__init__(action, options, deploy)
+        self.deploy = deploy
+        self.batching = Batching(deploy.max_batch_size, tuple(deploy.preferred_batch_size), deploy.batch_delay_us,
+                                 deploy.instances)
+
+    def choose(self, family: str, backends: tuple[str, ...]) -> str:
+        return _backend(backends)
+
+    def opening(self, family: str, backend: str, backend_options: tuple) -> tuple:
+        """The batch is the served one; the trt backend is not opened here: its engine is optional (see
+        `_engine`), the export is not."""
+        groups = _trt_options(backend_options, self.batching) if backend == "trt" else backend_options
+        return (replace(self.options, batch_size=self.batching.max_batch_size),
+                (backend,) if backend == "onnxrt" else (), groups)
+
+    def write(self, run, backend: str, repository: Path, report) -> None:
+        from NNDF.integrity import onnx_signature
+        from NNDF.triton.repository import check_model_name, check_target, default_model_name
+
+        deploy = self.deploy
+        batching = replace(self.batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
+        chosen = _chosen(run, backend)
+        names = Names(check_model_name(deploy.model_name
+                                       or default_model_name(run.family.name, run.source.variant, chosen.label)))
+        for name in names.all:  # refused before anything is exported
+            check_target(repository, name, deploy.force)
+        graph = chosen.onnx.paths(run)[0]["encoder"]
+        signature = onnx_signature(graph)
+        engine = _engine(run) if backend == "trt" else None
+        report.settings = {
+            "backend": chosen.label, "task": run.family.task.head(run.source, run.options).name, "graph": str(graph),
+            "repository": str(repository), "max_batch_size": batching.max_batch_size,
+            "preferred_batch_size": list(batching.preferred), "batch_delay_us": batching.delay_us,
+            "instances": batching.instances}
+        _write(run, repository, names, batching, backend, graph, signature, engine, deploy.force, report)
+        _notes(report, run, repository, names, backend, engine)
 
 
 # --- TensorRT: the engine, when one can be had here ----------------------------------------------------------
@@ -133,12 +141,11 @@ class Engine:
 def _engine(run) -> Engine:
     """The run's engine: the trt backend's (built or found current) or --encoder-engine, when TensorRT runs here;
     the user's file unchecked when it does not; else none."""
-    from NNDF import registry
     from NNDF.backends.trt.engine import import_trt, load_engine
     from NNDF.backends.trt.options import TRTOptions
     from NNDF.integrity import engine_signature
 
-    backend = registry.backend(run.family, "trt")
+    backend = run.bind("trt")
     flags = run.options_of(TRTOptions)
     user = backend.user_engines(run)
     usable, why = backend.availability({TRTOptions: flags})

@@ -1,4 +1,4 @@
-"""`run` and `compare` for encoder models: the family's checkpoint.toml samples on one or several backends.
+"""The encoder kind's `run` and `compare`: the family's checkpoint.toml samples on one or several backends.
 
 checkpoint.toml holds `[[sample]]` entries with an `input` text and, per variant and precision, what the
 outside reference computed (tools/assets/make_encoder_checkpoints.py: sentence-transformers, HF classifiers):
@@ -20,12 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.actions.common import (cosine, forward_texts, label_names, short, timed_forward, token_labels,
+from Encoder.evaluate.common import (cosine, forward_texts, label_names, short, timed_forward, token_labels,
                                     top_label)
-from NNDF.actions.common import backend_rows, backend_steps, finish, note_export_check, open_run
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, OptionGroup, SamplingOptions, TimingOptions
-from NNDF.results import Report, environment
+from NNDF.evaluate import Evaluator
+from NNDF.options import ModelOptions, SamplingOptions, TimingOptions
 from NNDF.timing import measure
 
 EXPECTED_KEYS = {"label", "labels", "embedding"}  # one per expected entry: what it checks
@@ -143,42 +142,32 @@ def _summary(name: str, results: list[SampleCheck]) -> BackendCheck:
                         tuple(results))
 
 
-def run_samples(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-                timing: TimingOptions, *backend_options: OptionGroup) -> Report:
-    """`run`: one row per sample and backend."""
-    _refuse_seed(sampling)
-    return run_checkpoint(family, backends, options, timing, False, *backend_options)
+class Checkpoint(Evaluator):
+    """`run` and `compare` for encoder models: each sample's output held to what checkpoint.toml expects."""
 
+    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, timing: TimingOptions) -> None:
+        super().__init__(action, options, sampling, timing)
+        self.sampling, self.timing = sampling, timing
+        self.side_by_side = action == "compare"
 
-def compare_backends(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-                     timing: TimingOptions, *backend_options: OptionGroup) -> Report:
-    """`compare`: one summary row per backend, side by side."""
-    _refuse_seed(sampling)
-    return run_checkpoint(family, backends, options, timing, True, *backend_options)
+    def check(self, task) -> None:
+        """The group's one field encoder models read (the benchmark's random inputs) means nothing here."""
+        if self.sampling.seed != SamplingOptions.seed:
+            raise UsageError("--seed does not apply to run / compare for encoder models (their samples are fixed "
+                             "texts, nothing is random)")
 
+    def begin(self, run, report) -> None:
+        options = self.options
+        self.samples = load_samples(run)
+        self.head = run.family.task.head(run.source, options)
+        report.settings = {"task": self.head.name, "device": run.device.type, "precision": options.precision,
+                           "batch_size": options.batch_size, "iterations": self.timing.iterations}
 
-def _refuse_seed(sampling: SamplingOptions) -> None:
-    """The group's one field encoder models read (the benchmark's random inputs) means nothing here."""
-    if sampling.seed != SamplingOptions.seed:
-        raise UsageError("--seed does not apply to run / compare for encoder models (their samples are fixed "
-                         "texts, nothing is random)")
+    def evaluate(self, run, name: str, backend, steps, report):
+        results = [check_sample(run, name, steps, s, self.timing) for s in self.samples]
+        report.results.extend([_summary(name, results)] if self.side_by_side else results)
 
-
-def run_checkpoint(family: str, backends: tuple[str, ...], options: ModelOptions, timing: TimingOptions,
-                   side_by_side: bool, *backend_options: OptionGroup) -> Report:
-    run = open_run(family, options, backends, *backend_options)
-    samples = load_samples(run)
-    head = run.family.task.head(run.source, options)
-    report = Report("compare" if side_by_side else "run", run.family.name, run.source.variant, {
-        "task": head.name, "device": run.device.type, "precision": options.precision,
-        "batch_size": options.batch_size, "iterations": timing.iterations}, environment=environment(run.device))
-    for name, row in backend_rows(run, backends):
-        with backend_steps(run, row) as (backend, steps):
-            results = [check_sample(run, name, steps, s, timing) for s in samples]
-            note_export_check(report, name, backend)
-        report.results.extend([_summary(name, results)] if side_by_side else results)
-    if not any(expected_for(run, s) for s in samples):
-        report.notes.append(f"{run.family.checkpoint.name} expects nothing of {run.source.variant} "
-                            f"{options.precision} {head.name}: checks are n/a")
-    finish(run)
-    return report
+    def end(self, run, report, outcomes: list) -> None:
+        if not any(expected_for(run, s) for s in self.samples):
+            report.notes.append(f"{run.family.checkpoint.name} expects nothing of {run.source.variant} "
+                                f"{self.options.precision} {self.head.name}: checks are n/a")

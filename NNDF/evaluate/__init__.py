@@ -1,0 +1,48 @@
+"""Evaluators: what an action asks a kind of model for. The action's skeleton (NNDF/actions/skeleton.py) opens the
+run, makes the report, sets each backend row up and frees it, and cleans up; the evaluator says what differs:
+
+    check(task)                         before anything loads (input files, flag values): refuse in one line
+    run_options() -> tuple              option groups the run opens with besides the backends' own
+    begin(run, report)                  the run is open: the report's settings, checks needing the model, rows
+                                        that are not backends (an HF baseline)
+    evaluate(run, name, backend, steps, report) -> outcome     one backend row, its steps set up
+    end(run, report, outcomes)          results from [(name, outcome)], agreement between rows, notes
+
+A kind answers `task.evaluator(action_name)` with the "module:Class" of an `Evaluator` (`NNDF.registry.evaluator`
+loads it), or None when it has none (its task's `evaluators` table). The generative kinds (decoder-only,
+encoder-decoder, image-to-text) share theirs, in this package, over the shared generation loop; the encoder kind's are in Encoder/evaluate/.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from NNDF.options import ModelOptions
+from NNDF.session import note_export_check
+
+
+class Evaluator:
+    """One action's work for one kind of model (see the module docstring for the order of the calls)."""
+
+    together: ClassVar[bool] = False  # every row's steps stay set up at once; `end` runs while they are
+
+    def __init__(self, action: str, options: ModelOptions, *groups) -> None:
+        self.action, self.options, self.groups = action, options, groups
+
+    def check(self, task) -> None:
+        """Refuse what is wrong before anything loads."""
+
+    def run_options(self) -> tuple:
+        return ()
+
+    def begin(self, run, report) -> None:
+        """The run is open and the report made (its settings are set here)."""
+
+    def evaluate(self, run, name: str, backend, steps, report):
+        raise NotImplementedError
+
+    def export_notes(self, report, name: str, backend) -> None:
+        """How far the row's exported graph was from PyTorch, and its own notes (after `evaluate`)."""
+        note_export_check(report, name, backend)
+
+    def end(self, run, report, outcomes: list) -> None:
+        """[(row name, what `evaluate` returned)] in row order."""

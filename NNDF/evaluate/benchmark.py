@@ -1,0 +1,210 @@
+"""`benchmark` for the generative kinds: fixed-length random inputs, exactly `--output-seq-len` new tokens, per-backend timings.
+
+Per call: prefill / time to first token (prompt pass + first token choice; for encoder-decoder models the
+encoder, its cross-attention cache and the first decoder step, with the encoder's own share reported as
+"encoder"), end to end, and per-token
+decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
+tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
+`--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
+marked by a logits processor), as an outside reference; with `--static-cache` HF's own static cache
+(`cache_implementation="static"`), reported as "hf-generate-static".
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from NNDF.context import RunContext
+from NNDF.errors import UsageError
+from NNDF.evaluate import Evaluator
+from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
+from NNDF.plot import plot_per_token
+from NNDF.results import check_output_path
+from NNDF.session import generate_prompt, generation_config
+from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
+
+
+@dataclass(frozen=True)
+class BenchmarkResult:
+    backend: str
+    prefill_ms: Stats
+    tpot_ms: Stats
+    e2e_ms: Stats
+    tokens_per_s: float  # batch * new tokens / median end-to-end seconds
+    peak_memory_mb: float
+    memory_kind: str
+    onnx_max_diff: float | None = None
+    per_token_ms: tuple[float, ...] = ()  # one traced run (synchronised after every token), for --plot
+    encoder_ms: Stats | None = None  # encoder-decoder models: encoder + cross-attention cache (part of prefill)
+    model_mb: float | None = None  # MiB on disk of the model files run (graphs + external data; None: frameworks)
+    weight_bytes: int | None = None  # what one step reads at least: the model files, or the torch model's parameters
+
+    @property
+    def weights_gb_s(self) -> float | None:
+        """Achieved bandwidth (gpt-fast's measure): weight bytes read per step / median time per step (TPOT)."""
+        if self.weight_bytes is None or not self.tpot_ms.p50 > 0:
+            return None
+        return self.weight_bytes / (self.tpot_ms.p50 * 1e-3) / 1e9
+
+    def row(self) -> dict:
+        p = self.prefill_ms.percentile
+        encoder = {} if self.encoder_ms is None else {"encoder p50 ms": self.encoder_ms.p50}
+        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
+                "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
+                "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
+                "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb,
+                "weights GB/s": "" if self.weights_gb_s is None else self.weights_gb_s}
+
+
+def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
+    """Fresh random tokens of --input-seq-len (the encoder's input for encoder-decoder models)."""
+    return run.family.task.random_prompt(run, run.options.batch_size, bench.input_seq_len, generator)
+
+
+def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: TimingOptions, memory: MemoryWatch,
+               max_diff=None) -> BenchmarkResult:
+    pct = timing.percentile
+    prefill = [s["prefill"] * 1e3 for s in samples]
+    e2e = [s["e2e"] * 1e3 for s in samples]
+    steps = max(bench.output_seq_len - 1, 1)
+    tpot = [(e - p) / steps for e, p in zip(e2e, prefill)]
+    e2e_stats = Stats.of(e2e, pct)
+    encoder = Stats.of([s["encoder"] * 1e3 for s in samples], pct) if "encoder" in samples[0] else None
+    return BenchmarkResult(name, Stats.of(prefill, pct), Stats.of(tpot, pct), e2e_stats,
+                           batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff,
+                           encoder_ms=encoder)
+
+
+def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> BenchmarkResult:
+    config = generation_config(run, sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
+    generator = torch.Generator().manual_seed(sampling.seed)
+
+    def call():
+        prompt = _random_prompt(run, bench, generator)
+        clock = GenerationClock(run.device)
+        generate_prompt(steps, prompt, config, clock)
+        return clock.seconds()
+
+    with MemoryWatch(run.device) as memory:
+        samples = measure(call, timing, name)
+    trace = TokenTrace(run.device)
+    if bench.plot:
+        generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
+    result = _summarize(name, samples, bench, run.options.batch_size, timing, memory, backend.export_max_diff())
+    size = backend.model_bytes()
+    weights = size if size is not None or not backend.runs_torch_model else parameter_bytes(run.torch_model())
+    return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
+                               model_mb=None if size is None else size / 2**20, weight_bytes=weights)
+
+
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor)."""
+    seen = {}
+    for t in model.parameters():
+        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
+    """HF `generate` on the same kind of inputs: the outside reference for our loop."""
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    model = run.torch_model()
+    generator = torch.Generator().manual_seed(sampling.seed)
+
+    class Mark(LogitsProcessor):
+        def __init__(self, clock):
+            self.clock, self.seen = clock, False
+
+        def __call__(self, input_ids, scores):
+            if not self.seen:  # called once the prompt pass produced logits
+                self.seen = True
+                self.clock.first_token()
+            return scores
+
+    static = {"cache_implementation": "static"} if run.options.static_cache else {}
+    name = "hf-generate-static" if static else "hf-generate"
+
+    def call():
+        prompt = _random_prompt(run, bench, generator)
+        inputs = run.family.task.hf_generate_inputs(run, prompt)
+        clock = GenerationClock(run.device)
+        with torch.inference_mode():
+            model.generate(**inputs, max_new_tokens=bench.output_seq_len,
+                           min_new_tokens=bench.output_seq_len, do_sample=False, num_beams=run.num_beams,
+                           use_cache=run.options.use_cache, **static,
+                           logits_processor=LogitsProcessorList([Mark(clock)]))
+        clock.finished()
+        return clock.seconds()
+
+    with MemoryWatch(run.device) as memory:
+        samples = measure(call, timing, name)
+    result = _summarize(name, samples, bench, run.options.batch_size, timing, memory)
+    return dataclasses.replace(result, weight_bytes=parameter_bytes(model))
+
+
+def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:
+    """The lengths to measure. Given ones must fit the model's positions (else one line); when both are left to
+    their defaults they are halved together until they fit, and the note returned says so."""
+    default_prompt, default_new = BenchmarkOptions.DEFAULT_LENGTHS
+    given = bench.input_seq_len is not None or bench.output_seq_len is not None
+    prompt, new = bench.input_seq_len or default_prompt, bench.output_seq_len or default_new
+    problem = run.family.task.length_problem(run, prompt, new)
+    if problem and given:
+        raise UsageError(problem)
+    while problem and (prompt, new) != (1, 1):
+        prompt, new = max(prompt // 2, 1), max(new // 2, 1)
+        problem = run.family.task.length_problem(run, prompt, new)
+    if problem:
+        raise UsageError(problem)
+    note = None if given or (prompt, new) == (default_prompt, default_new) else (
+        f"lengths: the defaults {default_prompt} + {default_new} do not fit {run.source.variant}'s positions; "
+        f"measured {prompt} + {new} (set --input-seq-len / --output-seq-len to choose)")
+    return dataclasses.replace(bench, input_seq_len=prompt, output_seq_len=new), note
+
+
+class Benchmark(Evaluator):
+    """`benchmark` for the generative kinds: the shared generation loop on random prompts."""
+
+    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, timing: TimingOptions,
+                 bench: BenchmarkOptions) -> None:
+        super().__init__(action, options, sampling, timing, bench)
+        self.sampling, self.timing, self.bench = sampling, timing, bench
+
+    def check(self, task) -> None:
+        if self.bench.plot is not None:  # an output path: refused before the run, not after it
+            check_output_path(self.bench.plot, "--plot")
+
+    def begin(self, run, report) -> None:
+        options, timing = self.options, self.timing
+        self.bench, fitted = _lengths(run, self.bench)
+        bench = self.bench
+        report.settings = {
+            "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
+            "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
+            "use_cache": options.use_cache, "static_cache": options.static_cache,
+            "use_cuda_graph": options.use_cuda_graph, "fused_decode": options.fused_decode,
+            "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams,
+            "iterations": timing.iterations, "warmup": timing.warmup, "number": timing.number}
+        if fitted:
+            report.notes.append(fitted)
+        if bench.hf_baseline:
+            report.results.append(_bench_hf_generate(run, self.sampling, timing, bench))
+
+    def evaluate(self, run, name: str, backend, steps, report):
+        report.results.append(_bench_backend(run, name, backend, steps, self.sampling, self.timing, self.bench))
+
+    def export_notes(self, report, name: str, backend) -> None:
+        """A quantized graph's validation (the export's max |diff| is a column of the row)."""
+        report.notes.extend(f"{name}: {note}" for note in backend.export_notes())
+
+    def end(self, run, report, outcomes: list) -> None:
+        bench, options = self.bench, self.options
+        report.notes.append(f"memory: {report.results[-1].memory_kind}")
+        if bench.plot:
+            plot_per_token(report.results, bench.input_seq_len, bench.plot,
+                           f"{run.family.name} {run.source.variant}, {run.device.type} {options.precision}, "
+                           f"batch {options.batch_size}, prompt {bench.input_seq_len}")
+            report.notes.append(f"plot of per-token latency (one traced run per backend): {bench.plot}")
