@@ -4,8 +4,8 @@ skeleton asks the kind), how prompts become model inputs, how a text is scored b
 `Task` is the contract every kind keeps; a family declares its task (`Family.task`) and the CLI, actions, model
 loading and backends ask the task instead of testing the family. `GenerativeTask` adds what the shared
 generation loop and the generative actions need. Kinds are packages of their own: `CausalLM.task.CausalLM`
-(decoder-only), `Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the backend through
-`steps.start`; `Vision2Seq.task.ImageToText` reads images with that encoder; `Encoder.task.TextEncoder`
+(decoder-only), `Seq2Seq.task.Seq2SeqLM` adds an encoder whose inputs travel in `Prompt.encoder` and reach the
+backend through `steps.start`; `Vision2Seq.task.ImageToText` reads images with that encoder; `Encoder.task.TextEncoder`
 (embeddings, classification) generates nothing and brings its own evaluators (Encoder/evaluate/).
 """
 from __future__ import annotations

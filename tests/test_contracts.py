@@ -120,7 +120,8 @@ def test_registered_kind_runs_on_the_existing_backends(toy_kind, workdir):
 
     family = registry.family("TOY")
     assert registry.backends_of(family) == ["frameworks", "onnxrt"]  # what its adapters name, nothing else
-    run = open_run("TOY", ModelOptions(working_dir=str(workdir), use_cache=True, device="cpu"), ("frameworks", "onnxrt"))
+    options = ModelOptions(working_dir=str(workdir), use_cache=True, device="cpu")
+    run = open_run("TOY", options, ("frameworks", "onnxrt"))
     prompt = encode(run, ["The for statement is used to"])
     expected = run.torch_model().generate(**family.task.hf_generate_inputs(run, prompt), max_new_tokens=6,
                                           do_sample=False)
@@ -236,7 +237,8 @@ ORDER = tuple(name for name, _ in LAYERS)
 # served generative model binding its family by name through the registry, and kinds that name their `deploy`
 # evaluator, which writes a served model (serving).
 UPWARD_KNOWN = {
-    ("NNDF.triton.generative", "NNDF.registry"), ("CausalLM.task", "NNDF.triton.generative_deploy"), ("Seq2Seq.task", "NNDF.triton.generative_deploy"),
+    ("NNDF.triton.generative", "NNDF.registry"), ("CausalLM.task", "NNDF.triton.generative_deploy"),
+    ("Seq2Seq.task", "NNDF.triton.generative_deploy"),
     ("Encoder.task", "Encoder.triton.deploy")}
 
 

@@ -10,7 +10,8 @@ run, makes the report, sets each backend row up and frees it, and cleans up; the
 
 A kind answers `task.evaluator(action_name)` with the "module:Class" of an `Evaluator` (`NNDF.registry.evaluator`
 loads it), or None when it has none (its task's `evaluators` table). The generative kinds (decoder-only,
-encoder-decoder, image-to-text) share theirs, in this package, over the shared generation loop; the encoder kind's are in Encoder/evaluate/.
+encoder-decoder, image-to-text) share theirs, in this package, over the shared generation loop; the encoder
+kind's are in Encoder/evaluate/.
 """
 from __future__ import annotations
 
