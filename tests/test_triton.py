@@ -276,11 +276,14 @@ def test_malformed_requests_get_errors_and_the_model_keeps_serving(triton_server
 
 def test_concurrent_load_answers_equal_in_process_with_and_without_batching(triton_server, workdir):
     """A bounded tools/bench/triton_load.py: 4 clients x 3 requests of different lengths, no timing asserted."""
+    from NNDF import registry
     from NNDF.options import ModelOptions
     from NNDF.triton.load import load, prompts_from, reference
 
     prompts = prompts_from(ROOT / "data" / "lambada_offline.jsonl", 12)
-    expected, in_process = reference("GPT2", ModelOptions(use_cache=True, working_dir=str(workdir)), prompts, 6)
+    family = registry.family("GPT2")
+    expected, in_process = reference(family, registry.backend(family, "onnxrt"),
+                                     ModelOptions(use_cache=True, working_dir=str(workdir)), prompts, 6)
     assert in_process.requests == 12
     for model in (triton_server.generative["GPT2"], triton_server.single):
         result = load(triton_server.urls["http"], model, prompts, expected, clients=4, max_new_tokens=6)

@@ -82,7 +82,7 @@ def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
     (("chat", "BLIP", "frameworks", "--image", str(ROOT / "README.md")),
      f"error: {ROOT / 'README.md'}: not a readable image (UnidentifiedImageError); give a PNG or JPEG file"),
     (("chat", "GPT2", "frameworks", "--image", IMAGES[0]),
-     "error: --image applies to image-to-text models; decoder models read text"),
+     "error: --image does not apply to GPT2 (decoder models): it belongs to image-to-text models (BLIP)"),
 ])
 def test_image_errors(args, message, tmp_path):
     proc = run_cli(*args, "-wd", str(tmp_path))
