@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from NNDF.evaluate.table import GENERATIVE_EVALUATORS
 from NNDF.steps import position_ids_from_mask
 from NNDF.tasks import GenerativeTask, Prompt, TextItems, shared_positions_problem, tokenize
 
@@ -23,12 +24,7 @@ class CausalLM(TextItems, GenerativeTask):
                 "onnxrt": "CausalLM.onnxrt:DecoderOnnx",
                 "trt": "CausalLM.trt:DecoderTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
-    # the generative kinds' evaluators (NNDF/evaluate/, over the shared generation loop); `deploy` writes a served
-    # generation loop (NNDF/triton/generative_deploy.py)
-    evaluators = {"accuracy": "NNDF.evaluate.accuracy:Accuracy", "benchmark": "NNDF.evaluate.benchmark:Benchmark",
-                  "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
-                  "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
-                  "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
+    evaluators = GENERATIVE_EVALUATORS  # shared by the generative kinds (NNDF/evaluate/)
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("decoder",)

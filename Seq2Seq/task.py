@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from NNDF.evaluate.table import GENERATIVE_EVALUATORS
 from NNDF.steps import position_ids_from_mask
 from NNDF.tasks import GenerativeTask, Prompt, TextItems, special_affixes, tokenize
 
@@ -23,12 +24,7 @@ class Seq2SeqLM(TextItems, GenerativeTask):
                 "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
                 "trt": "Seq2Seq.trt:Seq2SeqTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
-    # the generative kinds' evaluators (NNDF/evaluate/, over the shared generation loop); `deploy` writes a served
-    # generation loop (NNDF/triton/generative_deploy.py)
-    evaluators = {"accuracy": "NNDF.evaluate.accuracy:Accuracy", "benchmark": "NNDF.evaluate.benchmark:Benchmark",
-                  "chat": "NNDF.evaluate.chat:Chat", "run": "NNDF.evaluate.checkpoint:Checkpoint",
-                  "compare": "NNDF.evaluate.checkpoint:Checkpoint", "generate": "NNDF.evaluate.generate:Generate",
-                  "deploy": "NNDF.triton.generative_deploy:GenerativeDeploy"}
+    evaluators = GENERATIVE_EVALUATORS  # shared by the generative kinds (NNDF/evaluate/)
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned

@@ -234,11 +234,10 @@ LAYERS = (
 )
 ORDER = tuple(name for name, _ in LAYERS)
 # Where code runs upward today, each edge named (a new one fails; a fixed one must be struck from this list): the
-# served generative model binding its family by name through the registry, and kinds that name their `deploy`
-# evaluator, which writes a served model (serving).
+# served generative model binding its family by name through the registry, and the kinds' tables naming their
+# `deploy` evaluator, which writes a served model (serving).
 UPWARD_KNOWN = {
-    ("NNDF.triton.generative", "NNDF.registry"), ("CausalLM.task", "NNDF.triton.generative_deploy"),
-    ("Seq2Seq.task", "NNDF.triton.generative_deploy"),
+    ("NNDF.triton.generative", "NNDF.registry"), ("NNDF.evaluate.table", "NNDF.triton.generative_deploy"),
     ("Encoder.task", "Encoder.triton.deploy")}
 
 
