@@ -55,9 +55,9 @@ def check_evaluated(action: str, family) -> None:
 def run_action(action: str, family: str, backends: tuple[str, ...], options: ModelOptions, groups: tuple,
                backend_options: tuple[OptionGroup, ...]) -> Report:
     """`action` over the named backends; `groups`: the action's option groups after ModelOptions, in order."""
-    task = registry.family(family).task
-    evaluator = evaluator_for(action, registry.family(family))(action, options, *groups)
-    evaluator.check(task)  # bad input fails before anything loads
+    fam = registry.family(family)
+    evaluator = evaluator_for(action, fam)(action, options, *groups)
+    evaluator.check(fam.task)  # bad input fails before anything loads
     run = open_run(family, options, backends, *evaluator.run_options(), *backend_options)
     report = Report(action, run.family.name, run.source.variant, {}, environment=environment(run.device))
     evaluator.begin(run, report)
