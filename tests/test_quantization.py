@@ -144,10 +144,11 @@ def test_chat_gives_each_open_backend_its_own_threads(gpt2_accuracy, workdir, mo
     import torch
 
     from NNDF.actions import chat as chat_module
+    from NNDF.evaluate import chat as chat_evaluator
     from NNDF.options import ChatOptions, ModelOptions, SamplingOptions
 
-    seen, generate_prompt = [], chat_module.generate_prompt
-    monkeypatch.setattr(chat_module, "generate_prompt",
+    seen, generate_prompt = [], chat_evaluator.generate_prompt
+    monkeypatch.setattr(chat_evaluator, "generate_prompt",
                         lambda steps, *a: seen.append(torch.get_num_threads()) or generate_prompt(steps, *a))
     before = torch.get_num_threads()
     chat_module.chat("GPT2", ("frameworks", "onnxrt"), ModelOptions(working_dir=str(workdir), use_cache=True),
