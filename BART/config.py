@@ -1,4 +1,4 @@
-"""BART family facts: the seed's BART and mBART-50 variants and two random-weight offline defaults.
+"""BART family facts: the TensorRT HuggingFace demo's BART and mBART-50 variants and two random-weight offline defaults.
 
 `bart-offline` uses a byte-level BPE trained offline with BART's special ids (<s> 0, <pad> 1, </s> 2 = decoder
 start) and has a deeper decoder than encoder (3 vs 2 layers), so code that reads one depth for both fails its

@@ -1,5 +1,5 @@
 """BERT family facts: encoder-only models (BERT, RoBERTa, DistilBERT, MiniLM, XLM-R, CamemBERT, ALBERT, ELECTRA)
-for sentence embeddings and classification, the variants seed 002 (transformer-deploy) benchmarks, and the
+for sentence embeddings and classification, the variants transformer-deploy benchmarks, and the
 offline defaults.
 
 `all-MiniLM-L6-v2` is the REAL trained sentence-transformers model, shipped by the PyPI package

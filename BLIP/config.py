@@ -1,4 +1,4 @@
-"""BLIP family facts: the seed's captioning variants and a random-weight offline default.
+"""BLIP family facts: the TensorRT HuggingFace demo's captioning variants and a random-weight offline default.
 
 `blip-offline` uses the WordPiece tokenizer and the 32x32 image processor made offline in
 BLIP/offline/blip-processor (tools/assets/make_offline_blip.py; BLIP's id layout: [PAD] 0, [SEP] ends a caption,

@@ -10,7 +10,7 @@ from NNDF.backends.trt.steps import EngineIO, KVBuffers, TrtCache
 
 
 class TrtSteps:
-    """DecoderSteps over an engine (profile 0: prompt pass, 1: one-token steps; one profile without a cache).
+    """GenerativeSteps over an engine (profile 0: prompt pass, 1: one-token steps; one profile without a cache).
     All bookkeeping lives here; the engine calls live in `EngineIO`."""
 
     name = "trt"

@@ -3,7 +3,7 @@ Runtime's fused contrib operators mean nothing to TensorRT), with one optimizati
 
     input_ids, attention_mask[, token_type_ids]   [batch (min, opt, max), sequence (min, opt, max)]
 
-- batch: seed 002's `--batch-size MIN OPT MAX` (`TRTOptions.batch_profile`, also `--batch-profile`), else the
+- batch: transformer-deploy's `--batch-size MIN OPT MAX` (`TRTOptions.batch_profile`, also `--batch-profile`), else the
   `--dynamic-batch` range (--min-dynamic-batch, --batch-size, --max-dynamic-batch), else the run's batch;
 - sequence: `--seq-len MIN OPT MAX`, else (1, the run's length, the model's limit `TextEncoder.max_length`).
   The run's length is the benchmark's `--input-seq-len` where the action hands the run its `BenchmarkOptions`,

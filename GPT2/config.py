@@ -1,4 +1,4 @@
-"""GPT2 family facts: the seed's variants, the architectures it runs, and its offline defaults.
+"""GPT2 family facts: the TensorRT HuggingFace demo's variants, the architectures it runs, and its offline defaults.
 
 `gpt2-offline` is a small GPT-2 trained offline by `tools/assets/make_offline_gpt2.py` (committed, ~11 MB), so
 `accuracy` and `chat` show meaningful numbers and text without the Hub. The other offline variants are

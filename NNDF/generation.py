@@ -1,6 +1,6 @@
 """The one generation loop, shared by every backend and family: prefill, decode one token, repeat.
 
-`generate` runs greedy search, sampling, or beam search over a backend's `DecoderSteps`. Batches are left
+`generate` runs greedy search, sampling, or beam search over a backend's `GenerativeSteps`. Batches are left
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
 Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty,
 `early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so

@@ -58,7 +58,7 @@ class GenerativeSteps(Steps, Protocol):
         ...
 
 
-DecoderSteps = GenerativeSteps  # the name the backends' modules import
+DecoderSteps = GenerativeSteps  # the older name, still imported by NNDF/generation.py
 
 
 class EncoderDecoderSteps(GenerativeSteps, Protocol):

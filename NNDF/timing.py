@@ -40,8 +40,8 @@ class Stats:
     min: float
     max: float
     samples: tuple[float, ...]
-    p95: float = 0.0  # seed 002's statistics (encoder benchmarks) besides the ones above
-    sd: float = 0.0  # population standard deviation (numpy's default, as seed 002)
+    p95: float = 0.0  # transformer-deploy's statistics (encoder benchmarks) besides the ones above
+    sd: float = 0.0  # population standard deviation (numpy's default, as transformer-deploy)
 
     @classmethod
     def of(cls, samples, percentile: int) -> "Stats":

@@ -1,4 +1,4 @@
-"""T5 family facts: the seed's T5 and flan-T5 variants and two random-weight offline defaults.
+"""T5 family facts: the TensorRT HuggingFace demo's T5 and flan-T5 variants and two random-weight offline defaults.
 
 The offline variants use a sentencepiece unigram tokenizer trained offline (T5/offline/t5-tokenizer, made by
 tools/assets/make_offline_seq2seq_tokenizers.py) with T5's id layout (pad 0 = decoder start, eos 1, unk 2, 100

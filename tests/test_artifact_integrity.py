@@ -1,4 +1,4 @@
-"""Every damaged artifact detected (issue 12): cached artifacts carry content digests (damage -> a warning and a
+"""Every damaged artifact detected: cached artifacts carry content digests (damage -> a warning and a
 rebuild), damaged model folders are one-line errors naming the file, the user's graphs and engines are checked
 against the model before use, and artifacts and outputs get the modes the umask gives."""
 import dataclasses

@@ -1,7 +1,7 @@
-"""Encoder models on Triton: `deploy BERT onnxrt|trt` writes seed 002's repository (tokenizer + model + ensemble,
-plus the python flavour), every config parses with Triton's schema and matches its model file, and the real
-all-MiniLM-L6-v2 served by a real tritonserver (the session's, tests/triton_fixtures.py) gives the in-process
-onnxrt embeddings within 1e-5 over HTTP and gRPC (text through the ensemble, ids through the model) and
+"""Encoder models on Triton: `deploy BERT onnxrt|trt` writes transformer-deploy's repository layout (tokenizer + model
++ ensemble, plus the python flavour), every config parses with Triton's schema and matches its model file, and the
+real all-MiniLM-L6-v2 served by a real tritonserver (a session-scoped fixture, tests/triton_fixtures.py) gives the
+in-process onnxrt embeddings within 1e-5 over HTTP and gRPC (text through the ensemble, ids through the model) and
 sentence-transformers' published similarities; a classifier gives the same logits and labels; malformed
 requests get errors and the server keeps serving; concurrent requests of different lengths are batched by
 Triton's dynamic batcher (the server's statistics show fewer executions than requests) and every answer

@@ -1,7 +1,8 @@
 """TensorRT backend parts that need no TensorRT: profiles, names, flag validation, the step bookkeeping (KV
 buffers, binding shapes, profile choice, beam reordering; run through the shared loop with ONNX Runtime
 executing each bound step), and the TensorRT-missing path. Engine builds are verified on a GPU by
-tools/bench/trt_check.sh (docs/VERIFICATION.md); engine execution could not be verified in this workplace."""
+tools/bench/trt_check.sh (docs/VERIFICATION.md); engine execution is not
+verified by this suite (it needs TensorRT and a CUDA GPU)."""
 import ctypes
 import importlib.util
 
@@ -101,7 +102,7 @@ def test_tensorrt_missing_is_one_line(tmp_path):
     proc = run_cli("list")
     assert "| trt" in proc.stdout and "pip install tensorrt" in proc.stdout
     proc = run_cli("benchmark", "GPT2", "trt", "--device", "cpu", "-wd", str(tmp_path))
-    # what is missing here, never "use --device ..." (issue 12): TensorRT, and a CUDA GPU for torch
+    # what is missing here, never "use --device ...": TensorRT, and a CUDA GPU for torch
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr
     assert lines[0].startswith("error: the trt backend needs TensorRT >= 10") and "torch sees no CUDA GPU" in lines[0]

@@ -9,7 +9,7 @@ from pathlib import Path
 from Encoder.triton.configs import PLATFORMS, PYTHON_ONNX, Batching, Names
 from NNDF.triton.server import PATH_VARIABLE, ROOT
 
-DEPLOYMENT = """# {base}: {family} {variant} ({task}), seed 002's layout
+DEPLOYMENT = """# {base}: {family} {variant} ({task}), transformer-deploy's layout
 
 | model | runs on | takes | returns |
 |---|---|---|---|

@@ -1,5 +1,5 @@
 """Backends: kind-neutral runtimes, one folder each, all keeping one contract (`base.Backend`; their steps keep
-`NNDF.steps.DecoderSteps`).
+the contracts of `NNDF.steps`: `GenerativeSteps`, `EncoderDecoderSteps`, `ForwardSteps`).
 
 - `torch/`: `frameworks`, the HF PyTorch model itself.
 - `onnxrt/`: a kind's exported ONNX graphs on ONNX Runtime (the shared exporter, quantization).

@@ -5,7 +5,7 @@ A backend is a kind-neutral runtime. `NNDF.registry.backend` binds an instance t
 prompted and scored), the kind's *adapter* for this backend (what the kind exports, validates and runs here,
 declared in the kind's `Task.adapters`), and the family's facts (its `ExportSpec`, its fused decode
 implementations). `setup(run)` returns the step functions the shared generation loop runs
-(`NNDF.steps.DecoderSteps`), `build(run)` prepares its artifacts without running anything, and
+(`NNDF.steps.GenerativeSteps`; `ForwardSteps` for encoders), `build(run)` prepares its artifacts without running anything, and
 `export_max_diff()` says how far an exported graph was from PyTorch when it was validated. Shared code calls only
 these, never `getattr` on a backend.
 
@@ -52,7 +52,8 @@ class Backend(ABC):
 
     @abstractmethod
     def setup(self, run: "RunContext"):
-        """The step functions for this run (`DecoderSteps`, or `EncoderDecoderSteps` for an encoder)."""
+        """The step functions for this run (`GenerativeSteps`, `EncoderDecoderSteps` for an encoder-decoder,
+        `ForwardSteps` for an encoder)."""
 
     def build(self, run: "RunContext") -> list:
         """Prepare the run's artifacts (exports, engines) without running the model; results to report."""

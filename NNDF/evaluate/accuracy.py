@@ -2,7 +2,7 @@
 demo's metrics and lm-eval-harness's.
 
 Per passage (token ids t_0..t_{L-1}, k = --tokens-to-generate), one forward pass over the whole passage gives
-the logits that predict each next token. Definitions (also in the README):
+the logits that predict each next token. Definitions (also in docs/USAGE.md):
 - TopN accuracy: share, over all samples' last k positions, where the true token is among the N largest logits.
 - token_perplexity: exp(mean over samples of the mean cross-entropy of the last k tokens).
 - seq_perplexity: exp(mean over samples of the mean cross-entropy of tokens 1..L-1).

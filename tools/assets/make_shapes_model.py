@@ -27,7 +27,7 @@ SHAPES = {  # GPT-2 sizes from the published configs
     "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20),
     "gpt2-xl": dict(n_layer=48, n_embd=1600, n_head=25),
 }
-ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels, as the seed's SST-2 models
+ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels (SST-2)
     "minilm-l6-h384": ("BertConfig", "wordpiece-uncased", dict(
         vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
         max_position_embeddings=512, type_vocab_size=2)),

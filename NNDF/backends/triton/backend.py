@@ -5,7 +5,7 @@ the encoder kind's.
 
 `GenerativeTriton.steps` checks that the server answers and the model (`--triton-model`, default: the name deploy gives) is
 ready, and returns `ServedGeneration` steps: the generation loop runs in the server, so `generate` replaces it
-(NNDF/actions/common.py `generate_prompt`). Each prompt row becomes one request, sent concurrently so Triton's
+(NNDF/session.py `generate_prompt`). Each prompt row becomes one request, sent concurrently so Triton's
 dynamic batcher can batch them: the decoder prompt without its left padding (`input_ids`), the encoder inputs
 without their right padding (`encoder_<name>`), and every generation setting the run resolved (so the server,
 which resolves them under the same model generation config, decodes exactly as the in-process loop does).

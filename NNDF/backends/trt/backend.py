@@ -1,15 +1,15 @@
 """The `trt` backend: TensorRT engines built from a run's ONNX parts, cached with a fingerprint, run by steps.
 
-Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/<part>.engine` (one engine per ONNX part:
-`decoder`, or `encoder` / `decoder` / `cache_generator`; name per the seed's conventions, see
-`trt_profiles.engine_name`) with `fingerprint.json`: each ONNX's identity (its export fingerprint, sizes and
-modification times), the profiles, the TensorRT module and version, the GPU and its compute capability, and
-the build settings. Any mismatch rebuilds; an engine whose content no longer matches the digest recorded at build
-(`NNDF/artifacts.py`), or that no longer deserializes, is rebuilt with a warning; a GPU the TensorRT build
-cannot run on is a one-line error. `--decoder-engine PATH` (with `--encoder-engine` and
-`--cache-generator-engine` for encoder-decoder models, all or nothing) uses the user's engines as they are,
-once their inputs and outputs fit the model (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype;
-written against TensorRT's API and not verified with TensorRT here).
+Engine cache: `<working-dir>/<FAMILY>/<variant>/<engine name>/<part>.engine` (one engine per ONNX part: `decoder`, or
+`encoder` / `decoder` / `cache_generator`; name per the TensorRT HuggingFace demo's conventions, see
+`NNDF.backends.trt.profiles.engine_name`) with `fingerprint.json`: each ONNX's identity (its export fingerprint, sizes
+and modification times), the profiles, the TensorRT module and version, the GPU and its compute capability, and the
+build settings. Any mismatch rebuilds; an engine whose content no longer matches the digest recorded at build
+(`NNDF/artifacts.py`), or that no longer deserializes, is rebuilt with a warning; a GPU the TensorRT build cannot run
+on is a one-line error. `--decoder-engine PATH` (with `--encoder-engine` and `--cache-generator-engine` for
+encoder-decoder models, all or nothing) uses the user's engines as they are, once their inputs and outputs fit the
+model (`NNDF/integrity.py`: names, vocabulary, layers, heads, dtype; written against TensorRT's API and not verified
+with TensorRT here).
 The backend is kind-neutral: the kind's `TrtAdapter` (named in its `Task.adapters`) says which ONNX artifact the
 engines are built from, their shapes and profiles, and the steps over the loaded engines (CausalLM/trt.py,
 Seq2Seq/trt.py, Vision2Seq/backends.py, Encoder/trt.py).
@@ -92,7 +92,7 @@ class TrtAdapter(Adapter):
         raise NotImplementedError
 
     def engine_name(self, run: RunContext, shapes) -> str:
-        """The engine folder's name (`trt_profiles.engine_name`: the seed's conventions)."""
+        """The engine folder's name (`profiles.engine_name`: the TensorRT HuggingFace demo's conventions)."""
         return engine_name(run.family.name, run.source.variant, run.options, run.options_of(TRTOptions), shapes)
 
     def check_engine(self, trt, engine, run: RunContext, part: str, path: Path) -> None:

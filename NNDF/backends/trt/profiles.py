@@ -89,7 +89,8 @@ def four_d(rows: Range, heads: int, seq: Range, head_dim: int) -> tuple:
 
 
 def engine_name(family: str, variant: str, options: ModelOptions, trt: TRTOptions, shapes: EngineShapes) -> str:
-    """The seed's naming: model, variant, precision, cache, batch (or range), beams, lengths, postfix."""
+    """The TensorRT HuggingFace demo's naming: model, variant, precision, cache, batch (or range), beams, lengths,
+    postfix."""
     beams = shapes.rows.opt // shapes.batch.opt  # the effective beam count the shapes were made for
     batch = (f"dynbatch{trt.min_dynamic_batch}-{shapes.rows.max // beams}" if trt.dynamic_batch
              else f"batch{options.batch_size}")
