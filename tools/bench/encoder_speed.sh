@@ -9,7 +9,7 @@
 #   fp32:   hf-eager (HF model, eager, --hf-baseline) and frameworks eager, onnxrt (optimizer on)
 #   fp16:   frameworks eager; onnxrt optimized with IO binding; onnxrt without the optimizer
 #   graph:  frameworks --torch-compile --use-cuda-graph; onnxrt optimized --use-cuda-graph (fp16)
-#   trt:    the fp16 engine for the shape (--build-only)
+#   trt:    the fp16 engine for the shape (the build action)
 # Every run writes JSON to /tmp/enc/json; encoder_speed_table.py folds them into $OUT/encoder_speed-GROUP.md / .json.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
@@ -36,7 +36,7 @@ shape_rows() {  # shape "batch seq" ...
     bench fp16 "$shape" "$1" "$2" frameworks onnxrt --fp16
     bench fp16-noopt "$shape" "$1" "$2" onnxrt --fp16 --no-ort-optimize
     bench graph "$shape" "$1" "$2" frameworks onnxrt --fp16 --torch-compile --use-cuda-graph
-    python3 run.py benchmark BERT trt --build-only --torch-dir "$SHAPES/$shape" --device cuda --fp16 \
+    python3 run.py build BERT trt --torch-dir "$SHAPES/$shape" --device cuda --fp16 \
       --batch-size "$1" --seq-len 1 "$2" "$2" -wd /tmp/enc/wd --json "$J/$shape-${1}x$2-trtbuild.json" 2>&1 | tail -4
   done
 }

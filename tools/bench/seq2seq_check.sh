@@ -7,7 +7,7 @@
 #    beam, padded batches, EOS, against HF generate on the same GPU, fp32);
 # 2. `compare` for every offline variant in fp32 (against checkpoint.toml's CPU HF-generate outputs) and fp16;
 # 3. tools/bench/fp16_seq2seq.py: fp16 ONNX Runtime CUDA logits against PyTorch fp32, with and without islands;
-# 4. TensorRT: --build-only engines (encoder, decoder, cache generator) for both families' offline defaults,
+# 4. TensorRT: `build` engines (encoder, decoder, cache generator) for both families' offline defaults,
 #    fp32 and fp16, with and without KV cache; then one run of the engines.
 # cuda: 1 and 2; fp16: 3; trt: 4; all: 1 to 4; blip: BLIP's CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision
 # encoder fp16 or fp32), trt builds fp32/fp16 with and without cache. Logs and tables in $OUT (default temp/bench).
@@ -16,12 +16,12 @@ set -uo pipefail
 mkdir -p "$OUT/builds"
 WD=/tmp/wd-s2s
 n=0
-build() {  # build <family> <max prompt> <max new>: --build-only in fp32/fp16, with/without cache, 2 x 2 beams
+build() {  # build <family> <max prompt> <max new>: engines in fp32/fp16, with/without cache, 2 x 2 beams
   for precision in "" "--fp16"; do
     for cache in "--use-cache" ""; do
       n=$((n+1))
       # shellcheck disable=SC2086
-      python3 run.py run "$1" trt --build-only --device cuda $precision $cache --num-beams 2 --batch-size 2 \
+      python3 run.py build "$1" trt --device cuda $precision $cache --num-beams 2 --batch-size 2 \
         --input-profile-max-len "$2" --output-profile-max-len "$3" -wd $WD --json "$OUT/builds/$n.json" \
         || echo "build $n failed: $1 $precision $cache"
     done

@@ -31,7 +31,7 @@ case $GROUP in autotune)  # transformers 5.17 cannot capture GPT-J's and BLOOM's
     -k "frameworks and graph and not compile and (gptj or bloom)" 2>&1 | tail -6;; esac
 case $GROUP in all|gpt2)
   for cache in --use-cache "--use-cache --static-cache"; do  # engine builds only: TensorRT-RTX cannot run on Hopper
-    python3 run.py run GPT2 trt --build-only --torch-dir $SHAPES/gpt2 --device cuda --fp16 $cache \
+    python3 run.py build GPT2 trt --torch-dir $SHAPES/gpt2 --device cuda --fp16 $cache \
       --input-profile-max-len 128 --output-profile-max-len 256 -wd /tmp/wd 2>&1 | tail -6
   done
   for f in /tmp/wd/GPT2/*/decoder-fp16-*/model.onnx; do python3 tools/bench/ort_placement.py "$f" 2>&1 | grep -v scatter_nd; done;; esac

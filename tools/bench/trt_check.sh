@@ -4,7 +4,7 @@
 #   bash tools/bench/trt_check.sh [all|offline|gpt2]   # any CUDA machine with the requirements plus TensorRT or
 #                                                      # TensorRT-RTX (and onnxruntime-gpu)
 # offline: the families' offline defaults; gpt2: GPT-2 124M shapes only; all: both.
-# For each model: --build-only engines in fp32 and fp16, with and without KV cache, batch 1 and a dynamic batch
+# For each model: `build` engines in fp32 and fp16, with and without KV cache, batch 1 and a dynamic batch
 # range 1..8; then one real run of an engine, a truncated cached engine (expected: a 'rebuilding' warning) and a
 # file that is no engine (expected: one line, exit 2), and the trt parity tests on CUDA. The table of build
 # seconds, engine MB, module and GPU is written to $OUT/trt_builds-<which>.md (OUT default temp/bench).
@@ -30,7 +30,7 @@ for model in "${MODELS[@]}"; do
       for batch in "--batch-size 1" "--batch-size 4 --dynamic-batch --min-dynamic-batch 1 --max-dynamic-batch 8"; do
         n=$((n+1))
         # shellcheck disable=SC2086
-        python3 run.py run ${model%% *} trt ${model#"${model%% *}"} --build-only --device cuda $precision $cache $batch --use-timing-cache \
+        python3 run.py build ${model%% *} trt ${model#"${model%% *}"} --device cuda $precision $cache $batch --use-timing-cache \
           -wd $WD --json "$OUT/builds/$n.json" || echo "build $n failed: $model $precision $cache $batch"
       done
     done

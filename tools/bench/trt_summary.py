@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarise the `--build-only --json` files of a folder (named 1.json, 2.json, ...) as one markdown table
+"""Summarise the `run.py build ... --json` files of a folder (named 1.json, 2.json, ...) as one markdown table
 (used by trt_check.sh and seq2seq_check.sh).
 
     python tools/bench/trt_summary.py temp/bench/builds > trt_builds.md
