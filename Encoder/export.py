@@ -106,7 +106,7 @@ def export_encoder(head: EncoderHead, out_dir: Path, spec: ExportSpec) -> Path:
 def validate_encoder(head: EncoderHead, steps, batch: dict, alone: dict, spec: ExportSpec, fp16: bool) -> float:
     """Max |graph - PyTorch| of the head's output on a right-padded batch of texts and on one text alone (per
     token: at real tokens only); raises once, listing every mismatch, above the tolerance. `steps`: an
-    `EncoderSteps` over the graph (closed here)."""
+    `ForwardSteps` over the graph (closed here)."""
     check = LogitsCheck(spec, fp16, quantity=head.head.output)
     try:
         for label, inputs in (("padded batch of texts", batch), ("one text", alone)):

@@ -1,4 +1,4 @@
-"""`onnxrt` steps for encoder models: one exported encoder graph on ONNX Runtime behind `EncoderSteps`.
+"""`onnxrt` steps for encoder models: one exported encoder graph on ONNX Runtime behind `NNDF.steps.ForwardSteps`.
 
 The graph runs through `NNDF.backends.onnxrt.steps.OrtGraph`: on the CPU the torch tensors are handed to the session
 as numpy views of the same memory and the output is wrapped without a copy; on CUDA every input is bound by

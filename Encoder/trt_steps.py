@@ -1,4 +1,4 @@
-"""`trt` steps for encoder models: one TensorRT engine (one optimization profile) behind `EncoderSteps`.
+"""`trt` steps for encoder models: one TensorRT engine (one optimization profile) behind `NNDF.steps.ForwardSteps`.
 
 The engine is reached only through `NNDF.backends.trt.steps.EngineIO` (`TensorRTIO` on a GPU; tests stand ONNX
 Runtime in for it), so the bookkeeping here runs anywhere. Each call binds the inputs the engine declares (int64

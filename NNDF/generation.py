@@ -24,7 +24,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.errors import UsageError
 from NNDF.sampling import SamplingConfig, logits_processors, pick_tokens
-from NNDF.steps import Cache, DecoderSteps, ServedGeneration, position_ids_from_mask
+from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ class _RunningBatch:
     instead of being recomputed from the whole mask.
     """
 
-    def __init__(self, steps: DecoderSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int,
+    def __init__(self, steps: GenerativeSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int,
                  encoder: dict | None = None, observer: Observer | None = None):
         rows, self.length = input_ids.shape
         self.observer = observer or Observer()
@@ -152,7 +152,7 @@ class _RunningBatch:
 
 
 def generate(
-    steps: DecoderSteps,
+    steps: GenerativeSteps,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     config: GenerationConfig,

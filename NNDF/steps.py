@@ -58,7 +58,6 @@ class GenerativeSteps(Steps, Protocol):
         ...
 
 
-DecoderSteps = GenerativeSteps  # the older name, still imported by NNDF/generation.py
 
 
 class EncoderDecoderSteps(GenerativeSteps, Protocol):

@@ -20,7 +20,7 @@ from NNDF.backends.triton.options import TritonOptions
 
 
 class TritonEncoderSteps:
-    """`EncoderSteps` over a served model: named int64 inputs [B, T] in, the head's output [B, ...] out."""
+    """`ForwardSteps` over a served model: named int64 inputs [B, T] in, the head's output [B, ...] out."""
 
     name = "triton"
 
