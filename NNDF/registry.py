@@ -111,10 +111,9 @@ def backend(fam: Family, name: str):
                          f"available: {', '.join(backends_of(fam))}")
     adapter = fam.task.adapters.get(name)
     declared = facts(fam, name)
-    bound = cls(fam.task, declared.spec, load(adapter) if adapter else None,
-                {model_type: load(target) for model_type, target in declared.fused.items()})
-    bound.fused_support = fused_decode_support
-    return bound
+    return cls(fam.task, declared.spec, load(adapter) if adapter else None,
+               {model_type: load(target) for model_type, target in declared.fused.items()},
+               fused_support=fused_decode_support)
 
 
 def evaluator(task, action: str):

@@ -29,21 +29,18 @@ class Backend(ABC):
     runs_torch_model: ClassVar[bool] = False  # True: the run's HF model stays loaded while this backend runs
 
     def __init__(self, task, spec: "ExportSpec | None" = None, adapter: type | None = None,
-                 fused: dict | None = None):
+                 fused: dict | None = None, fused_support=None):
         """`adapter`: the kind's adapter class for this backend (None: the backend `serves` the kind by itself);
-        `fused`: HF model type -> the family's fused decode implementation on this backend (loaded)."""
+        `fused`: HF model type -> the family's fused decode implementation on this backend (loaded);
+        `fused_support`: () -> {backend name: model types with a fused implementation, over every family} (the
+        registry's; only `check_fused_decode`'s message reads it, so a backend never imports the registry)."""
         from NNDF.backends.onnxrt.export import ExportSpec
 
         self.task = task
         self.spec = spec if spec is not None else ExportSpec()
         self.adapter_class = adapter
         self.fused = dict(fused or {})
-
-    @staticmethod
-    def fused_support() -> dict[str, tuple[str, ...]]:
-        """Backend name -> model types with a fused decode implementation, over every family (the registry sets
-        its own on each backend it binds; only `check_fused_decode`'s message reads it)."""
-        return {}
+        self.fused_support = fused_support or dict
 
     @classmethod
     @abstractmethod

@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 class OnnxRuntimeBackend(Backend):
     name = "onnxrt"
 
-    def __init__(self, task, spec=None, adapter=None, fused=None, quantization=None):
-        super().__init__(task, spec, adapter, fused)
+    def __init__(self, task, spec=None, adapter=None, fused=None, quantization=None, fused_support=None):
+        super().__init__(task, spec, adapter, fused, fused_support)
         self.quantization = quantization  # None: the float graphs; else a `NNDF.backends.onnxrt.quantize.Quantization`
         self.onnx: GraphArtifact = adapter(self.spec, task)  # the kind's artifact: which graphs a run exports and runs
         self.paths: dict | None = None  # the graphs the last `setup` runs
@@ -54,9 +54,7 @@ class OnnxRuntimeBackend(Backend):
 
     def quantized(self, quantization) -> "OnnxRuntimeBackend":
         """This backend over the same kind's graphs quantized (`--quantize`)."""
-        variant = type(self)(self.task, self.spec, self.adapter_class, self.fused, quantization)
-        variant.fused_support = self.fused_support
-        return variant
+        return type(self)(self.task, self.spec, self.adapter_class, self.fused, quantization, self.fused_support)
 
     def export_max_diff(self) -> float | None:
         return self.onnx.max_diff

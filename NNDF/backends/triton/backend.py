@@ -214,8 +214,8 @@ class TritonBackend(Backend):
     name = "triton"
     devices = ("cpu", "cuda")  # the client's device: the prompts are built here, the model runs in the server
 
-    def __init__(self, task, spec=None, adapter=None, fused=None):
-        super().__init__(task, spec, adapter, fused)
+    def __init__(self, task, spec=None, adapter=None, fused=None, fused_support=None):
+        super().__init__(task, spec, adapter, fused, fused_support)
         self.kind: TritonAdapter = adapter(self.spec, task)
 
     @classmethod

@@ -104,8 +104,8 @@ class TensorRTBackend(Backend):
     name = "trt"
     devices = ("cuda",)
 
-    def __init__(self, task, spec=None, adapter=None, fused=None):
-        super().__init__(task, spec, adapter, fused)
+    def __init__(self, task, spec=None, adapter=None, fused=None, fused_support=None):
+        super().__init__(task, spec, adapter, fused, fused_support)
         self.kind: TrtAdapter = adapter(self.spec, task)
         self.onnx = self.kind.artifact(self.spec, task)
         self.last_builds: list[EngineBuild] = []
