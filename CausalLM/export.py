@@ -77,13 +77,13 @@ class _StaticDecoderGraph(_DecoderGraph):
     their write position is `cache_position`; the buffers' length stays symbolic (max_length)."""
 
     def forward(self, input_ids, attention_mask, *rest):
-        from transformers import StaticCache
+        from CausalLM.torch_steps import full_length_static_cache
 
         kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, use_cache=True)
         if self.takes_positions:
             kwargs["position_ids"], rest = rest[0], rest[1:]
         write, past = rest[0], rest[1:]
-        cache = StaticCache(config=self.model.config, max_cache_len=past[0].shape[2])
+        cache = full_length_static_cache(self.model.config, past[0].shape[2])
         for i, layer in enumerate(cache.layers):
             layer.lazy_initialization(past[2 * i], past[2 * i + 1])
             layer.keys, layer.values = past[2 * i].clone(), past[2 * i + 1].clone()

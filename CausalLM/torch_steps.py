@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 from transformers import DynamicCache, StaticCache
+from transformers.cache_utils import StaticLayer
 
 from NNDF.backends.torch.compile import compile_step
 from NNDF.errors import UsageError
@@ -34,7 +35,7 @@ class HFStaticSlot(KVSlot):
 
     def __init__(self, config, rows: int, max_length: int, device: torch.device):
         super().__init__(rows, max_length, [], step_inputs(rows, max_length, device))
-        self.cache = StaticCache(config=config, max_cache_len=max_length)
+        self.cache = full_length_static_cache(config, max_length)
 
     def reset(self) -> HFStaticSlot:
         self.mask.fill_(1)
@@ -67,6 +68,17 @@ class HFStaticSlot(KVSlot):
     def close(self) -> None:
         super().close()
         self.cache = None
+
+
+def full_length_static_cache(config, max_length: int) -> StaticCache:
+    """HF's `StaticCache` with every layer `max_length` long. HF's sliding-window layers (Mistral, Phi-3) roll a
+    window-long buffer and count their length in a Python int: host state that a replayed step cannot advance
+    and a reused slot would carry over. Over full-length buffers the model's own sliding-window mask (built from
+    absolute positions) keeps the window exact, and every layer writes at its device-held position."""
+    cache = StaticCache(config=config, max_cache_len=max_length)
+    cache.layers = [StaticLayer(max_cache_len=max_length) if getattr(layer, "is_sliding", False) else layer
+                    for layer in cache.layers]
+    return cache
 
 
 def check_static_cache_support(model: torch.nn.Module) -> None:

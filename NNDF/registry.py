@@ -35,6 +35,8 @@ FAMILIES: dict[str, FamilyEntry] = {  # written out: a reader, an IDE and the co
                                             "onnxrt": "OPT.onnxrt:BACKEND", "trt": "OPT.trt:BACKEND"}),
     "BLOOM": FamilyEntry("BLOOM.config:FAMILY", {"frameworks": "BLOOM.frameworks:BACKEND",
                                                 "onnxrt": "BLOOM.onnxrt:BACKEND", "trt": "BLOOM.trt:BACKEND"}),
+    "LLAMA": FamilyEntry("LLAMA.config:FAMILY", {"frameworks": "LLAMA.frameworks:BACKEND",
+                                                "onnxrt": "LLAMA.onnxrt:BACKEND", "trt": "LLAMA.trt:BACKEND"}),
     "T5": FamilyEntry("T5.config:FAMILY", {"frameworks": "T5.frameworks:BACKEND",
                                           "onnxrt": "T5.onnxrt:BACKEND", "trt": "T5.trt:BACKEND"}),
     "BART": FamilyEntry("BART.config:FAMILY", {"frameworks": "BART.frameworks:BACKEND",

@@ -1,0 +1,5 @@
+"""LLAMA on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
+from LLAMA.export import EXPORT
+from NNDF.family import BackendFacts
+
+BACKEND = BackendFacts(EXPORT)
