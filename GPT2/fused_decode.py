@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
+from CausalLM.fused_step import product
 from NNDF.slots import KVSlot, step_inputs
 from NNDF.errors import UsageError
 
@@ -73,21 +74,12 @@ def check_config(config) -> None:
                          f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
 
 
-def _product(x, weight, bias, reduce: bool):
-    """x [..., in] times a weight stored [out, in] + bias; the reduction form accumulates in fp32 (inductor fuses
-    the casts into its loads)."""
-    if not reduce:
-        return F.linear(x, weight, bias)
-    out = (x[..., None, :].float() * weight.float()).sum(-1)
-    return (out if bias is None else out + bias.float()).to(x.dtype)
-
-
 def _norm_product(x, norm: tuple, weight, bias, eps: float, reduce: bool, folded: bool):
     """layer_norm(x) times the weight + bias. `norm` is the norm's (gain, bias), or when `folded` (`fold_norm`)
     the weight's (row sums, constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) + constant, x's sum
     and sum of squares reduced over the same range as the product (in the reduction form: one kernel)."""
     if not folded:
-        return _product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, reduce)
+        return product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, reduce)
     rowsum, const = norm
     xf = x.float()
     if reduce:
@@ -131,9 +123,9 @@ def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: floa
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
     a = _attend(q, keys, values, valid, scale, attention).reshape(rows, embed)
-    x = x + _product(a, proj_w, proj_b, reduce)
+    x = x + product(a, proj_w, proj_b, reduce)
     h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, eps, reduce, folded), approximate=gelu)
-    return x + _product(h, out_w, out_b, reduce)
+    return x + product(h, out_w, out_b, reduce)
 
 
 def embed_step(ids, positions, mask, write, wte, wpe):

@@ -4,7 +4,7 @@ variants and the offline ones.
 `llama-offline` (the default) is a small Llama trained offline by `tools/assets/make_offline_llama.py` (committed),
 with a chat template in its tokenizer config and two end ids in its generation config (end of text, end of turn),
 as Llama 3 has. The other offline variants are random-weight models of each architecture with what makes it
-differ: Mistral's sliding window (16 columns, shorter than a test's prompt + new tokens), Qwen2's q/k/v biases and
+differ: Mistral's sliding window (8 columns, shorter than a test's prompt + new tokens), Qwen2's q/k/v biases and
 tied embeddings, Phi-3's fused qkv and gate_up projections, and a Llama with llama3 rope scaling.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _llama3_config(tok):
 def _mistral_config(tok):
     from transformers import MistralConfig
 
-    return MistralConfig(**SHAPE, sliding_window=16, **decoder_token_ids(tok))
+    return MistralConfig(**SHAPE, sliding_window=8, **decoder_token_ids(tok))
 
 
 def _qwen2_config(tok):

@@ -1,4 +1,5 @@
-"""LLAMA on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+"""LLAMA on PyTorch: the family's fused decode step (`--fused-decode`, every model type of the family). The kind's
+adapter (CausalLM/) does the rest."""
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts()
+BACKEND = BackendFacts(fused={t: "LLAMA.fused_decode:FusedLlamaStep" for t in ("llama", "mistral", "qwen2", "phi3")})

@@ -31,8 +31,9 @@ def materialize(family: Family, variant: Variant, working_dir: Path) -> Path:
     """A local HF folder for an offline variant (built once, reused while its recipe is unchanged)."""
     if variant.local_dir is not None:
         if not (variant.local_dir / "config.json").is_file():
-            raise ModelLoadError(f"offline model {variant.local_dir} is missing; rebuild it with "
-                                 "tools/assets/make_offline_gpt2.py")
+            raise ModelLoadError(f"offline model {variant.local_dir} is missing: it is committed with the "
+                                 "repository (restore it with git, or rebuild it with its tools/assets/make_offline_* "
+                                 "script)")
         return variant.local_dir
     if variant.packaged is not None:
         return _packaged_model(family, variant, working_dir)

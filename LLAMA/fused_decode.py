@@ -1,0 +1,255 @@
+"""The LLAMA family's fused decode step (`--fused-decode` on `frameworks`): Llama, Mistral, Qwen2 and Phi-3's
+one-token step in plain torch ops, for inductor, over our own static cache.
+
+The layout is GPT-2's fused step's (GPT2/fused_decode.py): an embedding function, ONE layer function called for
+every layer with that layer's weights as arguments (same shapes, so `torch.compile(dynamic=False)` compiles it
+once however deep the model is), and a head function; the cache is one K and one V buffer
+[rows, key/value heads, length, head_dim] per layer, written in place at a write position held on the device, so
+the step replays from a CUDA graph without host work (the capture is `CausalLM.torch_steps.TorchSteps`'s).
+
+What the layer computes, as HF's modeling code does: RMSNorm (in fp32, the gain applied in the model's dtype),
+one product for q, k and v (the three weights concatenated once at load; Qwen2's biases with them; Phi-3's
+`qkv_proj` as stored), rotary positions from a cos/sin table that HF's own rotary module computes once for every
+position (so rope_theta and the rope scalings whose frequencies do not depend on the sequence length are exact:
+default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query attention of the one query over
+the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
+(Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
+`gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows use the reduction form when compiled
+(`CausalLM.fused_step.product`), cuBLAS otherwise.
+
+The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
+same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
+the step lives.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from CausalLM.fused_step import product
+from NNDF.errors import UsageError
+from NNDF.slots import KVSlot, step_inputs
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
+SEQUENCE_DEPENDENT_ROPE = ("dynamic", "longrope")  # rope types whose frequencies change with the sequence length
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
+
+    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products
+
+    def reduces(self, rows: int, compiled: bool) -> bool:
+        return compiled and rows <= self.reduction_rows
+
+
+def check_config(config) -> None:
+    """Refuse, in one line, a config this step does not reproduce."""
+    if getattr(config, "model_type", None) not in MODEL_TYPES:
+        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
+                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    if config.hidden_act != "silu":
+        raise UsageError(f"--fused-decode: activation {config.hidden_act!r} is not the SiLU the fused step "
+                         "implements; drop --fused-decode")
+    if getattr(config, "mlp_bias", False):
+        raise UsageError("--fused-decode: this config sets mlp_bias, which the fused step does not implement; "
+                         "drop --fused-decode")
+    rope = rope_type(config)
+    if rope in SEQUENCE_DEPENDENT_ROPE:
+        raise UsageError(f"--fused-decode: rope type {rope!r} changes its frequencies with the sequence length, "
+                         "which the fused step's precomputed table does not; drop --fused-decode")
+
+
+def rope_type(config) -> str:
+    """The config's rope type (transformers 5's `rope_parameters`, or `rope_scaling` of older configs)."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return rope.get("rope_type", rope.get("type", "default"))
+
+
+def sliding_window(config) -> int | None:
+    """The attention window of a sliding-window model (every layer: Mistral, Phi-3), else None."""
+    if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
+        return None
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if window and layer_types and set(layer_types) != {"sliding_attention"}:
+        raise UsageError("--fused-decode: this config mixes sliding-window and full-attention layers, which the "
+                         "fused step does not implement; drop --fused-decode")
+    return window or None
+
+
+def rms_norm(x, weight, eps: float):
+    """HF's RMSNorm: statistics in fp32, the gain applied in the input's dtype."""
+    xf = x.float()
+    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    """HF's rotary positions on the first cos.shape[-1] features of x [R, heads, S, D] (the rest pass through:
+    partial rotary), cos/sin [R, 1, S, rot]."""
+    rot = cos.shape[-1]
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    half = rot // 2
+    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+
+
+def attend_one(q, keys, values, valid, scale: float):
+    """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] masked by `valid` [R, L]; query
+    heads in groups of H / KVH share a key/value head."""
+    rows, heads, dim = q.shape
+    kv_heads = keys.shape[1]
+    q = q.reshape(rows, kv_heads, heads // kv_heads, dim)
+    scores = (q[:, :, :, None, :].float() * keys[:, :, None].float()).sum(-1) * scale  # [R, KVH, G, L]
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    out = (p[..., None] * values[:, :, None].float()).sum(-2)  # [R, KVH, G, D]
+    return out.reshape(rows, heads, dim).to(q.dtype)
+
+
+def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
+               scale: float, reduce: bool):
+    """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+    norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
+    rows = x.shape[0]
+    head_dim = keys.shape[-1]
+    qkv = product(rms_norm(x, norm1, eps), qkv_w, qkv_b, reduce)
+    q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
+    q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
+    k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
+    keys[:, :, write] = k
+    values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
+    a = attend_one(q, keys, values, valid, scale).reshape(rows, heads * head_dim)
+    x = x + product(a, o_w, o_b, reduce)
+    gate, up = product(rms_norm(x, norm2, eps), gate_up_w, None, reduce).chunk(2, dim=-1)
+    return x + product(F.silu(gate) * up, down_w, None, reduce)
+
+
+def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window: int | None):
+    """The step's token embedding [R, E], which columns each row attends to [R, L], and its rotary cos/sin
+    [R, 1, 1, rot]."""
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    valid = (columns[None, :] <= write) & (mask != 0)
+    if window is not None:
+        valid &= columns[None, :] > write - window
+    at = positions[:, 0]
+    return embed[ids[:, 0]], valid, cos_table[at][:, None, None], sin_table[at][:, None, None]
+
+
+def head_step(x, norm, lm_w, eps: float, reduce: bool):
+    """Final RMSNorm and LM head: logits [R, 1, V]."""
+    return product(rms_norm(x, norm, eps), lm_w, None, reduce)[:, None, :]
+
+
+class FusedLlamaStep:
+    """The fused step of a loaded HF Llama-style model: `new_slot`, `prefill` (the prompt pass) and `one_token`
+    (the step a CUDA graph captures). `compile_options`: inductor options to compile the step's three functions
+    with (`{}`: inductor's defaults), or None to run them eagerly."""
+
+    def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
+                 settings: FusedSettings = FusedSettings()):
+        config = model.config
+        check_config(config)
+        self.settings, self.compiled = settings, compile_options is not None
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
+        self.window = sliding_window(config)
+        core = model.model
+        self.embed = core.embed_tokens.weight.detach()
+        self.norm = core.norm.weight.detach()
+        self.lm_head = model.lm_head.weight.detach()
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.cos, self.sin = _rope_table(core.rotary_emb, config.max_position_embeddings, self.dtype, self.device)
+        self.layers = [_layer_weights(layer) for layer in core.layers]
+        self._embed, self._layer, self._head = embed_step, layer_step, head_step
+        if self.compiled:
+            compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
+            self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
+
+    def new_slot(self, rows: int, max_length: int) -> KVSlot:
+        """Our static cache: per layer a K and a V buffer [rows, kv_heads, max_length, head_dim] (`past` holds
+        them as K0, V0, K1, V1, ...), the full-width mask, ids, positions and the write position [1] on the
+        device."""
+        shape = (rows, self.kv_heads, max_length, self.head_dim)
+        past = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
+        inputs = step_inputs(rows, max_length, self.device)
+        inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=self.device)
+        return KVSlot(rows, max_length, past, inputs)
+
+    def one_token(self, slot: KVSlot) -> torch.Tensor:
+        """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
+        reduce = self.settings.reduces(slot.rows, self.compiled)
+        x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.cos,
+                                         self.sin, self.window)
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
+            x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
+                            kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, reduce=reduce)
+        return self._head(x, self.norm, self.lm_head, eps=self.eps, reduce=reduce)
+
+    def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
+        """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
+        Each query sees the columns up to its own that the mask (and the window) keeps, and always itself (a
+        padding row's query then stays finite, so later layers' K/V at padding columns do too)."""
+        total, length = mask.shape[1], input_ids.shape[1]
+        start = total - length
+        columns = torch.arange(total, device=mask.device)
+        own = start + torch.arange(length, device=mask.device)
+        allowed = (columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)
+        if self.window is not None:
+            allowed &= columns[None, :] > own[:, None] - self.window
+        allowed = (allowed | (columns[None, :] == own[:, None]))[:, None]  # [R, 1, S, total]
+        cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [R, 1, S, rot]
+        x = self.embed[input_ids]
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
+            x = self._prompt_layer(x, weights, keys, values, start, allowed, cos, sin)
+        if last_only:
+            x = x[:, -1:]
+        return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)
+
+    def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed, cos, sin):
+        norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
+        rows, length, _ = x.shape
+        d = self.head_dim
+        qkv = F.linear(rms_norm(x, norm1, self.eps), qkv_w, qkv_b)
+        q, k, v = qkv.split((self.heads * d, self.kv_heads * d, self.kv_heads * d), dim=-1)
+        q = rotate(q.reshape(rows, length, self.heads, d).transpose(1, 2), cos, sin)
+        k = rotate(k.reshape(rows, length, self.kv_heads, d).transpose(1, 2), cos, sin)
+        end = start + length
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)
+        a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
+                                           scale=self.scale, enable_gqa=self.heads != self.kv_heads)
+        x = x + F.linear(a.transpose(1, 2).reshape(rows, length, self.heads * d), o_w, o_b)
+        gate, up = F.linear(rms_norm(x, norm2, self.eps), gate_up_w).chunk(2, dim=-1)
+        return x + F.linear(F.silu(gate) * up, down_w)
+
+
+def _rope_table(rotary, positions: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [positions, rot] for every position, from HF's own rotary module (its frequencies, each twice,
+    and its attention scaling), in the model's dtype as HF hands them to its layers."""
+    ids = torch.arange(positions, device=device)[None]
+    cos, sin = rotary(torch.zeros(1, dtype=dtype, device=device), ids)
+    return cos[0].to(dtype), sin[0].to(dtype)
+
+
+def _layer_weights(layer) -> tuple:
+    """One layer's weights as the layer function takes them: q/k/v and gate/up each as one [out, in] product."""
+    attn, mlp = layer.self_attn, layer.mlp
+    detach = lambda t: None if t is None else t.detach()  # noqa: E731
+    if hasattr(attn, "qkv_proj"):  # Phi-3: fused as stored
+        qkv_w, qkv_b = attn.qkv_proj.weight.detach(), detach(attn.qkv_proj.bias)
+    else:
+        parts = (attn.q_proj, attn.k_proj, attn.v_proj)
+        qkv_w = torch.cat([p.weight.detach() for p in parts])
+        qkv_b = None if parts[0].bias is None else torch.cat([p.bias.detach() for p in parts])
+    if hasattr(mlp, "gate_up_proj"):  # Phi-3: gate then up, as stored
+        gate_up = mlp.gate_up_proj.weight.detach()
+    else:
+        gate_up = torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
+    return (layer.input_layernorm.weight.detach(), qkv_w, qkv_b, attn.o_proj.weight.detach(),
+            detach(attn.o_proj.bias), layer.post_attention_layernorm.weight.detach(), gate_up,
+            mlp.down_proj.weight.detach())

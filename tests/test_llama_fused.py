@@ -1,0 +1,80 @@
+"""The LLAMA family's fused decode step (`--fused-decode` on frameworks, LLAMA/fused_decode.py) gives HF
+`generate`'s tokens, token for token in fp32, on every offline variant of the family: grouped-query attention,
+llama3 rope scaling (llama3-offline), Mistral's sliding window shorter than prompt + new tokens (mistral-offline),
+Qwen2's q/k/v biases and tied head (qwen2-offline), Phi-3's fused projections (phi3-offline); greedy and beam
+search, a left-padded batch of three prompt lengths, EOS mid-way, a second generation on the same buffers;
+compiled once on the CPU. Configs the step does not reproduce refuse the flag in one line, exit 2.
+
+With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
+"""
+import json
+import os
+import shutil
+
+import pytest
+
+from NNDF import registry
+from NNDF.actions.common import backend_steps, encode
+
+from conftest import offline_variants, run_cli
+from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+VARIANTS = [name for family, name in offline_variants() if family == "LLAMA"]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fused_step_matches_hf_generate(variant, mode, workdir):
+    run = _run(workdir, variant=variant, family="LLAMA", graph=mode[0], compiled=mode[1])
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert type(steps.fused).__name__ == "FusedLlamaStep"
+        if variant == "mistral-offline":  # the window is shorter than the longest prompt + the new tokens
+            longest = int(encode(run, PROMPTS).attention_mask.sum(1).max())
+            assert steps.fused.window is not None and steps.fused.window < longest + NEW
+        _check_parity(run, steps)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
+def test_compiled_step_on_cpu(workdir):
+    """torch.compile of the three step functions on the CPU (3 rows: the reduction form of the products; 9 beam
+    rows: F.linear), on the sliding-window variant."""
+    run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=True)
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert steps.fused.compiled and steps.fused.settings.reduces(3, True)
+        prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        for beams in (1, 3):
+            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+
+
+def _edited_copy(run, folder, **fields):
+    """The variant's HF folder copied with these config.json fields changed."""
+    shutil.copytree(run.source.location, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(fields)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
+def test_unsupported_configs_are_refused(tmp_path, workdir):
+    base = _run(workdir, variant="llama3-offline", family="LLAMA", fused=False)
+    dynamic = _edited_copy(base, tmp_path / "dynamic", rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                                       "rope_theta": 10000.0},
+                           rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", dynamic, "--use-cache", "--static-cache",
+                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    assert _refusal(out) == ("error: --fused-decode: rope type 'dynamic' changes its frequencies with the sequence "
+                             "length, which the fused step's precomputed table does not; drop --fused-decode")
+    gelu = _edited_copy(base, tmp_path / "gelu", hidden_act="gelu")
+    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", gelu, "--use-cache", "--static-cache",
+                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    assert _refusal(out) == ("error: --fused-decode: activation 'gelu' is not the SiLU the fused step implements; "
+                             "drop --fused-decode")
+
+
+def test_every_model_type_of_the_family_has_the_step():
+    from LLAMA.fused_decode import MODEL_TYPES
+
+    family = registry.family("LLAMA")
+    assert set(family.model_types) == set(MODEL_TYPES) == set(registry.facts(family, "frameworks").fused)
