@@ -3,6 +3,9 @@
 
     python tools/assets/make_shapes_model.py gpt2 temp/shapes/gpt2          # GPT-2 124M shapes
     python tools/assets/make_shapes_model.py gpt2-xl temp/shapes/gpt2-xl    # GPT-2 XL (1.56B) shapes
+    python tools/assets/make_shapes_model.py llama-3-8b temp/shapes/llama-3-8b    # LLAMA family: Llama-3-8B,
+    python tools/assets/make_shapes_model.py qwen2.5-0.5b temp/shapes/qwen    # Qwen2.5-0.5B and Mistral-7B
+    python tools/assets/make_shapes_model.py mistral-7b-w64 temp/shapes/mw    # (with a 64-column window) shapes
     python tools/assets/make_shapes_model.py minilm-l6-h384 temp/shapes/minilm   # encoders (BERT family): a sequence
     python tools/assets/make_shapes_model.py roberta-base temp/shapes/rb         # classifier of MiniLM-L6-H384,
     python tools/assets/make_shapes_model.py roberta-large temp/shapes/rl        # roberta-base, roberta-large shapes
@@ -26,6 +29,21 @@ SHAPES = {  # GPT-2 sizes from the published configs
     "gpt2-medium": dict(n_layer=24, n_embd=1024, n_head=16),
     "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20),
     "gpt2-xl": dict(n_layer=48, n_embd=1600, n_head=25),
+}
+LLAMA_SHAPES = {  # published configs: (config class, sizes); made in fp16, on the GPU when there is one
+    "llama-3-8b": ("LlamaConfig", dict(
+        vocab_size=128256, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        intermediate_size=14336, max_position_embeddings=8192, rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+    "qwen2.5-0.5b": ("Qwen2Config", dict(
+        vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        intermediate_size=4864, max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Mistral-7B-v0.1's shapes with its sliding window cut to 64 columns: a 128-token prompt is longer than it
+    "mistral-7b-w64": ("MistralConfig", dict(
+        vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        intermediate_size=14336, max_position_embeddings=32768, rms_norm_eps=1e-5, sliding_window=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
 }
 ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels (SST-2)
     "minilm-l6-h384": ("BertConfig", "wordpiece-uncased", dict(
@@ -57,6 +75,26 @@ def gpt2(shape: str, out: Path) -> None:
     print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
 
 
+def llama(shape: str, out: Path) -> None:
+    """A LLAMA-family shapes model, initialised and saved in fp16 (an 8B model's fp32 copy would take 32 GB)."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from NNDF.offline import SHARED_TOKENIZERS
+
+    class_name, sizes = LLAMA_SHAPES[shape]
+    tok = AutoTokenizer.from_pretrained(SHARED_TOKENIZERS / "byte-bpe", local_files_only=True)
+    eos = tok.eos_token_id
+    config = getattr(transformers, class_name)(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **sizes)
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float16)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
+
+
 def encoder(shape: str, out: Path) -> None:
     import torch
     import transformers
@@ -76,10 +114,10 @@ def encoder(shape: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(ENCODER_SHAPES))
+    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES) + sorted(ENCODER_SHAPES))
     parser.add_argument("out", type=Path)
     args = parser.parse_args()
-    (gpt2 if args.shape in SHAPES else encoder)(args.shape, args.out)
+    (gpt2 if args.shape in SHAPES else llama if args.shape in LLAMA_SHAPES else encoder)(args.shape, args.out)
 
 
 if __name__ == "__main__":

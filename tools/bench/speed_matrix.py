@@ -14,6 +14,7 @@ position tables hold 256; BLIP: 16 / 40).
 
     python tools/bench/speed_matrix.py [OUT] --group quick     # GPT-2 124M shapes, batch 1; OUT: temp/bench
     python tools/bench/speed_matrix.py [OUT] --group gpt2|xl|all|autotune|fused|fused-gpt2|fused-xl|fused-final
+    python tools/bench/speed_matrix.py [OUT] --group llama-8b|llama-small --new 128   # the LLAMA family's shapes
     python tools/bench/speed_matrix.py temp/smoke --group quick --device cpu --prompt 8 --new 8   # CPU smoke run
 
 Needs a CUDA GPU with onnxruntime-gpu for the onnxrt rows (or `--backends frameworks`). `autotune` is a
@@ -65,7 +66,8 @@ CONFIGS = {
 # (prompt, new tokens) of the offline defaults: their position tables hold 256 (blip-offline's text decoder: 64)
 OFFLINE_LENGTHS = {"BLIP": (16, 40)}
 PROMPT, NEW = 128, 256
-SHAPES = {"gpt2": str(ROOT / "temp/shapes/gpt2"), "gpt2-xl": str(ROOT / "temp/shapes/gpt2-xl")}  # --shapes-dir
+SHAPES = {name: str(ROOT / "temp/shapes" / name)  # --shapes-dir
+          for name in ("gpt2", "gpt2-xl", "llama-3-8b", "qwen2.5-0.5b", "mistral-7b-w64")}
 
 
 def models(group: str):
@@ -272,6 +274,27 @@ def final_jobs():
             ("step", lambda: step_time("gpt2-xl", "GPT2", x, 1, "fused", WORKDIR))]
 
 
+def llama_jobs(shapes: tuple[str, ...]):
+    """The llama groups' jobs in priority order: the LLAMA family's fused step (frameworks, compiled, in a CUDA
+    graph) against HF's model under our static cache, graph and compile, HF `generate` with its own static cache
+    (transformers compiles its step) and HF eager, at batch 1 (and 8 for Llama-3-8B); the captured step's GPU time
+    and kernels; the fp16 token check."""
+    jobs = [("copy", copy_bandwidth)]
+    for shape in shapes:
+        d = SHAPES[shape]
+        jobs += [("shapes", lambda s=shape: make_shapes(s)),
+                 ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "fused", WORKDIR, 5, hf=False)),
+                 ("step", lambda s=shape, d=d: step_time(s, "LLAMA", d, 1, "fused", WORKDIR)),
+                 ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "compiled", WORKDIR, 5, hf=True)),
+                 ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "eager", WORKDIR, 2, hf=True,
+                                                           backends=("frameworks",))),
+                 ("check", lambda s=shape, d=d: {"model": s, "batch": 1, "config": "fused",
+                                                 "first_difference": same_tokens("LLAMA", d, 1, "fused", WORKDIR)})]
+        if shape == "llama-3-8b":
+            jobs += [("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 8, "fused", WORKDIR, 5, hf=False))]
+    return jobs
+
+
 def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
     """The card's measured copy bandwidth (bytes read + bytes written per second, device to device): the floor
     a decode step is held against (weight bytes / this)."""
@@ -294,7 +317,7 @@ def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
 
 
 def make_shapes(shape: str) -> dict:
-    """The shapes model's folder, made (in a child process: gpt2-xl's weights leave with it) unless it is there."""
+    """The shapes model's folder, made (in a child process: its weights leave with it) unless it is there."""
     import subprocess
 
     if (Path(SHAPES[shape]) / "config.json").is_file():
@@ -307,7 +330,7 @@ def make_shapes(shape: str) -> dict:
 # shapes made before a group starts (the job groups make gpt2-xl as a job of their own, after the GPT-2 rows)
 UPFRONT_SHAPES = {"quick": ("gpt2",), "gpt2": ("gpt2",), "xl": ("gpt2-xl",), "all": ("gpt2", "gpt2-xl"),
                   "autotune": ("gpt2",), "fused": ("gpt2",), "fused-gpt2": ("gpt2",), "fused-xl": (),
-                  "fused-final": ("gpt2",)}
+                  "fused-final": ("gpt2",), "llama-8b": (), "llama-small": ()}
 
 
 WORKDIR = "/tmp/wd"
@@ -366,7 +389,7 @@ def main() -> None:
     parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench",
                         help="folder for speed-GROUP.json, .md and the plots (default temp/bench)")
     parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
-                                            "fused-xl", "fused-final"), default="all")
+                                            "fused-xl", "fused-final", "llama-8b", "llama-small"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
@@ -390,6 +413,10 @@ def main() -> None:
         return run_jobs(args.out, autotune_jobs(), args.deadline)
     if args.group == "fused-final":
         return run_jobs(args.out, final_jobs(), args.deadline, args.group)
+    if args.group.startswith("llama"):
+        BACKENDS = ("frameworks",)
+        shapes = {"llama-8b": ("llama-3-8b",), "llama-small": ("qwen2.5-0.5b", "mistral-7b-w64")}[args.group]
+        return run_jobs(args.out, llama_jobs(shapes), args.deadline, args.group)
     if args.group.startswith("fused"):
         shapes = {"fused": ("gpt2", "gpt2-xl"), "fused-gpt2": ("gpt2",), "fused-xl": ("gpt2-xl",)}[args.group]
         return run_jobs(args.out, fused_jobs(shapes), args.deadline, args.group)
