@@ -14,8 +14,8 @@ position (so rope_theta and the rope scalings whose frequencies do not depend on
 default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query attention of the one query over
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
-`gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows use the reduction form when compiled
-(`CausalLM.fused_step.product`), cuBLAS otherwise.
+`gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows in narrow models use the reduction form
+when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`).
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
 same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
@@ -40,10 +40,13 @@ SEQUENCE_DEPENDENT_ROPE = ("dynamic", "longrope")  # rope types whose frequencie
 class FusedSettings:
     """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
 
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products
+    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
+    # ...in models at most this wide: at Llama-3-8B's 4096 cuBLAS's products read the weights faster (measured on
+    # an H200: 5.68 against 6.37 ms per token, docs/PERFORMANCE.md)
+    reduction_width: int = 2048
 
-    def reduces(self, rows: int, compiled: bool) -> bool:
-        return compiled and rows <= self.reduction_rows
+    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
+        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
 
 def check_config(config) -> None:
@@ -182,7 +185,7 @@ class FusedLlamaStep:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        reduce = self.settings.reduces(slot.rows, self.compiled)
+        reduce = self.settings.reduces(slot.rows, self.compiled, self.embed.shape[1])
         x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.cos,
                                          self.sin, self.window)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):

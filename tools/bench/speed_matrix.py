@@ -291,7 +291,9 @@ def llama_jobs(shapes: tuple[str, ...]):
                  ("check", lambda s=shape, d=d: {"model": s, "batch": 1, "config": "fused",
                                                  "first_difference": same_tokens("LLAMA", d, 1, "fused", WORKDIR)})]
         if shape == "llama-3-8b":
-            jobs += [("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 8, "fused", WORKDIR, 5, hf=False))]
+            jobs += [("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 8, "fused", WORKDIR, 5, hf=False)),
+                     ("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 1, "fused-autotuned", WORKDIR, 5,
+                                                      hf=False))]
     return jobs
 
 
