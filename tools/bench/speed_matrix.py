@@ -289,11 +289,11 @@ def llama_jobs(shapes: tuple[str, ...]):
                  ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "eager", WORKDIR, 2, hf=True,
                                                            backends=("frameworks",))),
                  ("check", lambda s=shape, d=d: {"model": s, "batch": 1, "config": "fused",
-                                                 "first_difference": same_tokens("LLAMA", d, 1, "fused", WORKDIR)})]
+                                                 "first_difference": same_tokens("LLAMA", d, 1, "fused", WORKDIR)}),
+                 ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "fused-autotuned", WORKDIR, 5,
+                                                           hf=False))]
         if shape == "llama-3-8b":
-            jobs += [("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 8, "fused", WORKDIR, 5, hf=False)),
-                     ("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 1, "fused-autotuned", WORKDIR, 5,
-                                                      hf=False))]
+            jobs += [("bench", lambda d=d: bench_rows("llama-3-8b", "LLAMA", d, 8, "fused", WORKDIR, 5, hf=False))]
     return jobs
 
 
