@@ -80,7 +80,11 @@ def load_checkpoint(run: RunContext) -> tuple[int, list[dict]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
-    return int(data.get("generation", {}).get("max_new_tokens", 16)), list(data.get("sample", []))
+    samples = list(data.get("sample", []))
+    if not samples:
+        raise UsageError(f"{path} has no [[sample]] entries: nothing to run (tools/assets/make_checkpoints.py "
+                         "writes them)")
+    return int(data.get("generation", {}).get("max_new_tokens", 16)), samples
 
 
 def _expected(sample: dict, run: RunContext) -> str | None:
