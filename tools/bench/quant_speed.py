@@ -6,6 +6,7 @@ computes it (new tokens / median end to end, prefill included), and the ratios t
 
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
+    python tools/bench/quant_speed.py --family LLAMA --variant llama-offline    # a family's offline variant
 
 `benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
 only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
@@ -25,7 +26,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--torch-dir", required=True)
+    parser.add_argument("--family", default="GPT2")
+    parser.add_argument("--torch-dir", help="a local model folder (or --variant)")
+    parser.add_argument("--variant", help="the family's variant (default: its offline default)")
     parser.add_argument("--working-dir", default="temp")
     parser.add_argument("--quantize", nargs="+", default=["none", "int8", "int4"])
     parser.add_argument("--quant-block-size", type=int, default=None)
@@ -41,8 +44,9 @@ def main() -> None:
     from NNDF.options import ModelOptions, SamplingOptions
     from NNDF.timing import GenerationClock
 
-    run = open_run("GPT2", ModelOptions(torch_dir=args.torch_dir, working_dir=args.working_dir, use_cache=True,
-                                        cpu=True), ("onnxrt",),
+    options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
+                           use_cache=True, cpu=True)
+    run = open_run(args.family, options, ("onnxrt",),
                    ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
     config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
     generator = torch.Generator().manual_seed(0)
