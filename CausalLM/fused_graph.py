@@ -28,6 +28,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from NNDF.errors import ArtifactError
+
 MS = "com.microsoft"
 OPSET = 17  # LayerNormalization
 IR_VERSION = 10  # onnx writes its newest IR version by default; ONNX Runtime 1.31 reads up to 13
@@ -45,6 +47,30 @@ class FusedBuilder:
     version: str
     build: Callable
     refusal: Callable
+
+
+class StateDict:
+    """A model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph left
+    out (a checkpoint with parts a builder does not model must not build a graph without them)."""
+
+    def __init__(self, model, family: str):
+        self.arrays = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+        self.family = family
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> np.ndarray:
+        self.used.add(name)
+        return self.arrays[name]
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """The weight `name`, or None where the checkpoint has none (an optional bias)."""
+        return self(name) if name in self.arrays else None
+
+    def check_all_used(self) -> None:
+        unused = sorted(set(self.arrays) - self.used)
+        if unused:
+            raise ArtifactError(f"the {self.family} fused graph does not use {len(unused)} weights of this "
+                                f"checkpoint ({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
 
 
 class GraphBuilder:
@@ -100,11 +126,46 @@ def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, b
 
 
 def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[str, str], heads: int,
-              scale: float) -> str:
-    """GroupQueryAttention over packed QKV with the cache written into `past` (bound as `present` too)."""
+              scale: float, kv_heads: int | None = None, rotary: tuple[str, str] | None = None,
+              window: int | None = None) -> str:
+    """GroupQueryAttention over packed QKV [B, S, (heads + 2 kv_heads) * D] with the cache written into `past`
+    (bound as `present` too). `kv_heads` (default: `heads`) key/value heads, each shared by heads / kv_heads query
+    heads. `rotary`: the (cos, sin) tables [positions, rotary_dim / 2] the op rotates the first rotary_dim columns
+    of every query and key head with (the half-split form, not interleaved), at the position each token's row
+    length gives (seqlens_k: the past length, then one per token), so the rows must start at position 0.
+    `window`: each query sees only its last `window` keys, itself included (HF's sliding window; the op's
+    local_window_size counts the same keys in ONNX Runtime 1.31: measured against HF, tests/test_llama_fused_ort.py)."""
     names = [f"attn{g._count}", *present]
-    return g.op("GroupQueryAttention", [qkv, "", "", *past, "seqlens_k", "total_sequence_length"], names,
-                domain=MS, num_heads=heads, kv_num_heads=heads, scale=scale)[0]
+    attrs = dict(num_heads=heads, kv_num_heads=kv_heads or heads, scale=scale)
+    inputs = [qkv, "", "", *past, "seqlens_k", "total_sequence_length"]
+    if rotary:
+        inputs += list(rotary)
+        attrs.update(do_rotary=1, rotary_interleaved=0)
+    if window:
+        attrs["local_window_size"] = window
+    return g.op("GroupQueryAttention", inputs, names, domain=MS, **attrs)[0]
+
+
+def rms_norm(g: GraphBuilder, x: str, gamma: str, eps: float) -> str:
+    """RMSNorm(x) * gamma over the last axis (no mean subtracted, no beta): SimplifiedLayerNormalization."""
+    return g.op("SimplifiedLayerNormalization", [x, gamma], [f"rms{g._count}"], axis=-1, epsilon=eps)
+
+
+def skip_rms_norm(g: GraphBuilder, x: str, skip: str, gamma: str, bias: str | None, eps: float):
+    """(RMSNorm(x + skip + bias) * gamma, x + skip + bias): the residual add and the next RMSNorm in one kernel."""
+    inputs = [x, skip, gamma] + ([bias] if bias else [])
+    normed, total = g.op("SkipSimplifiedLayerNormalization", inputs, [f"srms{g._count}", "", "", f"res{g._count}"],
+                         domain=MS, epsilon=eps)[0::3]
+    return normed, total
+
+
+def silu_gate(g: GraphBuilder, gate_up: str, inner: int) -> str:
+    """SiLU(gate) * up from one product [B, S, 2 * inner] holding gate then up (the gated MLP's SwiGLU)."""
+    # a Constant node, not an initializer: shape inference reads the sizes, and initializers go to external data
+    sizes = g.op("Constant", [], value=numpy_helper.from_array(np.array([inner, inner], dtype=np.int64)))
+    gate, up = g.op("Split", [gate_up, sizes], 2, axis=-1)
+    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+    return g.op("Mul", [silu, up])
 
 
 def gelu(g: GraphBuilder, x: str, bias: str, tanh: bool) -> str:
