@@ -10,7 +10,7 @@ built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
                SkipSimplifiedLayerNorm(mlp, residual, bias) -> the next layer's input_layernorm (the last: norm)
     logits = norm @ lm_head^T                               (tied to embed_tokens where the checkpoint ties them)
 
-Rotary positions: the op rotates queries and keys with cos / sin tables [max_position_embeddings, rotary_dim / 2]
+Rotary positions: the op rotates queries and keys with cos / sin tables [positions, rotary_dim / 2]
 computed at build time by HF's own rotary module (its inv_freq and attention_scaling, so llama3, linear and YaRN
 scaling are HF's numbers); rope types that change the tables with the sequence length ("dynamic", Phi-3's
 "longrope") are refused. The op takes each token's position from its row's length, so rows start at position 0
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from CausalLM import fused_graph as fg
+from CausalLM.ort_fused import VALIDATION_CACHE
 from LLAMA.config import FAMILY
 from NNDF.errors import ArtifactError
 
@@ -100,10 +101,13 @@ def _windows(config, layers: int) -> list[int | None]:
 
 
 def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
-    """cos / sin [max_position_embeddings, rotary_dim / 2] from HF's rotary module at every position (its
-    `attention_scaling` included); HF's tables repeat those columns twice (rotate_half's two halves)."""
+    """cos / sin [positions, rotary_dim / 2] from HF's rotary module at every position (its `attention_scaling`
+    included); HF's tables repeat those columns twice (rotate_half's two halves). The op wants a row for every
+    column of the buffer (a one-token step passes the buffer length as the total length): the model's positions,
+    and the build's validation buffer where that is longer."""
     rotary = model.model.rotary_emb
-    positions = torch.arange(model.config.max_position_embeddings, device=rotary.inv_freq.device)[None]
+    rows = max(model.config.max_position_embeddings, VALIDATION_CACHE)
+    positions = torch.arange(rows, device=rotary.inv_freq.device)[None]
     with torch.no_grad():
         cos, sin = rotary(torch.zeros(1, dtype=torch.float32, device=rotary.inv_freq.device), positions)
     cos, sin = cos[0].float().cpu().numpy(), sin[0].float().cpu().numpy()  # [P, rotary_dim]
