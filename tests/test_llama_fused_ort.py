@@ -14,9 +14,12 @@ with HF's (a window one key off is far outside fp16 noise), and the CUDA-graph s
 same graph run uncaptured; the tokens of the plain fp16 static graph are compared and the first difference reported
 (fp16 kernels differ: not asserted).
 """
+import json
 import os
 import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -183,13 +186,13 @@ def test_padded_batch_refused(workdir):
             generate(steps, ids.to(steps.device), mask.to(steps.device), GenerationConfig(max_new_tokens=2))
 
 
-def test_refusals(tiny, workdir):
-    from transformers import AutoConfig, LlamaConfig, Phi3Config
+def test_refusals(tiny):
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Phi3Config
 
-    from LLAMA.fused_onnx import refusal
+    from LLAMA.fused_onnx import build, refusal
+    from NNDF.errors import ArtifactError
 
-    config = AutoConfig.from_pretrained(tiny["llama-biases"])
-    assert refusal(config) is None
+    assert refusal(AutoConfig.from_pretrained(tiny["llama-biases"])) is None
     dynamic = LlamaConfig(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
     assert "rope type 'dynamic' changes them with the sequence length" in refusal(dynamic)
     longrope = Phi3Config(hidden_size=128, num_attention_heads=4, original_max_position_embeddings=32,
@@ -199,25 +202,34 @@ def test_refusals(tiny, workdir):
     assert "activation is 'gelu'" in refusal(LlamaConfig(hidden_act="gelu"))
     assert refusal(LlamaConfig(hidden_size=64, num_attention_heads=4)) is None
     assert "this model's are 8 and 8" in refusal(LlamaConfig(hidden_size=64, num_attention_heads=8))
-    folder = tiny["llama-biases"] + "-dynamic"  # the refusal reaches the build in one line, before any export
-    shutil.copytree(tiny["llama-biases"], folder, dirs_exist_ok=True)
-    config.rope_parameters.update(rope_type="dynamic")
-    config.save_pretrained(folder)
-    run = _run(workdir, {"torch_dir": folder})
-    with pytest.raises(UsageError, match="rope type 'dynamic'"):
-        registry.backend(run.family, "onnxrt").build(run)
+    model = AutoModelForCausalLM.from_pretrained(tiny["llama-biases"])
+    model.model.layers[0].self_attn.q_norm = torch.nn.Parameter(torch.ones(32))  # a part the graph does not model
+    with pytest.raises(ArtifactError, match=r"does not use 1 weights of this checkpoint "
+                                            r"\(model.layers.0.self_attn.q_norm...\)"):
+        build(model, np.float32)
     family = registry.family("LLAMA")
     assert registry.backend(family, "onnxrt").fused_decode_types() == ("llama", "mistral", "qwen2", "phi3")
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'llama'"):
         registry.backend(family, "trt").check_fused_decode("llama")
 
 
-def test_cli_generate(workdir):
+def test_cli_generate_and_refusal(tiny, workdir):
+    device = ["--fp16"] if FP16 else []
     proc = run_cli("generate", "LLAMA", "onnxrt", "--variant", "qwen2-offline", "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir),
-                   *(["--fp16"] if FP16 else []))
+                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir), *device)
     assert proc.returncode == 0, proc.stderr
     assert "fused decode graph:" in proc.stdout and "GroupQueryAttention 2" in proc.stdout, proc.stdout
+    folder = tiny["llama-biases"] + "-dynamic"  # refused in one line before anything is built
+    shutil.copytree(tiny["llama-biases"], folder, dirs_exist_ok=True)
+    config = json.loads((Path(folder) / "config.json").read_text())
+    config["rope_parameters"]["rope_type"] = "dynamic"
+    (Path(folder) / "config.json").write_text(json.dumps(config))
+    proc = run_cli("generate", "LLAMA", "onnxrt", "--torch-dir", folder, "--use-cache", "--static-cache",
+                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir), *device)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: onnxrt --fused-decode computes the rotary tables once") and \
+        "rope type 'dynamic'" in lines[0]
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA graph of the fused step needs HARNESS_TEST_DEVICE=cuda")
