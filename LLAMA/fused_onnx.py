@@ -67,14 +67,16 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     residual = x
     for i, window in enumerate(_windows(config, len(layers))):
         layer = f"model.layers.{i}"
-        qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))  # [B, S, (H + 2 KV) D]
+        # [B, S, (H + 2 KV) * D]: the query heads, then the key heads, then the value heads
+        qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             layers[i].self_attn.scaling, kv_heads, rotary, window)  # [B, S, H D]
         out, out_bias = _product(g, take, attn, f"{layer}.self_attn.o_proj")
-        h, residual = fg.skip_rms_norm(g, out, residual, _weight(g, take, f"{layer}.post_attention_layernorm.weight"),
-                                       out_bias, eps)
+        norm = _weight(g, take, f"{layer}.post_attention_layernorm.weight")
+        h, residual = fg.skip_rms_norm(g, out, residual, norm, out_bias, eps)
         gate_up = _linear(g, take, h, f"{layer}.mlp", ("gate_up_proj",), ("gate_proj", "up_proj"))  # [B, S, 2I]
-        down, down_bias = _product(g, take, fg.silu_gate(g, gate_up, config.intermediate_size), f"{layer}.mlp.down_proj")
+        inner = fg.silu_gate(g, gate_up, config.intermediate_size)  # [B, S, I]
+        down, down_bias = _product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
     head = take.optional("lm_head.weight")  # [V, E]; absent where the checkpoint ties it to embed_tokens
@@ -146,4 +148,5 @@ def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple
     return y, None if bias is None else g.weight(f"{name}.bias", bias)
 
 
-BUILDER = fg.FusedBuilder(model_types=FAMILY.model_types, version="1", build=build, refusal=refusal)  # bump the version when the graph changes
+# bump the version when the graph changes
+BUILDER = fg.FusedBuilder(model_types=FAMILY.model_types, version="1", build=build, refusal=refusal)

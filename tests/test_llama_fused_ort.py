@@ -2,12 +2,13 @@
 heads, rotary tables and the sliding window, SkipSimplifiedLayerNormalization, SwiGLU; LLAMA/fused_onnx.py).
 
 On the CPU (fp32): generation gives HF `generate`'s tokens, token for token, for the offline variants of the four
-model types (llama3-offline: llama3 rope scaling; mistral-offline: a 16-key sliding window that the prompt + new
-tokens exceed; qwen2-offline: q/k/v biases, tied embeddings; phi3-offline: fused qkv_proj and gate_up_proj) and
-three tiny random models with what the variants lack (Llama's attention and MLP biases with linear rope scaling;
-Qwen2's per-layer sliding window with YaRN; Phi-3's partial rotary factor and window): greedy, 3 beams, EOS
-mid-way, a second generation on the same buffers; and the plain onnxrt export's tokens (mistral-offline). Padded
-batches, rope types whose tables change with the length and models the op cannot run are refused by message.
+model types (llama-offline, the trained default, where the tree has it; llama3-offline: llama3 rope scaling;
+mistral-offline: a 16-key sliding window that the prompt + new tokens exceed; qwen2-offline: q/k/v biases, tied
+embeddings; phi3-offline: fused qkv_proj and gate_up_proj) and three tiny random models with what the variants
+lack (Llama's attention and MLP biases with linear rope scaling; Qwen2's per-layer sliding window with YaRN;
+Phi-3's partial rotary factor and window): greedy, 3 beams, EOS mid-way, a second generation on the same buffers;
+and the plain onnxrt export's tokens (mistral-offline). Padded batches, rope types whose tables change with the
+length, models the op cannot run and checkpoints with weights the graph leaves out are refused by message.
 
 With HARNESS_TEST_DEVICE=cuda (fp16: the CUDA kernel has no fp32), the window's prompt-pass logits are compared
 with HF's (a window one key off is far outside fp16 noise), and the CUDA-graph step must give the tokens of the
@@ -31,12 +32,15 @@ from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, generate
 from NNDF.options import ModelOptions
 
-from conftest import run_cli
+from conftest import ROOT, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 FP16 = DEVICE == "cuda"
 NEW, ROWS, PROMPT = 12, 3, 10  # mistral-offline's window (16 keys) is exceeded from the 7th new token on
-VARIANTS = ["llama3-offline", "mistral-offline", "qwen2-offline", "phi3-offline"]
+TRAINED = ROOT / "LLAMA" / "offline" / "llama-offline"  # the trained default, committed with its own tool
+VARIANTS = ["llama3-offline", "mistral-offline", "qwen2-offline", "phi3-offline",
+            pytest.param("llama-offline", marks=pytest.mark.skipif(not (TRAINED / "config.json").is_file(),
+                                                                   reason="llama-offline is not in this tree"))]
 TINY = ["llama-biases", "qwen2-windowed", "phi3-partial"]
 
 
@@ -172,7 +176,8 @@ def test_sliding_window_prompt_logits(workdir):
         logits, cache = steps.forward(ids[:, :6], torch.ones_like(ids[:, :6]), positions[:, :6], steps.new_cache(1, 32))
         stepped = [logits.float().clone()]
         for t in range(6, 24):
-            logits, cache = steps.forward(ids[:, t:t + 1], torch.ones_like(ids[:, :t + 1]), positions[:, t:t + 1], cache)
+            mask = torch.ones_like(ids[:, :t + 1])
+            logits, cache = steps.forward(ids[:, t:t + 1], mask, positions[:, t:t + 1], cache)
             stepped.append(logits.float().clone())
         assert (torch.cat(stepped, 1) - expected).abs().max() < tolerance
 
