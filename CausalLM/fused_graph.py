@@ -1,6 +1,7 @@
 """Pieces of a fused decode graph for ONNX Runtime, written with `onnx.helper`: a family describes its decoder
-layer by layer with these (embeddings, skip layer norms, one attention op per layer, biased GELU, matmuls) and
-`GraphBuilder.model` returns the ModelProto. The ops are ONNX Runtime's fused contrib ops (domain com.microsoft),
+layer by layer with these (embeddings, skip layer norms or RMSNorms, one attention op per layer, biased GELU or
+SwiGLU, matmuls; the checkpoint's weights by name through `StateDict`) and `GraphBuilder.model` returns the
+ModelProto. The ops are ONNX Runtime's fused contrib ops (domain com.microsoft),
 so the graph runs on ONNX Runtime only (TensorRT does not parse them).
 
 Attention is `GroupQueryAttention` (ORT contrib op; with as many key/value heads as query heads it is plain
@@ -18,9 +19,15 @@ onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
   host scalar only for that and to size flash-decoding splits, reading the per-row lengths from seqlens_k on the
   device. A captured CUDA graph freezes the host scalar: one-token steps always pass the buffer length L.
 - kernels: CUDA float16 and bfloat16 only (no float32 on CUDA); CPU float32 and float16. head size a multiple of 8.
+- grouped heads and rotary (the LLAMA family): packed QKV [B, S, (H + 2 KV) * D]; with `do_rotary` the op rotates
+  queries and keys from `cos_cache` / `sin_cache` [rows, rotary width / 2] (head size a multiple of 16, the
+  width's half a multiple of 8, at least total_sequence_length rows: a one-token step's buffer length) at
+  positions it derives from seqlens_k, so rows start at position 0; `local_window_size` W: a query sees its last
+  W keys, itself included (measured against HF's sliding window on the CPU kernel of ONNX Runtime 1.31.1).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -49,12 +56,29 @@ class FusedBuilder:
     refusal: Callable
 
 
+class Fp32Arrays(Mapping):
+    """A state dict's tensors as fp32 numpy arrays, each converted when read (a whole 8B checkpoint converted at
+    once would hold 32 GB beside the graph being built)."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tensors[name].detach().float().cpu().numpy()
+
+    def __iter__(self):
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
 class StateDict:
     """A model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph left
     out (a checkpoint with parts a builder does not model must not build a graph without them)."""
 
     def __init__(self, model, family: str):
-        self.arrays = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+        self.arrays = Fp32Arrays(model.state_dict())
         self.family = family
         self.used: set[str] = set()
 
