@@ -8,7 +8,7 @@ built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
                SkipSimplifiedLayerNorm(attn @ o_proj, residual, bias) -> h2 (post_attention_layernorm), residual
                SiLU(h2 @ gate) * (h2 @ up), one product for both, then @ down_proj
                SkipSimplifiedLayerNorm(mlp, residual, bias) -> the next layer's input_layernorm (the last: norm)
-    logits = norm @ lm_head^T                               (tied to embed_tokens where the checkpoint ties them)
+    logits = norm @ lm_head^T                               (a head tied to embed_tokens: one [E, V] initializer)
 
 Rotary positions: the op rotates queries and keys with cos / sin tables [positions, rotary_dim / 2]
 computed at build time by HF's own rotary module (its inv_freq and attention_scaling, so llama3, linear and YaRN
@@ -61,8 +61,7 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
     rotary = _rotary_tables(g, model, head_dim)
     eps = config.rms_norm_eps
-    embed = take("model.embed_tokens.weight")  # [V, E]
-    x = g.op("Gather", [g.weight("model.embed_tokens.weight", embed), "input_ids"])  # [B, S, E]
+    x, head = _embedding(g, take, model)  # [B, S, E]; the LM head's [E, V] initializer
     h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
     residual = x
     for i, window in enumerate(_windows(config, len(layers))):
@@ -79,8 +78,7 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
         down, down_bias = _product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
-    head = take.optional("lm_head.weight")  # [V, E]; absent where the checkpoint ties it to embed_tokens
-    g.op("MatMul", [h, g.weight("lm_head", (embed if head is None else head).T)], ["logits"])  # [B, S, V]
+    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model(f"{config.model_type}_fused_decode")
 
@@ -119,6 +117,17 @@ def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
         raise ArtifactError("the LLAMA fused graph expects HF's rotary tables in the half-split form with at most "
                             f"head size ({head_dim}) columns; this model's have {cos.shape[-1]}")
     return g.weight("cos_cache", cos[:, :half]), g.weight("sin_cache", sin[:, :half])
+
+
+def _embedding(g: fg.GraphBuilder, take: fg.StateDict, model) -> tuple[str, str]:
+    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
+    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
+    embed, head = take("model.embed_tokens.weight"), take("lm_head.weight")  # [V, E] each
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        x = g.op("Gather", [g.weight("model.embed_tokens.weight", embed), "input_ids"])
+        return x, g.weight("lm_head.weight", head.T)
+    table = g.weight("lm_head.weight", head.T)
+    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
 
 
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:

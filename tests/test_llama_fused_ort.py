@@ -136,9 +136,10 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
         assert backend.export_max_diff() < 1e-3  # validated against PyTorch when built
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_hidden_layers
-        # per layer: 4 products, attention, 2 skip norms, SwiGLU's 5 nodes (+ the bias adds); embedding, norm, head
-        assert not {"Reshape", "Transpose", "ScatterND"} & set(nodes)
-        assert sum(nodes.values()) <= 14 * config.num_hidden_layers + 3
+        # per layer: 4 products, attention, 2 skip norms, SwiGLU's 5 nodes (+ the bias adds); embedding (a tied
+        # head's: a gather and a transpose), norm, head
+        assert not {"Reshape", "ScatterND"} & set(nodes) and nodes.get("Transpose", 0) == config.tie_word_embeddings
+        assert sum(nodes.values()) <= 14 * config.num_hidden_layers + 4
         for beams in (1, 3):
             expected = _hf(run, ids, mask, beams, None, pad)
             assert _tokens(steps, ids, mask, beams, None, pad) == expected, f"beams={beams}"
