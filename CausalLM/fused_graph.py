@@ -1,6 +1,7 @@
 """Pieces of a fused decode graph for ONNX Runtime, written with `onnx.helper`: a family describes its decoder
-layer by layer with these (embeddings, skip layer norms, one attention op per layer, biased GELU, matmuls) and
-`GraphBuilder.model` returns the ModelProto. The ops are ONNX Runtime's fused contrib ops (domain com.microsoft),
+layer by layer with these (embeddings, skip layer norms or RMSNorms, one attention op per layer, biased GELU or
+SwiGLU, matmuls; the checkpoint's weights by name through `StateDict`) and `GraphBuilder.model` returns the
+ModelProto. The ops are ONNX Runtime's fused contrib ops (domain com.microsoft),
 so the graph runs on ONNX Runtime only (TensorRT does not parse them).
 
 Attention is `GroupQueryAttention` (ORT contrib op; with as many key/value heads as query heads it is plain
@@ -18,15 +19,23 @@ onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
   host scalar only for that and to size flash-decoding splits, reading the per-row lengths from seqlens_k on the
   device. A captured CUDA graph freezes the host scalar: one-token steps always pass the buffer length L.
 - kernels: CUDA float16 and bfloat16 only (no float32 on CUDA); CPU float32 and float16. head size a multiple of 8.
+- grouped heads and rotary (the LLAMA family): packed QKV [B, S, (H + 2 KV) * D]; with `do_rotary` the op rotates
+  queries and keys from `cos_cache` / `sin_cache` [rows, rotary width / 2] (head size a multiple of 16, the
+  width's half a multiple of 8, at least total_sequence_length rows: a one-token step's buffer length) at
+  positions it derives from seqlens_k, so rows start at position 0; `local_window_size` W: a query sees its last
+  W keys, itself included (measured against HF's sliding window on the CPU kernel of ONNX Runtime 1.31.1).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from NNDF.errors import ArtifactError
 
 MS = "com.microsoft"
 OPSET = 17  # LayerNormalization
@@ -45,6 +54,47 @@ class FusedBuilder:
     version: str
     build: Callable
     refusal: Callable
+
+
+class Fp32Arrays(Mapping):
+    """A state dict's tensors as fp32 numpy arrays, each converted when read (a whole 8B checkpoint converted at
+    once would hold 32 GB beside the graph being built)."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.tensors[name].detach().float().cpu().numpy()
+
+    def __iter__(self):
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+
+class StateDict:
+    """A model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph left
+    out (a checkpoint with parts a builder does not model must not build a graph without them)."""
+
+    def __init__(self, model, family: str):
+        self.arrays = Fp32Arrays(model.state_dict())
+        self.family = family
+        self.used: set[str] = set()
+
+    def __call__(self, name: str) -> np.ndarray:
+        self.used.add(name)
+        return self.arrays[name]
+
+    def optional(self, name: str) -> np.ndarray | None:
+        """The weight `name`, or None where the checkpoint has none (an optional bias)."""
+        return self(name) if name in self.arrays else None
+
+    def check_all_used(self) -> None:
+        unused = sorted(set(self.arrays) - self.used)
+        if unused:
+            raise ArtifactError(f"the {self.family} fused graph does not use {len(unused)} weights of this "
+                                f"checkpoint ({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
 
 
 class GraphBuilder:
@@ -100,11 +150,46 @@ def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, b
 
 
 def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[str, str], heads: int,
-              scale: float) -> str:
-    """GroupQueryAttention over packed QKV with the cache written into `past` (bound as `present` too)."""
+              scale: float, kv_heads: int | None = None, rotary: tuple[str, str] | None = None,
+              window: int | None = None) -> str:
+    """GroupQueryAttention over packed QKV [B, S, (heads + 2 kv_heads) * D] with the cache written into `past`
+    (bound as `present` too). `kv_heads` (default: `heads`) key/value heads, each shared by heads / kv_heads query
+    heads. `rotary`: the (cos, sin) tables [positions, rotary_dim / 2] the op rotates the first rotary_dim columns
+    of every query and key head with (the half-split form, not interleaved), at the position each token's row
+    length gives (seqlens_k: the past length, then one per token), so the rows must start at position 0.
+    `window`: each query sees only its last `window` keys, itself included (HF's sliding window; the op's
+    local_window_size counts the same keys in ONNX Runtime 1.31: measured against HF, tests/test_llama_fused_ort.py)."""
     names = [f"attn{g._count}", *present]
-    return g.op("GroupQueryAttention", [qkv, "", "", *past, "seqlens_k", "total_sequence_length"], names,
-                domain=MS, num_heads=heads, kv_num_heads=heads, scale=scale)[0]
+    attrs = dict(num_heads=heads, kv_num_heads=kv_heads or heads, scale=scale)
+    inputs = [qkv, "", "", *past, "seqlens_k", "total_sequence_length"]
+    if rotary:
+        inputs += list(rotary)
+        attrs.update(do_rotary=1, rotary_interleaved=0)
+    if window:
+        attrs["local_window_size"] = window
+    return g.op("GroupQueryAttention", inputs, names, domain=MS, **attrs)[0]
+
+
+def rms_norm(g: GraphBuilder, x: str, gamma: str, eps: float) -> str:
+    """RMSNorm(x) * gamma over the last axis (no mean subtracted, no beta): SimplifiedLayerNormalization."""
+    return g.op("SimplifiedLayerNormalization", [x, gamma], [f"rms{g._count}"], axis=-1, epsilon=eps)
+
+
+def skip_rms_norm(g: GraphBuilder, x: str, skip: str, gamma: str, bias: str | None, eps: float):
+    """(RMSNorm(x + skip + bias) * gamma, x + skip + bias): the residual add and the next RMSNorm in one kernel."""
+    inputs = [x, skip, gamma] + ([bias] if bias else [])
+    normed, total = g.op("SkipSimplifiedLayerNormalization", inputs, [f"srms{g._count}", "", "", f"res{g._count}"],
+                         domain=MS, epsilon=eps)[0::3]
+    return normed, total
+
+
+def silu_gate(g: GraphBuilder, gate_up: str, inner: int) -> str:
+    """SiLU(gate) * up from one product [B, S, 2 * inner] holding gate then up (the gated MLP's SwiGLU)."""
+    # a Constant node, not an initializer: shape inference reads the sizes, and initializers go to external data
+    sizes = g.op("Constant", [], value=numpy_helper.from_array(np.array([inner, inner], dtype=np.int64)))
+    gate, up = g.op("Split", [gate_up, sizes], 2, axis=-1)
+    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+    return g.op("Mul", [silu, up])
 
 
 def gelu(g: GraphBuilder, x: str, bias: str, tanh: bool) -> str:

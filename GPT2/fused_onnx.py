@@ -17,7 +17,6 @@ import math
 
 from GPT2.config import FUSED_GELUS
 from CausalLM import fused_graph as fg
-from NNDF.errors import ArtifactError
 
 
 def refusal(config) -> str | None:
@@ -61,29 +60,17 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     return g.model("gpt2_fused_decode")
 
 
-class _Weights:
-    """The model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph
-    left out (a checkpoint with parts this builder does not model must not build a graph without them)."""
+class _Weights(fg.StateDict):
+    """The state dict by name (`fg.StateDict`: every weight must be used), with GPT-2's module pairs."""
 
     def __init__(self, model):
-        self.arrays = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
-        self.used: set[str] = set()
-
-    def __call__(self, name: str):
-        self.used.add(name)
-        return self.arrays[name]
+        super().__init__(model, "GPT-2")
 
     def pair(self, g, module: str) -> tuple[str, str]:
         """transformer.<module>'s weight and bias as initializers (a Conv1D's [in, out] weight: a MatMul operand
         as stored; or a LayerNorm's gamma and beta)."""
         name = f"transformer.{module}"
         return g.weight(name + ".weight", self(name + ".weight")), g.weight(name + ".bias", self(name + ".bias"))
-
-    def check_all_used(self) -> None:
-        unused = sorted(set(self.arrays) - self.used)
-        if unused:
-            raise ArtifactError(f"the GPT-2 fused graph does not use {len(unused)} weights of this checkpoint "
-                                f"({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
 
 
 BUILDER = fg.FusedBuilder(model_types=("gpt2",), version="1", build=build, refusal=refusal)  # bump the version when the graph changes

@@ -1,0 +1,161 @@
+"""The LLAMA family's fused decode graph for `onnxrt --fused-decode` (HF model types llama, mistral, qwen2, phi3),
+built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
+
+    x = embed_tokens[ids]                                   -> the residual stream
+    h = SimplifiedLayerNorm(x) (layer 0's input_layernorm)
+    per layer: GroupQueryAttention(h @ [q; k; v] + bias)    (grouped-query, rotary and sliding window in the op;
+                                                             the cache written in place)
+               SkipSimplifiedLayerNorm(attn @ o_proj, residual, bias) -> h2 (post_attention_layernorm), residual
+               SiLU(h2 @ gate) * (h2 @ up), one product for both, then @ down_proj
+               SkipSimplifiedLayerNorm(mlp, residual, bias) -> the next layer's input_layernorm (the last: norm)
+    logits = norm @ lm_head^T                               (a head tied to embed_tokens: one [E, V] initializer)
+
+Rotary positions: the op rotates queries and keys with cos / sin tables [positions, rotary_dim / 2]
+computed at build time by HF's own rotary module (its inv_freq and attention_scaling, so llama3, linear and YaRN
+scaling are HF's numbers); rope types that change the tables with the sequence length ("dynamic", Phi-3's
+"longrope") are refused. The op takes each token's position from its row's length, so rows start at position 0
+(padded batches are refused by the steps). What differs by model type comes from the checkpoint's names: Phi-3's
+fused qkv_proj / gate_up_proj or the separate projections (concatenated here into one product each), Qwen2's
+q/k/v biases, Llama's optional attention_bias / mlp_bias, tied or separate LM head; and from the config: Mistral's
+and Phi-3's sliding window (all layers), Qwen2's per layer (`layer_types`). Every weight of the checkpoint must be
+used (else the build fails naming the ones left over).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from CausalLM import fused_graph as fg
+from CausalLM.ort_fused import VALIDATION_CACHE
+from LLAMA.config import FAMILY
+from NNDF.errors import ArtifactError
+
+# rope types whose tables depend on the position alone (HF computes them once); "dynamic" and "longrope" recompute
+# them from the sequence length as it grows, which tables made at build time cannot follow
+FIXED_ROPE = ("default", "linear", "llama3", "yarn")
+
+
+def refusal(config) -> str | None:
+    """Why this model has no fused graph here (None: it has one)."""
+    rope = _rope_parameters(config)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in FIXED_ROPE:
+        return (f"onnxrt --fused-decode computes the rotary tables once, at build time; rope type {rope_type!r} "
+                f"changes them with the sequence length (it takes {', '.join(FIXED_ROPE)})")
+    if config.hidden_act != "silu":
+        return f"onnxrt --fused-decode gates the MLP with SiLU; this model's activation is {config.hidden_act!r}"
+    head_dim = _head_dim(config)
+    rotary_dim = int(head_dim * rope.get("partial_rotary_factor", 1.0))
+    if head_dim % 16 or (rotary_dim // 2) % 8 or rotary_dim % 2:
+        return (f"onnxrt --fused-decode's attention op rotates heads whose size is a multiple of 16 over a rotary "
+                f"width that is a multiple of 16; this model's are {head_dim} and {rotary_dim}")
+    return None
+
+
+def build(model, dtype) -> "fg.onnx.ModelProto":
+    """The fused decode graph of a Llama, Mistral, Qwen2 or Phi-3 causal LM, weights in `dtype` (np.float32 or
+    np.float16)."""
+    config, layers = model.config, model.model.layers
+    take, g = fg.StateDict(model, "LLAMA"), fg.GraphBuilder(dtype)
+    heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, layers[0].self_attn.head_dim
+    pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
+    rotary = _rotary_tables(g, model, head_dim)
+    eps = config.rms_norm_eps
+    x, head = _embedding(g, take, model)  # [B, S, E]; the LM head's [E, V] initializer
+    h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
+    residual = x
+    for i, window in enumerate(_windows(config, len(layers))):
+        layer = f"model.layers.{i}"
+        # [B, S, (H + 2 KV) * D]: the query heads, then the key heads, then the value heads
+        qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
+        attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
+                            layers[i].self_attn.scaling, kv_heads, rotary, window)  # [B, S, H D]
+        out, out_bias = _product(g, take, attn, f"{layer}.self_attn.o_proj")
+        norm = _weight(g, take, f"{layer}.post_attention_layernorm.weight")
+        h, residual = fg.skip_rms_norm(g, out, residual, norm, out_bias, eps)
+        gate_up = _linear(g, take, h, f"{layer}.mlp", ("gate_up_proj",), ("gate_proj", "up_proj"))  # [B, S, 2I]
+        inner = fg.silu_gate(g, gate_up, config.intermediate_size)  # [B, S, I]
+        down, down_bias = _product(g, take, inner, f"{layer}.mlp.down_proj")
+        after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
+        h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
+    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    take.check_all_used()
+    return g.model(f"{config.model_type}_fused_decode")
+
+
+def _rope_parameters(config) -> dict:
+    """The rope settings (transformers 5: `rope_parameters`; 4.x: `rope_scaling`, None for plain RoPE)."""
+    return dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+
+
+def _head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def _windows(config, layers: int) -> list[int | None]:
+    """Each layer's sliding window as HF's attention of the model type reads it (None: full attention): Qwen2's
+    per layer (`layer_types`, set when `use_sliding_window`), Mistral's and Phi-3's for every layer."""
+    if config.model_type == "qwen2":
+        return [config.sliding_window if kind == "sliding_attention" else None for kind in config.layer_types]
+    return [getattr(config, "sliding_window", None)] * layers
+
+
+def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
+    """cos / sin [positions, rotary_dim / 2] from HF's rotary module at every position (its `attention_scaling`
+    included); HF's tables repeat those columns twice (rotate_half's two halves). The op wants a row for every
+    column of the buffer (a one-token step passes the buffer length as the total length): the model's positions,
+    and the build's validation buffer where that is longer."""
+    rotary = model.model.rotary_emb
+    rows = max(model.config.max_position_embeddings, VALIDATION_CACHE)
+    positions = torch.arange(rows, device=rotary.inv_freq.device)[None]
+    with torch.no_grad():
+        cos, sin = rotary(torch.zeros(1, dtype=torch.float32, device=rotary.inv_freq.device), positions)
+    cos, sin = cos[0].float().cpu().numpy(), sin[0].float().cpu().numpy()  # [P, rotary_dim]
+    half = cos.shape[-1] // 2
+    if cos.shape[-1] > head_dim or not (np.array_equal(cos[:, :half], cos[:, half:])
+                                        and np.array_equal(sin[:, :half], sin[:, half:])):
+        raise ArtifactError("the LLAMA fused graph expects HF's rotary tables in the half-split form with at most "
+                            f"head size ({head_dim}) columns; this model's have {cos.shape[-1]}")
+    return g.weight("cos_cache", cos[:, :half]), g.weight("sin_cache", sin[:, :half])
+
+
+def _embedding(g: fg.GraphBuilder, take: fg.StateDict, model) -> tuple[str, str]:
+    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
+    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
+    embed, head = take("model.embed_tokens.weight"), take("lm_head.weight")  # [V, E] each
+    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+        x = g.op("Gather", [g.weight("model.embed_tokens.weight", embed), "input_ids"])
+        return x, g.weight("lm_head.weight", head.T)
+    table = g.weight("lm_head.weight", head.T)
+    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
+
+
+def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
+    return g.weight(name, take(name))
+
+
+def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed: tuple[str, ...],
+            parts: tuple[str, ...]) -> str:
+    """x @ W^T (+ b) with W the checkpoint's packed projection (`module.<packed>`) or its `parts` stacked in order
+    (nn.Linear's [out, in] weights: one product where HF runs several)."""
+    names = [f"{module}.{p}" for p in (packed if f"{module}.{packed[0]}.weight" in take.arrays else parts)]
+    weight = np.concatenate([take(f"{n}.weight") for n in names])  # [out, in]
+    biases = [take.optional(f"{n}.bias") for n in names]
+    fused = f"{module}.{packed[0]}"  # the initializers' names: the packed projection's
+    y = g.op("MatMul", [x, g.weight(f"{fused}.weight", weight.T)])
+    if all(b is None for b in biases):
+        return y
+    if any(b is None for b in biases):
+        raise ArtifactError(f"the LLAMA fused graph needs a bias on all of {', '.join(names)} or none")
+    return g.op("Add", [y, g.weight(f"{fused}.bias", np.concatenate(biases))])
+
+
+def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple[str, str | None]:
+    """(x @ W^T, the bias initializer or None): the bias goes into the next skip norm's kernel."""
+    bias = take.optional(f"{name}.bias")
+    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
+    return y, None if bias is None else g.weight(f"{name}.bias", bias)
+
+
+# bump the version when the graph changes
+BUILDER = fg.FusedBuilder(model_types=FAMILY.model_types, version="1", build=build, refusal=refusal)
