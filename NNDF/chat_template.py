@@ -75,7 +75,7 @@ def template_of(run, options: ChatTemplateOptions) -> Template | None:
     without a template (then --system is refused: there is nowhere to put it)."""
     if options.no_chat_template or ChatTemplateOptions not in run.family.task.option_groups:
         return None
-    if getattr(run.tokenizer, "chat_template", None):
+    if run.tokenizer.chat_template:
         return Template(run.tokenizer, options.system)
     if options.system is not None:
         raise UsageError(f"--system needs a chat template, and {run.source.variant}'s tokenizer has none: drop "
