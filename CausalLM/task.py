@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from NNDF.chat_template import ChatTemplateOptions
 from NNDF.evaluate.table import GENERATIVE_EVALUATORS
 from NNDF.steps import position_ids_from_mask
 from NNDF.tasks import GenerativeTask, Prompt, TextItems, shared_positions_problem, tokenize
@@ -25,6 +26,7 @@ class CausalLM(TextItems, GenerativeTask):
                 "trt": "CausalLM.trt:DecoderTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
     evaluators = GENERATIVE_EVALUATORS  # shared by the generative kinds (NNDF/evaluate/)
+    option_groups = (*GenerativeTask.option_groups, ChatTemplateOptions)  # prompts in the tokenizer's chat template
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("decoder",)

@@ -19,19 +19,16 @@ its flags-only default (greedy, one beam, no penalties, top-k off).
 
 Settings HF honours that our loop does not implement (constraints, encoder_repetition_penalty, several returned
 sequences, ...) are refused in one line naming the field and `--ignore-generation-config`, never ignored in
-silence; a model with several EOS ids is warned about through logging (the task's EOS ends generation). The effective beam count
+silence. EOS: the task's (the tokenizer's) and every id of the generation config's `eos_token_id` (a chat model
+lists its end of turn there, as Llama 3's does): any of them ends a row. The effective beam count
 is needed before any generation (TensorRT profiles size their rows by it): `effective_num_beams`, exposed as
 `RunContext.num_beams`.
 """
 from __future__ import annotations
 
-import logging
-
 from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
-from NNDF.sampling import SamplingConfig
-
-log = logging.getLogger(__name__)  # the CLI prints each warning as one `warning: ...` line, --verbose or not
+from NNDF.sampling import SamplingConfig, eos_ids
 
 DEFAULT_MAX_NEW_TOKENS = 32  # chat, when neither --max-new-tokens nor the model's config gives a length
 HF_TOP_K = 50  # HF's global default top_k (applies when sampling and the model's config sets none)
@@ -120,7 +117,7 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
     if hf is not None:
         _refuse_unsupported(hf, do_sample)
     eos, pad = run.family.task.special_ids(run)
-    _warn_other_eos(hf, eos)
+    eos = _eos(eos, hf)
 
     max_length = None
     if max_new_tokens is None:
@@ -165,11 +162,11 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
     )
 
 
-def _warn_other_eos(hf, eos: int | None) -> None:
-    ids = getattr(hf, "eos_token_id", None)
-    if isinstance(ids, (list, tuple)) and set(ids) - {eos}:
-        log.warning("the model's generation config lists several EOS ids %s; generation here stops only at the "
-                    "tokenizer's EOS %s", list(ids), eos)
+def _eos(eos: int | None, hf) -> int | tuple[int, ...] | None:
+    """The ids that end generation: the task's EOS first, then the generation config's others (one id stays an
+    int, as HF writes it)."""
+    ids = tuple(dict.fromkeys(eos_ids(eos) + eos_ids(hf.eos_token_id if hf is not None else None)))
+    return ids[0] if len(ids) == 1 else (ids or None)
 
 
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:

@@ -6,8 +6,9 @@ Greedy and beam search follow HF `generate` semantics token for token (beam sear
 `early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so
 finished beams never starve the running ones). Scores go through transformers' own logits processors
 (`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected with
-its `EosTokenCriteria`. What a run's settings are (a model's generation config under the user's flags) is
-decided in `NNDF.decoding`.
+its `EosTokenCriteria`; `eos_token_id` may be one id or several (a chat model's end of text and end of turn):
+any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under the
+user's flags) is decided in `NNDF.decoding`.
 Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder)`
 (encoder and cross-attention cache, whose result is the initial cache) before the decoder's first step, so
 the prefill time includes the encoder.
@@ -23,7 +24,7 @@ import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.errors import UsageError
-from NNDF.sampling import SamplingConfig, logits_processors, pick_tokens
+from NNDF.sampling import SamplingConfig, eos_ids, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
 
 
@@ -38,7 +39,7 @@ class GenerationConfig:
     num_beams: int = 1
     length_penalty: float = 1.0
     early_stopping: bool | str = False  # beam search: False (HF's heuristic), True, or "never"
-    eos_token_id: int | None = None
+    eos_token_id: int | tuple[int, ...] | None = None  # one id or several: any of them ends a row
     pad_token_id: int = 0
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
@@ -66,12 +67,12 @@ class GenerationOutput:
     sequences: torch.Tensor  # [B, prompt + new], pad after EOS
     prompt_length: int
 
-    def new_tokens(self, row: int, eos_token_id: int | None) -> list[int]:
-        """Generated ids of one row, up to and including its EOS."""
+    def new_tokens(self, row: int, eos_token_id: int | tuple[int, ...] | None) -> list[int]:
+        """Generated ids of one row, up to and including its first EOS (any of several)."""
         ids = self.sequences[row, self.prompt_length :].tolist()
-        if eos_token_id is not None and eos_token_id in ids:
-            ids = ids[: ids.index(eos_token_id) + 1]
-        return ids
+        ends = eos_ids(eos_token_id)
+        first = next((i for i, token in enumerate(ids) if token in ends), None)
+        return ids if first is None else ids[: first + 1]
 
 
 class Observer:
@@ -183,7 +184,8 @@ def _processors(config: GenerationConfig, attention_mask: torch.Tensor, rows: to
 
 
 def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
-    return EosTokenCriteria(config.eos_token_id) if config.eos_token_id is not None else None
+    ids = eos_ids(config.eos_token_id)
+    return EosTokenCriteria(list(ids)) if ids else None
 
 
 def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):

@@ -108,6 +108,15 @@ def _repetition_penalty(penalty: float, padding: torch.Tensor | None) -> Repetit
         return RepetitionPenaltyLogitsProcessor(penalty)
 
 
+def eos_ids(eos_token_id: int | tuple[int, ...] | list[int] | None) -> tuple[int, ...]:
+    """A `GenerationConfig.eos_token_id` (None, one id or several) as a tuple of ids."""
+    if eos_token_id is None:
+        return ()
+    if isinstance(eos_token_id, (list, tuple)):
+        return tuple(int(i) for i in eos_token_id)
+    return (int(eos_token_id),)
+
+
 def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, device) -> LogitsProcessorList:
     """The processors of one generation (`config`: an `NNDF.generation.GenerationConfig`), built as HF 5.23's
     `_get_logits_processor` builds them from the equivalent HF GenerationConfig.
@@ -117,7 +126,7 @@ def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, 
     tokens are not penalised), None when no row is padded.
     """
     cfg: SamplingConfig = config.sampling
-    eos = config.eos_token_id
+    eos = list(eos_ids(config.eos_token_id)) or None  # HF's processors take one id or a list
     processors = LogitsProcessorList()
     if cfg.repetition_penalty != 1.0:
         processors.append(_repetition_penalty(cfg.repetition_penalty, padding))

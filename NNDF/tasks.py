@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import torch
 
+from NNDF.chat_template import token_batch
 from NNDF.errors import UsageError
 from NNDF.options import (BenchmarkGenerationOptions, CacheOptions, DecodingOptions, FusedStepOptions, MaskOptions,
                           MinLengthOptions, SamplerOptions, ScoringOptions)
@@ -172,9 +173,9 @@ def shared_positions_problem(run, prompt: int, new: int) -> str | None:
 
 
 def tokenize(run, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Padded ids and mask [B, T] on the tokenizer's padding side; refuses empty prompts and, without
-    --use-mask, prompts that need padding."""
-    batch = run.tokenizer(list(texts), return_tensors="pt", padding=True)
+    """Padded ids and mask [B, T] on the tokenizer's padding side (texts, or prompts in the model's chat template:
+    NNDF/chat_template.py); refuses empty prompts and, without --use-mask, prompts that need padding."""
+    batch = token_batch(run.tokenizer, texts)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     if ids.shape[1] == 0:
         raise UsageError("empty prompt: nothing to generate from")

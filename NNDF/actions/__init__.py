@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from NNDF.chat_template import ChatTemplateOptions
 from NNDF.generate_options import GenerateOptions
 from NNDF.options import (AccuracyDataOptions, AccuracyOptions, BatchOptions, BenchmarkGenerationOptions,
                           BenchmarkInputOptions, BenchmarkOptions, CacheOptions, ChatOptions, CleanupOptions,
@@ -79,9 +80,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            reads=(*_MODEL, *_STEPS, SamplerOptions, SeedOptions, TimingLoopOptions, PercentileOptions,
                   BenchmarkInputOptions, BenchmarkGenerationOptions)),  # always --output-seq-len tokens
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
-           (ModelOptions, SamplingOptions, ChatOptions), side_by_side=True,  # one prompt at a time: no batch
+           (ModelOptions, SamplingOptions, ChatOptions, ChatTemplateOptions), side_by_side=True,  # one at a time
            reads=(*_MODEL, CleanupOptions, CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions,
-                  ImageOptions, *_DECODE, ChatOptions), does="generates text", instead="predict"),
+                  ImageOptions, *_DECODE, ChatOptions, ChatTemplateOptions), does="generates text", instead="predict"),
     Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples",
            (ModelOptions, SamplingOptions, TimingOptions),
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),  # medians only
@@ -89,7 +90,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            (ModelOptions, SamplingOptions, TimingOptions), side_by_side=True,
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),
     Action("generate", "batches of your own prompts (--prompt or --dataset FILE.jsonl), several backends side by side",
-           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions), side_by_side=True,
+           "NNDF.actions.generate:generate", (ModelOptions, SamplingOptions, GenerateOptions, ChatTemplateOptions),
+           side_by_side=True,
            does="writes text", instead="predict"),
     Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side",
            "NNDF.actions.predict:predict", (ModelOptions, PredictOptions), side_by_side=True,

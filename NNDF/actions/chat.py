@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from NNDF.actions.skeleton import run_action
+from NNDF.chat_template import ChatTemplateOptions
 from NNDF.options import ChatOptions, ModelOptions, OptionGroup, SamplingOptions
 from NNDF.results import Report
 
 
 def chat(family: str, backends: tuple[str, ...], options: ModelOptions, sampling: SamplingOptions,
-         chat_opts: ChatOptions, *backend_options: OptionGroup) -> Report:
-    return run_action("chat", family, backends, options, (sampling, chat_opts), backend_options)
+         chat_opts: ChatOptions, template: ChatTemplateOptions = ChatTemplateOptions(),
+         *backend_options: OptionGroup) -> Report:
+    return run_action("chat", family, backends, options, (sampling, chat_opts, template), backend_options)

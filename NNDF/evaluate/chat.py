@@ -10,6 +10,10 @@ encoder-decoder's instruction comes first). With `--prompt` every prompt is chec
 up (one line, exit 2); in interactive mode the line is refused with a message saying how many tokens fit, and
 the conversation goes on. Any other bad line (not UTF-8, a missing image, ...) is also one message, and the
 conversation goes on; the report at the end holds every answer.
+
+Decoder models whose tokenizer has a chat template get their prompts in it (NNDF/chat_template.py; `--system`,
+`--no-chat-template`): each `--prompt` is one user turn; interactive lines and answers are one conversation,
+its oldest turns dropped whole when the next prompt would not fit.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
+from NNDF.chat_template import ChatTemplateOptions, Conversation, Template, template_of, templated
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.generation import GenerationConfig
@@ -116,9 +121,12 @@ def _answer(run, opened, item, inputs, config: GenerationConfig, report: Report)
         report.results.append(result)
 
 
-def _conversation(run, opened, config: GenerationConfig, report: Report) -> None:
-    """Interactive: one item per stdin line; a bad line is one message and the conversation goes on."""
+def _conversation(run, opened, config: GenerationConfig, report: Report, template: Template | None = None) -> None:
+    """Interactive: one item per stdin line; a bad line is one message and the conversation goes on. With a chat
+    template, the lines and the first backend's answers are one conversation (NNDF/chat_template.py)."""
     task = run.family.task
+    refusal = lambda item: length_refusal(run, encode(run, [item]), config)  # noqa: E731
+    history = Conversation(template, refusal) if template else None
     print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' or 'quit' ends.", file=sys.stderr)
     for number, line in _lines():
         if line is None or not line.strip():
@@ -127,7 +135,10 @@ def _conversation(run, opened, config: GenerationConfig, report: Report) -> None
             return
         try:
             item = task.item_from_line(line)
+            item = history.ask(item) if history else item  # the oldest turns dropped until it fits
             _answer(run, opened, item, _prepare(run, item, config), config, report)
+            if history:
+                history.answered(report.results[-len(opened)].text)  # the first backend's answer to this line
         except KeyboardInterrupt:  # Ctrl-C while answering ends the conversation; the report keeps the answers
             say("interrupted: the conversation ends")
             return
@@ -143,9 +154,10 @@ class Chat(Evaluator):
 
     together = True
 
-    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, chat_opts: ChatOptions) -> None:
-        super().__init__(action, options, sampling, chat_opts)
-        self.sampling, self.chat = sampling, chat_opts
+    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, chat_opts: ChatOptions,
+                 template: ChatTemplateOptions = ChatTemplateOptions()) -> None:
+        super().__init__(action, options, sampling, chat_opts, template)
+        self.sampling, self.chat, self.template_options = sampling, chat_opts, template
 
     def check(self, task) -> None:
         if any(not p.strip() for p in self.chat.prompt):
@@ -159,8 +171,10 @@ class Chat(Evaluator):
             "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
             "use_cache": options.use_cache, "num_beams": config.num_beams, "do_sample": config.sampling.do_sample}
         self.interactive = not (self.chat.prompt or options.image)
+        self.template = template_of(run, self.template_options)  # None: the text as it is
         # --prompt / --image: every item checked (tokens, images, lengths) before any backend is set up
         items = [] if self.interactive else run.family.task.items(run.options, self.chat.prompt)
+        items = templated(self.template, items)
         self.prepared = [(item, _prepare(run, item, config, f"prompt {n} of {len(items)}: " if len(items) > 1 else ""))
                          for n, item in enumerate(items, 1)]
 
@@ -170,6 +184,6 @@ class Chat(Evaluator):
     def end(self, run, report, outcomes: list) -> None:
         opened = [(name, backend, steps) for name, (backend, steps) in outcomes]
         if self.interactive:
-            _conversation(run, opened, self.config, report)
+            _conversation(run, opened, self.config, report, self.template)
         for item, inputs in self.prepared:
             _answer(run, opened, item, inputs, self.config, report)

@@ -9,7 +9,8 @@ are turned into that prompt's own new-token counts first, and only prompts with 
 dataset line's `max_new_tokens` is its own setting; results keep the order of the input.
 
 Every prompt is read, checked (its length against the model's position table) and encoded before any backend is
-set up, so a bad line fails at once: one line naming the file and the line number, exit 2.
+set up, so a bad line fails at once: one line naming the file and the line number, exit 2. A decoder model whose
+tokenizer has a chat template gets each prompt as one user turn in it (NNDF/chat_template.py).
 
 The table has one row per prompt and backend, then one row per backend with its new tokens per second (summed
 over the batches' generation time). JSON (`--json`): `results` holds one entry per prompt and backend with
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from NNDF import progress
+from NNDF.chat_template import ChatTemplateOptions, template_of, templated
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.evaluate.chat import length_refusal
@@ -225,15 +227,18 @@ def _agreement(per_backend: list[list[Generated]]) -> list[str]:
 class Generate(Evaluator):
     """`generate` for the generative kinds: the prompts in planned batches, one row per prompt and backend."""
 
-    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, gen: GenerateOptions) -> None:
-        super().__init__(action, options, sampling, gen)
-        self.sampling, self.gen = sampling, gen
+    def __init__(self, action: str, options: ModelOptions, sampling: SamplingOptions, gen: GenerateOptions,
+                 template: ChatTemplateOptions = ChatTemplateOptions()) -> None:
+        super().__init__(action, options, sampling, gen, template)
+        self.sampling, self.gen, self.template_options = sampling, gen, template
 
     def check(self, task) -> None:
         self.requests = _requests(task, self.options, self.gen)  # bad input fails before anything loads
 
     def begin(self, run, report) -> None:
         options, gen = self.options, self.gen
+        texts = templated(template_of(run, self.template_options), [r.item for r in self.requests])  # chat template
+        self.requests = [dataclasses.replace(r, item=text) for r, text in zip(self.requests, texts)]
         self.batches = plan(run, self.requests, self.sampling, gen.max_new_tokens)
         self.config = config = generation_config(run, self.sampling, gen.max_new_tokens)
         report.settings = {

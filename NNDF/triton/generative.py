@@ -29,6 +29,7 @@ import torch
 
 from NNDF.errors import HarnessError
 from NNDF.generation import Observer
+from NNDF.sampling import eos_ids
 from NNDF.tasks import Prompt
 
 SERVING = "serving.json"
@@ -297,8 +298,8 @@ class _Stream(Observer):
     """Streaming: each row's chosen token goes to its request's sender as it is chosen (until the row's EOS or
     the client cancels); when every client of the batch has gone, the generation stops."""
 
-    def __init__(self, pb, requests: list, senders: list, eos: int | None):
-        self.pb, self.requests, self.senders, self.eos = pb, requests, senders, eos
+    def __init__(self, pb, requests: list, senders: list, eos: int | tuple[int, ...] | None):
+        self.pb, self.requests, self.senders, self.eos = pb, requests, senders, eos_ids(eos)
         self.open = [True] * len(senders)
         self.live = [True] * len(senders)  # the client still listens
 
@@ -309,7 +310,7 @@ class _Stream(Observer):
             if self.open[row]:
                 tensor = self.pb.Tensor("output_ids", np.array([[token]], dtype=np.int64))
                 self.senders[row].send(self.pb.InferenceResponse(output_tensors=[tensor]))
-                self.open[row] = token != self.eos  # nothing after a row's EOS
+                self.open[row] = token not in self.eos  # nothing after a row's EOS (any of them)
         if not any(self.live):
             raise RequestError("every client of this batch cancelled its request")
 
