@@ -14,7 +14,7 @@ position tables hold 256; BLIP: 16 / 40).
 
     python tools/bench/speed_matrix.py [OUT] --group quick     # GPT-2 124M shapes, batch 1; OUT: temp/bench
     python tools/bench/speed_matrix.py [OUT] --group gpt2|xl|all|autotune|fused|fused-gpt2|fused-xl|fused-final
-    python tools/bench/speed_matrix.py [OUT] --group llama-8b|llama-small --new 128   # the LLAMA family's shapes
+    python tools/bench/speed_matrix.py [OUT] --group llama-8b|llama-small|llama-ort --new 128   # LLAMA shapes
     python tools/bench/speed_matrix.py temp/smoke --group quick --device cpu --prompt 8 --new 8   # CPU smoke run
 
 Needs a CUDA GPU with onnxruntime-gpu for the onnxrt rows (or `--backends frameworks`). `autotune` is a
@@ -59,6 +59,7 @@ CONFIGS = {
                                                            compile_mode="max-autotune")),
     "fused": dict(backends=("frameworks", "onnxrt"), options=dict(static_cache=True, use_cuda_graph=True,
                                                                   torch_compile=True, fused_decode=True)),
+    "ort-fused": dict(backends=("onnxrt",), options=dict(static_cache=True, use_cuda_graph=True, fused_decode=True)),
     "fused-autotuned": dict(backends=("frameworks",), options=dict(static_cache=True, use_cuda_graph=True,
                                                                    torch_compile=True, fused_decode=True,
                                                                    compile_mode="max-autotune")),
@@ -297,6 +298,17 @@ def llama_jobs(shapes: tuple[str, ...]):
     return jobs
 
 
+def llama_ort_jobs():
+    """The llama-ort group: the LLAMA family's fused ONNX Runtime graph (static cache, CUDA graph) at Qwen2.5-0.5B
+    and Llama-3-8B shapes, batch 1 (the graph is built from the weights on first use: its build time is logged)."""
+    jobs = [("copy", copy_bandwidth)]
+    for shape in ("qwen2.5-0.5b", "llama-3-8b"):
+        d = SHAPES[shape]
+        jobs += [("shapes", lambda s=shape: make_shapes(s)),
+                 ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "ort-fused", WORKDIR, 5, hf=False))]
+    return jobs
+
+
 def copy_bandwidth(gib: int = 2, repeats: int = 20) -> dict:
     """The card's measured copy bandwidth (bytes read + bytes written per second, device to device): the floor
     a decode step is held against (weight bytes / this)."""
@@ -332,7 +344,7 @@ def make_shapes(shape: str) -> dict:
 # shapes made before a group starts (the job groups make gpt2-xl as a job of their own, after the GPT-2 rows)
 UPFRONT_SHAPES = {"quick": ("gpt2",), "gpt2": ("gpt2",), "xl": ("gpt2-xl",), "all": ("gpt2", "gpt2-xl"),
                   "autotune": ("gpt2",), "fused": ("gpt2",), "fused-gpt2": ("gpt2",), "fused-xl": (),
-                  "fused-final": ("gpt2",), "llama-8b": (), "llama-small": ()}
+                  "fused-final": ("gpt2",), "llama-8b": (), "llama-small": (), "llama-ort": ()}
 
 
 WORKDIR = "/tmp/wd"
@@ -391,7 +403,7 @@ def main() -> None:
     parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench",
                         help="folder for speed-GROUP.json, .md and the plots (default temp/bench)")
     parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
-                                            "fused-xl", "fused-final", "llama-8b", "llama-small"), default="all")
+                                            "fused-xl", "fused-final", "llama-8b", "llama-small", "llama-ort"), default="all")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
@@ -415,6 +427,8 @@ def main() -> None:
         return run_jobs(args.out, autotune_jobs(), args.deadline)
     if args.group == "fused-final":
         return run_jobs(args.out, final_jobs(), args.deadline, args.group)
+    if args.group == "llama-ort":
+        return run_jobs(args.out, llama_ort_jobs(), args.deadline, args.group)
     if args.group.startswith("llama"):
         BACKENDS = ("frameworks",)
         shapes = {"llama-8b": ("llama-3-8b",), "llama-small": ("qwen2.5-0.5b", "mistral-7b-w64")}[args.group]
