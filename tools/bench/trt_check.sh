@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # TensorRT engine builds of the decoder-only families:
 #
-#   bash tools/bench/trt_check.sh [all|offline|gpt2]   # any CUDA machine with the requirements plus TensorRT or
-#                                                      # TensorRT-RTX (and onnxruntime-gpu)
-# offline: the families' offline defaults; gpt2: GPT-2 124M shapes only; all: both.
+#   bash tools/bench/trt_check.sh [all|offline|gpt2|llama]   # any CUDA machine with the requirements plus
+#                                                            # TensorRT or TensorRT-RTX (and onnxruntime-gpu)
+# offline: the families' offline defaults; gpt2: GPT-2 124M shapes only; all: both; llama: the LLAMA family's
+# random offline variants (Llama with llama3 rope, Mistral's window, Qwen2, Phi-3), builds only.
 # For each model: `build` engines in fp32 and fp16, with and without KV cache, batch 1 and a dynamic batch
 # range 1..8; then one real run of an engine, a truncated cached engine (expected: a 'rebuilding' warning) and a
 # file that is no engine (expected: one line, exit 2), and the trt parity tests on CUDA. The table of build
@@ -22,6 +23,8 @@ n=0
 case "${1:-all}" in
   offline) MODELS=("GPT2" "OPT" "BLOOM") ;;
   gpt2) MODELS=("GPT2 --torch-dir $SHAPES/gpt2 --n-positions 1024") ;;
+  llama) MODELS=("LLAMA --variant llama3-offline" "LLAMA --variant mistral-offline" "LLAMA --variant qwen2-offline"
+                 "LLAMA --variant phi3-offline") ;;
   *) MODELS=("GPT2" "OPT" "BLOOM" "GPT2 --torch-dir $SHAPES/gpt2 --n-positions 1024") ;;
 esac
 for model in "${MODELS[@]}"; do
@@ -37,8 +40,9 @@ for model in "${MODELS[@]}"; do
   done
 done
 echo "--- executing an engine (where TensorRT cannot run it here: one line, exit 2) ---"
-python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
-if [ "${1:-all}" != gpt2 ]; then
+[ "${1:-all}" = llama ] && python3 run.py run LLAMA trt --variant qwen2-offline --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+[ "${1:-all}" != llama ] && python3 run.py run GPT2 trt --device cuda --use-cache -wd $WD --iterations 1 --warmup 0; echo "exit code: $?"
+if [ "${1:-all}" != gpt2 ] && [ "${1:-all}" != llama ]; then
   echo "--- a truncated cached engine: expected a 'rebuilding' warning, then the refusal above ---"
   f=$(ls -d $WD/GPT2/gpt2-offline/engine-GPT2-gpt2-offline-fp32-kv-batch1-*/decoder.engine | head -1)
   head -c 1000 "$f" > /tmp/truncated && cp /tmp/truncated "$f"
