@@ -36,7 +36,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from tqdm import tqdm
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -47,6 +46,7 @@ from transformers import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_corpus import SEED, eval_documents, split_topic_names, train_documents  # noqa: E402
+from offline_training import encode_stream, folder_bytes, held_out_loss, train  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "GPT2" / "offline" / "gpt2-offline"
@@ -109,16 +109,6 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int) -> PreTrainedTokenizer
     )
 
 
-def encode_stream(tok: Tokenizer, texts: list[str]) -> torch.Tensor:
-    """Concatenate documents into one id stream, each followed by <|endoftext|>."""
-    eos_id = tok.token_to_id(EOS)
-    ids: list[int] = []
-    for text in texts:
-        ids.extend(tok.encode(text).ids)
-        ids.append(eos_id)
-    return torch.tensor(ids, dtype=torch.long)
-
-
 # --------------------------------------------------------------------------- model
 
 
@@ -138,79 +128,7 @@ def build_model(args: argparse.Namespace, vocab_size: int, eos_id: int) -> GPT2L
     return GPT2LMHeadModel(config)
 
 
-def lr_at(step: int, args: argparse.Namespace) -> float:
-    """Linear warm-up, then cosine decay to 10% of the peak."""
-    if step < args.warmup_steps:
-        return args.lr * (step + 1) / args.warmup_steps
-    progress = (step - args.warmup_steps) / max(1, args.steps - args.warmup_steps)
-    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def make_optimizer(model: torch.nn.Module, args: argparse.Namespace) -> torch.optim.Optimizer:
-    # Usual GPT recipe: decay only the 2-D matmul weights; biases, LayerNorms and the
-    # embeddings (the token embedding doubles as the tied LM head) are left undecayed.
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        (decay if param.dim() >= 2 and "wte" not in name and "wpe" not in name else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": args.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95))
-
-
-@torch.no_grad()
-def held_out_loss(model: GPT2LMHeadModel, ids: torch.Tensor, seq_len: int) -> float:
-    """Token-weighted mean next-token loss over non-overlapping windows of the held-out stream."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, seq_len):
-        window = ids[start : start + seq_len].unsqueeze(0)
-        if window.shape[1] < 2:
-            break
-        n_predicted = window.shape[1] - 1
-        mask = torch.ones_like(window)
-        total += model(input_ids=window, attention_mask=mask, labels=window).loss.item() * n_predicted
-        count += n_predicted
-    model.train(was_training)
-    return total / count
-
-
-def train(model: GPT2LMHeadModel, train_ids: torch.Tensor, eval_ids: torch.Tensor, args: argparse.Namespace) -> float:
-    """Train on random windows of the packed stream; return the mean loss of the last 100 steps."""
-    optimizer = make_optimizer(model, args)
-    batch_gen = torch.Generator().manual_seed(args.seed)  # window sampling, independent of dropout RNG
-    max_start = len(train_ids) - args.seq_len
-    recent: list[float] = []
-    model.train()
-    bar = tqdm(range(args.steps), desc="train", unit="step", mininterval=5)
-    for step in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step, args)
-        starts = torch.randint(0, max_start + 1, (args.batch_size,), generator=batch_gen)
-        batch = torch.stack([train_ids[s : s + args.seq_len] for s in starts.tolist()])
-        # Explicit all-ones mask: <|endoftext|> separators are content here, not padding.
-        loss = model(input_ids=batch, attention_mask=torch.ones_like(batch), labels=batch).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-        recent = (recent + [loss.item()])[-100:]
-        bar.set_postfix(loss=f"{sum(recent) / len(recent):.3f}", refresh=False)
-        if args.eval_every and (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
-            # Printed for monitoring only; nothing is selected on it.
-            tqdm.write(f"step {step + 1}: train loss {sum(recent) / len(recent):.3f}, "
-                       f"held-out loss {held_out_loss(model, eval_ids, args.seq_len):.3f}")
-    return sum(recent) / len(recent)
-
-
 # --------------------------------------------------------------------------- output
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def save(model: GPT2LMHeadModel, tokenizer: PreTrainedTokenizerFast, out: Path) -> None:
@@ -285,8 +203,8 @@ def main() -> None:
     tok = train_tokenizer(train_texts, args.vocab_size)
     tokenizer = wrap_tokenizer(tok, args.n_positions)
     eos_id = tok.token_to_id(EOS)
-    train_ids = encode_stream(tok, train_texts)
-    eval_ids = encode_stream(tok, eval_texts)
+    train_ids = encode_stream(tok, train_texts, eos_id)
+    eval_ids = encode_stream(tok, eval_texts, eos_id)
     print(f"tokens: train {len(train_ids):,}, held-out {len(eval_ids):,}")
 
     model = build_model(args, len(tokenizer), eos_id)
