@@ -8,8 +8,9 @@ JSON. Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`
 errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback of what caused it follows);
 library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each.
 
-Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). `--json` is checked before the
-action runs (a folder, or a place that cannot be written, fails at once rather than after the run).
+Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). Output paths (`--json`, `--plot`)
+are checked before the action runs: a folder, a place that cannot be written, or one of the run's inputs
+(NNDF/outputs.py) fails at once rather than after the run.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ import warnings
 from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
+from NNDF.outputs import OUTPUTS, check_outputs
+from NNDF.plot import plot_format
 from NNDF.results import check_output_path, say
 
 
@@ -104,10 +107,25 @@ class _OneLine(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
-def _check_output(args) -> None:
-    """--json: checked before the action runs, so a bad path fails at once and leaves nothing behind."""
-    if getattr(args, "json", None) is not None:
-        check_output_path(args.json, "--json")
+def _check_outputs(args, family=None) -> None:
+    """--json, --plot: checked before the action runs, so a bad path (unwritable, a format not written, one of the
+    run's inputs) fails at once and leaves nothing behind."""
+    for attribute, flag in OUTPUTS.items():
+        if getattr(args, attribute, None) is not None:
+            check_output_path(getattr(args, attribute), flag)
+    if getattr(args, "plot", None) is not None:
+        plot_format(args.plot)
+    check_outputs(args, _committed_folder(args, family))
+
+
+def _committed_folder(args, family):
+    """The offline variant's committed model folder this run reads (None: none, or --torch-dir)."""
+    if family is None or getattr(args, "torch_dir", None):
+        return None
+    try:
+        return family.variant(getattr(args, "variant", None) or family.default_variant).local_dir
+    except HarnessError:  # an unknown variant: refused later, with its choices
+        return None
 
 
 def _function(action: Action, family):
@@ -136,10 +154,11 @@ def _backends(args, action: Action, family) -> tuple[str, ...]:
 def dispatch(args) -> object:
     """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
     action = ACTIONS[args.action]
-    _check_output(args)
     if not action.runs_models:
+        _check_outputs(args)
         return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
+    _check_outputs(args, family)
     function = _function(action, family)
     backends = _backends(args, action, family)
     flags.check(args, action, family, backends)

@@ -17,7 +17,7 @@ import torch
 
 from NNDF.errors import ModelLoadError
 from NNDF.family import ROOT, Family, Variant
-from NNDF.integrity import damaged_file
+from NNDF.integrity import damaged_file, embedding_rows
 from NNDF.model_config import ModelDims
 from NNDF.offline import materialize
 
@@ -77,6 +77,9 @@ def _from_pretrained(cls, family: Family, location: str, local: bool, what: str,
             broken = damaged_file(Path(location))
             if broken:
                 raise ModelLoadError(f"cannot read {what}: {broken[0]} is damaged ({broken[1]}); {repair}") from exc
+            if isinstance(exc, RuntimeError) and "mismatched_sizes" in str(exc):
+                raise ModelLoadError(f"cannot read {what} in {location!r}: {_shape_mismatch(Path(location))}") \
+                    from exc
             if isinstance(exc, RuntimeError):  # torch's own errors: not a file problem we can name
                 raise
             raise ModelLoadError(f"cannot read {what} in {location!r}: {_first_line(exc)}"
@@ -88,6 +91,17 @@ def _from_pretrained(cls, family: Family, location: str, local: bool, what: str,
         if isinstance(exc, RuntimeError):
             raise
         raise _hub_error(family, location, exc) from exc
+
+
+def _shape_mismatch(folder: Path) -> str:
+    """What disagrees between a folder's config.json and its weights (the vocabulary, where it can be read)."""
+    from transformers import AutoConfig
+
+    dims = ModelDims.of(AutoConfig.from_pretrained(folder, local_files_only=True))
+    rows = embedding_rows(folder, dims.hidden)
+    found = (f"its config.json says vocab_size {dims.vocab}, its weights embed {rows} tokens"
+             if rows is not None and rows != dims.vocab else "a size in its config.json disagrees with its weights")
+    return f"{found}; use the config.json the weights were saved with"
 
 
 def _repair_hint(variant: Variant, torch_dir: str | None, local_dir: Path | None) -> str:
@@ -133,10 +147,23 @@ def load_tokenizer(source: ModelSource):
 
     tok = _from_pretrained(AutoTokenizer, source.family, source.location, source.local_dir is not None,
                            "a tokenizer", source.trust_remote_code, source.repair)
+    if source.local_dir is not None:
+        _check_tokenizer_files(tok, source.local_dir)
     tok.padding_side = source.family.task.padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _check_tokenizer_files(tok, folder: Path) -> None:
+    """A folder without tokenizer files still loads a tokenizer (an empty vocabulary that turns every text into no
+    tokens): refuse it, naming the files its tokenizer class reads."""
+    wanted = [name for name in dict.fromkeys(["tokenizer.json", *getattr(tok, "vocab_files_names", {}).values()])
+              if name]
+    if not any((folder / name).is_file() for name in wanted):
+        raise ModelLoadError(f"{folder} has no tokenizer files (it needs tokenizer.json, or "
+                             f"{' and '.join(wanted[1:]) or 'the files its tokenizer reads'}): save the tokenizer "
+                             "there too (tokenizer.save_pretrained(DIR))")
 
 
 def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device,

@@ -41,7 +41,7 @@ def repository_problem(repository: Path) -> str | None:
                  if not p.name.startswith(".") and p.name != README and not (p.is_dir() and (p / CONFIG).is_file())]
     if strangers:
         return (f"is not a Triton model repository (it holds {', '.join(sorted(strangers)[:3])}, which are not "
-                "model folders); give an empty or new folder, or an existing repository")
+                "model folders)")
     return None
 
 
@@ -49,7 +49,8 @@ def check_target(repository: Path, name: str, force: bool) -> None:
     """UsageError when `repository` cannot take model `name` (not a repository; the model exists, no --force)."""
     problem = repository_problem(repository)
     if problem:
-        raise UsageError(f"--repository {repository}: {problem}")
+        raise UsageError(f"--repository {repository}: {problem}; give an empty or new folder, or an existing "
+                         "repository")
     if (repository / name).exists() and not force:
         raise UsageError(f"--repository {repository} already has a model {name!r}: add --force to replace it, or "
                          "give another --model-name")
