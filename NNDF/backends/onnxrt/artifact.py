@@ -119,7 +119,8 @@ class GraphArtifact(ABC):
                  or not (folder / VALIDATION).is_file())
         if fresh:
             model = self.source_model(run)
-            with run.store.build(name, fingerprint) as tmp, status(self.building(run)):
+            needs = sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
+            with run.store.build(name, fingerprint, needs) as tmp, status(self.building(run)):
                 write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
         self.read_validation(json.loads((folder / VALIDATION).read_text()))
         return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
