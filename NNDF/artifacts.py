@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from NNDF.errors import UsageError
+from NNDF.errors import HarnessError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def space_needed(folder: Path, needed: Callable[[], int]) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if not _disk_full(exc):
+        if isinstance(exc, HarnessError) or not _disk_full(exc):  # already one line (a build inside said it)
             raise
         raise no_space(folder, needed()) from exc
 
@@ -299,7 +299,7 @@ class ArtifactStore:
                         os.chmod(path, folders if path.is_dir() else files)
                 record_digests(tmp)
             except Exception as exc:
-                if _disk_full(exc):
+                if _disk_full(exc) and not isinstance(exc, HarnessError):
                     raise no_space(self.working_dir, needs or folder_bytes(tmp)) from exc
                 raise
             if final.exists():  # moved aside first: the rename below must not merge folders

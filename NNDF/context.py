@@ -131,9 +131,8 @@ def make_context(family: Family, options: ModelOptions, *backend_options: Option
     device = resolve_device(options)
     if options.threads:
         torch.set_num_threads(options.threads)
-    variant = options.variant or family.default_variant
     working_dir = check_working_dir(options.working_dir)
-    source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
+    source = resolve_source(family, options.variant, options.torch_dir, working_dir, options.trust_remote_code)
     store = ArtifactStore(working_dir, family.name, source.variant)
     groups = {type(group): group for group in backend_options if group is not None}
     return RunContext(family, options, source, device, store, groups)

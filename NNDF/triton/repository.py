@@ -11,12 +11,11 @@ the folders in `NNDF_TRITON_PATH` (set by `run.py serve`) and the project root r
 from __future__ import annotations
 
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from NNDF.artifacts import dir_mode, file_mode
+from NNDF.artifacts import file_mode, staging_folder
 from NNDF.errors import UsageError
 from NNDF.triton.config import CONFIG, read_config
 from NNDF.backends.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
@@ -63,19 +62,14 @@ def staged_model(repository: Path, name: str, force: bool) -> Iterator[Path]:
     check_target(repository, name, force)
     target = repository / name
     repository.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".staging", dir=repository.parent))
-    try:
-        staging.chmod(dir_mode())
+    with staging_folder(repository.parent, f".{name}.", ".staging") as staging:  # a killed deploy's: removed
         yield staging
-        old = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=repository.parent))
-            target.rename(old / name)
-        staging.rename(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            with staging_folder(repository.parent, f".{name}.", ".old") as old:
+                target.rename(old / name)
+                staging.rename(target)
+        else:
+            staging.rename(target)
     write_readme(repository)
 
 
