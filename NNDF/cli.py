@@ -20,6 +20,8 @@ import os
 import sys
 import traceback
 import warnings
+from functools import partial
+from typing import Callable
 
 from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
@@ -151,12 +153,14 @@ def _backends(args, action: Action, family) -> tuple[str, ...]:
     return tuple(dict.fromkeys(chosen))
 
 
-def dispatch(args) -> object:
-    """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
+def prepare(args) -> Callable[[], object]:
+    """Everything checked before the action runs (the outputs, the family, the backends, every flag against its
+    owner, the option groups' values), then the call that runs it: `prepare(args)()` returns the `Report`."""
     action = ACTIONS[args.action]
     if not action.runs_models:
         _check_outputs(args)
-        return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
+        return partial(registry.load(action.function), args.model,
+                       *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
     _check_outputs(args, family)
     function = _function(action, family)
@@ -164,7 +168,12 @@ def dispatch(args) -> object:
     flags.check(args, action, family, backends)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = [group.from_namespace(args) for group in registry.backend_option_groups()]
-    return function(args.model, backends, *groups, *owned)
+    return partial(function, args.model, backends, *groups, *owned)
+
+
+def dispatch(args) -> object:
+    """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
+    return prepare(args)()
 
 
 def main(argv: list[str] | None = None) -> int:
