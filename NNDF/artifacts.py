@@ -318,9 +318,10 @@ class ArtifactStore:
         except OSError as exc:
             if _disk_full(exc):
                 raise no_space(self.working_dir, 0) from exc
-            raise UsageError(f"--working-dir {self.working_dir}: cannot write in it ({exc.strerror or exc}), and "
-                             f"{name} must be built there (it is missing or out of date): give a writable "
-                             "--working-dir") from exc
+            built = self.path(name).relative_to(self.working_dir)
+            raise UsageError(f"--working-dir {self.working_dir}: cannot write {folder} ({exc.strerror or exc}), and "
+                             f"{built} must be built there (missing or out of date): give a writable --working-dir") \
+                from exc
         probe.close()
 
     def cleanup(self) -> list[Path]:

@@ -159,7 +159,10 @@ def resolve_source(family: Family, variant_name: str | None, torch_dir: str | No
 def local_label(torch_dir: str, label: str | None) -> str:
     """The variant name a --torch-dir folder's artifacts are cached under: `local:<--variant>` when one is given,
     else `local:<folder name>-<digest of its resolved path>` (two folders named alike never share artifacts)."""
-    return f"local:{label}" if label else f"local:{Path(torch_dir).name}-{digest(str(Path(torch_dir).resolve()))[:8]}"
+    if label:
+        return f"local:{label}"
+    resolved = Path(torch_dir).resolve()
+    return f"local:{resolved.name}-{digest(str(resolved))[:8]}"
 
 
 def _hub_unreachable(family: Family, hub_id: str) -> bool:
