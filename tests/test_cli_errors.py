@@ -424,9 +424,9 @@ def test_misleading_paths_get_the_real_problem(capsys, tmp_path):
     (tmp_path / "repo" / "notes.txt").write_text("x")
     wd = ["-wd", str(tmp_path / "w")]
     run = ["run", "GPT2", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", *wd]
-    assert "is a folder, not a file; give an ONNX graph file" in _main(
+    assert "folder.onnx is a folder, not an ONNX graph file" in _main(
         capsys, *run, "--decoder-onnx", str(tmp_path / "folder.onnx"))
-    assert "is empty (0 bytes); give an ONNX graph file" in _main(
+    assert "empty.onnx is empty (0 bytes), not an ONNX graph" in _main(
         capsys, *run, "--decoder-onnx", str(tmp_path / "empty.onnx"))
     assert f"--dataset {tmp_path}: is a folder, not a file" in _main(
         capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path), *wd)

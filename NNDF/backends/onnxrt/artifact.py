@@ -42,11 +42,11 @@ def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
     """The user's files for this run's parts (checked as `given_parts` does), each of which must exist."""
     paths = given_parts(run.family, run.options.use_cache, kind, source)
     for part, path in (paths or {}).items():
-        problem = ("is a folder, not a file" if path.is_dir() else "does not exist" if not path.is_file()
-                   else "is empty (0 bytes)" if path.stat().st_size == 0 else None)
+        noun = "an ONNX graph" if kind == "onnx" else "a TensorRT engine"
+        problem = (f"is a folder, not {noun} file" if path.is_dir() else "does not exist" if not path.is_file()
+                   else f"is empty (0 bytes), not {noun}" if path.stat().st_size == 0 else None)
         if problem:
-            noun = "an ONNX graph" if kind == "onnx" else "a TensorRT engine"
-            raise ArtifactError(f"{part_flag(part, kind)} {path} {problem}; give {noun} file")
+            raise ArtifactError(f"{part_flag(part, kind)} {path} {problem}")
     return paths
 
 
