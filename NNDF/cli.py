@@ -93,14 +93,18 @@ def _quiet_libraries(verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine())
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler], force=True)
+    from huggingface_hub.utils import logging as _hub_logging  # noqa: F401 (installs its stderr handler)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_default_handler()  # both libraries' own stderr handlers would print each line again
+    hf_logging.enable_propagation()
+    logging.getLogger("huggingface_hub").handlers.clear()
     if verbose:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # "Loading weights" bars: our own bars cover long work
-    for name in ("torch", "torch.onnx", "onnxscript", "transformers", "onnx_ir"):
+    for name in ("torch", "torch.onnx", "onnxscript", "transformers", "onnx_ir", "huggingface_hub", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -124,10 +128,7 @@ def _committed_folder(args, family):
     """The offline variant's committed model folder this run reads (None: none, or --torch-dir)."""
     if family is None or getattr(args, "torch_dir", None):
         return None
-    try:
-        return family.variant(getattr(args, "variant", None) or family.default_variant).local_dir
-    except HarnessError:  # an unknown variant: refused later, with its choices
-        return None
+    return family.variant(getattr(args, "variant", None) or family.default_variant).local_dir
 
 
 def _function(action: Action, family):

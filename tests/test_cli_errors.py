@@ -631,3 +631,15 @@ def test_unreachable_hub_uses_the_cache_and_says_so_once(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "warning: the HuggingFace Hub is unreachable (127.0.0.1:" + proc.stderr.split("127.0.0.1:")[1].split(")")[0]
         + "): someone/tiny-gpt2 comes from the local HF cache"]
+
+
+def test_library_log_lines_are_printed_once(capsys):
+    """transformers and huggingface_hub bring their own stderr handlers: a line goes through ours only."""
+    import logging
+
+    for verbose in (False, True):
+        cli._quiet_libraries(verbose)
+        logging.getLogger("huggingface_hub.file_download").error("the hub said no")
+        logging.getLogger("transformers.modeling_utils").error("transformers said no")
+        assert capsys.readouterr().err.splitlines() == ["error: the hub said no", "error: transformers said no"]
+    cli._quiet_libraries(False)
