@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from NNDF.errors import HarnessError, UsageError
+from NNDF.errors import DiskFull, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +203,12 @@ def _disk_full(exc: BaseException | None) -> bool:
     return False
 
 
-def no_space(folder: Path, needed: int) -> UsageError:
-    """The one line for a full disk (or exhausted quota) while writing under `folder`."""
-    return UsageError(f"no space left in {folder}, about {max(needed, 1) / 1e9:.2g} GB needed; free some space "
-                      "or give another folder")
+def no_space(folder: Path, needed: int) -> DiskFull:
+    """The one line for a full disk (or exhausted quota) while writing under `folder` (`needed`: bytes, 0 when
+    not known)."""
+    gb = needed / 1e9
+    amount = f", about {gb:.0f} GB needed" if gb >= 10 else f", about {gb:.2g} GB needed" if needed > 0 else ""
+    return DiskFull(f"no space left in {folder}{amount}; free some space or give another folder")
 
 
 @contextmanager
@@ -215,7 +217,7 @@ def space_needed(folder: Path, needed: Callable[[], int]) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        if isinstance(exc, HarnessError) or not _disk_full(exc):  # already one line (a build inside said it)
+        if isinstance(exc, DiskFull) or not _disk_full(exc):  # DiskFull: a build inside already said it
             raise
         raise no_space(folder, needed()) from exc
 
@@ -288,7 +290,7 @@ class ArtifactStore:
         fingerprint and the digest of every file. `needs`: about how many bytes the artifact takes (said when
         the disk fills up; else what was written until then)."""
         final = self.path(name)
-        self._make_folder(final.parent, name)
+        self._make_folder(final.parent, name, needs)
         with staging_folder(final.parent, f".{final.name}.building-") as tmp:
             try:
                 yield tmp
@@ -299,7 +301,7 @@ class ArtifactStore:
                         os.chmod(path, folders if path.is_dir() else files)
                 record_digests(tmp)
             except Exception as exc:
-                if _disk_full(exc) and not isinstance(exc, HarnessError):
+                if _disk_full(exc) and not isinstance(exc, DiskFull):  # also under an exporter's own error
                     raise no_space(self.working_dir, needs or folder_bytes(tmp)) from exc
                 raise
             if final.exists():  # moved aside first: the rename below must not merge folders
@@ -309,7 +311,7 @@ class ArtifactStore:
             else:
                 os.replace(tmp, final)
 
-    def _make_folder(self, folder: Path, name: str) -> None:
+    def _make_folder(self, folder: Path, name: str, needs: int) -> None:
         """Create `folder` (and the working dir); a place that cannot be written is one line: only now, when
         artifact `name` must be built, is the working dir written at all."""
         try:
@@ -317,7 +319,7 @@ class ArtifactStore:
             probe = tempfile.TemporaryFile(dir=folder)
         except OSError as exc:
             if _disk_full(exc):
-                raise no_space(self.working_dir, 0) from exc
+                raise no_space(self.working_dir, needs) from exc
             built = self.path(name).relative_to(self.working_dir)
             raise UsageError(f"--working-dir {self.working_dir}: cannot write {folder} ({exc.strerror or exc}), and "
                              f"{built} must be built there (missing or out of date): give a writable --working-dir") \

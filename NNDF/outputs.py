@@ -46,13 +46,23 @@ def inputs(args, model_folder: Path | None = None) -> Iterator[tuple[str, Path, 
 
 
 def _collides(output: Path, path: Path, folder: bool) -> bool:
+    """`output` is the file `path`, or lies inside the folder `path` (an input that does not exist: no)."""
     try:
+        if not folder and not path.exists():  # e.g. --dataset naming an HF dataset, not a file
+            return False
         target, source = output.resolve(), path.resolve()
         if folder:
             return target == source or target.is_relative_to(source)
-        return target == source or (output.exists() and path.exists() and os.path.samefile(output, path))
+        return target == source or (output.exists() and os.path.samefile(output, path))
     except (OSError, RuntimeError, ValueError):  # a symlink loop, a name the OS refuses: checked elsewhere
         return False
+
+
+def _resolved(path: Path) -> Path | None:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def check_outputs(args, model_folder: Path | None = None) -> None:
@@ -64,5 +74,5 @@ def check_outputs(args, model_folder: Path | None = None) -> None:
                 raise UsageError(f"{flag} {output}: is {what} ({path}); writing it would destroy an input: "
                                  "give another path")
         for other, path in outputs[n + 1:]:
-            if _collides(output, path, False):
+            if _resolved(output) is not None and _resolved(output) == _resolved(path):
                 raise UsageError(f"{flag} {output}: is also the {other} output; give each output its own path")

@@ -367,6 +367,7 @@ def test_output_naming_an_input_is_refused(capsys, tmp_path):
     (tmp_path / "link.json").symlink_to(data)
     graph = tmp_path / "g.onnx"
     graph.write_bytes(b"not used")
+    (tmp_path / "g.onnx.data").write_bytes(b"weights")
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -474,10 +475,18 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.startswith("."))
 
 
-def test_full_disk_during_export(capsys, monkeypatch, tmp_path):
+@pytest.mark.parametrize("writer", ["save_onnx", "exporter"])
+def test_full_disk_during_export(capsys, monkeypatch, tmp_path, writer):
+    """The graph's writer, or the exporter itself (whose errors come wrapped in the harness's own), meets a full
+    disk: one line with the size needed, nothing half-written left."""
     from NNDF.backends.onnxrt import export
 
-    monkeypatch.setattr(export, "save_onnx", lambda proto, path, large: _disk_fills_up(path))
+    if writer == "save_onnx":
+        monkeypatch.setattr(export, "save_onnx", lambda proto, path, large: _disk_fills_up(path))
+    else:
+        def exporter(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(export.torch.onnx, "export", exporter)
     wd = tmp_path / "w"
     line = _main(capsys, "run", "GPT2", "onnxrt", "--use-cache", "-wd", str(wd))
     assert re.fullmatch(rf"error: no space left in {re.escape(str(wd))}, about 0\.0\d+ GB needed; .*", line), line
