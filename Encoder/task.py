@@ -124,7 +124,7 @@ class TextEncoder(Task):
         return head
 
     def pooling(self, source) -> Pooling:
-        return _sentence_transformers_folder(source.location, source.local_dir is not None)[0]
+        return _sentence_transformers_folder(source.location, source.files_only)[0]
 
     def labels(self, source) -> dict[int, str]:
         """Class index -> label name (`id2label`; LABEL_i where the config names none)."""
@@ -143,7 +143,7 @@ class TextEncoder(Task):
     def max_length(self, run) -> int:
         """The longest input, in tokens with the specials: sentence-transformers' `max_seq_length`, else the
         tokenizer's `model_max_length`, else the position table."""
-        declared = _sentence_transformers_folder(run.source.location, run.source.local_dir is not None)[1]
+        declared = _sentence_transformers_folder(run.source.location, run.source.files_only)[1]
         tokenizer = run.tokenizer.model_max_length
         candidates = [n for n in (declared, tokenizer if tokenizer < HUGE else None, run.source.dims.positions) if n]
         return min(candidates) if candidates else 512

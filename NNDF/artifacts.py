@@ -11,12 +11,21 @@ artifact built before digests were recorded is rebuilt once). Digests are checke
 be used, once per process per file (a file whose inode, size, modification and change times are those it had
 when hashed is not hashed again). Cost: docs/PERFORMANCE.md ("Artifact digests").
 
-Artifacts are built in a temporary sibling folder and renamed into place, so an interrupted build never leaves
-a partial artifact where a later run would find it. Folders and files get the modes the umask gives ordinary
-folders and files (`tempfile` would leave 0700 / 0600).
+Artifacts are built in a temporary sibling folder (a staging folder) and renamed into place, so an interrupted
+build never leaves a partial artifact where a later run would find it. The building process holds a lock on its
+staging folder; a staging folder whose lock is free (its process was killed, even by SIGKILL) is stale, and the
+next build in the same folder removes it. Folders and files get the modes the umask gives ordinary folders and
+files (`tempfile` would leave 0700 / 0600).
+
+The working dir is written only when something must be built: a run whose artifacts are all current works in a
+read-only working dir (a shared cache); a build there is refused in one line. A full disk during a build is one
+line ("no space left in DIR, about N GB needed"), and the staging folder is removed.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
+import glob
 import hashlib
 import json
 import logging
@@ -28,7 +37,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+from NNDF.errors import DiskFull, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,7 @@ DIGEST_BLOCK = 64 << 20  # files larger than this are hashed block by block, in 
 _CHUNK = 1 << 22
 _HASHED: dict[tuple, str] = {}  # (algorithm, device, inode, size, mtime_ns, ctime_ns) -> hex digest, this process
 _SETTLE_NS = 2_000_000_000  # files changed more recently than this when hashed are hashed again next time
+_STAGING_GRACE_S = 10  # a staging folder this young is never stale: its process may not have locked it yet
 
 
 def safe_name(text: str) -> str:
@@ -175,11 +187,83 @@ def damage(folder: Path, expected_fingerprint: dict | None = None) -> str | None
     return None
 
 
+def folder_bytes(folder: Path | None) -> int:
+    """Bytes of the files under `folder` (0 for None or a folder that is gone)."""
+    if folder is None or not Path(folder).is_dir():
+        return 0
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """`exc`, or an error it was raised from (an exporter wraps the OS's), is a full disk or an exhausted quota."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def no_space(folder: Path, needed: int) -> DiskFull:
+    """The one line for a full disk (or exhausted quota) while writing under `folder` (`needed`: bytes, 0 when
+    not known)."""
+    gb = needed / 1e9
+    amount = f", about {gb:.0f} GB needed" if gb >= 10 else f", about {gb:.2g} GB needed" if needed > 0 else ""
+    return DiskFull(f"no space left in {folder}{amount}; free some space or give another folder")
+
+
+@contextmanager
+def space_needed(folder: Path, needed: Callable[[], int]) -> Iterator[None]:
+    """A full disk while writing under `folder` becomes `no_space` (`needed()`: bytes, asked only then)."""
+    try:
+        yield
+    except Exception as exc:
+        if isinstance(exc, DiskFull) or not _disk_full(exc):  # DiskFull: a build inside already said it
+            raise
+        raise no_space(folder, needed()) from exc
+
+
+@contextmanager
+def staging_folder(parent: Path, prefix: str, suffix: str = "") -> Iterator[Path]:
+    """A new folder `<parent>/<prefix>XXXX<suffix>` with the umask's mode, locked while in use and removed after.
+    First, earlier folders of the same pattern whose lock is free (their process died) are removed."""
+    for stale in parent.glob(f"{glob.escape(prefix)}*{glob.escape(suffix)}"):
+        if stale.is_dir() and not stale.is_symlink() and _unlocked(stale):
+            log.info("removing %s, left by an interrupted build", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=prefix, suffix=suffix))
+    lock = os.open(tmp, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel however this process ends
+        os.chmod(tmp, dir_mode())
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)
+
+
+def _unlocked(folder: Path) -> bool:
+    """No live process holds `folder`'s lock, and it is older than the grace period."""
+    try:
+        if time.time() - folder.stat().st_mtime < _STAGING_GRACE_S:
+            return False
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing releases the lock we may have taken
+
+
 class ArtifactStore:
     """Artifacts of one model variant: `root = <working-dir>/<FAMILY>/<variant>`."""
 
     def __init__(self, working_dir: Path, family: str, variant: str):
-        self.root = Path(working_dir) / safe_name(family) / safe_name(variant)
+        self.working_dir = Path(working_dir)
+        self.root = self.working_dir / safe_name(family) / safe_name(variant)
 
     def path(self, name: str) -> Path:
         return self.root / safe_name(name)
@@ -201,27 +285,46 @@ class ArtifactStore:
         return why is None
 
     @contextmanager
-    def build(self, name: str, fingerprint: dict) -> Iterator[Path]:
+    def build(self, name: str, fingerprint: dict, needs: int = 0) -> Iterator[Path]:
         """Yield a temporary folder to build into; on success it replaces artifact `name` atomically, with its
-        fingerprint and the digest of every file."""
+        fingerprint and the digest of every file. `needs`: about how many bytes the artifact takes (said when
+        the disk fills up; else what was written until then)."""
         final = self.path(name)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.building-"))
+        self._make_folder(final.parent, name, needs)
+        with staging_folder(final.parent, f".{final.name}.building-") as tmp:
+            try:
+                yield tmp
+                write_json_atomic(tmp / FINGERPRINT, fingerprint)
+                files, folders = file_mode(), dir_mode()
+                for path in [tmp, *tmp.rglob("*")]:  # before hashing: chmod changes a file's change time
+                    if not path.is_symlink():
+                        os.chmod(path, folders if path.is_dir() else files)
+                record_digests(tmp)
+            except Exception as exc:
+                if _disk_full(exc) and not isinstance(exc, DiskFull):  # also under an exporter's own error
+                    raise no_space(self.working_dir, needs or folder_bytes(tmp)) from exc
+                raise
+            if final.exists():  # moved aside first: the rename below must not merge folders
+                with staging_folder(final.parent, f".{final.name}.stale-") as aside:
+                    os.replace(final, aside / "old")
+                    os.replace(tmp, final)
+            else:
+                os.replace(tmp, final)
+
+    def _make_folder(self, folder: Path, name: str, needs: int) -> None:
+        """Create `folder` (and the working dir); a place that cannot be written is one line: only now, when
+        artifact `name` must be built, is the working dir written at all."""
         try:
-            yield tmp
-            write_json_atomic(tmp / FINGERPRINT, fingerprint)
-            files, folders = file_mode(), dir_mode()
-            for path in [tmp, *tmp.rglob("*")]:  # before hashing: chmod changes a file's change time
-                if not path.is_symlink():
-                    os.chmod(path, folders if path.is_dir() else files)
-            record_digests(tmp)
-            if final.exists():  # move the stale one aside first: the rename below must not merge folders
-                stale = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.stale-"))
-                os.replace(final, stale / "old")
-                shutil.rmtree(stale, ignore_errors=True)
-            os.replace(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            folder.mkdir(parents=True, exist_ok=True)
+            probe = tempfile.TemporaryFile(dir=folder)
+        except OSError as exc:
+            if _disk_full(exc):
+                raise no_space(self.working_dir, needs) from exc
+            built = self.path(name).relative_to(self.working_dir)
+            raise UsageError(f"--working-dir {self.working_dir}: cannot write {folder} ({exc.strerror or exc}), and "
+                             f"{built} must be built there (missing or out of date): give a writable --working-dir") \
+                from exc
+        probe.close()
 
     def cleanup(self) -> list[Path]:
         """Remove every artifact of this variant; returns what was removed."""

@@ -8,8 +8,9 @@ JSON. Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`
 errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback of what caused it follows);
 library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each.
 
-Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). `--json` is checked before the
-action runs (a folder, or a place that cannot be written, fails at once rather than after the run).
+Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). Output paths (`--json`, `--plot`)
+are checked before the action runs: a folder, a place that cannot be written, or one of the run's inputs
+(NNDF/outputs.py) fails at once rather than after the run.
 """
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ import os
 import sys
 import traceback
 import warnings
+from functools import partial
+from typing import Callable
 
 from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
+from NNDF.outputs import OUTPUTS, check_outputs
+from NNDF.plot import plot_format
 from NNDF.results import check_output_path, say
 
 
@@ -88,14 +93,18 @@ def _quiet_libraries(verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLine())
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler], force=True)
+    from huggingface_hub.utils import logging as _hub_logging  # noqa: F401 (installs its stderr handler)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_default_handler()  # both libraries' own stderr handlers would print each line again
+    hf_logging.enable_propagation()
+    logging.getLogger("huggingface_hub").handlers.clear()
     if verbose:
         return
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()  # "Loading weights" bars: our own bars cover long work
-    for name in ("torch", "torch.onnx", "onnxscript", "transformers", "onnx_ir"):
+    for name in ("torch", "torch.onnx", "onnxscript", "transformers", "onnx_ir", "huggingface_hub", "urllib3"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -104,10 +113,22 @@ class _OneLine(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
-def _check_output(args) -> None:
-    """--json: checked before the action runs, so a bad path fails at once and leaves nothing behind."""
-    if getattr(args, "json", None) is not None:
-        check_output_path(args.json, "--json")
+def _check_outputs(args, family=None) -> None:
+    """--json, --plot: checked before the action runs, so a bad path (unwritable, a format not written, one of the
+    run's inputs) fails at once and leaves nothing behind."""
+    for attribute, flag in OUTPUTS.items():
+        if getattr(args, attribute, None) is not None:
+            check_output_path(getattr(args, attribute), flag)
+    if getattr(args, "plot", None) is not None:
+        plot_format(args.plot)
+    check_outputs(args, _committed_folder(args, family))
+
+
+def _committed_folder(args, family):
+    """The offline variant's committed model folder this run reads (None: none, or --torch-dir)."""
+    if family is None or getattr(args, "torch_dir", None):
+        return None
+    return family.variant(getattr(args, "variant", None) or family.default_variant).local_dir
 
 
 def _function(action: Action, family):
@@ -133,19 +154,27 @@ def _backends(args, action: Action, family) -> tuple[str, ...]:
     return tuple(dict.fromkeys(chosen))
 
 
-def dispatch(args) -> object:
-    """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
+def prepare(args) -> Callable[[], object]:
+    """Everything checked before the action runs (the outputs, the family, the backends, every flag against its
+    owner, the option groups' values), then the call that runs it: `prepare(args)()` returns the `Report`."""
     action = ACTIONS[args.action]
-    _check_output(args)
     if not action.runs_models:
-        return registry.load(action.function)(args.model, *(group.from_namespace(args) for group in action.groups))
+        _check_outputs(args)
+        return partial(registry.load(action.function), args.model,
+                       *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
+    _check_outputs(args, family)
     function = _function(action, family)
     backends = _backends(args, action, family)
     flags.check(args, action, family, backends)
     groups = [group.from_namespace(args) for group in action.groups]
     owned = [group.from_namespace(args) for group in registry.backend_option_groups()]
-    return function(args.model, backends, *groups, *owned)
+    return partial(function, args.model, backends, *groups, *owned)
+
+
+def dispatch(args) -> object:
+    """Run the parsed command: resolve, check the flags by owner, build the groups, call the library function."""
+    return prepare(args)()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ error, never a silent switch.
 """
 from __future__ import annotations
 
+import errno
 import gc
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +20,6 @@ from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
 from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
 from NNDF.options import ModelOptions, OptionGroup
-from NNDF.results import writable_problem
 
 
 def resolve_device(options: ModelOptions) -> torch.device:
@@ -82,17 +83,43 @@ class RunContext:
 
 
 def check_working_dir(name: str) -> Path:
-    """--working-dir: a folder (created when first needed) in a place that can be written; refused in one line
-    before anything is loaded or exported into it."""
+    """--working-dir: a folder (created when something must first be built in it), refused in one line before
+    anything is loaded when it cannot be one: a file, a symbolic link that leads nowhere or in a loop, a name the
+    OS refuses. Whether it can be written is asked only when something must be built (NNDF/artifacts.py): a
+    read-only working dir whose artifacts are all current serves as a shared cache."""
     if not name.strip():
         raise UsageError("--working-dir: give a folder path")
+    path = Path(name)
     try:
-        problem = writable_problem(Path(name), folder=True)
+        problem = _link_problem(path) or _not_a_folder(path)
     except (OSError, ValueError) as exc:  # a name the OS refuses (too long, NUL byte)
         problem = f"is not a usable path ({exc.__class__.__name__})"
     if problem:
         raise UsageError(f"--working-dir {name}: {problem}; give a folder in a writable place")
-    return Path(name)
+    return path
+
+
+def _not_a_folder(path: Path) -> str | None:
+    """`path`, or the nearest of its folders that exists, is a file."""
+    if path.exists():
+        return None if path.is_dir() else "is a file, not a folder"
+    parent = next(p for p in path.parents if p.exists() or p == p.parent)
+    return None if parent.is_dir() else f"{parent} is a file, not a folder"
+
+
+def _link_problem(path: Path) -> str | None:
+    """The first symbolic link on the way to `path` that leads nowhere, or in a loop."""
+    for link in [p for p in reversed([path, *path.parents]) if p.is_symlink()]:
+        what = "is" if link == path else f"{link} is"
+        try:
+            link.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop this way
+            return f"{what} a symbolic link loop"
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return f"{what} a symbolic link loop"
+            return f"{what} a symbolic link to {os.readlink(link)}, which does not exist"
+    return None
 
 
 def make_context(family: Family, options: ModelOptions, *backend_options: OptionGroup) -> RunContext:
@@ -104,9 +131,8 @@ def make_context(family: Family, options: ModelOptions, *backend_options: Option
     device = resolve_device(options)
     if options.threads:
         torch.set_num_threads(options.threads)
-    variant = options.variant or family.default_variant
     working_dir = check_working_dir(options.working_dir)
-    source = resolve_source(family, variant, options.torch_dir, working_dir, options.trust_remote_code)
+    source = resolve_source(family, options.variant, options.torch_dir, working_dir, options.trust_remote_code)
     store = ArtifactStore(working_dir, family.name, source.variant)
     groups = {type(group): group for group in backend_options if group is not None}
     return RunContext(family, options, source, device, store, groups)

@@ -40,6 +40,10 @@ class InferenceError(HarnessError):
     """A backend failed while running a model (the library's own message is chained)."""
 
 
+class DiskFull(HarnessError):
+    """No space left (or the quota exhausted) where an artifact or a model repository is written."""
+
+
 class DatasetError(HarnessError):
     """A dataset file or name that cannot be read."""
 

@@ -75,6 +75,22 @@ def damaged_file(folder: Path) -> tuple[Path, str] | None:
     return None
 
 
+def embedding_rows(folder: Path, hidden: int) -> int | None:
+    """Rows of the token embedding in a folder's safetensors weights (a [rows, hidden] matrix whose name says it
+    embeds: HF's `embed_tokens`, `wte`, `word_embeddings`, `shared`), read from the headers only; None if none."""
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with open(path, "rb") as f:
+                header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        except (OSError, ValueError):
+            continue
+        for name, entry in header.items():
+            shape = entry.get("shape", []) if isinstance(entry, dict) else []
+            if len(shape) == 2 and shape[1] == hidden and re.search(r"embed_tokens|wte|word_embeddings|shared", name):
+                return int(shape[0])
+    return None
+
+
 # --- the user's graphs and engines ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -244,6 +260,8 @@ def mismatch(sig: Signature, run, part: str, noun: str = "graph") -> str | None:
 def check_user_onnx(run, part: str, path: Path) -> None:
     """ArtifactError naming the first mismatch between the user's `--<part>-onnx` graph and the run's model."""
     sig = onnx_signature(path)
+    if sig is not None and not sig.inputs and not sig.outputs:  # protobuf reads almost any bytes as an empty model
+        raise ArtifactError(f"{part_flag(part, 'onnx')} {path} is not an ONNX graph (it has no inputs or outputs)")
     problem = mismatch(sig, run, part) if sig is not None else None
     if problem:
         raise ArtifactError(f"{part_flag(part, 'onnx')} {path} {problem}")

@@ -13,7 +13,8 @@ def read_jsonl(dataset: str, limit: int | None = None) -> list[tuple[int, dict]]
     """(line number, object) of the non-blank lines of a JSONL file, the first `limit` of them."""
     path = Path(dataset)
     if not path.is_file():
-        raise DatasetError(f"--dataset {dataset}: no such file (a JSONL file, one object with \"text\" per line)")
+        what = "is a folder, not a file" if path.is_dir() else "no such file"
+        raise DatasetError(f"--dataset {dataset}: {what} (give a JSONL file, one object with \"text\" per line)")
     try:
         lines = [(n, ln) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if ln.strip()]
     except (OSError, UnicodeDecodeError) as exc:

@@ -2,12 +2,15 @@
 
 `resolve_source` finds the config and tokenizer without loading weights (ONNX Runtime and TensorRT runs
 with a current artifact never need the PyTorch weights); `load_torch_model` loads them when needed. A local
-folder is always read with `local_files_only=True`, so it never touches the network. Hub failures become one
-line that suggests `--torch-dir` or the family's offline default. `trust_remote_code` is passed through only
-when the user asked for it.
+folder is always read with `local_files_only=True`, so it never touches the network; its artifacts are cached
+under `local:<name>-<digest of its resolved path>`, or `local:<--variant>` when --variant labels it. A hub id is
+loaded only after one quick check that the hub answers (NNDF/hub.py): when it does not, the id comes from the
+local HF cache (said once) or fails in one line. Hub failures become one line that suggests `--torch-dir` or the
+family's offline default. `trust_remote_code` is passed through only when the user asked for it.
 """
 from __future__ import annotations
 
+import logging
 import pickle
 from dataclasses import dataclass
 from functools import cached_property
@@ -15,11 +18,15 @@ from pathlib import Path
 
 import torch
 
+from NNDF import hub
+from NNDF.artifacts import digest
 from NNDF.errors import ModelLoadError
 from NNDF.family import ROOT, Family, Variant
-from NNDF.integrity import damaged_file
+from NNDF.integrity import damaged_file, embedding_rows
 from NNDF.model_config import ModelDims
 from NNDF.offline import materialize
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,12 @@ class ModelSource:
     config: object  # transformers.PretrainedConfig
     trust_remote_code: bool = False
     repair: str = ""  # what to do when a file of the local folder is damaged
+    cache_only: bool = False  # a hub id read from the local HF cache only (the hub is unreachable)
+
+    @property
+    def files_only(self) -> bool:
+        """Never ask the network: a local folder, or a hub id whose hub is unreachable."""
+        return self.local_dir is not None or self.cache_only
 
     @cached_property
     def dims(self) -> ModelDims:
@@ -44,7 +57,7 @@ class ModelSource:
         from transformers import GenerationConfig
 
         try:
-            return GenerationConfig.from_pretrained(self.location, local_files_only=self.local_dir is not None)
+            return GenerationConfig.from_pretrained(self.location, local_files_only=self.files_only)
         except (OSError, ValueError):
             return GenerationConfig.from_model_config(self.config)
 
@@ -63,20 +76,23 @@ def _first_line(exc: Exception) -> str:
 
 
 def _from_pretrained(cls, family: Family, location: str, local: bool, what: str, trust: bool, repair: str = "",
-                     **kwargs):
+                     cache_only: bool = False, **kwargs):
     """`cls.from_pretrained` with the errors users can act on: a local folder never touches the network, and
     its damaged files are named (with `repair`: what to do); a hub failure becomes one line pointing to
     --torch-dir and the offline default."""
     from safetensors import SafetensorError
 
     try:
-        return cls.from_pretrained(location, local_files_only=local, trust_remote_code=trust, **kwargs)
+        return cls.from_pretrained(location, local_files_only=local or cache_only, trust_remote_code=trust, **kwargs)
     except (OSError, ValueError, EOFError, pickle.UnpicklingError, SafetensorError, RuntimeError) as exc:
         damaged = isinstance(exc, (SafetensorError, EOFError, pickle.UnpicklingError))  # a weights file cut short
         if local:
             broken = damaged_file(Path(location))
             if broken:
                 raise ModelLoadError(f"cannot read {what}: {broken[0]} is damaged ({broken[1]}); {repair}") from exc
+            if isinstance(exc, RuntimeError) and "mismatched_sizes" in str(exc):
+                raise ModelLoadError(f"cannot read {what} in {location!r}: {_shape_mismatch(Path(location))}") \
+                    from exc
             if isinstance(exc, RuntimeError):  # torch's own errors: not a file problem we can name
                 raise
             raise ModelLoadError(f"cannot read {what} in {location!r}: {_first_line(exc)}"
@@ -90,6 +106,17 @@ def _from_pretrained(cls, family: Family, location: str, local: bool, what: str,
         raise _hub_error(family, location, exc) from exc
 
 
+def _shape_mismatch(folder: Path) -> str:
+    """What disagrees between a folder's config.json and its weights (the vocabulary, where it can be read)."""
+    from transformers import AutoConfig
+
+    dims = ModelDims.of(AutoConfig.from_pretrained(folder, local_files_only=True))
+    rows = embedding_rows(folder, dims.hidden)
+    found = (f"its config.json says vocab_size {dims.vocab}, its weights embed {rows} tokens"
+             if rows is not None and rows != dims.vocab else "a size in its config.json disagrees with its weights")
+    return f"{found}; use the config.json the weights were saved with"
+
+
 def _repair_hint(variant: Variant, torch_dir: str | None, local_dir: Path | None) -> str:
     if torch_dir:
         return "replace it with an intact copy of the model (download it again, or save it again with save_pretrained)"
@@ -101,11 +128,13 @@ def _repair_hint(variant: Variant, torch_dir: str | None, local_dir: Path | None
     return ""
 
 
-def resolve_source(family: Family, variant_name: str, torch_dir: str | None, working_dir: Path,
+def resolve_source(family: Family, variant_name: str | None, torch_dir: str | None, working_dir: Path,
                    trust_remote_code: bool = False) -> ModelSource:
+    """Where the model comes from, and its config. `variant_name`: --variant (None: the family's default; with
+    `torch_dir`, the label the folder's artifacts are cached under)."""
     from transformers import AutoConfig
 
-    variant: Variant = family.variant(variant_name)
+    variant: Variant = family.variant(variant_name or family.default_variant)
     local_dir = None
     if torch_dir:
         local_dir = Path(torch_dir)
@@ -115,15 +144,41 @@ def resolve_source(family: Family, variant_name: str, torch_dir: str | None, wor
         local_dir = materialize(family, variant, working_dir)
     location = str(local_dir) if local_dir else variant.name
     repair = _repair_hint(variant, torch_dir, local_dir)
+    cache_only = local_dir is None and _hub_unreachable(family, location)
     config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
-                              trust_remote_code, repair)
+                              trust_remote_code, repair, cache_only)
     if config.model_type not in family.model_types:
         raise ModelLoadError(
             f"{location!r} is a {config.model_type!r} model; family {family.name} runs "
             f"{', '.join(family.model_types)}"
         )
-    name = f"local:{Path(torch_dir).name}" if torch_dir else variant.name
-    return ModelSource(family, name, location, local_dir, config, trust_remote_code, repair)
+    name = local_label(torch_dir, variant_name) if torch_dir else variant.name
+    return ModelSource(family, name, location, local_dir, config, trust_remote_code, repair, cache_only)
+
+
+def local_label(torch_dir: str, label: str | None) -> str:
+    """The variant name a --torch-dir folder's artifacts are cached under: `local:<--variant>` when one is given,
+    else `local:<folder name>-<digest of its resolved path>` (two folders named alike never share artifacts)."""
+    if label:
+        return f"local:{label}"
+    resolved = Path(torch_dir).resolve()
+    return f"local:{resolved.name}-{digest(str(resolved))[:8]}"
+
+
+def _hub_unreachable(family: Family, hub_id: str) -> bool:
+    """True when `hub_id` must come from the local HF cache because the hub cannot be reached (said once, as a
+    warning); one line when it is not cached either. False under HF_HUB_OFFLINE (the libraries read the cache)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    why = None if hub.offline() else hub.unreachable()
+    if why is None:
+        return False
+    if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
+        raise ModelLoadError(f"the HuggingFace Hub is unreachable ({why}) and {hub_id!r} is not in the local HF "
+                             f"cache: use --torch-dir DIR for a local HF folder, or the offline default --variant "
+                             f"{family.default_variant}")
+    log.warning("the HuggingFace Hub is unreachable (%s): %s comes from the local HF cache", why, hub_id)
+    return True
 
 
 def load_tokenizer(source: ModelSource):
@@ -132,11 +187,24 @@ def load_tokenizer(source: ModelSource):
     from transformers import AutoTokenizer
 
     tok = _from_pretrained(AutoTokenizer, source.family, source.location, source.local_dir is not None,
-                           "a tokenizer", source.trust_remote_code, source.repair)
+                           "a tokenizer", source.trust_remote_code, source.repair, source.cache_only)
+    if source.local_dir is not None:
+        _check_tokenizer_files(tok, source.local_dir)
     tok.padding_side = source.family.task.padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _check_tokenizer_files(tok, folder: Path) -> None:
+    """A folder without tokenizer files still loads a tokenizer (an empty vocabulary that turns every text into no
+    tokens): refuse it, naming the files its tokenizer class reads."""
+    wanted = [name for name in dict.fromkeys(["tokenizer.json", *getattr(tok, "vocab_files_names", {}).values()])
+              if name]
+    if not any((folder / name).is_file() for name in wanted):
+        raise ModelLoadError(f"{folder} has no tokenizer files (it needs tokenizer.json, or "
+                             f"{' and '.join(wanted[1:]) or 'the files its tokenizer reads'}): save the tokenizer "
+                             "there too (tokenizer.save_pretrained(DIR))")
 
 
 def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device,
@@ -146,5 +214,5 @@ def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.devi
 
     auto_class = getattr(transformers, class_name or source.family.task.auto_class)
     model = _from_pretrained(auto_class, source.family, source.location, source.local_dir is not None,
-                             "model weights", source.trust_remote_code, source.repair, dtype=dtype)
+                             "model weights", source.trust_remote_code, source.repair, source.cache_only, dtype=dtype)
     return model.to(device).eval()

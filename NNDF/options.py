@@ -24,9 +24,9 @@ MAX_THREADS = 1024  # torch and ONNX Runtime thread pools: far above any CPU thi
 class SourceOptions(OptionGroup):
     title = "model source"
     owner = "every action that runs a model"
-    variant: str | None = flag(None, "--variant", "-m", help="HF id or offline variant (default: the family's offline default)")
+    variant: str | None = flag(None, "--variant", "-m", help="HF id or offline variant (default: the family's offline default); with --torch-dir, the label its artifacts are cached under")
     torch_dir: str | None = flag(None, "--torch-dir", help="local HF model folder (config, weights, tokenizer); never touches the network")
-    working_dir: str = flag("temp", "--working-dir", "-wd", help="where ONNX files, engines and offline models are kept")
+    working_dir: str = flag("temp", "--working-dir", "-wd", help="where ONNX files, engines and offline models are kept (written only when something must be built: a read-only one whose artifacts are current works)")
     trust_remote_code: bool = flag(False, "--trust-remote-code", help="allow model code from the hub (off by default)")
 
 
@@ -304,7 +304,7 @@ class BenchmarkGenerationOptions(OptionGroup):
     owner = "generative models"
     by_kind = True
     output_seq_len: int | None = flag(None, "--output-seq-len", type=int, help="new tokens per run, early stopping off (default 256; see --input-seq-len)")
-    plot: str | None = flag(None, "--plot", help="write a PNG of per-token latency against sequence length")
+    plot: str | None = flag(None, "--plot", help="write a plot of per-token latency against sequence length; its extension names the format (.png, .svg, .pdf)")
 
     def check(self):
         if self.output_seq_len is not None:

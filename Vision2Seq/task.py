@@ -113,7 +113,7 @@ class ImageToText(Seq2SeqLM):
         return ImagePrompt(path)
 
     def _processor(self, run):
-        return _image_processor(run.source.location, run.source.local_dir is not None)
+        return _image_processor(run.source.location, run.source.files_only)
 
     def _decoder_ids(self, run, text: str) -> list[int]:
         ids = run.tokenizer(text)["input_ids"]  # [CLS] ... [SEP]

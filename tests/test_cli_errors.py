@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import io
 import json
 import os
 import random
 import re
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -165,8 +170,8 @@ def test_working_dir_file_or_unwritable_is_refused(capsys, tmp_path):
     (tmp_path / "file").write_text("")
     for wd, expect in ((tmp_path / "file", "is a file, not a folder"),
                        (tmp_path / "file" / "sub", "is a file, not a folder"),
-                       (Path("/proc/nope"), "cannot create files in /proc")):
-        line = _main(capsys, "run", "GPT2", "frameworks", "-wd", str(wd))
+                       (Path("/proc/nope"), "cannot write /proc/nope/OPT/opt-offline")):  # only when a build must
+        line = _main(capsys, "run", "OPT", "frameworks", "-wd", str(wd))
         assert line.startswith(f"error: --working-dir {wd}: ") and expect in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
@@ -342,3 +347,308 @@ def test_random_full_runs_of_cheap_commands(capsys, tmp_path, monkeypatch):
         if code == 2:
             assert err.strip().splitlines()[-1].startswith("error: "), (argv, err)
     assert json.loads((tmp_path / "new" / "l.json").read_text())["family"] == "BLOOM"
+
+
+# --- outputs never overwrite the run's inputs ---
+
+def _unchanged(*paths: Path):
+    """Context: the files' bytes (and a folder's listing) are the same after the block."""
+    @contextlib.contextmanager
+    def watch():
+        before = {p: (p.read_bytes() if p.is_file() else sorted(x.name for x in p.iterdir())) for p in paths}
+        yield
+        assert before == {p: (p.read_bytes() if p.is_file() else sorted(x.name for x in p.iterdir())) for p in paths}
+    return watch()
+
+
+def test_output_naming_an_input_is_refused(capsys, tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "a fine first passage to score"}\n')
+    (tmp_path / "link.json").symlink_to(data)
+    graph = tmp_path / "g.onnx"
+    graph.write_bytes(b"not used")
+    (tmp_path / "g.onnx.data").write_bytes(b"weights")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    committed = ROOT / "GPT2" / "offline" / "gpt2-offline"
+    wd = ["-wd", str(tmp_path / "w")]
+    cases = [
+        (["accuracy", "GPT2", "frameworks", "--dataset", str(data), "--json", str(data)], "the --dataset file"),
+        (["generate", "GPT2", "frameworks", "--dataset", str(data), "--json", str(tmp_path / "link.json")],
+         "the --dataset file"),
+        (["run", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(graph), "--json", f"{graph}.data"],
+         "the external data of the --decoder-onnx file"),
+        (["run", "GPT2", "frameworks", "--torch-dir", str(folder), "--json", str(folder / "config.json")],
+         "inside the --torch-dir folder"),
+        (["run", "GPT2", "frameworks", "--json", str(committed / "config.json")], "inside the model's committed folder"),
+        (["benchmark", "GPT2", "frameworks", "--json", str(tmp_path / "x.png"), "--plot", str(tmp_path / "x.png")],
+         "is also the --plot output"),
+        (["deploy", "GPT2", "onnxrt", "--repository", str(folder), "--json", str(folder / "r.json")],
+         "inside the --repository folder"),
+        (["serve", str(folder), "--json", str(folder / "config.json")], "inside the model repository being served"),
+    ]
+    with _unchanged(data, graph, folder, committed / "config.json", tmp_path):
+        for argv, expect in cases:
+            line = _main(capsys, *argv, *(wd if argv[0] != "serve" else []))
+            assert expect in line and ("give another path" in line or "its own path" in line), line
+
+
+# --- the user's files: the message names the real problem ---
+
+def test_torch_dir_without_tokenizer_files_names_them(tmp_path):
+    folder = tmp_path / "notok"
+    folder.mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (folder / name).write_bytes((ROOT / "GPT2" / "offline" / "gpt2-offline" / name).read_bytes())
+    line = _bad("generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hello", "-wd",
+                str(tmp_path / "w"), expect="has no tokenizer files")
+    assert "tokenizer.json" in line and "vocab.json and merges.txt" in line
+
+
+def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path):
+    folder = tmp_path / "badvocab"
+    folder.mkdir()
+    for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    weights_vocab, config["vocab_size"] = config["vocab_size"], config["vocab_size"] + 100
+    (folder / "config.json").write_text(json.dumps(config))
+    _bad("run", "GPT2", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path / "w"),
+         expect=f"config.json says vocab_size {weights_vocab + 100}, its weights embed {weights_vocab} tokens")
+
+
+def test_misleading_paths_get_the_real_problem(capsys, tmp_path):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    (tmp_path / "folder.onnx").mkdir()
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "notes.txt").write_text("x")
+    wd = ["-wd", str(tmp_path / "w")]
+    run = ["run", "GPT2", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", *wd]
+    assert "folder.onnx is a folder, not an ONNX graph file" in _main(
+        capsys, *run, "--decoder-onnx", str(tmp_path / "folder.onnx"))
+    assert "empty.onnx is empty (0 bytes), not an ONNX graph" in _main(
+        capsys, *run, "--decoder-onnx", str(tmp_path / "empty.onnx"))
+    assert f"--dataset {tmp_path}: is a folder, not a file" in _main(
+        capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path), *wd)
+    line = _main(capsys, "serve", str(tmp_path / "repo"))
+    assert "is not a Triton model repository (it holds notes.txt" in line and "deploy" in line
+    assert "empty" not in line
+
+
+def test_protobuf_that_is_no_graph(capsys, workdir, tmp_path):
+    """Bytes protobuf reads as an empty model (no inputs, no outputs) are not an ONNX graph."""
+    (tmp_path / "blank.onnx").write_bytes(b"\x08\x07")  # field 1 (ir_version) = 7, nothing else
+    line = _main(capsys, "run", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(tmp_path / "blank.onnx"),
+                 "-wd", str(workdir), "--iterations", "1", "--warmup", "0")
+    assert "is not an ONNX graph (it has no inputs or outputs)" in line
+
+
+# --- --plot: the format the extension names, with the umask's mode ---
+
+def test_plot_format_from_the_extension(capsys, workdir, tmp_path):
+    previous = os.umask(0o022)
+    try:
+        for suffix, magic in ((".svg", b"<?xml"), (".pdf", b"%PDF"), (".PNG", b"\x89PNG")):
+            path = tmp_path / f"latency{suffix}"
+            assert cli.main(["benchmark", "GPT2", "frameworks", "--input-seq-len", "4", "--output-seq-len", "3",
+                             "--iterations", "1", "--warmup", "0", "-wd", str(workdir), "--plot", str(path)]) == 0
+            assert path.read_bytes().startswith(magic) and path.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(previous)
+    capsys.readouterr()
+    for name, expect in (("x.jpg", "its extension .jpg names no format written here"), ("x", "it has no extension")):
+        line = _main(capsys, "benchmark", "GPT2", "frameworks", "-wd", str(workdir), "--plot", str(tmp_path / name))
+        assert expect in line and ".png, .svg, .pdf" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latency.PNG", "latency.pdf", "latency.svg"]
+
+
+# --- a full disk, and working dirs that cannot be one ---
+
+def _disk_fills_up(path, *args, **kwargs):
+    """A writer that gets half-way and then meets a full disk (the OS's own error)."""
+    Path(path).write_bytes(b"\0" * 4096)
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("writer", ["save_onnx", "exporter"])
+def test_full_disk_during_export(capsys, monkeypatch, tmp_path, writer):
+    """The graph's writer, or the exporter itself (whose errors come wrapped in the harness's own), meets a full
+    disk: one line with the size needed, nothing half-written left."""
+    from NNDF.backends.onnxrt import export
+
+    if writer == "save_onnx":
+        monkeypatch.setattr(export, "save_onnx", lambda proto, path, large: _disk_fills_up(path))
+    else:
+        def exporter(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(export.torch.onnx, "export", exporter)
+    wd = tmp_path / "w"
+    line = _main(capsys, "run", "GPT2", "onnxrt", "--use-cache", "-wd", str(wd))
+    assert re.fullmatch(rf"error: no space left in {re.escape(str(wd))}, about 0\.0\d+ GB needed; .*", line), line
+    assert _leftovers(wd) == [] and not any(p.suffix == ".onnx" for p in wd.rglob("*"))
+
+
+def test_full_disk_during_deploy(capsys, monkeypatch, workdir, tmp_path):
+    from NNDF.triton import repository
+
+    monkeypatch.setattr(repository.shutil, "copy2", lambda source, target: _disk_fills_up(target))
+    repo = tmp_path / "models"
+    line = _main(capsys, "deploy", "GPT2", "onnxrt", "--use-cache", "--repository", str(repo), "-wd", str(workdir))
+    assert line.startswith(f"error: no space left in {repo}, about ") and " GB needed" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"] and not any(repo.iterdir())
+
+
+def test_working_dir_links_that_lead_nowhere(capsys, tmp_path):
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for wd, expect in ((tmp_path / "dangling", f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist"),
+                       (tmp_path / "loop", "is a symbolic link loop"),
+                       (tmp_path / "loop" / "sub", f"{tmp_path / 'loop'} is a symbolic link loop")):
+        line = _main(capsys, "run", "OPT", "frameworks", "-wd", str(wd))
+        assert line.startswith(f"error: --working-dir {wd}: ") and expect in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "loop"]
+
+
+def _as_another_user(tmp: Path) -> list[str]:
+    """The command prefix that runs a process as an unprivileged user (root ignores file modes), or []."""
+    if os.geteuid() != 0:
+        return []
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: file modes cannot be tested")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_read_only_working_dir_serves_current_artifacts(tmp_path):
+    """A shared cache: every artifact the run needs is current, so nothing is written; a run that must build
+    something is refused in one line, and the folder is unchanged."""
+    base = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's tmp_path is private to this user
+    try:
+        wd, home = base / "cache", base / "home"
+        home.mkdir()
+        assert run_cli("run", "OPT", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0",
+                       "-wd", str(wd)).returncode == 0
+        for path in [base, *base.rglob("*")]:
+            path.chmod(0o777 if path == home else (0o555 if path.is_dir() else 0o444))
+        listing = sorted(str(p) for p in wd.rglob("*"))
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "MPLCONFIGDIR": str(home)}
+        command = [*_as_another_user(base), sys.executable, str(ROOT / "run.py"), "run", "OPT", "onnxrt",
+                   "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd)]
+        ok = subprocess.run(command, cwd=home, env=env, capture_output=True, text=True, timeout=600)
+        assert ok.returncode == 0 and not ok.stderr.strip(), ok.stderr
+        refused = subprocess.run([a for a in command if a != "--use-cache"],  # another export: refused
+                                 cwd=home, env=env, capture_output=True, text=True, timeout=600)
+        lines = refused.stderr.strip().splitlines()
+        assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+        assert f"error: --working-dir {wd}: cannot write" in lines[0] and "must be built there" in lines[0]
+        assert sorted(str(p) for p in wd.rglob("*")) == listing
+    finally:
+        for path in [base, *base.rglob("*")]:
+            path.chmod(0o700)
+        shutil.rmtree(base)
+
+
+KILLED_BUILD = """
+import sys, time
+from pathlib import Path
+from NNDF.artifacts import ArtifactStore
+with ArtifactStore(Path(sys.argv[1]), "F", "v").build("graph", {}) as tmp:
+    (tmp / "half.onnx").write_bytes(b"0" * 1000)
+    print(tmp, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_staging_of_a_killed_build_is_removed_by_the_next(tmp_path, monkeypatch):
+    from NNDF import artifacts
+
+    monkeypatch.setattr(artifacts, "_STAGING_GRACE_S", 0)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            text=True)
+    staging = Path(proc.stdout.readline().strip())
+    store = artifacts.ArtifactStore(tmp_path, "F", "v")
+    with store.build("graph", {"n": 1}):  # the process is alive: its staging folder stays
+        assert staging.is_dir()
+    proc.kill()  # SIGKILL: no cleanup of its own
+    proc.wait()
+    assert staging.is_dir()
+    with store.build("graph", {"n": 2}) as tmp:
+        (tmp / "model.onnx").write_text("x")
+    assert not staging.exists() and sorted(p.name for p in store.root.iterdir()) == ["graph"]
+
+
+def test_torch_dir_artifacts_by_resolved_path(tmp_path):
+    from NNDF.models import local_label
+
+    for parent in ("a", "b"):
+        (tmp_path / parent / "model").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "a" / "model")
+    a, b, link = (local_label(str(p), None) for p in (tmp_path / "a" / "model", tmp_path / "b" / "model",
+                                                      tmp_path / "link"))
+    assert a != b and a == link and a.startswith("local:model-")
+    assert local_label(str(tmp_path / "a" / "model"), "mine") == "local:mine"  # --variant labels the folder
+
+
+def test_torch_dir_with_variant_is_the_cache_label(tmp_path):
+    folder = ROOT / "GPT2" / "offline" / "gpt2-offline"
+    path = tmp_path / "r.json"
+    proc = run_cli("generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--variant", "my-copy", "--prompt",
+                   "x", "--max-new-tokens", "1", "-wd", str(tmp_path / "w"), "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "GPT2 local:my-copy " in proc.stdout
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hub_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    return dict(env, HF_ENDPOINT=f"http://127.0.0.1:{_closed_port()}", HF_HOME=str(tmp_path / "hf"))
+
+
+def test_unreachable_hub_is_one_quick_line(tmp_path):
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "run", "GPT2", "frameworks", "--variant",
+                           "someone/not-cached", "-wd", str(tmp_path / "w")], cwd=ROOT, env=_hub_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - start < 20
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "the HuggingFace Hub is unreachable (127.0.0.1:" in lines[0] and "not in the local HF cache" in lines[0]
+
+
+def test_unreachable_hub_uses_the_cache_and_says_so_once(tmp_path):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cached = tmp_path / "hf" / "hub" / "models--someone--tiny-gpt2"
+    (cached / "snapshots" / commit).mkdir(parents=True)
+    (cached / "refs").mkdir()
+    (cached / "refs" / "main").write_text(commit)
+    for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
+        (cached / "snapshots" / commit / path.name).write_bytes(path.read_bytes())
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), "generate", "GPT2", "frameworks", "--variant",
+                           "someone/tiny-gpt2", "--prompt", "x", "--max-new-tokens", "1", "-wd", str(tmp_path / "w")],
+                          cwd=ROOT, env=_hub_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "warning: the HuggingFace Hub is unreachable (127.0.0.1:" + proc.stderr.split("127.0.0.1:")[1].split(")")[0]
+        + "): someone/tiny-gpt2 comes from the local HF cache"]
+
+
+def test_library_log_lines_are_printed_once(capsys):
+    """transformers and huggingface_hub bring their own stderr handlers: a line goes through ours only."""
+    import logging
+
+    for verbose in (False, True):
+        cli._quiet_libraries(verbose)
+        logging.getLogger("huggingface_hub.file_download").error("the hub said no")
+        logging.getLogger("transformers.modeling_utils").error("transformers said no")
+        assert capsys.readouterr().err.splitlines() == ["error: the hub said no", "error: transformers said no"]
+    cli._quiet_libraries(False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from NNDF import registry
+from NNDF.artifacts import folder_bytes, space_needed
 from NNDF.actions.common import open_run
 from NNDF.actions.skeleton import evaluator_for
 from NNDF.options import ModelOptions, OptionGroup
@@ -28,6 +29,7 @@ def deploy(family: str, backends: tuple[str, ...], options: ModelOptions, deploy
     opened_options, opened, groups = evaluator.opening(fam.name, backend, backend_options)
     run = open_run(family, opened_options, opened, *groups)
     report = Report("deploy", run.family.name, run.source.variant, {}, environment=environment())
-    evaluator.write(run, backend, repository, report)
+    with space_needed(repository, lambda: folder_bytes(run.store.root) + folder_bytes(run.source.local_dir)):
+        evaluator.write(run, backend, repository, report)  # a full disk: about the graphs and model files copied
     finish(run)
     return report

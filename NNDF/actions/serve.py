@@ -41,7 +41,8 @@ def _check_repository(directory: str) -> dict[str, object]:
     problem = repository_problem(path)
     names = models(path) if problem is None else []
     if problem or not names:
-        raise UsageError(f"serve {directory}: {problem or 'holds no model (no <name>/config.pbtxt)'}")
+        raise UsageError(f"serve {directory}: {problem or 'holds no model (no <name>/config.pbtxt)'}; give the "
+                         "folder that deploy wrote (python run.py deploy MODEL onnxrt --repository DIR)")
     return {name: read_config(path / name / CONFIG) for name in names}
 
 

@@ -11,12 +11,11 @@ the folders in `NNDF_TRITON_PATH` (set by `run.py serve`) and the project root r
 from __future__ import annotations
 
 import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from NNDF.artifacts import dir_mode, file_mode
+from NNDF.artifacts import file_mode, staging_folder
 from NNDF.errors import UsageError
 from NNDF.triton.config import CONFIG, read_config
 from NNDF.backends.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
@@ -41,7 +40,7 @@ def repository_problem(repository: Path) -> str | None:
                  if not p.name.startswith(".") and p.name != README and not (p.is_dir() and (p / CONFIG).is_file())]
     if strangers:
         return (f"is not a Triton model repository (it holds {', '.join(sorted(strangers)[:3])}, which are not "
-                "model folders); give an empty or new folder, or an existing repository")
+                "model folders)")
     return None
 
 
@@ -49,7 +48,8 @@ def check_target(repository: Path, name: str, force: bool) -> None:
     """UsageError when `repository` cannot take model `name` (not a repository; the model exists, no --force)."""
     problem = repository_problem(repository)
     if problem:
-        raise UsageError(f"--repository {repository}: {problem}")
+        raise UsageError(f"--repository {repository}: {problem}; give an empty or new folder, or an existing "
+                         "repository")
     if (repository / name).exists() and not force:
         raise UsageError(f"--repository {repository} already has a model {name!r}: add --force to replace it, or "
                          "give another --model-name")
@@ -62,19 +62,14 @@ def staged_model(repository: Path, name: str, force: bool) -> Iterator[Path]:
     check_target(repository, name, force)
     target = repository / name
     repository.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".staging", dir=repository.parent))
-    try:
-        staging.chmod(dir_mode())
+    with staging_folder(repository.parent, f".{name}.", ".staging") as staging:  # a killed deploy's: removed
         yield staging
-        old = None
         if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".old", dir=repository.parent))
-            target.rename(old / name)
-        staging.rename(target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            with staging_folder(repository.parent, f".{name}.", ".old") as old:
+                target.rename(old / name)
+                staging.rename(target)
+        else:
+            staging.rename(target)
     write_readme(repository)
 
 

@@ -29,8 +29,8 @@ for shape in $MODELS; do
   python3 run.py benchmark GPT2 onnxrt --quantize none int4 --torch-dir "$SHAPES/$shape" --device "$DEVICE" \
     $PRECISION --use-cache --input-seq-len 128 --output-seq-len 256 --iterations "$ITERATIONS" --warmup "$WARMUP" -wd /tmp/wd \
     --json "$OUT/quant-$shape.json" 2>&1 | tail -8
-  for f in /tmp/wd/GPT2/local-"$shape"/decoder-*-kv-int4-*/validation.json; do echo "$f"; cat "$f"; done
-  for f in /tmp/wd/GPT2/local-"$shape"/decoder-*-kv-int4-*/model.onnx; do  # where ONNX Runtime runs MatMulNBits
+  for f in /tmp/wd/GPT2/local-"$shape"-*/decoder-*-kv-int4-*/validation.json; do echo "$f"; cat "$f"; done
+  for f in /tmp/wd/GPT2/local-"$shape"-*/decoder-*-kv-int4-*/model.onnx; do  # where ONNX Runtime runs MatMulNBits
     if [ "$DEVICE" = cuda ]; then python3 tools/bench/ort_placement.py "$f" 2>&1 | grep -i "matmulnbits\|memcpy\|cpu" | head -8; fi
   done
 done

@@ -42,8 +42,11 @@ def user_files(run: RunContext, kind: str, source) -> dict[str, Path] | None:
     """The user's files for this run's parts (checked as `given_parts` does), each of which must exist."""
     paths = given_parts(run.family, run.options.use_cache, kind, source)
     for part, path in (paths or {}).items():
-        if not path.is_file():
-            raise ArtifactError(f"{part_flag(part, kind)} {path} does not exist")
+        noun = "an ONNX graph" if kind == "onnx" else "a TensorRT engine"
+        problem = (f"is a folder, not {noun} file" if path.is_dir() else "does not exist" if not path.is_file()
+                   else f"is empty (0 bytes), not {noun}" if path.stat().st_size == 0 else None)
+        if problem:
+            raise ArtifactError(f"{part_flag(part, kind)} {path} {problem}")
     return paths
 
 
@@ -116,7 +119,8 @@ class GraphArtifact(ABC):
                  or not (folder / VALIDATION).is_file())
         if fresh:
             model = self.source_model(run)
-            with run.store.build(name, fingerprint) as tmp, status(self.building(run)):
+            needs = sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
+            with run.store.build(name, fingerprint, needs) as tmp, status(self.building(run)):
                 write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
         self.read_validation(json.loads((folder / VALIDATION).read_text()))
         return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh

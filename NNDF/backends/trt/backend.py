@@ -23,7 +23,7 @@ from pathlib import Path
 
 from NNDF.artifacts import FINGERPRINT
 from NNDF.backends.base import Adapter, Backend, option_group
-from NNDF.backends.onnxrt.artifact import OnnxArtifact, user_files
+from NNDF.backends.onnxrt.artifact import OnnxArtifact, graph_bytes, user_files
 from NNDF.backends.trt.engine import (BuildSettings, EngineRefused, build_engine, describe, gpu_identity, import_trt,
                                       load_engine)
 from NNDF.backends.trt.profiles import EngineShapes, engine_name, engine_shapes
@@ -170,7 +170,7 @@ class TensorRTBackend(Backend):
         fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
         built, seconds = False, {}
         if force or not run.store.is_current(name, fingerprint):
-            with run.store.build(name, fingerprint) as tmp:
+            with run.store.build(name, fingerprint, graph_bytes(onnx_paths)) as tmp:  # engines: about the graphs
                 for part, onnx_path in onnx_paths.items():
                     with status(f"building TensorRT engine {name} ({part})"):
                         blob, seconds[part] = build_engine(trt, onnx_path, profiles[part], settings)
