@@ -38,9 +38,13 @@ class RequestLimitOptions(OptionGroup):
     owner = "generative models"
     kind_scope = CacheOptions
     max_new_tokens_limit: int = flag(512, "--max-new-tokens-limit", help="the most new tokens a request may ask for (larger requests get an error)")
+    num_beams_limit: int = flag(8, "--num-beams-limit", help="the widest beam search a request may ask for (wider requests get an error)")
+    cache_limit_mib: int = flag(2048, "--cache-limit-mib", help="the most KV cache one generation may hold, in MiB: rows x beams x (prompt + new tokens) x the model's cache bytes per token (a request over it alone gets an error; requests batched together stay under it)")
 
     def check(self):
         _positive("--max-new-tokens-limit", self.max_new_tokens_limit)
+        _positive("--num-beams-limit", self.num_beams_limit)
+        _positive("--cache-limit-mib", self.cache_limit_mib)
 
 
 @dataclass(frozen=True)
