@@ -65,6 +65,7 @@ class ServeOptions(OptionGroup):
     grpc_port: int = flag(8001, "--grpc-port", help="gRPC port on 127.0.0.1")
     metrics_port: int = flag(8002, "--metrics-port", help="Prometheus metrics port on 127.0.0.1")
     ready_timeout: float = flag(300.0, "--ready-timeout", help="seconds to wait until every model is ready")
+    verbose: bool = flag(False, "--verbose", "-v", help="stream the server's log to stderr (it is kept in a file either way; serve says where)")
 
     def check(self):
         for name, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
