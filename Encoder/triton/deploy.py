@@ -178,7 +178,7 @@ def trtexec_command(run, names: Names) -> str:
 # --- writing ---------------------------------------------------------------------------------------------------
 
 def _configs(run, names: Names, batching: Batching, backend: str, signature) -> dict:
-    """The five configs; the two models the `triton` backend queries say what they serve."""
+    """The five configs, each saying what it serves (the `triton` backend checks it)."""
     from NNDF.backends.triton.names import serves
     from NNDF.triton.config import add_parameters
 
@@ -191,8 +191,8 @@ def _configs(run, names: Names, batching: Batching, backend: str, signature) -> 
             names.ensemble: ensemble_config(names.ensemble, names.tokenize, names.model, signature, batching),
             names.ensemble_python: ensemble_config(names.ensemble_python, names.tokenize, names.model_python,
                                                    signature, batching)}
-    for name in (names.model, names.model_python):
-        add_parameters(configs[name], serves(run))
+    for config in configs.values():
+        add_parameters(config, serves(run))
     return configs
 
 
