@@ -3,8 +3,9 @@ the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
-(family, variant, the options that decide how the graphs run, each graph's path and the encoder's inputs) and
-`model.py` (the stub). The model's tensors (all optional; a request gives `text` or `input_ids`):
+(family, model type, variant, the options that decide how the graphs run, each graph's path, the encoder's
+inputs and the request limits: new tokens, beams, KV cache) and `model.py` (the stub). The config's parameters
+say what it serves (family, model type), which the `triton` client backend checks before any request. The model's tensors (all optional; a request gives `text` or `input_ids`):
 
     text [1] BYTES, image [1] BYTES (image kinds: PNG/JPEG bytes), input_ids [-1] INT64 (the decoder prompt),
     encoder_<name> (encoder-decoder kinds: the encoder graph's inputs, one row), max_new_tokens, min_new_tokens,

@@ -1,5 +1,5 @@
 """Option groups of serving: `deploy` (DeployOptions: the repository's own flags, and the generative models' request
-limit) and `serve` (ServeOptions). The `triton` client backend's own flags are
+limits) and `serve` (ServeOptions). The `triton` client backend's own flags are
 `NNDF.backends.triton.options.TritonOptions`."""
 from __future__ import annotations
 
