@@ -5,7 +5,8 @@ The version folder is self-contained: `onnx/<part>/` (each graph with its extern
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
 (family, model type, variant, the options that decide how the graphs run, each graph's path, the encoder's
 inputs and the request limits: new tokens, beams, KV cache) and `model.py` (the stub). The config's parameters
-say what it serves (family, model type), which the `triton` client backend checks before any request. The model's tensors (all optional; a request gives `text` or `input_ids`):
+say what it serves (family, model type), which the `triton` client backend checks before any request. The
+model's tensors (all optional; a request gives `text` or `input_ids`):
 
     text [1] BYTES, image [1] BYTES (image kinds: PNG/JPEG bytes), input_ids [-1] INT64 (the decoder prompt),
     encoder_<name> (encoder-decoder kinds: the encoder graph's inputs, one row), max_new_tokens, min_new_tokens,
@@ -183,7 +184,8 @@ class GenerativeDeploy(Evaluator):
         graphs = _graphs(run)
         encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
         images = reads_images(run.family.task, options)
-        config = model_config(name, encoder, images, deploy, serves(run), gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
+        config = model_config(name, encoder, images, deploy, serves(run),
+                              gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
         with staged_model(repository, name, deploy.force) as stage:
             version = stage / VERSION
             parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
