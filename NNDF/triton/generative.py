@@ -11,10 +11,10 @@ what the `triton` client backend sends, so served tokens can be compared with in
 A request that cannot run (missing or both prompt inputs, empty or non-UTF-8 text, a setting out of range, more
 new tokens, beams or KV cache than the limits deploy recorded in serving.json) gets an error response at once:
 INVALID_ARG (HTTP 400) for the client's mistakes, INTERNAL (500) for the model's own failures; the others in the
-same `execute` still run. Requests whose generation settings
-are equal run as one padded batch (left-padded decoder prompts, right-padded encoder inputs: padded batches are
-exact, tests/test_parity.py); encoder-decoder requests also need the same decoder prompt length, and sampled
-requests run alone (a seed draws the same tokens only for the same batch). Streaming (decoupled mode):
+same `execute` still run. Requests whose generation settings are equal run as one padded batch (left-padded
+decoder prompts, right-padded encoder inputs: padded batches are exact, tests/test_parity.py), cut where the
+batch's KV cache would pass the limit; encoder-decoder requests also need the same decoder prompt length, and
+sampled requests run alone (a seed draws the same tokens only for the same batch). Streaming (decoupled mode):
 greedy / sampled tokens go to each request's sender as they are chosen, then the whole answer with the final
 flag; a cancelled request gets no more tokens, and a batch whose clients all cancelled stops generating.
 """
