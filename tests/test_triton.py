@@ -305,6 +305,27 @@ def test_request_limits_set_at_deploy_refuse_at_once_and_the_model_keeps_serving
         assert client.infer(model, ask(2, 8), ("output_ids",))["output_ids"].size >= 1
 
 
+def test_batched_requests_are_cut_where_their_kv_cache_would_pass_the_limit():
+    """The served model's batching under --cache-limit-mib (no server: the grouping alone): rows x beams x the
+    longest length stays under the limit."""
+    from types import SimpleNamespace
+
+    from NNDF.generation import GenerationConfig, cache_bytes
+    from NNDF.model_config import ModelDims
+    from NNDF.triton.generative import GenerativeModel, Job
+
+    dims = ModelDims(layers=4, heads=4, hidden=192, vocab=4096, positions=256, head_dim=48)
+    assert cache_bytes(dims, 1, 1, 1, 4) == 4 * 2 * 4 * 48 * 4  # layers x (key, value) x heads x head_dim x fp32
+    model = object.__new__(GenerativeModel)  # only what the grouping reads
+    model.run = SimpleNamespace(source=SimpleNamespace(dims=dims), options=SimpleNamespace(fp16=False))
+    model.cache_limit = cache_bytes(dims, 3, 2, 10, 4)  # three rows of two beams x 10 positions
+    config = GenerationConfig(max_new_tokens=5, num_beams=2)
+    jobs = [Job(i, None, config, False, length=10) for i in range(7)]
+    assert [[j.index for j in batch] for batch in model.within_cache_limit(jobs)] == [[0, 1, 2], [3, 4, 5], [6]]
+    longer = [Job(0, None, config, False, length=10), Job(1, None, config, False, length=16)]
+    assert len(model.within_cache_limit(longer)) == 2  # padded to 16 positions, two rows pass the limit
+
+
 def test_a_triton_row_of_another_family_or_model_type_is_refused_before_any_request(triton_server, workdir,
                                                                                   capsys):
     """Every deployed config says what it serves; the triton backend compares it with the run's model."""
