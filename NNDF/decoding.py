@@ -133,6 +133,7 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
             min_length = _value(None, hf, "min_length", 0)
             min_new_tokens = 0
 
+    check_cache_fits(run, beams, max_new_tokens or max_length)
     cfg = SamplingConfig(
         do_sample=do_sample,
         temperature=float(_value(sampling.temperature, hf, "temperature", 1.0)),
@@ -167,6 +168,32 @@ def _eos(eos: int | None, hf) -> int | tuple[int, ...] | None:
     int, as HF writes it)."""
     ids = tuple(dict.fromkeys(eos_ids(eos) + eos_ids(hf.eos_token_id if hf is not None else None)))
     return ids[0] if len(ids) == 1 else (ids or None)
+
+
+def available_bytes(device) -> int:
+    """Memory free for a new allocation on `device` (a torch.device): the GPU's free memory, else the host's
+    available memory."""
+    import psutil
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    return psutil.virtual_memory().available
+
+
+def check_cache_fits(run, beams: int, length: int) -> None:
+    """One line, before anything is allocated, when the KV cache alone of --batch-size rows x `beams` beams x
+    `length` new tokens (the prompt not counted: a floor) would not fit the memory available on the run's
+    device twice: a decoding step holds two copies of it (the grown or beam-reordered cache is a new tensor)."""
+    from NNDF.generation import cache_bytes
+
+    rows = run.options.batch_size
+    need = cache_bytes(run.source.dims, rows, beams, length, 2 if run.options.fp16 else 4)
+    free = available_bytes(run.device)
+    if 2 * need > free:
+        raise UsageError(f"{rows} row(s) x {beams} beam(s) x {length} new tokens: the KV cache alone needs about "
+                         f"{need / 1e9:.1f} GB, twice that while a step copies it, and {run.device.type} has "
+                         f"{free / 1e9:.1f} GB available: lower --num-beams, --batch-size or --max-new-tokens")
 
 
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:

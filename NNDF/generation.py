@@ -62,6 +62,14 @@ class GenerationConfig:
         return new
 
 
+def cache_bytes(dims, rows: int, beams: int, length: int, itemsize: int) -> int:
+    """Bytes of the decoder's KV cache for `rows` x `beams` sequences of `length` positions: a key and a value
+    [heads, head_dim] per layer and position (`dims`: an `NNDF.model_config.ModelDims`; `itemsize`: bytes per
+    element). A floor: an encoder-decoder's cross-attention cache and the logits come on top."""
+    head_dim = dims.head_dim or dims.hidden // dims.heads
+    return rows * beams * dims.layers * 2 * dims.heads * head_dim * length * itemsize
+
+
 @dataclass
 class GenerationOutput:
     sequences: torch.Tensor  # [B, prompt + new], pad after EOS

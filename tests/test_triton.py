@@ -253,7 +253,11 @@ BAD = [  # (what, inputs, part of the error)
      "early_stopping"),
     ("two prompts in one request", {"text": np.array([[b"Hi"], [b"Ho"]], np.object_)}, "one prompt per request"),
     ("scoring without positions", {"score_ids": np.array([[1, 2]], np.int64)}, "score_positions"),
+    ("not UTF-8", {"text": np.array([[b"Hi \xff\xfe"]], np.object_)}, "text is not UTF-8 (invalid start byte at byte 3)"),
+    ("too many beams", {"text": np.array([[b"Hi"]], np.object_), "num_beams": np.array([[9]], np.int32)},
+     "num_beams 9 is over this model's limit of 8 beams"),
 ]
+CLIENT_ERROR = {"http": "[400]", "grpc": "[StatusCode.INVALID_ARGUMENT]"}  # how each protocol says 4xx
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -268,8 +272,89 @@ def test_malformed_requests_get_errors_and_the_model_keeps_serving(triton_server
             with pytest.raises(InferenceError) as caught:
                 client.infer(model, arrays, ("output_ids",))
             assert message in str(caught.value) and "\n" not in str(caught.value), what
+            assert CLIENT_ERROR[protocol] in str(caught.value), (what, str(caught.value))  # the client's mistake
             assert client.infer(model, good, ("output_ids",))["output_ids"].tolist() == expected, what
         assert client.model_ready(model)
+
+
+def test_request_limits_set_at_deploy_refuse_at_once_and_the_model_keeps_serving(triton_server):
+    """The one-at-a-time model was deployed with --num-beams-limit 4 --cache-limit-mib 1 --max-new-tokens-limit
+    64 (serving.json records them): requests beyond each get a 400-class error at once, and a request within
+    them is still answered."""
+    from NNDF.errors import InferenceError
+
+    model = triton_server.single
+    record = json.loads((triton_server.repository / model / "1" / "serving.json").read_text())
+    assert (record["num_beams_limit"], record["cache_limit_mib"], record["max_new_tokens_limit"]) == (4, 1, 64)
+
+    def ask(beams: int, new: int) -> dict:
+        return {"text": np.array([[b"Hi"]], np.object_), "num_beams": np.array([[beams]], np.int32),
+                "max_new_tokens": np.array([[new]], np.int32)}
+
+    cases = [(ask(100_000, 8), "num_beams 100000 is over this model's limit of 4 beams"),
+             (ask(5, 8), "num_beams 5 is over this model's limit of 4 beams"),
+             (ask(1, 65), "max_new_tokens 65 is over this model's limit of 64"),
+             (ask(4, 60), "MiB KV cache, over this model's limit of 1 MiB (deploy --cache-limit-mib)")]
+    with _client(triton_server) as client:
+        for arrays, message in cases:
+            start = time.monotonic()
+            with pytest.raises(InferenceError, match=r"\[400\]") as caught:
+                client.infer(model, arrays, ("output_ids",))
+            assert message in str(caught.value), str(caught.value)
+            assert time.monotonic() - start < 10  # refused before any generation
+        assert client.infer(model, ask(2, 8), ("output_ids",))["output_ids"].size >= 1
+
+
+def test_batched_requests_are_cut_where_their_kv_cache_would_pass_the_limit():
+    """The served model's batching under --cache-limit-mib (no server: the grouping alone): rows x beams x the
+    longest length stays under the limit."""
+    from types import SimpleNamespace
+
+    from NNDF.generation import GenerationConfig, cache_bytes
+    from NNDF.model_config import ModelDims
+    from NNDF.triton.generative import GenerativeModel, Job
+
+    dims = ModelDims(layers=4, heads=4, hidden=192, vocab=4096, positions=256, head_dim=48)
+    assert cache_bytes(dims, 1, 1, 1, 4) == 4 * 2 * 4 * 48 * 4  # layers x (key, value) x heads x head_dim x fp32
+    model = object.__new__(GenerativeModel)  # only what the grouping reads
+    model.run = SimpleNamespace(source=SimpleNamespace(dims=dims), options=SimpleNamespace(fp16=False))
+    model.cache_limit = cache_bytes(dims, 3, 2, 10, 4)  # three rows of two beams x 10 positions
+    config = GenerationConfig(max_new_tokens=5, num_beams=2)
+    jobs = [Job(i, None, config, False, length=10) for i in range(7)]
+    assert [[j.index for j in batch] for batch in model.within_cache_limit(jobs)] == [[0, 1, 2], [3, 4, 5], [6]]
+    longer = [Job(0, None, config, False, length=10), Job(1, None, config, False, length=16)]
+    assert len(model.within_cache_limit(longer)) == 2  # padded to 16 positions, two rows pass the limit
+
+
+def test_a_triton_row_of_another_family_or_model_type_is_refused_before_any_request(triton_server, workdir,
+                                                                                  capsys):
+    """Every deployed config says what it serves; the triton backend compares it with the run's model."""
+    from NNDF import cli
+    from NNDF.triton.config import read_config
+
+    config = read_config(triton_server.repository / triton_server.generative["T5"] / "config.pbtxt")
+    assert {k: v.string_value for k, v in config.parameters.items()} == {"family": "T5", "model_type": "t5"}
+    cases = [(["chat", "T5", "triton", "--prompt", "Hi"], triton_server.generative["GPT2"],
+              "serves family GPT2 model_type gpt2, not family T5 model_type t5"),
+             (["predict", "BERT", "triton", "--prompt", "Hi"], triton_server.generative["GPT2"],
+              "serves family GPT2 model_type gpt2, not family BERT model_type bert")]
+    for args, model, message in cases:
+        assert cli.main([*args, "--triton-url", triton_server.urls["http"], "--triton-model", model, "-wd",
+                         str(workdir)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+
+
+def test_the_in_process_cache_guard_refuses_before_allocating(workdir, capsys):
+    """--num-beams far beyond memory: one line with the estimated KV cache, exit 2, before any generation."""
+    from NNDF import cli
+
+    start = time.monotonic()
+    assert cli.main(["chat", "GPT2", "onnxrt", "--prompt", "Hi", "--num-beams", "100000000", "-wd",
+                     str(workdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the KV cache alone needs about" in err[0] and "GB" in err[0], err
+    assert "lower --num-beams" in err[0] and time.monotonic() - start < 60
 
 
 # --- load ------------------------------------------------------------------------------------------------------
@@ -322,6 +407,8 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
     try:
         line = process.stdout.readline()  # the first line says it serves (after every model is ready)
         assert f"HTTP http://127.0.0.1:{http}" in line and f"gRPC grpc://127.0.0.1:{grpc}" in line, line
+        log = Path(line.split("; log ")[1].split(";")[0])  # kept after the server stops
+        assert log.is_file()
         from NNDF.backends.triton.client import Client
 
         with Client(f"http://127.0.0.1:{http}", timeout=60) as client:
@@ -333,8 +420,46 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
             process.kill()
     assert process.returncode == 0, err
     assert "stopped on Ctrl-C" in out and triton_server.single in out
+    assert "model_lifecycle" in log.read_text()  # the server's whole log
+    log.unlink()
     with pytest.raises(ConnectionRefusedError):  # the server is gone
         socket.create_connection(("127.0.0.1", http), timeout=5).close()
+
+
+def test_serve_names_a_failing_models_own_error_and_keeps_the_log(triton_server, tmp_path):
+    """A model whose model.py has a SyntaxError: serve fails in seconds with the model's status row (the
+    exception and its line) and the kept log's path, no traceback of ours; --verbose streams the log."""
+    import shutil
+
+    from NNDF.triton.server import free_ports
+
+    repository = tmp_path / "broken"
+    shutil.copytree(triton_server.repository / triton_server.single, repository / triton_server.single)
+    stub = repository / triton_server.single / "1" / "model.py"
+    line = len(stub.read_text().splitlines()) + 1
+    stub.write_text(stub.read_text() + "def broken(:\n")
+    for verbose in ((), ("--verbose",)):
+        ports = [a for flag, port in zip(("--http-port", "--grpc-port", "--metrics-port"), free_ports(3))
+                 for a in (flag, str(port))]
+        result = run_cli("serve", str(repository), *ports, "--ready-timeout", "60", *verbose, timeout=120)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        error = result.stderr[result.stderr.index("error: "):].splitlines()
+        assert f"{triton_server.single}: UNAVAILABLE: Internal: SyntaxError: invalid syntax (model.py, line {line})" \
+            in error, error
+        log = Path(error[-1].split("the whole server log: ")[1].split(" (")[0])
+        assert "SyntaxError" in log.read_text()
+        assert ("model_lifecycle.cc" in result.stderr) == bool(verbose)  # the streamed log
+        log.unlink()
+
+
+def test_deploy_prints_quoted_commands_for_a_path_with_a_space(triton_server, workdir, tmp_path):
+    import shlex
+
+    repository = tmp_path / "my répo"
+    result = run_cli("deploy", "GPT2", "onnxrt", "--use-cache", "--repository", str(repository), "-wd", str(workdir))
+    assert result.returncode == 0, result.stderr
+    assert f"python run.py serve {shlex.quote(str(repository))};" in result.stdout
+    assert f"python run.py serve {shlex.quote(str(repository))} --http-port" in (repository / "README.md").read_text()
 
 
 def test_deploy_refusals_leave_nothing_behind(triton_server, workdir, tmp_path, capsys):

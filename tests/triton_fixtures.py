@@ -1,9 +1,10 @@
 """The test session's one Triton server (starting one is slow): a session fixture that deploys the offline
 defaults the Triton tests need into ONE temporary repository and serves it on free loopback ports.
 
-Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy for the load test,
-and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
+Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy with small request
+limits for the load and limit tests, and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
 (tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/triton/deploy.py writes them.
+The repository's path has a space and a non-ASCII letter (served through a plain symlink: NNDF/triton/server.py).
 The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _deploy_generative(repository, workdir) -> dict[str, str]:
     for family in GENERATIVE:
         deploy(family, onnxrt, options, DeployOptions(repository=str(repository), max_batch_size=8))
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=SINGLE, max_batch_size=1,
-                                                  max_new_tokens_limit=64))
+                                                  max_new_tokens_limit=64, num_beams_limit=4, cache_limit_mib=1))
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
     return dict(GENERATIVE)
 
@@ -60,7 +61,7 @@ def triton_server(workdir, tmp_path_factory):
         pytest.skip(str(exc))
     if stub_numpy_problem():
         pytest.skip(stub_numpy_problem())
-    repository = tmp_path_factory.mktemp("triton") / "repository"
+    repository = tmp_path_factory.mktemp("triton") / "model répo"  # a space and a non-ASCII letter serve too
     generative = _deploy_generative(repository, workdir)
     encoders = _deploy_encoders(repository, workdir)
     ports = Ports(*free_ports(3))

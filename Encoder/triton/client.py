@@ -64,6 +64,7 @@ class EncoderTriton(TritonAdapter):
         try:
             client.require_ready(name)
             config = client.model_config(name)
+            self.check_serves(run, name, config)
             inputs, outputs = [i.name for i in config.input], [o.name for o in config.output]
             if sorted(inputs) != sorted(names) or output not in outputs:
                 raise UsageError(f"--triton-model {name} takes {', '.join(inputs)} and returns {', '.join(outputs)}; "

@@ -178,15 +178,22 @@ def trtexec_command(run, names: Names) -> str:
 # --- writing ---------------------------------------------------------------------------------------------------
 
 def _configs(run, names: Names, batching: Batching, backend: str, signature) -> dict:
+    """The five configs, each saying what it serves (the `triton` backend checks it)."""
+    from NNDF.backends.triton.names import serves
+    from NNDF.triton.config import add_parameters
+
     task = run.family.task
     pad = run.tokenizer.pad_token_id
-    return {names.tokenize: tokenize_config(names, signature, batching, task.max_length(run)),
+    configs = {names.tokenize: tokenize_config(names, signature, batching, task.max_length(run)),
             names.model: model_config(names, signature, batching, backend),
             names.model_python: model_python_config(names, signature, batching, 0 if pad is None else pad,
                                                     run.source.dims.vocab, run.options.threads),
             names.ensemble: ensemble_config(names.ensemble, names.tokenize, names.model, signature, batching),
             names.ensemble_python: ensemble_config(names.ensemble_python, names.tokenize, names.model_python,
                                                    signature, batching)}
+    for config in configs.values():
+        add_parameters(config, serves(run))
+    return configs
 
 
 def _fill(run, names: Names, name: str, version: Path, graph: Path, engine: Engine | None, backend: str):
@@ -260,6 +267,8 @@ def _notes(report: Report, run, repository: Path, names: Names, backend: str, en
                             f"it in the serving container: {trtexec_command(run, names)}")
     elif engine is not None and engine.signature is None:
         report.notes.append(f"{names.model}/1/model.plan: {engine.why}")
-    report.notes.append(f"serve: python run.py serve {repository}; query: python run.py predict {run.family.name} "
-                        f"onnxrt triton --triton-model {names.model_python} --prompt TEXT (or any Triton client: "
-                        f"{names.ensemble_python} takes text BYTES [batch, 1])")
+    from NNDF.triton.repository import command
+
+    query = command("predict", run.family.name, "onnxrt", "triton", "--triton-model", names.model_python)
+    report.notes.append(f"serve: {command('serve', str(repository))}; query: {query} --prompt TEXT (or any Triton "
+                        f"client: {names.ensemble_python} takes text BYTES [batch, 1])")

@@ -4,6 +4,7 @@ engine came from, or the trtexec command that builds it in the serving container
 README (NNDF/triton/repository.py) lists every model and points to these."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from Encoder.triton.configs import PLATFORMS, PYTHON_ONNX, Batching, Names
@@ -29,7 +30,7 @@ requests of equal length only (Triton's ONNX Runtime / TensorRT backends take ra
 ## Serve all five in NVIDIA's container
 
     docker run --rm --gpus all -p8000:8000 -p8001:8001 -p8002:8002 -v {repository}:/models \\
-        -v {root}:/project -e {variable}=/project nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \\
+        -v {root_arg}:/project -e {variable}=/project nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \\
         bash -c "pip install -r /project/requirements.txt && tritonserver --model-repository=/models"
 
 `{n.model}` needs Triton's {backend_name} backend, which NVIDIA's container has and the nvidia-pytriton wheel
@@ -78,7 +79,7 @@ def deployment_readme(run, names: Names, backend: str, batching: Batching, repos
         task=task.head(run.source, run.options).name, ids=ids, output=task.head(run.source, run.options).output,
         platform=platform, filename=filename, onnx=PYTHON_ONNX, max_length=task.max_length(run),
         batch=batching.max_batch_size, preferred=preferred, delay=batching.delay_us,
-        repository=repository.resolve(), root=ROOT, variable=PATH_VARIABLE,
+        repository=shlex.quote(str(repository.resolve())), root_arg=shlex.quote(str(ROOT)), variable=PATH_VARIABLE,
         backend_name="ONNX Runtime" if backend == "onnxrt" else "TensorRT",
         trt=TRT_BUILD.format(model=names.model) if backend == "trt" else "")
 

@@ -2,8 +2,9 @@
 
 The server is the `tritonserver` on PATH, else the nvidia-pytriton wheel's (NNDF/triton/server.py). Every
 model's config.pbtxt is checked against Triton's schema first; a busy port is one line (exit 2) before anything
-starts. Once every model is READY the endpoints are printed; Ctrl-C (or SIGTERM) stops the server cleanly
-(SIGINT to it, SIGKILL after 20 s) and the report lists what was served.
+starts. Once every model is READY the endpoints and the server's log file are printed (`--verbose` also streams
+the log); a model that fails to load is named with its own error lines from the log. Ctrl-C (or SIGTERM) stops
+the server cleanly (SIGINT to it, SIGKILL after 20 s) and the report lists what was served.
 """
 from __future__ import annotations
 
@@ -32,17 +33,17 @@ class ServedModel:
 def _check_repository(directory: str) -> dict[str, object]:
     """{model name: its config} of a repository; UsageError when it is not one or holds no model."""
     from NNDF.triton.config import CONFIG, read_config
-    from NNDF.triton.repository import models, repository_problem
+    from NNDF.triton.repository import command, models, repository_problem
 
     path = Path(directory)
+    writes = command("deploy", "MODEL", "onnxrt", "--repository", "DIR")
     if not path.is_dir():
-        raise UsageError(f"serve {directory}: no such folder; give a Triton model repository (python run.py deploy "
-                         "MODEL onnxrt --repository DIR writes one)")
+        raise UsageError(f"serve {directory}: no such folder; give a Triton model repository ({writes} writes one)")
     problem = repository_problem(path)
     names = models(path) if problem is None else []
     if problem or not names:
-        raise UsageError(f"serve {directory}: {problem or 'holds no model (no <name>/config.pbtxt)'}; give the "
-                         "folder that deploy wrote (python run.py deploy MODEL onnxrt --repository DIR)")
+        raise UsageError(f"serve {directory}: {problem or 'not a Triton model repository (no <model>/config.pbtxt)'}; "
+                         f"give a folder {writes} wrote")
     return {name: read_config(path / name / CONFIG) for name in names}
 
 
@@ -60,7 +61,8 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
     urls = ports.urls()
     report = Report("serve", "triton", directory, {"http": urls["http"], "grpc": urls["grpc"],
                                                    "metrics": urls["metrics"]}, environment=environment())
-    server = TritonServer(Path(directory), ports, ready_timeout=options.ready_timeout)
+    server = TritonServer(Path(directory), ports, ready_timeout=options.ready_timeout, keep_log=True,
+                          echo=options.verbose)
     previous = signal.signal(signal.SIGTERM, _stop_on_term)
     try:
         server.start()
@@ -72,9 +74,10 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
             report.notes.append(f"not served here: {name} ({why})")
             print(f"not served here: {name} ({why})", flush=True)
         print(f"serving {', '.join(server.served)}: HTTP {urls['http']}, gRPC {urls['grpc']}, "
-              f"metrics {urls['metrics']}; Ctrl-C stops", flush=True)
+              f"metrics {urls['metrics']}; log {server.log_path}; Ctrl-C stops", flush=True)
+        report.notes.append(f"the server's log: {server.log_path}")
         code = server.process.wait()
-        raise HarnessError(f"tritonserver stopped by itself (code {code}); its log ends:\n{server.log_tail()}")
+        raise HarnessError(f"tritonserver stopped by itself (code {code}):\n{server.why()}")
     except KeyboardInterrupt:
         code = server.stop()
         report.notes.append(f"stopped on Ctrl-C (tritonserver exit code {code})")

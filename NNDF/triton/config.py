@@ -68,14 +68,19 @@ def model_config(name: str, *, backend: str = "", platform: str = "", max_batch_
     config.output.extend(outputs)
     if instances:
         config.instance_group.append(instance_group(instances, gpu))
-    for key, value in (parameters or {}).items():
-        config.parameters[key].string_value = str(value)
+    add_parameters(config, parameters or {})
     if dynamic_batching is not None:
         config.dynamic_batching.preferred_batch_size.extend(dynamic_batching)
         config.dynamic_batching.max_queue_delay_microseconds = queue_delay_us
     if decoupled:
         config.model_transaction_policy.decoupled = True
     return config
+
+
+def add_parameters(config, parameters: dict) -> None:
+    """String key/values added to a ModelConfig's parameters."""
+    for key, value in parameters.items():
+        config.parameters[key].string_value = str(value)
 
 
 def ensemble_step(model: str, input_map: dict[str, str], output_map: dict[str, str], version: int = -1):

@@ -8,11 +8,13 @@ are exactly the in-process ones.
 
 Requests: each is one prompt (batch dimension 1): `text` (and `image`), or `input_ids` (and `encoder_<name>`:
 what the `triton` client backend sends, so served tokens can be compared with in-process ones on any prompt).
-A request that cannot run (missing or both prompt inputs, empty text, a setting out of range, too many new
-tokens) gets an error response; the others in the same `execute` still run. Requests whose generation settings
-are equal run as one padded batch (left-padded decoder prompts, right-padded encoder inputs: padded batches are
-exact, tests/test_parity.py); encoder-decoder requests also need the same decoder prompt length, and sampled
-requests run alone (a seed draws the same tokens only for the same batch). Streaming (decoupled mode):
+A request that cannot run (missing or both prompt inputs, empty or non-UTF-8 text, a setting out of range, more
+new tokens, beams or KV cache than the limits deploy recorded in serving.json) gets an error response at once:
+INVALID_ARG (HTTP 400) for the client's mistakes, INTERNAL (500) for the model's own failures; the others in the
+same `execute` still run. Requests whose generation settings are equal run as one padded batch (left-padded
+decoder prompts, right-padded encoder inputs: padded batches are exact, tests/test_parity.py), cut where the
+batch's KV cache would pass the limit; encoder-decoder requests also need the same decoder prompt length, and
+sampled requests run alone (a seed draws the same tokens only for the same batch). Streaming (decoupled mode):
 greedy / sampled tokens go to each request's sender as they are chosen, then the whole answer with the final
 flag; a cancelled request gets no more tokens, and a batch whose clients all cancelled stops generating.
 """
@@ -27,19 +29,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from NNDF.errors import HarnessError
+from NNDF.errors import HarnessError, UsageError
 from NNDF.generation import Observer
 from NNDF.sampling import eos_ids
 from NNDF.tasks import Prompt
 
 SERVING = "serving.json"
-_RECORD_KEYS = {"family": str, "variant": str, "backend": str, "device": str, "options": dict, "parts": dict,
-                "encoder_inputs": list, "images": bool, "max_new_tokens_limit": int, "streaming": bool}
+_RECORD_KEYS = {"family": str, "variant": str, "model_type": str, "backend": str, "device": str, "options": dict,
+                "parts": dict, "encoder_inputs": list, "images": bool, "max_new_tokens_limit": int,
+                "num_beams_limit": int, "cache_limit_mib": int, "streaming": bool}
 _EARLY = ("true", "false", "never")
 
 
 class RequestError(HarnessError):
     """A request that cannot run: answered with this one-line error, the model keeps serving."""
+
+
+CLIENT_MISTAKES = (RequestError, UsageError)  # answered INVALID_ARG (HTTP 400); anything else is INTERNAL (500)
 
 
 def load_record(version: Path) -> dict:
@@ -78,7 +84,10 @@ def _scalar(array: np.ndarray | None, name: str):
         raise RequestError(f"{name}: give one value per request, got {flat.size}")
     value = flat[0]
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RequestError(f"{name} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     return value.item()
 
 
@@ -89,6 +98,7 @@ class Job:
     config: object  # NNDF.generation.GenerationConfig (None: a teacher-forcing request)
     alone: bool  # sampled or scored: run by itself
     positions: torch.Tensor | None = None  # teacher forcing: the decoder's position ids [1, T]
+    length: int = 0  # prompt + new tokens: the positions its cache holds per beam
 
 
 class GenerativeModel:
@@ -103,9 +113,16 @@ class GenerativeModel:
         version = Path(args["model_repository"]) / args["model_version"]
         self.record = load_record(version)
         self.limit = self.record["max_new_tokens_limit"]
+        self.cache_limit = self.record["cache_limit_mib"] * 2 ** 20  # bytes
         self.working_dir = Path(tempfile.mkdtemp(prefix="nndf-served-"))
         self.run = open_served_run(version, self.record, self.working_dir)
-        self.streaming = bool(json.loads(args["model_config"]).get("model_transaction_policy", {}).get("decoupled"))
+        config = json.loads(args["model_config"])
+        self.streaming = bool(config.get("model_transaction_policy", {}).get("decoupled"))
+        said = {key: value.get("string_value") for key, value in config.get("parameters", {}).items()}
+        if any(said.get(key) != self.record[key] for key in ("family", "model_type")):
+            raise HarnessError(f"{version / SERVING}: the model's config says it serves {said.get('family')} "
+                               f"{said.get('model_type')}, serving.json {self.record['family']} "
+                               f"{self.record['model_type']}; deploy again")
         if self.streaming != self.record["streaming"]:
             raise HarnessError(f"{version / SERVING}: streaming is {self.record['streaming']} but the config's "
                                f"decoupled mode is {self.streaming}; deploy again")
@@ -125,8 +142,8 @@ class GenerativeModel:
         for index, request in enumerate(requests):
             try:
                 jobs.append(self.job(index, request))
-            except HarnessError as exc:
-                responses[index] = self.error(str(exc))
+            except CLIENT_MISTAKES as exc:
+                responses[index] = self.error(str(exc), client=True)
             except Exception as exc:  # noqa: BLE001 - a bad request never takes the model down
                 responses[index] = self.error(f"{exc.__class__.__name__}: {exc}")
         for group in self.groups(jobs):
@@ -145,8 +162,10 @@ class GenerativeModel:
             sender.send(response, flags=self.pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return None
 
-    def error(self, message: str):
-        return self.pb.InferenceResponse(output_tensors=[], error=self.pb.TritonError(message))
+    def error(self, message: str, client: bool = False):
+        """An error response: INVALID_ARG (HTTP 400) for the client's mistake, INTERNAL (500) otherwise."""
+        code = self.pb.TritonError.INVALID_ARG if client else self.pb.TritonError.INTERNAL
+        return self.pb.InferenceResponse(output_tensors=[], error=self.pb.TritonError(message, code))
 
     def array(self, request, name: str) -> np.ndarray | None:
         """A request's tensor (batch 1, the batch axis dropped), or None when it was not sent."""
@@ -171,7 +190,20 @@ class GenerativeModel:
         if values["max_new_tokens"] is not None and values["max_new_tokens"] > self.limit:
             raise RequestError(f"max_new_tokens {values['max_new_tokens']} is over this model's limit of "
                                f"{self.limit} (deploy --max-new-tokens-limit)")
+        self.check_beams(values["num_beams"] or 1, "num_beams")
         return values
+
+    def check_beams(self, beams: int, source: str) -> None:
+        limit = self.record["num_beams_limit"]
+        if beams > limit:
+            raise RequestError(f"{source} {beams} is over this model's limit of {limit} beams (deploy "
+                               "--num-beams-limit)")
+
+    def cache_bytes(self, rows: int, beams: int, length: int) -> int:
+        """The KV cache of `rows` x `beams` sequences of `length` positions, in this model's dtype."""
+        from NNDF.generation import cache_bytes
+
+        return cache_bytes(self.run.source.dims, rows, beams, length, 2 if self.run.options.fp16 else 4)
 
     def config(self, values: dict):
         """The generation settings of a request: the model's generation config under the request's values, as
@@ -218,7 +250,14 @@ class GenerativeModel:
             raise RequestError(f"a prompt of {length} tokens and {new} new tokens do not fit the model's "
                                f"{self.run.source.dims.positions} positions: shorten the prompt or give a "
                                "smaller max_new_tokens")
-        return Job(index, prompt, config, config.sampling.do_sample)
+        self.check_beams(config.num_beams, "num_beams (the model's generation config)")
+        cache = self.cache_bytes(1, config.num_beams, length + new)
+        if cache > self.cache_limit:
+            raise RequestError(f"{config.num_beams} beam(s) x ({length} prompt + {new} new tokens) need a "
+                               f"{cache / 2 ** 20:.1f} MiB KV cache, over this model's limit of "
+                               f"{self.record['cache_limit_mib']} MiB (deploy --cache-limit-mib): give fewer "
+                               "num_beams or max_new_tokens")
+        return Job(index, prompt, config, config.sampling.do_sample, length=length + new)
 
     def prompt(self, request) -> Prompt:
         text, ids = self.array(request, "text"), self.array(request, "input_ids")
@@ -256,13 +295,26 @@ class GenerativeModel:
 
     def groups(self, jobs: list[Job]) -> list[list[Job]]:
         """Jobs that can run as one padded batch: equal settings (and, with an encoder, equal decoder prompt
-        lengths); sampled jobs alone."""
+        lengths), as many as keep the batch's KV cache (rows x beams x the longest length) under the limit;
+        sampled jobs alone."""
         table: dict = {}
         for job in jobs:
             key = ("alone", job.index) if job.alone else (  # sampled and scored jobs run alone
                 job.config, job.prompt.input_ids.shape[1] if job.prompt.encoder is not None else None)
             table.setdefault(key, []).append(job)
-        return list(table.values())
+        return [batch for group in table.values() for batch in self.within_cache_limit(group)]
+
+    def within_cache_limit(self, group: list[Job]) -> list[list[Job]]:
+        """`group` cut into consecutive batches whose padded KV cache fits the limit (each job fits alone)."""
+        batches: list[list[Job]] = []
+        for job in group:
+            batch = batches[-1] if batches else None
+            if batch is not None and job.config is not None and self.cache_bytes(
+                    len(batch) + 1, job.config.num_beams, max(j.length for j in (*batch, job))) <= self.cache_limit:
+                batch.append(job)
+            else:
+                batches.append([job])
+        return batches
 
     def score(self, job: Job):
         """One forward pass from an empty cache (the encoder first, for encoder-decoder kinds): logits [1, T, V]."""

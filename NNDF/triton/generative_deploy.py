@@ -3,8 +3,10 @@ the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
-(family, variant, the options that decide how the graphs run, each graph's path and the encoder's inputs) and
-`model.py` (the stub). The model's tensors (all optional; a request gives `text` or `input_ids`):
+(family, model type, variant, the options that decide how the graphs run, each graph's path, the encoder's
+inputs and the request limits: new tokens, beams, KV cache) and `model.py` (the stub). The config's parameters
+say what it serves (family, model type), which the `triton` client backend checks before any request. The
+model's tensors (all optional; a request gives `text` or `input_ids`):
 
     text [1] BYTES, image [1] BYTES (image kinds: PNG/JPEG bytes), input_ids [-1] INT64 (the decoder prompt),
     encoder_<name> (encoder-decoder kinds: the encoder graph's inputs, one row), max_new_tokens, min_new_tokens,
@@ -30,6 +32,8 @@ from NNDF.evaluate import Evaluator
 from NNDF.options import ModelOptions
 from NNDF.triton import config as tc
 from NNDF.triton.options import DeployOptions
+from NNDF.backends.triton.names import serves
+from NNDF.triton.repository import command
 
 SERVING = "serving.json"
 # ModelOptions fields that decide how the graphs run in the server (recorded in serving.json)
@@ -58,8 +62,11 @@ def reads_images(task, options: ModelOptions) -> bool:
     return False
 
 
-def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, gpu: bool = False):
-    """The Triton config of the generative python model (see the module docstring for the tensors)."""
+def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, serves: dict[str, str],
+                 gpu: bool = False):
+    """The Triton config of the generative python model (see the module docstring for the tensors); its
+    parameters say what it serves (`serves`: family and model type, as in serving.json), which the `triton`
+    client backend checks before any request."""
     inputs = [tc.tensor("text", "TYPE_STRING", (1,), optional=True),
               tc.tensor("input_ids", "TYPE_INT64", (-1,), optional=True),
               tc.tensor("score_ids", "TYPE_INT64", (-1,), optional=True),
@@ -75,8 +82,9 @@ def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, 
     outputs = [tc.tensor(key, kind, dims, output=True) for key, (kind, dims) in OUTPUTS.items()]
     batching = tuple(deploy.preferred_batch_size) if deploy.max_batch_size > 1 else None
     return tc.model_config(name, backend="python", max_batch_size=deploy.max_batch_size, inputs=inputs,
-                           outputs=outputs, instances=deploy.instances, gpu=gpu, dynamic_batching=batching,
-                           queue_delay_us=deploy.batch_delay_us, decoupled=deploy.streaming)
+                           outputs=outputs, instances=deploy.instances, gpu=gpu, parameters=serves,
+                           dynamic_batching=batching, queue_delay_us=deploy.batch_delay_us,
+                           decoupled=deploy.streaming)
 
 
 def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
@@ -87,10 +95,11 @@ def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
 
     options = {f.name: getattr(run.options, f.name) for f in fields(ModelOptions) if f.name in SERVED_OPTIONS}
     options["use_mask"] = True  # requests of different lengths are batched with padding
-    return {"family": run.family.name, "variant": run.source.variant, "backend": "onnxrt",
+    return {**serves(run), "variant": run.source.variant, "backend": "onnxrt",
             "device": run.device.type, "options": options, "parts": parts,
             "encoder_inputs": list(encoder), "images": images,
-            "max_new_tokens_limit": deploy.max_new_tokens_limit, "streaming": deploy.streaming,
+            "max_new_tokens_limit": deploy.max_new_tokens_limit, "num_beams_limit": deploy.num_beams_limit,
+            "cache_limit_mib": deploy.cache_limit_mib, "streaming": deploy.streaming,
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnxruntime": onnxruntime.__version__}}
 
@@ -175,7 +184,8 @@ class GenerativeDeploy(Evaluator):
         graphs = _graphs(run)
         encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
         images = reads_images(run.family.task, options)
-        config = model_config(name, encoder, images, deploy, gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
+        config = model_config(name, encoder, images, deploy, serves(run),
+                              gpu=run.device.type == "cuda")  # KIND_GPU (unverified)
         with staged_model(repository, name, deploy.force) as stage:
             version = stage / VERSION
             parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
@@ -189,6 +199,6 @@ class GenerativeDeploy(Evaluator):
                            "instances": deploy.instances, "use_cache": options.use_cache,
                            "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
-        report.notes.append(f"serve it: python run.py serve {repository}; query it: python run.py chat "
-                            f"{run.family.name} onnxrt triton --triton-model {name}"
+        report.notes.append(f"serve it: {command('serve', str(repository))}; query it: "
+                            f"{command('chat', run.family.name, 'onnxrt', 'triton', '--triton-model', name)}"
                             f"{' --use-cache' if options.use_cache else ''}")

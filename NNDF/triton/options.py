@@ -1,5 +1,5 @@
 """Option groups of serving: `deploy` (DeployOptions: the repository's own flags, and the generative models' request
-limit) and `serve` (ServeOptions). The `triton` client backend's own flags are
+limits) and `serve` (ServeOptions). The `triton` client backend's own flags are
 `NNDF.backends.triton.options.TritonOptions`."""
 from __future__ import annotations
 
@@ -38,9 +38,13 @@ class RequestLimitOptions(OptionGroup):
     owner = "generative models"
     kind_scope = CacheOptions
     max_new_tokens_limit: int = flag(512, "--max-new-tokens-limit", help="the most new tokens a request may ask for (larger requests get an error)")
+    num_beams_limit: int = flag(8, "--num-beams-limit", help="the widest beam search a request may ask for (wider requests get an error)")
+    cache_limit_mib: int = flag(2048, "--cache-limit-mib", help="the most KV cache one generation may hold, in MiB: rows x beams x (prompt + new tokens) x the model's cache bytes per token (a request over it alone gets an error; requests batched together stay under it)")
 
     def check(self):
         _positive("--max-new-tokens-limit", self.max_new_tokens_limit)
+        _positive("--num-beams-limit", self.num_beams_limit)
+        _positive("--cache-limit-mib", self.cache_limit_mib)
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class ServeOptions(OptionGroup):
     grpc_port: int = flag(8001, "--grpc-port", help="gRPC port on 127.0.0.1")
     metrics_port: int = flag(8002, "--metrics-port", help="Prometheus metrics port on 127.0.0.1")
     ready_timeout: float = flag(300.0, "--ready-timeout", help="seconds to wait until every model is ready")
+    verbose: bool = flag(False, "--verbose", "-v", help="stream the server's log to stderr (it is kept in a file either way; serve says where)")
 
     def check(self):
         for name, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),

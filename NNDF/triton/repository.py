@@ -10,6 +10,7 @@ the folders in `NNDF_TRITON_PATH` (set by `run.py serve`) and the project root r
 """
 from __future__ import annotations
 
+import shlex
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,12 @@ from NNDF.triton.server import PATH_VARIABLE, ROOT
 
 README = "README.md"
 VERSION = "1"
+
+
+def command(*args: str) -> str:
+    """A `python run.py ...` command line as it is printed: every argument quoted for the shell (paths with
+    spaces or other special characters)."""
+    return shlex.join(("python", "run.py", *args))
 
 
 def models(repository: Path) -> list[str]:
@@ -152,7 +159,7 @@ was built against numpy 1.x and corrupts tensors under numpy 2, so the stub runs
 
 ## Serve it with NVIDIA's container
 
-    docker run --rm -p8000:8000 -p8001:8001 -p8002:8002 -v {repository}:/models -v {root}:/project \\
+    docker run --rm -p8000:8000 -p8001:8001 -p8002:8002 -v {repository}:/models -v {root_arg}:/project \\
         -e {variable}=/project nvcr.io/nvidia/tritonserver:<yy.mm>-py3 \\
         bash -c "pip install -r /project/requirements.txt && tritonserver --model-repository=/models"
 
@@ -177,7 +184,8 @@ def write_readme(repository: Path) -> None:
     notes = [name for name in models(repository) if (repository / name / README).is_file()]
     if notes:  # a deployment's own notes (an encoder's: its five models, NVIDIA's container, queries)
         rows += "\n\nMore in " + ", ".join(f"`{name}/{README}`" for name in notes) + "."
-    text = README_TEXT.format(root=ROOT, repository=repository.resolve(), rows=rows, variable=PATH_VARIABLE)
+    text = README_TEXT.format(root=ROOT, root_arg=shlex.quote(str(ROOT)), rows=rows, variable=PATH_VARIABLE,
+                              repository=shlex.quote(str(repository.resolve())))
     tmp = repository / f".{README}.tmp"
     tmp.write_text(text)
     tmp.chmod(file_mode())

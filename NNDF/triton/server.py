@@ -4,6 +4,16 @@ Which server: `tritonserver` on PATH (NVIDIA's container), else the binary bundl
 (with its libraries and the python backend). The python backend's stub embeds CPython and ignores PYTHONPATH,
 so the project's `model.py` stubs add the paths in `NNDF_TRITON_PATH` (set here) to `sys.path` themselves.
 
+Paths: the python backend starts each model's stub through `bash -c` with the model's path unquoted (a space
+splits it: the stub then dies in `stol` and the server waits forever), and the stub's embedded Python encodes
+paths as ASCII (a non-ASCII letter is a UnicodeEncodeError). A repository whose path is not plain
+(`PLAIN_PATH`) is therefore served through a plain symlink to it in the server's scratch folder; the scratch
+folder, the project and the venv must be plain themselves (one line otherwise).
+
+The server's log is a file in the temporary folder: `serve` keeps it and says where it is, `--verbose` streams
+it; when a model fails to load, the error names the failing models with their own lines from the log (the
+status table's row: the exception and traceback from the model's `initialize`) and where the whole log is.
+
 numpy: the bundled stub's pybind11 was built against numpy 1.x and reads numpy's dtype struct at numpy 1's
 offsets; under numpy 2 every input tensor it copies gets element size 0 (stride 0), so each input arrives as
 its first element repeated (BYTES inputs then fail in `deserialize_bytes_tensor`; INT64 / FP32 inputs are
@@ -15,7 +25,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
+import shlex
 import signal
 import site
 import socket
@@ -23,6 +35,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -34,7 +47,10 @@ ROOT = Path(__file__).resolve().parents[2]  # the project root: the stubs import
 STUB_SITE = Path(sys.prefix) / "triton-stub"  # numpy 1.x for the python backend's stub (see the docstring)
 STUB_NUMPY = "numpy==1.26.4"
 PATH_VARIABLE = "NNDF_TRITON_PATH"  # os.pathsep-separated folders the model.py stubs put first on sys.path
-LOG_TAIL = 12  # server log lines shown when it fails
+LOG_TAIL = 12  # server log lines shown when it fails and no model says why
+PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+,:@%=-]+")  # survives `bash -c` unquoted and an ASCII-only Python
+_LOG_HEADER = re.compile(r"[IWEF]\d{4} ")  # glog: level, month and day
+_NOISE = ("NVML", "DCGM", "CudaDriverHelper", "pinned memory", "failed to load all models")  # CPU-only machines
 
 
 @dataclass(frozen=True)
@@ -89,14 +105,50 @@ def stub_numpy_problem() -> str | None:
     """Why the python backend's stub cannot run the project here (None: it can)."""
     if not any(STUB_SITE.glob("numpy-1.*.dist-info")):
         return (f"the Triton python backend needs numpy 1.x in {STUB_SITE} (its stub was built against numpy 1; "
-                f"numpy 2 corrupts its tensors): {sys.executable} -m pip install --no-deps --target {STUB_SITE} "
-                f"{STUB_NUMPY}")
+                "numpy 2 corrupts its tensors): " + shlex.join([sys.executable, "-m", "pip", "install", "--no-deps",
+                                                                "--target", str(STUB_SITE), STUB_NUMPY]))
     return None
 
 
 def stub_paths() -> list[str]:
     """What the model.py stubs put first on sys.path: numpy 1.x, this venv's packages, the project."""
     return [str(STUB_SITE), *site.getsitepackages(), str(ROOT)]
+
+
+def plain_path_problem(paths: list[str]) -> str | None:
+    """Why the python backend cannot run from these folders (None: it can): see the module docstring."""
+    odd = [p for p in paths if not PLAIN_PATH.fullmatch(p)]
+    if odd:
+        return (f"{odd[0]}: the Triton python backend runs from here only with a plain path (ASCII letters, digits "
+                "and _ . / + , : @ % = -; its stub is started by an unquoted shell command and encodes paths as "
+                "ASCII)")
+    return None
+
+
+def model_failures(log: str) -> list[str]:
+    """The rows of the server log's model table whose status is not READY, each with its continuation lines
+    (the model's own error and traceback), as 'NAME: status' lines."""
+    rows, table = [], False
+    for line in log.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells[:3] == ["Model", "Version", "Status"]:
+            table, rows = True, []
+        elif table and len(cells) == 3 and cells[0]:
+            rows.append([cells[0], cells[2]])
+        elif table and len(cells) == 3 and rows:
+            rows[-1].append(cells[2])
+        elif table and not line.startswith("+"):
+            table = False
+    return ["\n".join([f"{name}: {status}", *(f"  {more}" for more in rest if more)])
+            for name, status, *rest in rows if not status.startswith("READY")]
+
+
+def log_lines(log: str, lines: int = LOG_TAIL) -> list[str]:
+    """The log's last meaningful lines: errors and what child processes printed (a crashed stub's `what():`),
+    without tables, informational lines and the monitoring noise of a machine without a GPU."""
+    kept = [line for line in log.splitlines() if line.strip() and not line.startswith(("+", "|"))
+            and (not _LOG_HEADER.match(line) or line[0] in "EF") and not any(n in line for n in _NOISE)]
+    return kept[-lines:]
 
 
 def _backend_dir(install: Installation, into: Path) -> Path:
@@ -168,21 +220,32 @@ def servable(repository: Path, backends: set[str] | None) -> tuple[list[str], di
 
 class TritonServer:
     """`with TritonServer(repo, ports) as server:` starts tritonserver on 127.0.0.1, waits until every model of
-    the repository is READY (or fails with the log's last lines), and stops it on exit (SIGINT, then SIGKILL)."""
+    the repository is READY (or fails naming the failing models' own errors and the log file), and stops it on
+    exit (SIGINT, then SIGKILL). The log file is removed after a clean stop unless `keep_log`; `echo` copies it
+    to stderr as it grows."""
 
     def __init__(self, repository: Path, ports: Ports = Ports(), ready_timeout: float = 180.0,
-                 log_verbose: int = 0):
+                 log_verbose: int = 0, keep_log: bool = False, echo: bool = False):
         self.repository, self.ports, self.ready_timeout = Path(repository).resolve(), ports, ready_timeout
-        self.log_verbose = log_verbose
+        self.log_verbose, self.keep_log, self.echo = log_verbose, keep_log, echo
         self.process: subprocess.Popen | None = None
         self.served: list[str] = []  # the repository's models this server loads
         self.skipped: dict[str, str] = {}  # model -> why this server cannot load it (a backend it lacks)
         self._scratch: Path | None = None
         self.log_path: Path | None = None
+        self.failed = False  # the server failed: its log is kept
+
+    def served_path(self) -> Path:
+        """The repository as the server sees it: itself when its path is plain, else a plain symlink to it."""
+        if PLAIN_PATH.fullmatch(str(self.repository)):
+            return self.repository
+        link = self._scratch / "repository"
+        link.symlink_to(self.repository, target_is_directory=True)
+        return link
 
     def command(self, install: Installation, backends: Path | None) -> list[str]:
         p = self.ports
-        cmd = [str(install.binary), f"--model-repository={self.repository}", "--http-address=127.0.0.1",
+        cmd = [str(install.binary), f"--model-repository={self.served_path()}", "--http-address=127.0.0.1",
                "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1", f"--http-port={p.http}",
                f"--grpc-port={p.grpc}", f"--metrics-port={p.metrics}", "--exit-timeout-secs=5",
                "--disable-auto-complete-config", f"--log-verbose={self.log_verbose}"]
@@ -214,34 +277,60 @@ class TritonServer:
             raise UsageError(f"{self.repository}: no model this server can load (" + "; ".join(
                 f"{name}: {why}" for name, why in self.skipped.items()) + ")")
         self._scratch = Path(tempfile.mkdtemp(prefix="nndf-triton-"))
+        problem = plain_path_problem([str(self._scratch), *stub_paths()]) if install.stub else None
+        if problem:
+            self.stop()
+            raise UsageError(f"{problem}: give TMPDIR and the project such a path")
         backends = _backend_dir(install, self._scratch / "backends") if install.stub else None
-        self.log_path = self._scratch / "server.log"
-        with open(self.log_path, "wb") as log:
+        handle, name = tempfile.mkstemp(prefix="tritonserver-", suffix=".log")
+        self.log_path = Path(name)
+        with os.fdopen(handle, "wb") as log:
             self.process = subprocess.Popen(self.command(install, backends), stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=self.environment(install),
                                             start_new_session=True)  # Ctrl-C reaches us, and we stop it
+        if self.echo:
+            threading.Thread(target=self._echo, daemon=True).start()
         try:
             self.wait_ready()
         except BaseException:
+            self.failed = True
             self.stop()
             raise
         return self
 
-    def log_tail(self, lines: int = LOG_TAIL) -> str:
-        if self.log_path is None or not self.log_path.is_file():
-            return ""
-        text = self.log_path.read_text(errors="replace").splitlines()
-        kept = [line for line in text if line.strip() and not line.startswith(("+", "|"))]  # drop tables
-        return "\n".join(kept[-lines:])
+    def _echo(self) -> None:
+        """Copy the log to stderr as the server writes it, until the server has exited."""
+        with open(self.log_path, errors="replace") as log:
+            while True:
+                line = log.readline()
+                if line:
+                    sys.stderr.write(line)
+                elif self.process.poll() is not None:
+                    return
+                else:
+                    time.sleep(0.2)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.is_file() else ""
+
+    def why(self) -> str:
+        """The failing models' own errors (else the log's last meaningful lines) and where the whole log is."""
+        self.failed = True
+        text = self.log_text()
+        lines = model_failures(text) or log_lines(text)
+        return "\n".join([*lines, f"the whole server log: {self.log_path} (serve --verbose streams it)"])
 
     def wait_ready(self) -> None:
-        """Until the server says every model is ready; HarnessError with the log's tail if it exits or times out."""
+        """Until the server says every model is ready; HarnessError with `why` if it exits, a model's stub dies
+        (the server would wait for it forever) or the time is up."""
         deadline = time.monotonic() + self.ready_timeout
         url = f"{self.ports.urls()['http']}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise HarnessError(f"tritonserver exited (code {self.process.returncode}) before its models were "
-                                   f"ready; its log ends:\n{self.log_tail()}")
+                                   f"ready:\n{self.why()}")
+            if "terminate called after throwing" in self.log_text():
+                raise HarnessError(f"a python model's stub process died while loading:\n{self.why()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
@@ -249,8 +338,7 @@ class TritonServer:
             except OSError:
                 pass
             time.sleep(0.25)
-        raise HarnessError(f"tritonserver's models were not ready after {self.ready_timeout:.0f}s; its log ends:\n"
-                           f"{self.log_tail()}")
+        raise HarnessError(f"tritonserver's models were not ready after {self.ready_timeout:.0f}s:\n{self.why()}")
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGINT (Triton finishes in-flight requests and unloads), SIGKILL after `timeout`; the exit code."""
@@ -267,6 +355,8 @@ class TritonServer:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        if self.log_path is not None and not (self.keep_log or self.failed):
+            self.log_path.unlink(missing_ok=True)
         return code
 
     def __enter__(self) -> "TritonServer":

@@ -185,6 +185,23 @@ class TritonAdapter(Adapter):
         """The steps of this run over the served model (checked ready first)."""
         raise NotImplementedError
 
+    def check_serves(self, run, name: str, config) -> None:
+        """One line, before any request, when the served model (its config, as deploy wrote it) is not of the
+        run's family and model type."""
+        from NNDF.backends.triton.names import serves
+
+        wanted = serves(run)
+        said = {key: config.parameters[key].string_value for key in wanted if key in config.parameters}
+        if said == wanted:
+            return
+        what = " ".join(f"{key} {value}" for key, value in wanted.items())
+        if len(said) < len(wanted):
+            raise UsageError(f"--triton-model {name} does not say what it serves (no {', '.join(wanted)} "
+                             f"parameters: not written by this project's deploy, or by an older one); this run "
+                             f"needs {what}: deploy it again")
+        raise UsageError(f"--triton-model {name} serves " + " ".join(f"{k} {v}" for k, v in said.items()) +
+                         f", not {what}: give a model deployed from this family and model type")
+
     def notes(self) -> tuple[str, ...]:
         """What the action's notes say about the last served run."""
         return ()
@@ -200,7 +217,9 @@ class GenerativeTriton(TritonAdapter):
         name = self.model_name(run)
         with Client(opts.triton_url, timeout=opts.triton_timeout) as client:
             client.require_ready(name)
-            streaming = client.model_config(name).model_transaction_policy.decoupled
+            config = client.model_config(name)
+        self.check_serves(run, name, config)
+        streaming = config.model_transaction_policy.decoupled
         if streaming and client.endpoint.protocol != "grpc":
             raise UsageError(f"{name} is a streaming (decoupled) model, which answers over gRPC streams only: give "
                              f"--triton-url grpc://HOST:PORT")

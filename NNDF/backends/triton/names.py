@@ -1,5 +1,6 @@
 """Triton model names: the name deploy gives a model, which is also the name the `triton` client backend asks for
-by default (`--triton-model`), and the check of a name given by the user."""
+by default (`--triton-model`), and the check of a name given by the user; and what a deployed model serves
+(`serves`: the parameters deploy writes into its config, which the client backend compares with its run's)."""
 from __future__ import annotations
 
 import re
@@ -21,6 +22,12 @@ def default_model_name(family: str, variant: str, backend: str) -> str:
     family in front when the variant's name does not start with it (local folders, hub ids)."""
     lead = () if variant.lower().startswith(family.lower()) else (family,)
     return model_name(*lead, variant, backend)
+
+
+def serves(run) -> dict[str, str]:
+    """What a model deployed from `run` serves: its family and HF model type (config parameters; generative
+    models also record them in serving.json)."""
+    return {"family": run.family.name, "model_type": str(run.source.config.model_type)}
 
 
 def check_model_name(name: str) -> str:
