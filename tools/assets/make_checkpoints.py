@@ -43,8 +43,9 @@ INPUTS = {
 
 
 def _toml_string(text: str) -> str:
-    """A TOML basic string: JSON's escapes (\\n, \\", \\uXXXX for control characters) are valid TOML."""
-    return json.dumps(text, ensure_ascii=False)
+    """A TOML basic string: JSON's escapes (\\n, \\", \\uXXXX for control characters) are valid TOML; DEL, which
+    JSON leaves as it is and TOML forbids, escaped too."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def expected_outputs(family, variant: str) -> list[str]:
