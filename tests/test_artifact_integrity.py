@@ -243,7 +243,7 @@ def test_user_engine_check_on_a_mimic(workdir):
     with pytest.raises(ArtifactError, match=r"^--decoder-engine o\.engine does not fit GPT2 gpt2-offline: it has 2 "
                                             r"layers \(past\.\*\.key/value inputs\), GPT2 gpt2-offline has 4$"):
         check_user_engine(trt, _Engine(trt, _export("OPT", workdir, use_cache=True)), run, "decoder", Path("o.engine"))
-    nokv = _context("GPT2", workdir)
+    nokv = _context("GPT2", workdir, use_cache=False)
     with pytest.raises(ArtifactError, match="is not a decoder engine without KV cache"):
         check_user_engine(trt, _Engine(trt, _export("GPT2", workdir, use_cache=True)), nokv, "decoder",
                           Path("g.engine"))

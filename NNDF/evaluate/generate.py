@@ -29,7 +29,7 @@ from NNDF import progress
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.evaluate.chat import length_refusal
-from NNDF.generate_options import GenerateOptions
+from NNDF.generate_options import GenerateOptions, check_lengths
 from NNDF.generation import GenerationConfig
 from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import ModelOptions, SamplingOptions
@@ -70,10 +70,10 @@ class Generated:
     text: str
     batch_rows: int  # prompts that ran together in this prompt's batch
 
+    WIDE = ("prompt", "text")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
+
     def row(self) -> dict:
-        prompt = self.prompt if len(self.prompt) <= 40 else self.prompt[:37] + "..."
-        return {"#": self.number, "backend": self.backend, "prompt": prompt.replace("\n", "\\n"),
-                "text": self.text.replace("\n", "\\n")}  # one table line per row
+        return {"#": self.number, "backend": self.backend, "prompt": self.prompt, "text": self.text}
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "prompt": self.prompt, "output_ids": list(self.output_ids),
@@ -230,6 +230,7 @@ class Generate(Evaluator):
         self.sampling, self.gen = sampling, gen
 
     def check(self, task) -> None:
+        check_lengths(self.sampling.min_new_tokens, self.gen.max_new_tokens)
         self.requests = _requests(task, self.options, self.gen)  # bad input fails before anything loads
 
     def begin(self, run, report) -> None:
