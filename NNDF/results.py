@@ -99,6 +99,7 @@ def fit_table(rows: list[dict], wide: tuple[str, ...], width: int) -> str:
     """The rows as a table at most `width` characters wide where shortening the `wide` columns can make it so:
     the longest of them is cut first, until they are as long as the next; none below `MIN_WIDE` characters (or
     its header)."""
+    rows = [{k: v.strip() if isinstance(v, str) else v for k, v in r.items()} for r in rows]  # as tabulate shows them
     text = _render(rows)
     excess = max(map(len, text.splitlines())) - width
     limits = {k: max((len(r[k]) for r in rows if isinstance(r.get(k), str)), default=0) for k in wide}
