@@ -35,8 +35,8 @@ WIDTH = 120  # the table width when the output is not a terminal (COLUMNS overri
 
 def printable(text: str, keep: str = "") -> str:
     """`text` safe to print on a terminal: control characters (C0, DEL, C1: ANSI escapes, NUL, carriage returns),
-    bidirectional overrides, line separators and lone surrogates are shown as Python escapes (`\\x1b`, `\\u202e`, `\\n`), except
-    the characters in `keep` (chat keeps "\\n\\t": its answers are printed as written)."""
+    bidirectional overrides, line separators and lone surrogates are shown as Python escapes (`\\x1b`, `\\u202e`,
+    `\\n`), except the characters in `keep` (chat keeps "\\n\\t": its answers are printed as written)."""
     def shown(ch: str) -> str:
         if ch in keep or not (ch in BIDI_CONTROLS or unicodedata.category(ch) in UNSAFE):
             return ch
@@ -91,7 +91,7 @@ def _render(rows: list[dict]) -> str:
     return tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4g")
 
 
-def _shorten(text, width: int):
+def _shorten(text: object, width: int) -> object:
     return text if not isinstance(text, str) or len(text) <= width else text[:width - 3] + "..."
 
 
@@ -153,7 +153,6 @@ class Report:
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: list = field(default_factory=list)  # a second table (e.g. `list`'s backend status)
-
     title: str | None = None  # the line above the table (None: the action, the model and the settings)
     live: bool = False  # the results were printed as they came (chat): `print` shows only the title and notes
 

@@ -178,7 +178,7 @@ def test_other_models_graph_without_cache_is_caught_by_its_width(workdir, tmp_pa
     from NNDF.integrity import check_user_onnx
     from onnx import TensorProto
 
-    run = _context("GPT2", workdir)
+    run = _context("GPT2", workdir, use_cache=False)
     ids = [("input_ids", TensorProto.INT64, ["batch", "seq"]), ("attention_mask", TensorProto.INT64, ["batch", "t"])]
     logits = [("logits", TensorProto.FLOAT, ["batch", "seq", 4096])]
     narrow = _graph(tmp_path / "narrow.onnx", ids, logits, matrices=[(4096, 64), (64, 64)])

@@ -62,6 +62,13 @@ def test_generate_refusals(flags, message, tmp_path):
     _refused(run_cli(*GEN, *flags, "-wd", str(tmp_path)), message)
 
 
+def test_a_dataset_line_below_min_new_tokens_is_refused(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"text": "One"}\n{"text": "Two", "max_new_tokens": 2}\n')
+    _refused(run_cli("generate", "GPT2", "frameworks", "--dataset", str(data), "--min-new-tokens", "3", "-wd",
+                     str(tmp_path)), f"--dataset {data}: line 2 has \"max_new_tokens\": 2, below --min-new-tokens 3")
+
+
 def test_chat_refuses_min_above_max(tmp_path):
     _refused(run_cli("chat", "GPT2", "frameworks", "--prompt", "hi", "--max-new-tokens", "2", "--min-new-tokens", "3",
                      "-wd", str(tmp_path)), "--min-new-tokens 3 is above --max-new-tokens 2: give at most 2")

@@ -105,7 +105,7 @@ def test_progress_bars_over_a_dataset_under_info(tmp_path, workdir):
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("One", "Two", "Three")))
     generate = ("generate", "GPT2", "frameworks", "--dataset", str(data), "--max-new-tokens", "3", "-wd", str(workdir))
     shown = _cli(*generate, "--info")
-    assert shown.returncode == 0 and "frameworks: 100%" in shown.stderr and "3/3" in shown.stderr
+    assert shown.returncode == 0 and "frameworks generate: 100%" in shown.stderr and "3/3" in shown.stderr
     assert "prompt/s" in shown.stderr or "s/prompt" in shown.stderr
     quiet = _cli(*generate)
     assert quiet.returncode == 0 and "100%" not in quiet.stderr  # not a terminal, no --info: nothing

@@ -196,7 +196,7 @@ def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens
 def _run_batches(run, name: str, steps, batches: list[Batch], total: int) -> tuple[list[Generated], Throughput]:
     served = isinstance(steps, ServedGeneration)  # one request per prompt: each prompt runs alone
     results, seconds, new_tokens = [], 0.0, 0
-    with progress.bar(desc=name, total=total, unit="prompt") as bar:
+    with progress.bar(desc=f"{name} generate", total=total, unit="prompt") as bar:
         for batch in batches:
             inputs = batch.inputs(run)
             sync(run.device)
@@ -230,8 +230,13 @@ class Generate(Evaluator):
         self.sampling, self.gen = sampling, gen
 
     def check(self, task) -> None:
-        check_lengths(self.sampling.min_new_tokens, self.gen.max_new_tokens)
+        least = self.sampling.min_new_tokens
+        check_lengths(least, self.gen.max_new_tokens)
         self.requests = _requests(task, self.options, self.gen)  # bad input fails before anything loads
+        for request in self.requests:
+            if least is not None and request.max_new_tokens is not None and request.max_new_tokens < least:
+                raise DatasetError(f"{request.where} has \"max_new_tokens\": {request.max_new_tokens}, below "
+                                   f"--min-new-tokens {least}")
 
     def begin(self, run, report) -> None:
         options, gen = self.options, self.gen
