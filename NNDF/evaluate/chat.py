@@ -38,10 +38,9 @@ class ChatResult:
     text: str
     seconds: float
 
-    WIDE = ("prompt", "text")
-
     def row(self) -> dict:
-        return {"backend": self.backend, "prompt": self.prompt, "text": self.text, "seconds": self.seconds}
+        prompt = self.prompt if len(self.prompt) <= 40 else self.prompt[:37] + "..."
+        return {"backend": self.backend, "prompt": prompt, "text": self.text, "seconds": self.seconds}
 
 
 QUIT = frozenset({"exit", "quit"})
