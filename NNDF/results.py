@@ -7,7 +7,7 @@ the same results (atomically) with the raw samples, so numbers can be recomputed
 What reaches the terminal is made safe and readable there, never in the JSON, which keeps the exact text: control
 characters (ANSI escapes, NUL, right-to-left overrides, ...) are shown escaped (`printable`), every cell is one
 line, and the columns a result names in `WIDE` (prompts, outputs) are shortened with "..." until the table fits
-the terminal's width.
+the terminal's width (`COLUMNS`; into a file or a pipe without it, nothing is shortened).
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 UNSAFE = ("Cc", "Cs", "Zl", "Zp")  # controls, lone surrogates (arguments that were not UTF-8), line separators
 ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 MIN_WIDE = 12  # a shortened column keeps at least this many characters
-WIDTH = 120  # the table width when the output is not a terminal (COLUMNS overrides it, as for any terminal)
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -45,9 +44,12 @@ def printable(text: str, keep: str = "") -> str:
     return "".join(map(shown, text))
 
 
-def table_width() -> int:
-    """Characters a table line may take: the terminal's width (or COLUMNS), else `WIDTH`."""
-    return shutil.get_terminal_size((WIDTH, 24)).columns
+def table_width() -> int | None:
+    """Characters a table line may take: COLUMNS, else the terminal's width; None when stdout is a file or a pipe
+    and COLUMNS is not set (nothing to fit: every text whole, still one line)."""
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def say(line: str) -> None:
@@ -95,12 +97,14 @@ def _shorten(text: object, width: int) -> object:
     return text if not isinstance(text, str) or len(text) <= width else text[:width - 3] + "..."
 
 
-def fit_table(rows: list[dict], wide: tuple[str, ...], width: int) -> str:
+def fit_table(rows: list[dict], wide: tuple[str, ...], width: int | None) -> str:
     """The rows as a table at most `width` characters wide where shortening the `wide` columns can make it so:
     the longest of them is cut first, until they are as long as the next; none below `MIN_WIDE` characters (or
     its header)."""
     rows = [{k: v.strip() if isinstance(v, str) else v for k, v in r.items()} for r in rows]  # as tabulate shows them
     text = _render(rows)
+    if width is None:
+        return text
     excess = max(map(len, text.splitlines())) - width
     limits = {k: max((len(r[k]) for r in rows if isinstance(r.get(k), str)), default=0) for k in wide}
     floor = {k: max(MIN_WIDE, len(k)) for k in limits}

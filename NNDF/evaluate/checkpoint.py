@@ -48,8 +48,8 @@ class SampleResult:
     WIDE = ("input", "output")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
 
     def row(self) -> dict:
-        path = self.input.split(" | ")[0]  # an image prompt: "path | text"; the path's end names the file
-        shown = "..." + self.input[-27:] if "/" in path and len(self.input) > 30 else self.input
+        image, bar, text = self.input.partition(" | ")  # an image prompt: "path | text" (the JSON has the path)
+        shown = Path(image).name + bar + text if Path(image).is_file() else self.input
         row = {"backend": self.backend, "input": shown, "output": self.output,
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
