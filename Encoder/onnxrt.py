@@ -71,6 +71,9 @@ class EncoderOnnx(OnnxArtifact):
         out = steps.forward(self.task.encode(run, list(VALIDATION_TEXTS)).inputs)
         return out.reshape(-1, out.shape[-1]).float().cpu()
 
+    def validation_embeddings(self, run: RunContext) -> bool:
+        return self.task.head(run.source, run.options).architecture is None  # no head: sentence embeddings
+
     def check_options(self, run: RunContext) -> None:
         """Nothing to refuse: an encoder's one forward pass has fixed shapes per input shape, so CUDA graphs need
         no static cache (one graph per shape), and --torch-compile concerns the frameworks backend."""

@@ -6,7 +6,9 @@ One pass: parse -> resolve the family (its kind) and the backends -> check every
 JSON. Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`) plus the backends' own groups;
 `run.py ACTION MODEL --help` shows only what that model's kind reads. Every `HarnessError` (and argparse's own
 errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback of what caused it follows);
-library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each.
+library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each. When
+the reader of stdout goes away (`run.py list | head`) the run ends quietly with exit code 141, as SIGPIPE ends
+other tools.
 
 Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). Output paths (`--json`, `--plot`)
 are checked before the action runs: a folder, a place that cannot be written, or one of the run's inputs
@@ -187,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = dispatch(args)
         report.print()
+        sys.stdout.flush()  # a closed pipe fails here, not at exit
         _write_json(report, getattr(args, "json", None))
     except HarnessError as exc:
         if verbose and exc.__cause__ is not None:  # e.g. the exporter's own traceback behind a one-line error
@@ -196,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted")
         return 130
+    except BrokenPipeError:  # whoever read stdout stopped (`run.py list | head`): end quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail again
+        return 141
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is the user's to fix; anything else is a bug
         if not _out_of_memory(exc):
             raise

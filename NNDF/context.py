@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
 from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
 from NNDF.options import ModelOptions, OptionGroup
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(options: ModelOptions) -> torch.device:
@@ -122,6 +125,14 @@ def _link_problem(path: Path) -> str | None:
     return None
 
 
+def warn_threads(threads: int) -> None:
+    """--threads above the cores this process may use runs, slower (threads take turns on a core): one warning."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads > cores:
+        log.warning("--threads %d is more than the %d CPU cores this process can use: the threads share cores, "
+                    "which is slower than --threads %d", threads, cores, cores)
+
+
 def make_context(family: Family, options: ModelOptions, *backend_options: OptionGroup) -> RunContext:
     """Resolve a run: device and precision checks, the model's source, its artifact store. `backend_options`:
     option groups owned by backends (e.g. `TRTOptions`), given in any order."""
@@ -130,6 +141,7 @@ def make_context(family: Family, options: ModelOptions, *backend_options: Option
         raise UsageError(f"--static-cache is not implemented for {family.name} ({family.kind} models): {refusal}")
     device = resolve_device(options)
     if options.threads:
+        warn_threads(options.threads)
         torch.set_num_threads(options.threads)
     working_dir = check_working_dir(options.working_dir)
     source = resolve_source(family, options.variant, options.torch_dir, working_dir, options.trust_remote_code)

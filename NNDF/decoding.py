@@ -133,10 +133,18 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
             min_length = _value(None, hf, "min_length", 0)
             min_new_tokens = 0
 
+    temperature = float(_value(sampling.temperature, hf, "temperature", 1.0))
+    if do_sample and temperature <= 0:  # without sampling the temperature is ignored, as in HF
+        says = "the model's generation config"
+        temp_src = "--temperature" if sampling.temperature is not None else f"{says}'s temperature"
+        sample_src = "--do-sample" if sampling.do_sample else f"{says}'s do_sample=True"
+        raise UsageError(f"{temp_src} {temperature:g} with {sample_src}: sampling divides the scores by the "
+                         "temperature; give --temperature > 0, or --no-do-sample")
+
     check_cache_fits(run, beams, max_new_tokens or max_length)
     cfg = SamplingConfig(
         do_sample=do_sample,
-        temperature=float(_value(sampling.temperature, hf, "temperature", 1.0)),
+        temperature=temperature,
         top_k=int(_value(sampling.top_k, hf, "top_k", HF_TOP_K if hf is not None else 0)),
         top_p=float(_value(sampling.top_p, hf, "top_p", 1.0)),
         repetition_penalty=float(_value(sampling.repetition_penalty, hf, "repetition_penalty", 1.0)),

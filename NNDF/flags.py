@@ -97,6 +97,14 @@ def _default(f) -> str:
     return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+def _spellings(f) -> list[str]:
+    """A field's flags, with the `--no-` forms argparse adds to an on/off flag (`--no-use-cache`)."""
+    names = list(f.metadata["flags"])
+    if f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction:
+        names += [f"--no-{name[2:]}" for name in names if name.startswith("--")]
+    return names
+
+
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", "\\n")
 
@@ -127,7 +135,7 @@ def reference() -> str:
     for group in dict.fromkeys(groups):
         out += [f"## {group.title}", "", *_who(group), "", "| flag | default | what it does |", "|---|---|---|"]
         for f in fields(group):
-            spellings = ", ".join(f"`{s}`" for s in f.metadata["flags"])
+            spellings = ", ".join(f"`{s}`" for s in _spellings(f))
             out.append(f"| {spellings} | {_cell(_default(f))} | {_cell(f.metadata['help'])} |")
         out.append("")
     return "\n".join(out)

@@ -24,3 +24,10 @@ class GenerateOptions(OptionGroup):
             raise UsageError("--prompt and --dataset are alternatives: give one")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise UsageError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+
+
+def check_lengths(min_new_tokens: int | None, max_new_tokens: int | None) -> None:
+    """--min-new-tokens above --max-new-tokens asks for the impossible: refused before anything loads."""
+    if min_new_tokens is not None and max_new_tokens is not None and min_new_tokens > max_new_tokens:
+        raise UsageError(f"--min-new-tokens {min_new_tokens} is above --max-new-tokens {max_new_tokens}: give at "
+                         f"most {max_new_tokens}")

@@ -177,7 +177,7 @@ def _names_problem(sig: Signature, run, part: str, noun: str) -> str | None:
         return None
     has_past = bool(_layers(ins, "past"))
     if has_past != use_cache:
-        fix = "add --use-cache" if has_past else "drop --use-cache"
+        fix = "drop --no-use-cache" if has_past else "add --no-use-cache"
         what = f"the decoder {noun}" if seq2seq else f"a decoder {noun}"
         return (f"is not {what} {cache} KV cache as this harness exports it (it has {'' if has_past else 'no '}"
                 f"past.* inputs): {fix}, or give a {noun} exported {cache} it")

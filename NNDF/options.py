@@ -88,12 +88,12 @@ class CacheOptions(OptionGroup):
     title = "KV cache (generative models)"
     owner = "generative models"
     by_kind = True
-    use_cache: bool = flag(False, "--use-cache", "-kv", "--enable-kv-cache", help="use the KV cache (recommended)")
-    static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (decoder-only families; needs --use-cache)")
+    use_cache: bool = flag(True, "--use-cache", "-kv", "--enable-kv-cache", action=argparse.BooleanOptionalAction, help="keep the keys and values of past tokens (the KV cache, on by default as in HF); --no-use-cache recomputes the whole sequence at every step")
+    static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (decoder-only families; not with --no-use-cache)")
 
     def check(self):
         if self.static_cache and not self.use_cache:
-            raise UsageError("--static-cache needs --use-cache (it is a kind of KV cache)")
+            raise UsageError("--static-cache is a kind of KV cache: it contradicts --no-use-cache")
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class SamplerOptions(OptionGroup):
     owner = "generative models"
     by_kind = True
     do_sample: bool | None = flag(None, "--do-sample", action=argparse.BooleanOptionalAction, help="sample instead of greedy / beam search (default: the model's generation config, else off)")
-    temperature: float | None = flag(None, "--temperature", type=float, help="softmax temperature (> 0; default: the model's generation config, else 1)")
+    temperature: float | None = flag(None, "--temperature", type=float, help="softmax temperature when sampling (> 0; 0 is accepted without sampling and ignored, as HF does; default: the model's generation config, else 1)")
     top_k: int | None = flag(None, "--top-k", type=int, help="keep the k most likely tokens when sampling (0: off; default: the model's generation config, else HF's 50; 0 with --ignore-generation-config)")
     top_p: float | None = flag(None, "--top-p", type=float, help="nucleus sampling mass in (0, 1] (1: off; default: the model's generation config, else 1)")
     repetition_penalty: float | None = flag(None, "--repetition-penalty", type=float, help="HF-style repetition penalty (1: off; default: the model's generation config, else 1)")
@@ -211,8 +211,11 @@ class SamplerOptions(OptionGroup):
                                         help="strings that end a repeat")
 
     def check(self):
-        if self.temperature is not None and self.temperature <= 0:
-            raise UsageError(f"--temperature must be > 0, got {self.temperature}")
+        if self.temperature is not None and self.temperature < 0:
+            raise UsageError(f"--temperature must be > 0 (0 only without sampling), got {self.temperature}")
+        if self.temperature == 0 and self.do_sample:
+            raise UsageError("--temperature 0 with --do-sample: sampling divides the scores by the temperature, so "
+                             "it must be > 0 (for greedy decoding leave --do-sample out)")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:

@@ -25,11 +25,11 @@ def given_parts(family, use_cache: bool, kind: str, source) -> dict[str, Path] |
         return None
     for part in given:
         if part not in parts:
-            why = "needs --use-cache" if part in family.task.parts(True) else \
+            why = "needs the KV cache (drop --no-use-cache)" if part in family.task.parts(True) else \
                 f"does not apply to {family.name} ({family.kind} models have: {', '.join(parts)})"
             raise UsageError(f"{part_flag(part, kind)} {why}")
     missing = [part_flag(p, kind) for p in parts if p not in given]
     if missing:
         raise UsageError(f"{', '.join(part_flag(p, kind) for p in parts)} go together for {family.name}"
-                         f"{' with --use-cache' if use_cache else ''}: missing {', '.join(missing)}")
+                         f"{'' if use_cache else ' with --no-use-cache'}: missing {', '.join(missing)}")
     return {part: Path(given[part]) for part in parts}

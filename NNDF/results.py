@@ -3,13 +3,20 @@
 Every action returns a `Report`: a title, rows (one result dataclass per backend, or per backend and prompt)
 and the environment it ran in. `Report.print()` renders the readable table; `Report.write_json(path)` writes
 the same results (atomically) with the raw samples, so numbers can be recomputed.
+
+What reaches the terminal is made safe and readable there, never in the JSON, which keeps the exact text: control
+characters (ANSI escapes, NUL, right-to-left overrides, ...) are shown escaped (`printable`), every cell is one
+line, and the columns a result names in `WIDE` (prompts, outputs) are shortened with "..." until the table fits
+the terminal's width (`COLUMNS`; into a file or a pipe without it, nothing is shortened).
 """
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import sys
 import tempfile
+import unicodedata
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 
@@ -17,6 +24,32 @@ from tabulate import tabulate
 
 from NNDF.artifacts import write_json_atomic
 from NNDF.errors import UsageError
+
+
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+UNSAFE = ("Cc", "Cs", "Zl", "Zp")  # controls, lone surrogates (arguments that were not UTF-8), line separators
+ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+MIN_WIDE = 12  # a shortened column keeps at least this many characters
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` safe to print on a terminal: control characters (C0, DEL, C1: ANSI escapes, NUL, carriage returns),
+    bidirectional overrides, line separators and lone surrogates are shown as Python escapes (`\\x1b`, `\\u202e`,
+    `\\n`), except the characters in `keep` (chat keeps "\\n\\t": its answers are printed as written)."""
+    def shown(ch: str) -> str:
+        if ch in keep or not (ch in BIDI_CONTROLS or unicodedata.category(ch) in UNSAFE):
+            return ch
+        return ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+    return "".join(map(shown, text))
+
+
+def table_width() -> int | None:
+    """Characters a table line may take: COLUMNS, else the terminal's width; None when stdout is a file or a pipe
+    and COLUMNS is not set (nothing to fit: every text whole, still one line)."""
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
 
 
 def say(line: str) -> None:
@@ -54,6 +87,34 @@ def check_output_path(path: str, flag: str) -> None:
         problem = f"is not a usable path ({exc.__class__.__name__})"
     if problem:
         raise UsageError(f"{flag} {path}: {problem}; give a file path in a writable folder")
+
+
+def _render(rows: list[dict]) -> str:
+    return tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4g")
+
+
+def _shorten(text: object, width: int) -> object:
+    return text if not isinstance(text, str) or len(text) <= width else text[:width - 3] + "..."
+
+
+def fit_table(rows: list[dict], wide: tuple[str, ...], width: int | None) -> str:
+    """The rows as a table at most `width` characters wide where shortening the `wide` columns can make it so:
+    the longest of them is cut first, until they are as long as the next; none below `MIN_WIDE` characters (or
+    its header)."""
+    rows = [{k: v.strip() if isinstance(v, str) else v for k, v in r.items()} for r in rows]  # as tabulate shows them
+    text = _render(rows)
+    if width is None:
+        return text
+    excess = max(map(len, text.splitlines())) - width
+    limits = {k: max((len(r[k]) for r in rows if isinstance(r.get(k), str)), default=0) for k in wide}
+    floor = {k: max(MIN_WIDE, len(k)) for k in limits}
+    while excess > 0 and any(limits[k] > floor[k] for k in limits):  # a character at a time off the longest
+        longest = max((k for k in limits if limits[k] > floor[k]), key=limits.get)
+        limits[longest] -= 1
+        excess -= 1
+    if all(len(r[k]) <= limits[k] for r in rows for k in limits if isinstance(r.get(k), str)):
+        return text
+    return _render([{k: _shorten(v, limits[k]) if k in limits else v for k, v in r.items()} for r in rows])
 
 
 def environment(device=None) -> dict:
@@ -96,24 +157,34 @@ class Report:
     environment: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     extra: list = field(default_factory=list)  # a second table (e.g. `list`'s backend status)
+    title: str | None = None  # the line above the table (None: the action, the model and the settings)
+    live: bool = False  # the results were printed as they came (chat): `print` shows only the title and notes
 
     @staticmethod
     def _table(items) -> str:
-        rows = [r.row() for r in items]
-        return tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4g") if rows else "(no results)"
+        if not items:
+            return "(no results)"
+        rows = [{k: printable(v) if isinstance(v, str) else v for k, v in r.row().items()} for r in items]
+        return fit_table(rows, getattr(type(items[0]), "WIDE", ()), table_width())
 
     def table(self) -> str:
         return self._table(self.results)
 
-    def print(self) -> None:
+    def heading(self) -> str:
+        if self.title is not None:
+            return self.title
         settings = ", ".join(f"{k}={v}" for k, v in self.settings.items())
-        print(f"\n{self.action}: {self.family} {self.variant} ({settings})")
-        print(self.table())
+        return f"{self.action}: {self.family} {self.variant} ({settings})"
+
+    def print(self) -> None:
+        print(f"\n{printable(self.heading())}")
+        if not self.live:
+            print(self.table())
         if self.extra:
             print()
             print(self._table(self.extra))
         for note in self.notes:
-            print(f"note: {note}")
+            print(f"note: {printable(note)}")
 
     def to_json(self) -> dict:
         return {"action": self.action, "family": self.family, "variant": self.variant,

@@ -178,7 +178,7 @@ def test_other_models_graph_without_cache_is_caught_by_its_width(workdir, tmp_pa
     from NNDF.integrity import check_user_onnx
     from onnx import TensorProto
 
-    run = _context("GPT2", workdir)
+    run = _context("GPT2", workdir, use_cache=False)
     ids = [("input_ids", TensorProto.INT64, ["batch", "seq"]), ("attention_mask", TensorProto.INT64, ["batch", "t"])]
     logits = [("logits", TensorProto.FLOAT, ["batch", "seq", 4096])]
     narrow = _graph(tmp_path / "narrow.onnx", ids, logits, matrices=[(4096, 64), (64, 64)])
@@ -243,7 +243,7 @@ def test_user_engine_check_on_a_mimic(workdir):
     with pytest.raises(ArtifactError, match=r"^--decoder-engine o\.engine does not fit GPT2 gpt2-offline: it has 2 "
                                             r"layers \(past\.\*\.key/value inputs\), GPT2 gpt2-offline has 4$"):
         check_user_engine(trt, _Engine(trt, _export("OPT", workdir, use_cache=True)), run, "decoder", Path("o.engine"))
-    nokv = _context("GPT2", workdir)
+    nokv = _context("GPT2", workdir, use_cache=False)
     with pytest.raises(ArtifactError, match="is not a decoder engine without KV cache"):
         check_user_engine(trt, _Engine(trt, _export("GPT2", workdir, use_cache=True)), nokv, "decoder",
                           Path("g.engine"))

@@ -158,7 +158,7 @@ def test_seq2seq_chat_and_benchmark(wd, tmp_path):
 
 
 def test_run_prints_samples_without_cache(wd):
-    out = _ok(run_cli("run", "OPT", "onnxrt", "--iterations", "1", "--warmup", "0", "-wd", wd)).stdout
+    out = _ok(run_cli("run", "OPT", "onnxrt", "--no-use-cache", "--iterations", "1", "--warmup", "0", "-wd", wd)).stdout
     assert "| onnxrt" in out and "1 " in out
 
 

@@ -72,8 +72,9 @@ def test_decoder_onnx_flag_uses_the_given_file(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["results"][0]["accuracy"] == 1.0
     assert not (tmp_path / "w2" / "BLOOM" / "bloom-offline" / "decoder-fp32-kv").exists()  # nothing exported
-    wrong = run_cli(*args[:3], "--decoder-onnx", str(given), "-wd", str(tmp_path / "w3"))  # kv graph, no --use-cache
+    wrong = run_cli(*args[:3], "--no-use-cache", "--decoder-onnx", str(given), "-wd", str(tmp_path / "w3"))  # a kv graph
     assert wrong.returncode == 2 and "not a decoder graph without KV cache" in wrong.stderr
+    assert "drop --no-use-cache" in wrong.stderr
 
 
 def test_fp32_islands_in_fp16_export(tiny, tmp_path):

@@ -137,13 +137,13 @@ def test_profiles_from_the_exported_graphs(family, variant, use_cache, workdir):
 
 
 @pytest.mark.parametrize("args,message", [
-    (("T5", "onnxrt", "--use-cache", "--decoder-onnx", "d.onnx"),
-     "error: --encoder-onnx, --decoder-onnx, --cache-generator-onnx go together for T5 with --use-cache: "
+    (("T5", "onnxrt", "--decoder-onnx", "d.onnx"),
+     "error: --encoder-onnx, --decoder-onnx, --cache-generator-onnx go together for T5: "
      "missing --encoder-onnx, --cache-generator-onnx"),
-    (("BART", "trt", "--encoder-engine", "e.engine"),
-     "error: --encoder-engine, --decoder-engine go together for BART: missing --decoder-engine"),
-    (("T5", "onnxrt", "--encoder-onnx", "e", "--decoder-onnx", "d", "--cache-generator-onnx", "c"),
-     "error: --cache-generator-onnx needs --use-cache"),
+    (("BART", "trt", "--no-use-cache", "--encoder-engine", "e.engine"),
+     "error: --encoder-engine, --decoder-engine go together for BART with --no-use-cache: missing --decoder-engine"),
+    (("T5", "onnxrt", "--no-use-cache", "--encoder-onnx", "e", "--decoder-onnx", "d", "--cache-generator-onnx", "c"),
+     "error: --cache-generator-onnx needs the KV cache (drop --no-use-cache)"),
     (("GPT2", "onnxrt", "--encoder-onnx", "e.onnx"),
      "error: --encoder-onnx does not apply to GPT2 (decoder models have: decoder)"),
 ])

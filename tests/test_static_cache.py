@@ -71,8 +71,8 @@ def test_static_cache_same_tokens(case, workdir):
 
 
 def test_static_cache_option_rules(workdir):
-    with pytest.raises(UsageError, match="--static-cache needs --use-cache"):
-        ModelOptions(static_cache=True)
+    with pytest.raises(UsageError, match="--static-cache is a kind of KV cache: it contradicts --no-use-cache"):
+        ModelOptions(static_cache=True, use_cache=False)
     with pytest.raises(UsageError, match="--torch-compile needs --static-cache"):
         ModelOptions(use_cache=True, torch_compile=True).check_graph_needs_static("frameworks")
     with pytest.raises(UsageError, match="--compile-mode max-autotune needs --torch-compile"):

@@ -72,7 +72,8 @@ def test_engine_names_follow_the_options():
     trt = TRTOptions(dynamic_batch=True, max_dynamic_batch=8, engine_postfix="A100")
     name = engine_name("GPT2", "EleutherAI/gpt-neo-125m", opts, trt, engine_shapes(Cfg(), opts, trt))
     assert name == "engine-GPT2-EleutherAI--gpt-neo-125m-fp16-kv-dynbatch1-8-beams1-in256-out256-pos256-A100"
-    other = engine_name("GPT2", "gpt2", ModelOptions(), TRTOptions(), engine_shapes(Cfg(), ModelOptions(), TRTOptions()))
+    nokv = ModelOptions(use_cache=False)
+    other = engine_name("GPT2", "gpt2", nokv, TRTOptions(), engine_shapes(Cfg(), nokv, TRTOptions()))
     assert other == "engine-GPT2-gpt2-fp32-nokv-batch1-beams1-in256-out256-pos256"
 
 

@@ -143,7 +143,7 @@ class Accuracy(Evaluator):
         report.notes += [self.note] if self.note else []
 
     def evaluate(self, run, name: str, backend, steps, report):
-        return forward_texts(run, steps, self.texts, self.options.batch_size)
+        return forward_texts(run, steps, self.texts, self.options.batch_size, f"{name} accuracy")
 
     def end(self, run, report, outcomes: list) -> None:
         outputs = dict(outcomes)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.evaluate.common import (cosine, forward_texts, label_names, short, timed_forward, token_labels,
+from Encoder.evaluate.common import (cosine, forward_texts, label_names, timed_forward, token_labels,
                                     top_label)
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator
@@ -40,10 +40,12 @@ class SampleCheck:
     cosine: float | None  # feature extraction: to the expected embedding
     forward_s: float  # median seconds per forward
 
+    WIDE = ("input", "output", "expected")  # shortened to fit the terminal (NNDF/results.py)
+
     def row(self) -> dict:
         check = "n/a" if self.passed is None else ("pass" if self.passed else "FAIL")
-        return {"backend": self.backend, "input": short(self.input, 30), "output": short(self.output, 50),
-                "expected": short(self.expected or "-", 40), "check": check, "forward (sec)": self.forward_s}
+        return {"backend": self.backend, "input": self.input, "output": self.output,
+                "expected": self.expected or "-", "check": check, "forward (sec)": self.forward_s}
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ so the numbers equal each text run alone (the backends guarantee it; tests/test_
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from NNDF.errors import UsageError
+from NNDF.progress import bar
 from NNDF.timing import sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,24 +44,35 @@ class Forwarded:
     truncated: int  # texts cut to the model's limit
 
 
-def forward_texts(run, steps, texts: list[str], batch: int) -> Forwarded:
-    """Every text through `steps`, `batch` texts per forward (the last batch may be smaller)."""
+def forward_texts(run, steps, texts: list[str], batch: int, desc: str | None = None) -> Forwarded:
+    """Every text through `steps`, `batch` texts per forward (the last batch may be smaller); with `desc`, a
+    progress bar over the texts (NNDF/progress.py: on a terminal, or with --info)."""
     task = run.family.task
     per_token = task.head(run.source, run.options).per_token
     values, tokens, truncated = [], [], 0
-    for start in range(0, len(texts), batch):
-        encoded = task.encode(run, texts[start:start + batch])
-        out = steps.forward(encoded.inputs).float().cpu().clone()  # the backend may reuse its output buffer
-        truncated += encoded.truncated
-        if not per_token:
-            values += list(out)
-            continue
-        ids = encoded.inputs["input_ids"].cpu()
-        keep = encoded.inputs["attention_mask"].cpu().bool() & ~torch.isin(ids, _special_ids(run))  # [B, T]
-        for row in range(out.shape[0]):
-            values.append(out[row][keep[row]])
-            tokens.append(tuple(run.tokenizer.convert_ids_to_tokens(ids[row][keep[row]].tolist())))
+    with bar(desc=desc, total=len(texts), unit="text") if desc else nullcontext() as shown:
+        for start in range(0, len(texts), batch):
+            truncated += _forward_batch(run, steps, texts[start:start + batch], per_token, values, tokens)
+            if shown is not None:
+                shown.update(len(texts[start:start + batch]))
     return Forwarded(values, tokens if per_token else None, truncated)
+
+
+def _forward_batch(run, steps, texts: list[str], per_token: bool, values: list, tokens: list) -> int:
+    """One forward of `texts`: appends each text's output (and tokens) to `values` (`tokens`); returns how many
+    texts were truncated."""
+    task = run.family.task
+    encoded = task.encode(run, texts)
+    out = steps.forward(encoded.inputs).float().cpu().clone()  # the backend may reuse its output buffer
+    if not per_token:
+        values += list(out)
+        return encoded.truncated
+    ids = encoded.inputs["input_ids"].cpu()
+    keep = encoded.inputs["attention_mask"].cpu().bool() & ~torch.isin(ids, _special_ids(run))  # [B, T]
+    for row in range(out.shape[0]):
+        values.append(out[row][keep[row]])
+        tokens.append(tuple(run.tokenizer.convert_ids_to_tokens(ids[row][keep[row]].tolist())))
+    return encoded.truncated
 
 
 def _special_ids(run) -> torch.Tensor:
@@ -102,8 +115,3 @@ def timed_forward(run, forward, inputs: dict) -> dict[str, float]:
     sync(run.device)
     return {"forward": time.perf_counter() - start}
 
-
-def short(text: str, width: int = 40) -> str:
-    """A text for a table cell: one line, at most `width` characters."""
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 3] + "..."

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from Encoder.evaluate.common import (Forwarded, check_prompts, forward_texts, label_names, short,
-                                    token_labels, top_label)
+from Encoder.evaluate.common import Forwarded, check_prompts, forward_texts, label_names, token_labels, top_label
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.jsonl import read_jsonl, text_of
@@ -35,9 +34,11 @@ class Embedding:
     prompt: str
     embedding: tuple[float, ...]  # [H]
 
+    WIDE = ("text",)  # shortened to fit the terminal (NNDF/results.py); the JSON has it whole
+
     def row(self) -> dict:
         norm = float(torch.tensor(self.embedding, dtype=torch.float64).norm())
-        return {"#": self.number, "text": short(self.prompt), "backend": self.backend, "size": len(self.embedding),
+        return {"#": self.number, "text": self.prompt, "backend": self.backend, "size": len(self.embedding),
                 "norm": norm}
 
     def to_json(self) -> dict:
@@ -54,8 +55,10 @@ class Classified:
     score: float | None  # softmax probability of `label` (None per token)
     tokens: tuple[str, ...] = ()  # token classification: the tokens `label` names
 
+    WIDE = ("text", "token labels")
+
     def row(self) -> dict:
-        row = {"#": self.number, "text": short(self.prompt), "backend": self.backend}
+        row = {"#": self.number, "text": self.prompt, "backend": self.backend}
         if not self.tokens:
             return row | {"label": self.label, "score": self.score}
         pairs = [f"{t}/{lab}" for t, lab in zip(self.tokens, self.label)]
@@ -164,7 +167,7 @@ class Predict(Evaluator):
         self.truncated = 0
 
     def evaluate(self, run, name: str, backend, steps, report):
-        out = forward_texts(run, steps, self.texts, self.options.batch_size)
+        out = forward_texts(run, steps, self.texts, self.options.batch_size, f"{name} predict")
         self.truncated = out.truncated
         if self.head.architecture is None:
             report.extra += similarities(name, out.values)

@@ -36,7 +36,9 @@ def backend_status() -> list[BackendEntry]:
 
 def list_models(family_name: str | None = None) -> Report:
     fams = [registry.family(family_name)] if family_name else list(registry.families().values())
-    report = Report("list", family_name or "all", "-", {}, environment=environment())
+    whose = f"{fams[0].name}'s variants" if family_name else "every family's variants"
+    report = Report("list", family_name or "all", "-", {}, environment=environment(),
+                    title=f"list: {whose} (--variant), then the backends and whether they work on this machine")
     for fam in fams:
         backends = ", ".join(registry.backends_of(fam))
         report.notes.append(f"{fam.name}: {fam.description}; backends: {backends}; default --variant {fam.default_variant}")

@@ -1,15 +1,16 @@
 """`chat` for the generative kinds: prompts from `--prompt` (repeatable) or stdin, answered by every chosen backend side by side.
 
 Interactive mode reads one prompt per line until `exit`, `quit` or end of input (also when stdin is a pipe), and
-prints `<backend>: <text>. Time: <s>s` for each backend as soon as it answers. All backends stay set up for
-the whole session, so only the first prompt pays for exports and loading.
+prints `<backend>: <text>. Time: <s>s` for each backend as soon as it answers (once: the report at the end gives
+the settings and notes, `--json` every answer). All backends stay set up for the whole session, so only the
+first prompt pays for exports and loading.
 
 Lengths: a prompt whose tokens plus the new tokens (--max-new-tokens, else the model's generation config) do not
 fit the model's position table is refused, never truncated (cutting a prompt changes what is asked; an
 encoder-decoder's instruction comes first). With `--prompt` every prompt is checked before any backend is set
 up (one line, exit 2); in interactive mode the line is refused with a message saying how many tokens fit, and
 the conversation goes on. Any other bad line (not UTF-8, a missing image, ...) is also one message, and the
-conversation goes on; the report at the end holds every answer.
+conversation goes on; the `--json` report holds every answer.
 
 Decoder models whose tokenizer has a chat template get their prompts in it (NNDF/chat_template.py; `--system`,
 `--no-chat-template`): each `--prompt` is one user turn; interactive lines and answers are one conversation,
@@ -26,9 +27,10 @@ from typing import Iterator
 from NNDF.chat_template import ChatTemplateOptions, Conversation, Template, template_of, templated
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
+from NNDF.generate_options import check_lengths
 from NNDF.generation import GenerationConfig
 from NNDF.options import ChatOptions, ModelOptions, SamplingOptions
-from NNDF.results import Report, say
+from NNDF.results import Report, printable, say
 from NNDF.session import decode, encode, generate_prompt, generation_config, torch_threads
 from NNDF.timing import sync
 
@@ -117,7 +119,8 @@ def _answer(run, opened, item, inputs, config: GenerationConfig, report: Report)
             seconds = time.perf_counter() - start
         new = out.new_tokens(0, config.eos_token_id)
         result = ChatResult(name, str(item), tuple(new), decode(run, new), seconds)
-        print(f"{name}: {result.text}. Time: {seconds:.4f}s", flush=True)
+        shown = printable(result.text, keep="\n\t")  # an answer keeps its lines; control characters are escaped
+        print(f"{name}: {shown}. Time: {seconds:.4f}s", flush=True)
         report.results.append(result)
 
 
@@ -160,12 +163,14 @@ class Chat(Evaluator):
         self.sampling, self.chat, self.template_options = sampling, chat_opts, template
 
     def check(self, task) -> None:
+        check_lengths(self.sampling.min_new_tokens, self.chat.max_new_tokens)
         if any(not p.strip() for p in self.chat.prompt):
             raise UsageError("empty --prompt: nothing to generate from")
 
     def begin(self, run, report) -> None:
         options = self.options
         self.config = config = generation_config(run, self.sampling, self.chat.max_new_tokens)
+        report.live = True  # each answer is printed as it comes (`_answer`); the report's table would repeat them
         report.settings = {
             "device": run.device.type, "precision": options.precision,
             "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",

@@ -45,10 +45,12 @@ class SampleResult:
     encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
     tokens: tuple[int, ...] = ()  # the new tokens of the first row (agreement between backends)
 
+    WIDE = ("input", "output")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
+
     def row(self) -> dict:
-        shown = self.input if len(self.input) <= 30 else (  # a path's end names the file; a text's start matters
-            "..." + self.input[-27:] if "/" in self.input.split(" | ")[0] else self.input[:30])
-        row = {"backend": self.backend, "input": shown, "output": self.output[:60],
+        image, bar, text = self.input.partition(" | ")  # an image prompt: "path | text" (the JSON has the path)
+        shown = Path(image).name + bar + text if Path(image).is_file() else self.input
+        row = {"backend": self.backend, "input": shown, "output": self.output,
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s
@@ -67,7 +69,7 @@ class BackendSummary:
     encoder_s: float | None = None
 
     def row(self) -> dict:
-        row = {"script": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
+        row = {"backend": self.backend, "accuracy": "n/a" if self.accuracy is None else self.accuracy,
                "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s

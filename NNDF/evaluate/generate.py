@@ -31,7 +31,7 @@ from NNDF.chat_template import ChatTemplateOptions, template_of, templated
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.evaluate.chat import length_refusal
-from NNDF.generate_options import GenerateOptions
+from NNDF.generate_options import GenerateOptions, check_lengths
 from NNDF.generation import GenerationConfig
 from NNDF.jsonl import read_jsonl, text_of
 from NNDF.options import ModelOptions, SamplingOptions
@@ -72,10 +72,10 @@ class Generated:
     text: str
     batch_rows: int  # prompts that ran together in this prompt's batch
 
+    WIDE = ("prompt", "text")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
+
     def row(self) -> dict:
-        prompt = self.prompt if len(self.prompt) <= 40 else self.prompt[:37] + "..."
-        return {"#": self.number, "backend": self.backend, "prompt": prompt.replace("\n", "\\n"),
-                "text": self.text.replace("\n", "\\n")}  # one table line per row
+        return {"#": self.number, "backend": self.backend, "prompt": self.prompt, "text": self.text}
 
     def to_json(self) -> dict:
         return {"backend": self.backend, "prompt": self.prompt, "output_ids": list(self.output_ids),
@@ -198,7 +198,7 @@ def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens
 def _run_batches(run, name: str, steps, batches: list[Batch], total: int) -> tuple[list[Generated], Throughput]:
     served = isinstance(steps, ServedGeneration)  # one request per prompt: each prompt runs alone
     results, seconds, new_tokens = [], 0.0, 0
-    with progress.bar(desc=name, total=total, unit="prompt") as bar:
+    with progress.bar(desc=f"{name} generate", total=total, unit="prompt") as bar:
         for batch in batches:
             inputs = batch.inputs(run)
             sync(run.device)
@@ -233,7 +233,13 @@ class Generate(Evaluator):
         self.sampling, self.gen, self.template_options = sampling, gen, template
 
     def check(self, task) -> None:
+        least = self.sampling.min_new_tokens
+        check_lengths(least, self.gen.max_new_tokens)
         self.requests = _requests(task, self.options, self.gen)  # bad input fails before anything loads
+        for request in self.requests:
+            if least is not None and request.max_new_tokens is not None and request.max_new_tokens < least:
+                raise DatasetError(f"{request.where} has \"max_new_tokens\": {request.max_new_tokens}, below "
+                                   f"--min-new-tokens {least}")
 
     def begin(self, run, report) -> None:
         options, gen = self.options, self.gen

@@ -98,6 +98,11 @@ class GraphArtifact(ABC):
             rows.append(task.teacher_force(run, steps, context, target).cpu())
         return torch.cat(rows)
 
+    def validation_embeddings(self, run: RunContext) -> bool:
+        """Whether the `validation_outputs` rows are embeddings (compared by cosine alone) rather than scores over
+        classes or tokens (compared by their top-1 too)."""
+        return False
+
     def read_validation(self, record: dict) -> None:
         """Keep what the validation record says (a current artifact's, or one built just now)."""
         self.max_diff = record["max_abs_diff_vs_pytorch"]

@@ -289,19 +289,23 @@ class Agreement:
     """Quantized outputs against the float graph's on the same inputs ([N, V] rows)."""
 
     max_abs_diff: float
-    top1_agreement: float  # share of rows with the same argmax (logits, log-probabilities)
-    min_cosine: float  # the least cosine similarity of two rows (embeddings)
+    top1_agreement: float | None  # share of rows with the same argmax (scores: logits, log-probabilities; None:
+    #                               embeddings, whose largest coordinate means nothing)
+    mean_cosine: float  # the cosine similarity of two rows, averaged (embeddings: what a search compares)
+    min_cosine: float  # the least
     rows: int
 
     @classmethod
-    def of(cls, reference, quantized) -> "Agreement":
+    def of(cls, reference, quantized, embeddings: bool = False) -> "Agreement":
         import torch
 
         reference, quantized = reference.double(), quantized.double()
-        same = (reference.argmax(-1) == quantized.argmax(-1)).double().mean()
-        cosine = torch.nn.functional.cosine_similarity(reference, quantized, dim=-1).min()
-        return cls(float((reference - quantized).abs().max()), float(same), float(cosine), int(reference.shape[0]))
+        same = None if embeddings else float((reference.argmax(-1) == quantized.argmax(-1)).double().mean())
+        cosine = torch.nn.functional.cosine_similarity(reference, quantized, dim=-1)  # [N]
+        return cls(float((reference - quantized).abs().max()), same, float(cosine.mean()), float(cosine.min()),
+                   int(reference.shape[0]))
 
     def record(self) -> dict:
         return {"max_abs_diff_vs_float": self.max_abs_diff, "top1_agreement_vs_float": self.top1_agreement,
-                "min_cosine_vs_float": self.min_cosine, "rows_compared": self.rows}
+                "mean_cosine_vs_float": self.mean_cosine, "min_cosine_vs_float": self.min_cosine,
+                "rows_compared": self.rows}

@@ -6,8 +6,9 @@ plus the quantization's settings, the family's `QuantSpec` and onnxruntime's ver
 float export (reused from the store, exported first when missing). At build time the quantized graphs run
 beside the float ones on fixed inputs (the base artifact's `validation_outputs`: teacher-forced log-probabilities
 for generative models, the encoder's output for encoders) and `validation.json` records the max |difference|,
-the top-1 agreement and the least cosine similarity, which the actions report. The user's `--*-onnx` files are
-not quantized (refused in one line).
+the cosine similarity (mean and least) and, for scores (not embeddings, whose largest coordinate means nothing),
+the top-1 agreement, which the actions report. The user's `--*-onnx` files are not quantized (refused in one
+line).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ class QuantizedOnnx(GraphArtifact):
         import onnxruntime
 
         return {**self.base.fingerprint(run), "quantization": self.quantization.settings(),
-                "quant_spec": repr(self.spec.quantize), "onnxruntime": onnxruntime.__version__}
+                "quant_spec": repr(self.spec.quantize), "onnxruntime": onnxruntime.__version__,
+                "compared": "embeddings" if self.base.validation_embeddings(run) else "scores"}
 
     def user_paths(self, run: RunContext) -> dict[str, Path] | None:
         if self.base.user_paths(run):
@@ -80,7 +82,7 @@ class QuantizedOnnx(GraphArtifact):
                 outputs.append(self.base.validation_outputs(run, steps))
             finally:
                 steps.close()
-        return Agreement.of(*outputs)
+        return Agreement.of(*outputs, embeddings=self.base.validation_embeddings(run))
 
     def notes(self) -> tuple[str, ...]:
         """What the build's validation found, for the action's notes."""
@@ -88,8 +90,13 @@ class QuantizedOnnx(GraphArtifact):
         quantized = "; ".join(f"{part}: {', '.join(f'{op} {n}' for op, n in info['quantized_ops'].items())}"
                               for part, info in record.get("parts", {}).items())
         floats = sorted({n for info in record.get("parts", {}).values() for n in info["float_nodes"]})
+        nan, top1 = float("nan"), record.get("top1_agreement_vs_float")
+        if top1 is None:  # embeddings: how close they are is the cosine
+            found = (f"embeddings' cosine similarity: mean {record.get('mean_cosine_vs_float', nan):.6f}, least "
+                     f"{record.get('min_cosine_vs_float', nan):.6f}; max |diff| = "
+                     f"{record.get('max_abs_diff_vs_float', nan):.3g}")
+        else:
+            found = (f"max |diff| = {record.get('max_abs_diff_vs_float', nan):.3g}, top-1 agreement = "
+                     f"{100 * top1:.1f}%, least cosine = {record.get('min_cosine_vs_float', nan):.4f}")
         return (f"{self.quantization.name} graphs ({quantized}; kept float: {', '.join(floats) or 'nothing'}) vs the "
-                f"float export on {record.get('rows_compared')} validation rows: max |diff| = "
-                f"{record.get('max_abs_diff_vs_float', float('nan')):.3g}, top-1 agreement = "
-                f"{100 * record.get('top1_agreement_vs_float', float('nan')):.1f}%, least cosine = "
-                f"{record.get('min_cosine_vs_float', float('nan')):.4f} (validated at quantization)",)
+                f"float export on {record.get('rows_compared')} validation rows: {found} (validated at quantization)",)
