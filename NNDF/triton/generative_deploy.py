@@ -201,4 +201,4 @@ class GenerativeDeploy(Evaluator):
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
         report.notes.append(f"serve it: {command('serve', str(repository))}; query it: "
                             f"{command('chat', run.family.name, 'onnxrt', 'triton', '--triton-model', name)}"
-                            f"{' --use-cache' if options.use_cache else ''}")
+                            f"{'' if options.use_cache else ' --no-use-cache'}")
