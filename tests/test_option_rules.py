@@ -43,7 +43,14 @@ def test_no_kv_cache_refusals(tmp_path):
              "--static-cache is a kind of KV cache: it contradicts --no-use-cache")
     _refused(run_cli("predict", "BERT", "frameworks", "--prompt", "hi", "--no-use-cache", "-wd", str(tmp_path)),
              "--use-cache does not apply to BERT (encoder models): it belongs to generative models "
-             "(GPT2, OPT, BLOOM, T5, BART, BLIP)")
+             f"({', '.join(_generative_families())})")
+
+
+def _generative_families() -> list[str]:
+    from NNDF import registry
+    from NNDF.tasks import GenerativeTask
+
+    return [name for name, fam in registry.families().items() if isinstance(fam.task, GenerativeTask)]
 
 
 def test_temperature_zero_is_greedy_without_sampling(tmp_path, workdir):

@@ -153,8 +153,8 @@ def test_part_flags_are_all_or_nothing(args, message, tmp_path):
 
 
 def test_missing_user_onnx_is_one_line(tmp_path):
-    proc = run_cli("run", "T5", "onnxrt", "--encoder-onnx", "nope-e.onnx", "--decoder-onnx", str(ROOT / "README.md"),
-                   "-wd", str(tmp_path))
+    proc = run_cli("run", "T5", "onnxrt", "--no-use-cache", "--encoder-onnx", "nope-e.onnx", "--decoder-onnx",
+                   str(ROOT / "README.md"), "-wd", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.strip() == "error: --encoder-onnx nope-e.onnx does not exist"
 
 
