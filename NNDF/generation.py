@@ -64,10 +64,10 @@ class GenerationConfig:
 
 def cache_bytes(dims, rows: int, beams: int, length: int, itemsize: int) -> int:
     """Bytes of the decoder's KV cache for `rows` x `beams` sequences of `length` positions: a key and a value
-    [heads, head_dim] per layer and position (`dims`: an `NNDF.model_config.ModelDims`; `itemsize`: bytes per
-    element). A floor: an encoder-decoder's cross-attention cache and the logits come on top."""
+    [key/value heads, head_dim] per layer and position (`dims`: an `NNDF.model_config.ModelDims`; `itemsize`: bytes
+    per element). A floor: an encoder-decoder's cross-attention cache and the logits come on top."""
     head_dim = dims.head_dim or dims.hidden // dims.heads
-    return rows * beams * dims.layers * 2 * dims.heads * head_dim * length * itemsize
+    return rows * beams * dims.layers * 2 * (dims.kv_heads or dims.heads) * head_dim * length * itemsize
 
 
 @dataclass

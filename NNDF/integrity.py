@@ -235,8 +235,9 @@ def mismatch(sig: Signature, run, part: str, noun: str = "graph") -> str | None:
         problem = _count_problem(tensors, prefix, kind, dims.layers, model)
         if problem:
             return fits + problem
-    heads, head_dim = dims.heads, dims.head_dim
     for tensors, prefix, _ in layered:
+        # the self-attention cache has the key/value heads (grouped-query attention); cross attention all heads
+        heads, head_dim = (dims.heads if prefix == "cross" else dims.kv_heads or dims.heads), dims.head_dim
         for name, t in _layers(tensors, prefix).items():
             if len(t.shape) != 4:
                 return fits + f"its {name} has {len(t.shape)} dimensions, not [batch, heads, length, head size]"

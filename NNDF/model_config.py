@@ -28,6 +28,7 @@ class ModelDims:
     vocab: int
     positions: int | None  # size of the learned position table; None: relative positions or ALiBi (no table)
     head_dim: int = 0  # per-head size: the config's standard `head_dim` where it has one, else hidden / heads
+    kv_heads: int = 0  # key/value heads of the self-attention cache (grouped-query attention: fewer than `heads`)
 
     @staticmethod
     def of(config, names: ConfigNames = ConfigNames()) -> "ModelDims":
@@ -39,6 +40,7 @@ class ModelDims:
             vocab=int(text.vocab_size),
             positions=ModelDims.positions_of(config),
             head_dim=_head_dim(text),
+            kv_heads=int(getattr(text, "num_key_value_heads", None) or text.num_attention_heads),
         )
 
     @staticmethod

@@ -42,6 +42,7 @@ CASES = {  # family -> (its flags, rows of each batch at --batch-size 3)
     "GPT2": (_prompts(TEXTS), [3, 3, 3, 1]),
     "OPT": (_prompts(TEXTS[:3]), [3, 3, 3]),
     "BLOOM": (_prompts(TEXTS[:3]), [3, 3, 3]),  # ALiBi: positions from the mask alone
+    "LLAMA": (_prompts(TEXTS[:3]), [3, 3, 3]),  # llama-offline: each prompt in its chat template
     "T5": (_prompts(("translate English to German: The house is wonderful.", "summarize: a short text", "hi")),
            [3, 3, 3]),
     "BART": (_prompts(TEXTS[:3]), [3, 3, 3]),

@@ -1,6 +1,7 @@
 """`generate` over the `triton` client backend (the session's one server, tests/triton_fixtures.py): a batch's
 prompts go as one request each, and the served outputs equal the in-process onnxrt outputs of the same padded
-batches, for a decoder (GPT2), an encoder-decoder (T5) and an image-to-text model (BLIP)."""
+batches, for decoders (GPT2; LLAMA, whose prompts go in its chat template), an encoder-decoder (T5) and an
+image-to-text model (BLIP)."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,7 @@ from tests.test_generate import CASES, by_backend, generate
 pytest.importorskip("tritonclient")
 
 
-@pytest.mark.parametrize("family", ["GPT2", "T5", "BLIP"])
+@pytest.mark.parametrize("family", ["GPT2", "LLAMA", "T5", "BLIP"])
 def test_served_outputs_equal_in_process_batches(family, triton_server, workdir, tmp_path):
     flags, rows = CASES[family]
     results = generate(tmp_path, family, *flags, "--batch-size", "3", "--use-mask",

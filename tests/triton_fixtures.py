@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "T5": "t5-offline-onnxrt", "BLIP": "blip-offline-onnxrt"}
+GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "LLAMA": "llama-offline-onnxrt", "T5": "t5-offline-onnxrt",
+              "BLIP": "blip-offline-onnxrt"}
 SINGLE = "gpt2-offline-onnxrt-single"  # GPT2 with --max-batch-size 1 (no dynamic batching)
 STREAM = "gpt2-offline-onnxrt-stream"  # GPT2 with --streaming (decoupled)
 ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
