@@ -65,9 +65,9 @@ def _prompt(vocab: int, rows: int = ROWS):
     return ids, torch.ones_like(ids)
 
 
-def _tokens(steps, ids, mask, beams: int, eos: int | None, pad: int) -> list[list[int]]:
+def _tokens(steps, ids, mask, beams: int, eos: int | None, pad: int, new: int = NEW) -> list[list[int]]:
     """New tokens per row, twice on the same buffers (and captured graph), which must agree."""
-    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos, pad_token_id=pad)
+    config = GenerationConfig(max_new_tokens=new, num_beams=beams, eos_token_id=eos, pad_token_id=pad)
     runs = []
     for _ in range(2):
         out = generate(steps, ids.to(steps.device), mask.to(steps.device), config)
@@ -76,9 +76,9 @@ def _tokens(steps, ids, mask, beams: int, eos: int | None, pad: int) -> list[lis
     return runs[0]
 
 
-def _hf(run, ids, mask, beams: int, eos: int | None, pad: int) -> list[list[int]]:
+def _hf(run, ids, mask, beams: int, eos: int | None, pad: int, new: int = NEW) -> list[list[int]]:
     model = run.torch_model()
-    out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=NEW,
+    out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=new,
                          num_beams=beams, do_sample=False, eos_token_id=eos, pad_token_id=pad)
     rows = []
     for row in out[:, ids.shape[1]:].tolist():

@@ -33,6 +33,7 @@ from NNDF.generation import GenerationConfig, generate
 from NNDF.options import ModelOptions
 
 from conftest import ROOT, run_cli
+from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 FP16 = DEVICE == "cuda"
@@ -104,24 +105,11 @@ def _prompt(vocab: int, rows: int = ROWS, length: int = PROMPT):
 
 
 def _tokens(steps, ids, mask, beams: int, eos: int | None, pad: int) -> list[list[int]]:
-    """New tokens per row, twice on the same buffers (and captured graph), which must agree."""
-    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos, pad_token_id=pad)
-    runs = []
-    for _ in range(2):
-        out = generate(steps, ids.to(steps.device), mask.to(steps.device), config)
-        runs.append([out.new_tokens(r, eos) for r in range(ids.shape[0])])
-    assert runs[0] == runs[1], "a second generation on the same buffers differs"
-    return runs[0]
+    return fused_tokens(steps, ids, mask, beams, eos, pad, new=NEW)
 
 
 def _hf(run, ids, mask, beams: int, eos: int | None, pad: int) -> list[list[int]]:
-    model = run.torch_model()
-    out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=NEW,
-                         num_beams=beams, do_sample=False, eos_token_id=eos, pad_token_id=pad)
-    rows = []
-    for row in out[:, ids.shape[1]:].tolist():
-        rows.append(row[: row.index(eos) + 1] if eos is not None and eos in row else row)
-    return rows
+    return hf_tokens(run, ids, mask, beams, eos, pad, new=NEW)
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="fp32 parity with HF generate runs on the CPU (CUDA: fp16 only)")
