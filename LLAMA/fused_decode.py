@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from CausalLM.fused_step import product
+from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, step_inputs
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
-SEQUENCE_DEPENDENT_ROPE = ("dynamic", "longrope")  # rope types whose frequencies change with the sequence length
 
 
 @dataclass(frozen=True)
@@ -60,28 +60,19 @@ def check_config(config) -> None:
     if getattr(config, "mlp_bias", False):
         raise UsageError("--fused-decode: this config sets mlp_bias, which the fused step does not implement; "
                          "drop --fused-decode")
-    rope = rope_type(config)
-    if rope in SEQUENCE_DEPENDENT_ROPE:
+    rope = attention.rope_type(config)
+    if rope not in attention.FIXED_ROPE:
         raise UsageError(f"--fused-decode: rope type {rope!r} changes its frequencies with the sequence length, "
                          "which the fused step's precomputed table does not; drop --fused-decode")
 
 
-def rope_type(config) -> str:
-    """The config's rope type (transformers 5's `rope_parameters`, or `rope_scaling` of older configs)."""
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    return rope.get("rope_type", rope.get("type", "default"))
-
-
 def sliding_window(config) -> int | None:
     """The attention window of a sliding-window model (every layer: Mistral, Phi-3), else None."""
-    if config.model_type == "qwen2" and not getattr(config, "use_sliding_window", False):
-        return None
-    window = getattr(config, "sliding_window", None)
-    layer_types = getattr(config, "layer_types", None)
-    if window and layer_types and set(layer_types) != {"sliding_attention"}:
+    windows = set(attention.layer_windows(config))
+    if len(windows) > 1:
         raise UsageError("--fused-decode: this config mixes sliding-window and full-attention layers, which the "
                          "fused step does not implement; drop --fused-decode")
-    return window or None
+    return windows.pop()
 
 
 def rms_norm(x, weight, eps: float):
@@ -158,7 +149,7 @@ class FusedLlamaStep:
         check_config(config)
         self.settings, self.compiled = settings, compile_options is not None
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
         self.window = sliding_window(config)
         core = model.model

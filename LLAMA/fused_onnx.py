@@ -27,24 +27,22 @@ import torch
 
 from CausalLM import fused_graph as fg
 from CausalLM.ort_fused import VALIDATION_CACHE
+from LLAMA import attention
 from LLAMA.config import FAMILY
 from NNDF.errors import ArtifactError
 
-# rope types whose tables depend on the position alone (HF computes them once); "dynamic" and "longrope" recompute
-# them from the sequence length as it grows, which tables made at build time cannot follow
-FIXED_ROPE = ("default", "linear", "llama3", "yarn")
 
 
 def refusal(config) -> str | None:
     """Why this model has no fused graph here (None: it has one)."""
-    rope = _rope_parameters(config)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in FIXED_ROPE:
+    rope = attention.rope_parameters(config)
+    rope_type = attention.rope_type(config)
+    if rope_type not in attention.FIXED_ROPE:
         return (f"onnxrt --fused-decode computes the rotary tables once, at build time; rope type {rope_type!r} "
-                f"changes them with the sequence length (it takes {', '.join(FIXED_ROPE)})")
+                f"changes them with the sequence length (it takes {', '.join(attention.FIXED_ROPE)})")
     if config.hidden_act != "silu":
         return f"onnxrt --fused-decode gates the MLP with SiLU; this model's activation is {config.hidden_act!r}"
-    head_dim = _head_dim(config)
+    head_dim = attention.head_dim(config)
     rotary_dim = int(head_dim * rope.get("partial_rotary_factor", 1.0))
     if head_dim % 16 or (rotary_dim // 2) % 8 or rotary_dim % 2:
         return (f"onnxrt --fused-decode's attention op rotates heads whose size is a multiple of 16 over a rotary "
@@ -64,7 +62,7 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     x, head = _embedding(g, take, model)  # [B, S, E]; the LM head's [E, V] initializer
     h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
     residual = x
-    for i, window in enumerate(_windows(config, len(layers))):
+    for i, window in enumerate(attention.layer_windows(config)):
         layer = f"model.layers.{i}"
         # [B, S, (H + 2 KV) * D]: the query heads, then the key heads, then the value heads
         qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
@@ -81,23 +79,6 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model(f"{config.model_type}_fused_decode")
-
-
-def _rope_parameters(config) -> dict:
-    """The rope settings (transformers 5: `rope_parameters`; 4.x: `rope_scaling`, None for plain RoPE)."""
-    return dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
-
-
-def _head_dim(config) -> int:
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-
-
-def _windows(config, layers: int) -> list[int | None]:
-    """Each layer's sliding window as HF's attention of the model type reads it (None: full attention): Qwen2's
-    per layer (`layer_types`, set when `use_sliding_window`), Mistral's and Phi-3's for every layer."""
-    if config.model_type == "qwen2":
-        return [config.sliding_window if kind == "sliding_attention" else None for kind in config.layer_types]
-    return [getattr(config, "sliding_window", None)] * layers
 
 
 def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
