@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, processors
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -46,7 +46,7 @@ from transformers import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_corpus import SEED, eval_documents, split_topic_names, train_documents  # noqa: E402
-from offline_training import encode_stream, folder_bytes, held_out_loss, train  # noqa: E402
+from offline_training import byte_level_bpe, encode_stream, folder_bytes, held_out_loss, train  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "GPT2" / "offline" / "gpt2-offline"
@@ -78,19 +78,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
-    """Byte-level BPE exactly like GPT-2's: no prefix space, byte fallback via the 256-byte alphabet."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    """Byte-level BPE exactly like GPT-2's, <|endoftext|> the last id (as GPT-2's 50256)."""
+    tok = byte_level_bpe(texts, vocab_size - 1, [])
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - 1,  # leave the last id for <|endoftext|>, as in GPT-2 (50256)
-        min_frequency=2,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte encodable -> exact round-trip
-        special_tokens=[],
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
     tok.add_special_tokens([EOS])
     assert tok.get_vocab_size() == vocab_size and tok.token_to_id(EOS) == vocab_size - 1
     return tok

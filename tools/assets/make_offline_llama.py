@@ -37,13 +37,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer, processors
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_chat import conversations  # noqa: E402
 from offline_corpus import SEED, eval_documents, split_topic_names, train_documents  # noqa: E402
-from offline_training import encode_stream, folder_bytes, held_out_loss, lambada_scores, train  # noqa: E402
+from offline_training import byte_level_bpe, encode_stream, folder_bytes, held_out_loss, lambada_scores, train  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO_ROOT / "LLAMA" / "offline" / "llama-offline"
@@ -93,18 +93,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
-    """Byte-level BPE (no prefix space, every byte encodable) whose post-processor puts <s> in front."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=2,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        special_tokens=SPECIALS,
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
+    """Byte-level BPE (offline_training.byte_level_bpe) whose post-processor puts <s> in front."""
+    tok = byte_level_bpe(texts, vocab_size, SPECIALS)
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.Sequence([
         processors.ByteLevel(trim_offsets=False),

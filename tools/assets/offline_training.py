@@ -5,6 +5,8 @@ decoder trained here lives in this module: packing documents into one id stream,
 the AdamW parameter groups, training on random windows of the stream, the held-out loss, the LAMBADA-style
 last-word scores on ``data/lambada_offline.jsonl`` and the folder-size check.
 
+The byte-level BPE tokenizer trainer is shared too (each builder adds its own special tokens and post-processor).
+
 ``args`` is the builder's argparse namespace; the fields read here are ``steps``, ``warmup_steps``, ``lr``,
 ``weight_decay``, ``batch_size``, ``seq_len``, ``seed`` and ``eval_every``.
 """
@@ -17,7 +19,20 @@ import math
 from pathlib import Path
 
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
+
+
+def byte_level_bpe(texts: list[str], vocab_size: int, special_tokens: list[str]) -> Tokenizer:
+    """Byte-level BPE as GPT-2's: no prefix space, the 256-byte alphabet as the initial one (every byte encodable:
+    an exact round-trip), `vocab_size` entries with `special_tokens` first. The caller sets its post-processor."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=special_tokens,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
 
 
 def encode_stream(tok, texts: list[str], eos_id: int, bos_id: int | None = None) -> torch.Tensor:
