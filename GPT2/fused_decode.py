@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import product
-from NNDF.slots import KVSlot, step_inputs
+from CausalLM.fused_step import compiled, kv_slot, product
+from NNDF.slots import KVSlot
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
@@ -170,19 +170,11 @@ class FusedGPT2Step:
             self.lm_head, self.ln_f = fold_norm(*self.ln_f, self.lm_head, None)
         self.layers = [_block_weights(block, settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
-        self._embed, self._layer, self._head = embed_step, layer_step, head_step
-        if self.compiled:
-            compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
-            self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
+        self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
-        """Our static cache: per layer a K and a V buffer [rows, heads, max_length, head_dim] (`past` holds them
-        as K0, V0, K1, V1, ...), the full-width mask, ids, positions and the write position [1] on the device."""
-        shape = (rows, self.heads, max_length, self.head_dim)
-        past = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
-        inputs = step_inputs(rows, max_length, self.device)
-        inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=self.device)
-        return KVSlot(rows, max_length, past, inputs)
+        """Our static cache (`CausalLM.fused_step.kv_slot`), one K and one V buffer per layer."""
+        return kv_slot(rows, max_length, len(self.layers), self.heads, self.head_dim, self.dtype, self.device)
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""

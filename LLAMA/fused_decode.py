@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import product
+from CausalLM.fused_step import compiled, kv_slot, product
 from LLAMA import attention
 from NNDF.errors import UsageError
-from NNDF.slots import KVSlot, step_inputs
+from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
 
@@ -159,20 +159,11 @@ class FusedLlamaStep:
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.cos, self.sin = _rope_table(core.rotary_emb, config.max_position_embeddings, self.dtype, self.device)
         self.layers = [_layer_weights(layer) for layer in core.layers]
-        self._embed, self._layer, self._head = embed_step, layer_step, head_step
-        if self.compiled:
-            compile_ = lambda fn: torch.compile(fn, dynamic=False, options=compile_options or None)  # noqa: E731
-            self._embed, self._layer, self._head = compile_(embed_step), compile_(layer_step), compile_(head_step)
+        self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
-        """Our static cache: per layer a K and a V buffer [rows, kv_heads, max_length, head_dim] (`past` holds
-        them as K0, V0, K1, V1, ...), the full-width mask, ids, positions and the write position [1] on the
-        device."""
-        shape = (rows, self.kv_heads, max_length, self.head_dim)
-        past = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in range(2 * len(self.layers))]
-        inputs = step_inputs(rows, max_length, self.device)
-        inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=self.device)
-        return KVSlot(rows, max_length, past, inputs)
+        """Our static cache (`CausalLM.fused_step.kv_slot`), its buffers [rows, kv_heads, max_length, head_dim]."""
+        return kv_slot(rows, max_length, len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
