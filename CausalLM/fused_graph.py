@@ -27,7 +27,6 @@ onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable
 
@@ -46,9 +45,10 @@ ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorPro
 @dataclass(frozen=True)
 class FusedBuilder:
     """What a family's `BackendFacts.fused` names for onnxrt: the HF model types it builds (`model_types`), how to build
-    the graph from the PyTorch model (`build(model, dtype) -> ModelProto`), which of those models it still cannot
-    build (`refusal(config) -> str | None`, a one-line reason), and a version in the artifact's fingerprint (bumped
-    when the graph changes)."""
+    the graph (`build(arch, weights, g) -> ModelProto`: `arch` is the HF model on the meta device, read for its
+    config and module attributes, never its tensors; `weights` a `StateDict`; `g` the `GraphBuilder` to fill),
+    which of those models it still cannot build (`refusal(config) -> str | None`, a one-line reason), and a version
+    in the artifact's fingerprint (bumped when the graph changes)."""
 
     model_types: tuple[str, ...]
     version: str
@@ -56,51 +56,94 @@ class FusedBuilder:
     refusal: Callable
 
 
-class Fp32Arrays(Mapping):
-    """A state dict's tensors as fp32 numpy arrays, each converted when read (a whole 8B checkpoint converted at
-    once would hold 32 GB beside the graph being built)."""
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.tensors[name].detach().float().cpu().numpy()
-
-    def __iter__(self):
-        return iter(self.tensors)
-
-    def __len__(self) -> int:
-        return len(self.tensors)
-
-
 class StateDict:
-    """A model's state dict as fp32 arrays, handed out by name; `check_all_used` fails on any weight the graph left
-    out (a checkpoint with parts a builder does not model must not build a graph without them)."""
+    """A checkpoint's tensors by the model's state-dict names, each read and converted to an fp32 numpy array when
+    asked (a whole 20B checkpoint converted at once would not fit beside the graph being built). `check_all_used`
+    fails on any stored tensor the graph left out: a checkpoint with parts a builder does not model must not build
+    a graph without them. Built from the checkpoint's safetensors files (`of_files`: memory-mapped, no PyTorch
+    model) or from a loaded model (`of_model`)."""
 
-    def __init__(self, model, family: str):
-        self.arrays = Fp32Arrays(model.state_dict())
+    def __init__(self, read: Callable, names, family: str, aliases: dict[str, str] | None = None):
+        self.read = read  # stored name -> torch tensor
+        self.names = frozenset(names)  # the stored names
+        self.aliases = dict(aliases or {})  # a tied weight's other name -> its stored name
         self.family = family
         self.used: set[str] = set()
 
+    @classmethod
+    def of_model(cls, model, family: str) -> "StateDict":
+        tensors = model.state_dict()
+        return cls(tensors.__getitem__, tensors, family)
+
+    @classmethod
+    def of_files(cls, arch, files: list, family: str) -> "StateDict":
+        """The tensors of `files` (safetensors) named as `arch`'s state dict names them: a name stored without the
+        model's base prefix (`transformer.`, `model.`, ...) gets it, a tied weight stored once answers to all its
+        names; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`: constant
+        buffers of old checkpoints) are skipped, any other unknown one is kept so `check_all_used` names it."""
+        import re
+
+        from safetensors import safe_open
+
+        expected = set(arch.state_dict())
+        prefix = getattr(arch, "base_model_prefix", "")
+        ignored = [re.compile(p) for p in getattr(arch, "_keys_to_ignore_on_load_unexpected", None) or ()]
+        where: dict[str, tuple] = {}
+        for path in files:
+            handle = safe_open(str(path), framework="pt")
+            for key in handle.keys():
+                name = key if key in expected or f"{prefix}.{key}" not in expected else f"{prefix}.{key}"
+                if name in expected or not any(p.search(key) for p in ignored):
+                    where[name] = (handle, key)
+        aliases = {}
+        groups: dict[int, list[str]] = {}
+        for name, param in arch.named_parameters(remove_duplicate=False):
+            groups.setdefault(id(param), []).append(name)
+        for names in groups.values():
+            stored = [n for n in names if n in where]
+            for name in names:
+                if name not in where and stored:
+                    aliases[name] = stored[0]
+                elif name not in where:
+                    raise ArtifactError(f"the checkpoint ({', '.join(str(f) for f in files[:2])}) has no tensor "
+                                        f"{name}, which the {family} model has")
+        return cls(lambda name: where[name][0].get_tensor(where[name][1]), where, family, aliases)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names or name in self.aliases
+
     def __call__(self, name: str) -> np.ndarray:
-        self.used.add(name)
-        return self.arrays[name]
+        stored = self.aliases.get(name, name)
+        self.used.add(stored)
+        return self.read(stored).detach().float().cpu().numpy()
 
     def optional(self, name: str) -> np.ndarray | None:
         """The weight `name`, or None where the checkpoint has none (an optional bias)."""
-        return self(name) if name in self.arrays else None
+        return self(name) if name in self else None
 
     def check_all_used(self) -> None:
-        unused = sorted(set(self.arrays) - self.used)
+        unused = sorted(self.names - self.used)
         if unused:
             raise ArtifactError(f"the {self.family} fused graph does not use {len(unused)} weights of this "
                                 f"checkpoint ({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
 
 
-class GraphBuilder:
-    """Nodes, weights (initializers in the graph's float type), inputs and outputs of one graph."""
+def checkpoint_files(folder) -> list:
+    """The safetensors files of a local model folder (sharded or not); [] where it has none."""
+    from pathlib import Path
 
-    def __init__(self, dtype):
+    return sorted(Path(folder).glob("*.safetensors")) if folder else []
+
+
+class GraphBuilder:
+    """Nodes, weights (initializers in the graph's float type), inputs and outputs of one graph. With `data` (a file
+    path), each weight is written there as it is added and the graph refers to it as external data, so the builder
+    never holds more than one weight (graphs over 2 GB need external data anyway); the graph is then saved in the
+    same folder (`save`)."""
+
+    ALIGN = 4096  # each weight's offset in the data file: page-aligned for memory-mapped reads
+
+    def __init__(self, dtype, data=None):
         self.dtype = np.dtype(dtype)
         self.elem = ELEM[self.dtype]
         self.nodes: list = []
@@ -108,9 +151,22 @@ class GraphBuilder:
         self.inputs: list = []
         self.outputs: list = []
         self._count = 0
+        self.data_name = None if data is None else data.name
+        self._data = None if data is None else open(data, "wb")
 
     def weight(self, name: str, array: np.ndarray, dtype=None) -> str:
-        self.weights.append(numpy_helper.from_array(np.ascontiguousarray(array, dtype=dtype or self.dtype), name))
+        array = np.ascontiguousarray(array, dtype=dtype or self.dtype)
+        if self._data is None:
+            self.weights.append(numpy_helper.from_array(array, name))
+            return name
+        offset = -self._data.tell() % self.ALIGN + self._data.tell()
+        self._data.seek(offset)
+        self._data.write(memoryview(array).cast("B"))
+        tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype), dims=array.shape)
+        tensor.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", self.data_name), ("offset", offset), ("length", array.nbytes)):
+            tensor.external_data.add(key=key, value=str(value))
+        self.weights.append(tensor)
         return name
 
     def input(self, name: str, elem: int, shape: list) -> str:
@@ -130,9 +186,16 @@ class GraphBuilder:
         return names[0] if len(names) == 1 else names
 
     def model(self, name: str) -> onnx.ModelProto:
+        if self._data is not None:
+            self._data.close()
         graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.weights)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
                                  producer_name="fused-decode", ir_version=IR_VERSION)
+
+    def close(self) -> None:
+        """Close the data file (a build that failed half way)."""
+        if self._data is not None:
+            self._data.close()
 
 
 def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None) -> str:
@@ -216,7 +279,11 @@ def decode_io(g: GraphBuilder, layers: int, heads: int, head_dim: int, vocab: in
 
 
 def save(model: onnx.ModelProto, path) -> None:
-    """Write the graph with its weights in `<name>.data` beside it (graphs over 2 GB need external data)."""
+    """Write the graph to `path`. A graph whose weights a `GraphBuilder` already wrote to its data file (in the same
+    folder) is written as it is; otherwise its weights go to `<name>.data` beside it."""
+    if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
+        onnx.save_model(model, str(path))
+        return
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                     location=path.name + ".data", size_threshold=0)
 

@@ -1,12 +1,15 @@
 """`onnxrt --fused-decode`: the family's fused decode graph (`CausalLM.fused_graph`: ONNX Runtime's
 GroupQueryAttention, SkipLayerNormalization, FastGelu) as a derived artifact, and the steps that drive it.
 
-`FusedDecodeOnnx` is a `GraphArtifact` like the quantized graphs: built from the run's PyTorch model by the
-builder the family declares for the run's model type (`BackendFacts.fused` of its `<family>/onnxrt.py`: a
-`fused_graph.FusedBuilder`),
-fingerprinted (config, weights, precision, builder version, onnx and
-onnxruntime versions), validated against PyTorch at build time (`validation.json`) and cached as
-`decoder-<precision>-fused/model.onnx` (+ `model.onnx.data`). The standard export stays what `trt` builds from.
+`FusedDecodeOnnx` is a `GraphArtifact` like the quantized graphs: built by the builder the family declares for the
+run's model type (`BackendFacts.fused` of its `<family>/onnxrt.py`: a `fused_graph.FusedBuilder`) straight from the
+checkpoint's safetensors files (memory-mapped, one tensor at a time, each weight written to the graph's data file
+as it is made; the model's structure from its config on the meta device), or from the loaded PyTorch model where
+the model has no such files; fingerprinted (config, weights, precision, builder version, onnx and onnxruntime
+versions), validated against PyTorch at build time (`validation.json`) and cached as
+`decoder-<precision>-fused/model.onnx` (+ `model.onnx.data`). Validation runs the graph first, closes it, then
+loads the PyTorch model: the two never share the device's memory, and a current artifact loads no PyTorch model.
+The standard export stays what `trt` builds from.
 
 `OrtFusedSteps` keeps one `KVSlot` per (rows, max_length) in a `SlotPool`: full-length key/value buffers bound as
 both past and present (the attention op writes each step's keys and values in place), and the one-token step's
@@ -14,7 +17,10 @@ ids, positions, per-row lengths (`seqlens_k`, int32 on the device) and logits at
 CUDA graph captures that step once per slot and replays it. `total_sequence_length` is a host scalar (the CUDA
 kernel takes it on the CPU) that a captured graph freezes: one-token steps always pass the buffer length, which
 the kernel only uses to tell the step from a prompt pass and to size its split-K work; the per-row lengths come
-from `seqlens_k`. The op reads no attention mask: prompts with padding are refused (one line), never run.
+from `seqlens_k` (each row's mask sum - 1, written on the device every step). The op reads no attention mask, so
+every row's tokens start at column 0 of its buffers: a padded batch's prompt pass runs row by row over each row's
+own tokens (into that row's buffers), and later steps write each row at its own length, so a padded batch gives
+each row's batch-1 tokens.
 """
 from __future__ import annotations
 
@@ -35,9 +41,6 @@ HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kerne
 # validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
 # sizes split-K decoding by in real runs (a 7-column buffer would take a different path), while 7 are written
 VALIDATION_CACHE = 256
-PADDED = ("onnxrt --fused-decode runs unpadded batches only: its attention op reads one length per row, not a "
-          "mask, so a left-padded prompt would attend to its pad tokens; give prompts of one length (or "
-          "--batch-size 1) or leave --fused-decode out")
 
 
 def device_refusal(precision: str, device: str) -> str | None:
@@ -102,42 +105,92 @@ class FusedDecodeOnnx(GraphArtifact):
         graph = run.options.use_cuda_graph if cuda_graph is None else cuda_graph
         return OrtFusedSteps(paths["decoder"], run.device, run.options.threads, graph)
 
+    def source_model(self, run: RunContext):
+        """None where the checkpoint's safetensors files are at hand (the graph is built from them); else the run's
+        PyTorch model."""
+        from CausalLM.fused_graph import checkpoint_files
+
+        return None if checkpoint_files(run.source.local_dir) else run.torch_model()
+
+    def build_bytes(self, run: RunContext, model) -> int:
+        from CausalLM.fused_graph import checkpoint_files
+
+        if model is not None:
+            return super().build_bytes(run, model)
+        from safetensors import safe_open
+
+        count = 0
+        for path in checkpoint_files(run.source.local_dir):
+            with safe_open(str(path), framework="pt") as handle:
+                count += sum(int(np.prod(handle.get_slice(k).get_shape())) for k in handle.keys())
+        return count * (2 if run.options.fp16 else 4)
+
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
+        """Build the graph (from the checkpoint's files when `model` is None, else from `model`), then validate it
+        (`validate_fused`) and drop the PyTorch model it loaded for that."""
+        import time
+
         from CausalLM import fused_graph
 
-        proto = self.builder.build(model, np.float16 if run.options.fp16 else np.float32)
+        start = time.perf_counter()
+        arch = run.architecture()
+        family = run.family.name
+        weights = (fused_graph.StateDict.of_model(model, family) if model is not None else
+                   fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir), family))
+        g = fused_graph.GraphBuilder(np.float16 if run.options.fp16 else np.float32, out_dir / "model.onnx.data")
+        try:
+            proto = self.builder.build(arch, weights, g)
+        finally:
+            g.close()
         fused_graph.save(proto, out_dir / "model.onnx")
-        diff = validate_fused(model, self.steps(run, {"decoder": out_dir / "model.onnx"}, cuda_graph=False),
-                              self.spec, run.options.fp16)
-        return {"max_abs_diff_vs_pytorch": diff, "nodes": fused_graph.op_counts(proto)}
+        seconds = time.perf_counter() - start
+        diff = validate_fused(run, lambda: self.steps(run, {"decoder": out_dir / "model.onnx"}, cuda_graph=False),
+                              self.spec)
+        run.release_torch_model()  # the graph runs without it (and would share the device's memory with it)
+        return {"max_abs_diff_vs_pytorch": diff, "nodes": fused_graph.op_counts(proto),
+                "built_from": "checkpoint files" if model is None else "PyTorch model",
+                "build_seconds": round(seconds, 2)}
 
     def notes(self) -> tuple[str, ...]:
         nodes = (self.record or {}).get("nodes", {})
         return (f"fused decode graph: {sum(nodes.values())} nodes ({', '.join(f'{op} {n}' for op, n in nodes.items())})",)
 
 
-def validate_fused(model, steps: "OrtFusedSteps", spec, fp16: bool) -> float:
-    """The fused graph's logits against PyTorch's on an unpadded prompt pass (2 rows of 5 tokens) and two
-    one-token steps (whose logits depend on every cached key and value) in a `VALIDATION_CACHE`-long buffer;
-    the max abs difference, or
-    ArtifactError listing every mismatch (`LogitsCheck`)."""
+def validate_fused(run: RunContext, make_steps, spec) -> float:
+    """The fused graph's logits against PyTorch's: a prompt pass over 2 rows of 5 tokens, the second left-padded
+    by 2, and two one-token steps (whose logits depend on every cached key and value) in a `VALIDATION_CACHE`-long
+    buffer, compared at the real tokens. The graph (`make_steps()`) runs first and is closed before the PyTorch
+    model is loaded. The max abs difference, or ArtifactError listing every mismatch (`LogitsCheck`)."""
     from CausalLM.torch_steps import TorchSteps
 
-    reference, check = TorchSteps(model, use_cache=True), LogitsCheck(spec, fp16)
-    device = next(model.parameters()).device
-    ids = torch.randint(0, model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0)).to(device)
-    positions = torch.arange(7, device=device).expand(2, 7)
-    caches = [reference.new_cache(2, 7), steps.new_cache(2, VALIDATION_CACHE)]
+    ids = torch.randint(0, run.source.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, :2] = 0
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    steps = make_steps()
     try:
-        for label, cols in (("prompt pass", slice(0, 5)), ("cached step", slice(5, 6)), ("cached step", slice(6, 7))):
-            mask = torch.ones(2, cols.stop, dtype=torch.long, device=device)
-            ref, caches[0] = reference.forward(ids[:, cols], mask, positions[:, cols], caches[0])
-            got, caches[1] = steps.forward(ids[:, cols].to(steps.device), mask.to(steps.device),
-                                           positions[:, cols].to(steps.device), caches[1])
-            check.add(label, ref, got)
+        got = _passes(steps, ids, mask, positions, VALIDATION_CACHE)
     finally:
         steps.close()
+    reference = _passes(TorchSteps(run.torch_model(), use_cache=True), ids, mask, positions, 7)
+    check = LogitsCheck(spec, run.options.fp16)
+    for (label, cols), ref, out in zip(_PASSES, reference, got):
+        check.add(label, ref, out, real=mask[:, cols].bool()[..., None].expand_as(ref))
     return check.worst()
+
+
+_PASSES = (("prompt pass", slice(0, 5)), ("cached step", slice(5, 6)), ("cached step", slice(6, 7)))
+
+
+def _passes(steps, ids, mask, positions, length: int) -> list[torch.Tensor]:
+    """The logits (on the CPU) of `_PASSES` run through `steps` on one cache `length` columns long."""
+    device = steps.device
+    cache, logits = steps.new_cache(ids.shape[0], length), []
+    for _, cols in _PASSES:
+        out, cache = steps.forward(ids[:, cols].to(device), mask[:, :cols.stop].to(device),
+                                   positions[:, cols].to(device), cache)
+        logits.append(out.float().cpu().clone())  # a step's logits buffer is reused by the next
+    return logits
 
 
 class OrtFusedSteps:
@@ -182,7 +235,7 @@ class OrtFusedSteps:
         width, seq = attention_mask.shape[1], input_ids.shape[1]
         if seq > 1 or width == 1:
             return self._prompt(input_ids, attention_mask, position_ids, cache), cache
-        cache.inputs["seqlens_k"].fill_(width - 1)
+        torch.sub(attention_mask.sum(1), 1, out=cache.inputs["seqlens_k"])  # each row's length - 1, on the device
         cache.ids.copy_(input_ids)
         cache.positions.copy_(position_ids)
         if cache.binding is None:
@@ -194,18 +247,34 @@ class OrtFusedSteps:
         return cache.logits, cache
 
     def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot) -> torch.Tensor:
-        """The prompt pass: columns 0..S-1 of the buffers written, uncaptured."""
+        """The prompt pass: columns 0..n-1 of each row's buffers written with its n tokens, uncaptured; logits
+        [B, S, V] at the input's columns (zeros at padding). Rows of different lengths run one by one, each over its
+        own tokens (the op reads per-row lengths, no mask)."""
         seq = input_ids.shape[1]
         if attention_mask.shape[1] != seq:
             raise UsageError("onnxrt --fused-decode runs a prompt pass only on an empty cache (its attention op "
                              "takes a later multi-token pass for one row only); leave --fused-decode out")
-        if not bool(attention_mask.all()):
-            raise UsageError(PADDED)
-        slot.inputs["seqlens_k"].fill_(seq - 1)
-        feeds = {"input_ids": input_ids, "position_ids": position_ids, "seqlens_k": slot.inputs["seqlens_k"],
-                 "total_sequence_length": torch.tensor(seq, dtype=torch.int32),
-                 **dict(zip(self.past_names, slot.past))}
-        return self.graph.run(feeds, outputs=dict(zip(self.present_names, slot.past)))[0]
+        if bool(attention_mask.all()):
+            return self._rows(input_ids, position_ids, slot, slice(None))
+        logits = None
+        for row, real in enumerate(attention_mask.bool().cpu()):
+            cols = real.nonzero().flatten().to(input_ids.device)
+            out = self._rows(input_ids[row:row + 1, cols], position_ids[row:row + 1, cols], slot,
+                             slice(row, row + 1))
+            if logits is None:
+                logits = out.new_zeros(input_ids.shape[0], seq, out.shape[-1])
+            logits[row, cols] = out[0]
+        return logits
+
+    def _rows(self, input_ids, position_ids, slot: KVSlot, rows: slice) -> torch.Tensor:
+        """One prompt pass of unpadded rows `rows` of the slot (their buffers: contiguous views)."""
+        seq = input_ids.shape[1]
+        seqlens = slot.inputs["seqlens_k"][rows]
+        seqlens.fill_(seq - 1)
+        past = [buffer[rows] for buffer in slot.past]
+        feeds = {"input_ids": input_ids, "position_ids": position_ids, "seqlens_k": seqlens,
+                 "total_sequence_length": torch.tensor(seq, dtype=torch.int32), **dict(zip(self.past_names, past))}
+        return self.graph.run(feeds, outputs=dict(zip(self.present_names, past)))[0]
 
     def close(self) -> None:
         self.graph.close()

@@ -30,11 +30,10 @@ def refusal(config) -> str | None:
     return None
 
 
-def build(model, dtype) -> "fg.onnx.ModelProto":
-    """The fused decode graph of a GPT2LMHeadModel, weights in `dtype` (np.float32 or np.float16)."""
-    config = model.config
-    take = _Weights(model)
-    g = fg.GraphBuilder(dtype)
+def build(arch, weights: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
+    """The fused decode graph of a GPT2LMHeadModel (`arch`: its config and structure) from `weights`, into `g`."""
+    config = arch.config
+    take = _Pairs(weights)
     heads, head_dim = config.n_head, config.n_embd // config.n_head
     pasts = fg.decode_io(g, config.n_layer, heads, head_dim, config.vocab_size)
     eps = config.layer_norm_epsilon
@@ -54,17 +53,20 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
         inner = fg.gelu(g, fg.linear(g, h, fc), fc_bias, FUSED_GELUS[config.activation_function] == "tanh")  # [B, S, 4E]
         after = f"h.{i + 1}.ln_1" if i + 1 < config.n_layer else "ln_f"
         h, residual = fg.skip_layer_norm(g, fg.linear(g, inner, mlp), residual, *take.pair(g, after), mlp_bias, eps)
-    head = take("lm_head.weight") if "lm_head.weight" in take.arrays else take.arrays["transformer.wte.weight"]
-    g.op("MatMul", [h, g.weight("lm_head", head.T)], ["logits"])  # [B, S, V]; tied to wte unless untied
-    take.check_all_used()
+    head = take("lm_head.weight").T  # [E, V]: wte's, unless the checkpoint has its own head
+    g.op("MatMul", [h, g.weight("lm_head", head)], ["logits"])  # [B, S, V]
+    take.weights.check_all_used()
     return g.model("gpt2_fused_decode")
 
 
-class _Weights(fg.StateDict):
-    """The state dict by name (`fg.StateDict`: every weight must be used), with GPT-2's module pairs."""
+class _Pairs:
+    """The checkpoint's weights by name (`fg.StateDict`: every weight must be used), with GPT-2's module pairs."""
 
-    def __init__(self, model):
-        super().__init__(model, "GPT-2")
+    def __init__(self, weights: fg.StateDict):
+        self.weights = weights
+
+    def __call__(self, name: str):
+        return self.weights(name)
 
     def pair(self, g, module: str) -> tuple[str, str]:
         """transformer.<module>'s weight and bias as initializers (a Conv1D's [in, out] weight: a MatMul operand

@@ -50,16 +50,15 @@ def refusal(config) -> str | None:
     return None
 
 
-def build(model, dtype) -> "fg.onnx.ModelProto":
-    """The fused decode graph of a Llama, Mistral, Qwen2 or Phi-3 causal LM, weights in `dtype` (np.float32 or
-    np.float16)."""
-    config, layers = model.config, model.model.layers
-    take, g = fg.StateDict(model, "LLAMA"), fg.GraphBuilder(dtype)
+def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
+    """The fused decode graph of a Llama, Mistral, Qwen2 or Phi-3 causal LM (`arch`: its config and structure) from
+    the checkpoint's weights (`take`), into `g`."""
+    config, layers = arch.config, arch.model.layers
     heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, layers[0].self_attn.head_dim
     pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
-    rotary = _rotary_tables(g, model, head_dim)
+    rotary = _rotary_tables(g, arch, head_dim)
     eps = config.rms_norm_eps
-    x, head = _embedding(g, take, model)  # [B, S, E]; the LM head's [E, V] initializer
+    x, head = _embedding(g, take, arch)  # [B, S, E]; the LM head's [E, V] initializer
     h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
     residual = x
     for i, window in enumerate(attention.layer_windows(config)):
@@ -81,16 +80,18 @@ def build(model, dtype) -> "fg.onnx.ModelProto":
     return g.model(f"{config.model_type}_fused_decode")
 
 
-def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
+def _rotary_tables(g: fg.GraphBuilder, arch, head_dim: int) -> tuple[str, str]:
     """cos / sin [positions, rotary_dim / 2] from HF's rotary module at every position (its `attention_scaling`
     included); HF's tables repeat those columns twice (rotate_half's two halves). The op wants a row for every
     column of the buffer (a one-token step passes the buffer length as the total length): the model's positions,
-    and the build's validation buffer where that is longer."""
-    rotary = model.model.rotary_emb
-    rows = max(model.config.max_position_embeddings, VALIDATION_CACHE)
-    positions = torch.arange(rows, device=rotary.inv_freq.device)[None]
+    and the build's validation buffer where that is longer. The module is made anew on the CPU (`arch` is on the
+    meta device)."""
+    with torch.device("cpu"):
+        rotary = type(arch.model.rotary_emb)(arch.config)
+    rows = max(arch.config.max_position_embeddings, VALIDATION_CACHE)
+    positions = torch.arange(rows)[None]
     with torch.no_grad():
-        cos, sin = rotary(torch.zeros(1, dtype=torch.float32, device=rotary.inv_freq.device), positions)
+        cos, sin = rotary(torch.zeros(1, dtype=torch.float32), positions)
     cos, sin = cos[0].float().cpu().numpy(), sin[0].float().cpu().numpy()  # [P, rotary_dim]
     half = cos.shape[-1] // 2
     if cos.shape[-1] > head_dim or not (np.array_equal(cos[:, :half], cos[:, half:])
@@ -100,11 +101,11 @@ def _rotary_tables(g: fg.GraphBuilder, model, head_dim: int) -> tuple[str, str]:
     return g.weight("cos_cache", cos[:, :half]), g.weight("sin_cache", sin[:, :half])
 
 
-def _embedding(g: fg.GraphBuilder, take: fg.StateDict, model) -> tuple[str, str]:
+def _embedding(g: fg.GraphBuilder, take: fg.StateDict, arch) -> tuple[str, str]:
     """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
     stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
     embed, head = take("model.embed_tokens.weight"), take("lm_head.weight")  # [V, E] each
-    if model.get_output_embeddings().weight is not model.get_input_embeddings().weight:
+    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
         x = g.op("Gather", [g.weight("model.embed_tokens.weight", embed), "input_ids"])
         return x, g.weight("lm_head.weight", head.T)
     table = g.weight("lm_head.weight", head.T)
@@ -119,7 +120,7 @@ def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed:
             parts: tuple[str, ...]) -> str:
     """x @ W^T (+ b) with W the checkpoint's packed projection (`module.<packed>`) or its `parts` stacked in order
     (nn.Linear's [out, in] weights: one product where HF runs several)."""
-    names = [f"{module}.{p}" for p in (packed if f"{module}.{packed[0]}.weight" in take.arrays else parts)]
+    names = [f"{module}.{p}" for p in (packed if f"{module}.{packed[0]}.weight" in take else parts)]
     weight = np.concatenate([take(f"{n}.weight") for n in names])  # [out, in]
     biases = [take.optional(f"{n}.bias") for n in names]
     fused = f"{module}.{packed[0]}"  # the initializers' names: the packed projection's

@@ -19,7 +19,7 @@ import torch
 from NNDF.artifacts import ArtifactStore
 from NNDF.errors import BackendUnavailable, UsageError
 from NNDF.family import Family
-from NNDF.models import ModelSource, load_tokenizer, load_torch_model, resolve_source
+from NNDF.models import ModelSource, load_tokenizer, load_torch_model, model_architecture, resolve_source
 from NNDF.options import ModelOptions, OptionGroup
 
 log = logging.getLogger(__name__)
@@ -78,6 +78,10 @@ class RunContext:
             class_name = self.family.task.model_class(self.source, self.options)
             self._model = load_torch_model(self.source, self.dtype, self.device, class_name)
         return self._model
+
+    def architecture(self) -> torch.nn.Module:
+        """The HF model's structure on the meta device, without weights (`NNDF.models.model_architecture`)."""
+        return model_architecture(self.source, self.family.task.model_class(self.source, self.options))
 
     def release_torch_model(self) -> None:
         if self._model is not None:

@@ -207,6 +207,16 @@ def _check_tokenizer_files(tok, folder: Path) -> None:
                              "there too (tokenizer.save_pretrained(DIR))")
 
 
+def model_architecture(source: ModelSource, class_name: str | None = None) -> torch.nn.Module:
+    """The model's structure without its weights: `class_name` (as `load_torch_model`) made from the config on the
+    meta device (its config, module attributes and state-dict names; no memory, no weights read)."""
+    import transformers
+
+    auto_class = getattr(transformers, class_name or source.family.task.auto_class)
+    with torch.device("meta"):
+        return auto_class.from_config(source.config, trust_remote_code=source.trust_remote_code)
+
+
 def load_torch_model(source: ModelSource, dtype: torch.dtype, device: torch.device,
                      class_name: str | None = None) -> torch.nn.Module:
     """The model's weights as `class_name` (a transformers auto class; default: the task's `auto_class`)."""

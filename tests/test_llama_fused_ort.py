@@ -172,18 +172,23 @@ def test_sliding_window_prompt_logits(workdir):
         assert (torch.cat(stepped, 1) - expected).abs().max() < tolerance
 
 
-def test_padded_batch_refused(workdir):
-    run = _run(workdir, {"variant": "qwen2-offline"})
+@pytest.mark.skipif(DEVICE != "cpu", reason="fp32 parity with HF generate runs on the CPU (CUDA: fp16 only)")
+def test_padded_batch_gives_hf_generate_tokens(workdir):
+    """Rows left-padded by different amounts (rotary positions from each row's own length, past the window):
+    greedy and beams give HF `generate`'s tokens on the same padded batch."""
+    run = _run(workdir, {"variant": "mistral-offline"})
     ids, mask = _prompt(run.source.config.vocab_size)
-    mask[0, :2] = 0  # row 0 left-padded
+    mask[0, :2], mask[2, :5] = 0, 0
+    pad = run.tokenizer.pad_token_id
     with backend_steps(run, "onnxrt") as (_, steps):
-        with pytest.raises(UsageError, match="runs unpadded batches only"):
-            generate(steps, ids.to(steps.device), mask.to(steps.device), GenerationConfig(max_new_tokens=2))
+        for beams in (1, 3):
+            assert _tokens(steps, ids, mask, beams, None, pad) == _hf(run, ids, mask, beams, None, pad), beams
 
 
 def test_refusals(tiny):
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Phi3Config
 
+    from CausalLM import fused_graph as fg
     from LLAMA.fused_onnx import build, refusal
     from NNDF.errors import ArtifactError
 
@@ -201,7 +206,7 @@ def test_refusals(tiny):
     model.model.layers[0].self_attn.q_norm = torch.nn.Parameter(torch.ones(32))  # a part the graph does not model
     with pytest.raises(ArtifactError, match=r"does not use 1 weights of this checkpoint "
                                             r"\(model.layers.0.self_attn.q_norm...\)"):
-        build(model, np.float32)
+        build(model, fg.StateDict.of_model(model, "LLAMA"), fg.GraphBuilder(np.float32))
     family = registry.family("LLAMA")
     assert registry.backend(family, "onnxrt").fused_decode_types() == ("llama", "mistral", "qwen2", "phi3")
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'llama'"):

@@ -124,7 +124,7 @@ class GraphArtifact(ABC):
                  or not (folder / VALIDATION).is_file())
         if fresh:
             model = self.source_model(run)
-            needs = sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
+            needs = self.build_bytes(run, model)
             with run.store.build(name, fingerprint, needs) as tmp, status(self.building(run)):
                 write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
         self.read_validation(json.loads((folder / VALIDATION).read_text()))
@@ -133,6 +133,10 @@ class GraphArtifact(ABC):
     def building(self, run: RunContext) -> str:
         """The status line while the artifact is built."""
         return f"exporting {run.source.variant} to ONNX"
+
+    def build_bytes(self, run: RunContext, model) -> int:
+        """About the bytes a build writes (checked against the free disk before it starts): the model's weights."""
+        return sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
 
     def source_model(self, run: RunContext):
         """What `build_into` builds from (the run's PyTorch model; None when it builds from other graphs)."""
