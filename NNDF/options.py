@@ -114,7 +114,7 @@ class FusedStepOptions(OptionGroup):
     title = "fused decode step (generative models)"
     owner = "generative models"
     by_kind = True
-    fused_decode: bool = flag(False, "--fused-decode", help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it")
+    fused_decode: bool | None = flag(None, "--fused-decode", action=argparse.BooleanOptionalAction, help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph built from the weights out of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it. Default: onnxrt with --static-cache builds it wherever the family has one for the model type and it runs at the run's precision and device (without --quantize or --decoder-onnx), else the torch.onnx export; frameworks runs the model's own code. --no-fused-decode: the export / the model's own code")
 
 
 # --- what one kind alone reads ---

@@ -197,3 +197,21 @@ def test_built_from_checkpoint_files_without_torch_model(workdir, monkeypatch):
     with backend_steps(run, "onnxrt") as (backend, steps):
         assert isinstance(backend.onnx, FusedDecodeOnnx)
         generate(steps, ids, mask, GenerationConfig(max_new_tokens=3))
+
+
+def test_static_cache_takes_the_fused_graph_by_default(workdir):
+    """onnxrt --static-cache without --fused-decode builds the fused graph where the model type has one;
+    --no-fused-decode and quantized graphs take the torch.onnx export; the notes say which graph ran."""
+    from CausalLM.onnxrt import DecoderOnnx
+
+    for fused, kind, note in ((None, FusedDecodeOnnx, "fused decode graph built from the weights (default)"),
+                              (False, DecoderOnnx, "torch.onnx static-cache export (--no-fused-decode)")):
+        run = _run(workdir, {"variant": "gpt2-offline"}, fused_decode=fused)
+        backend = registry.backend(run.family, "onnxrt")
+        backend.use_fused(run)
+        assert type(backend.onnx) is kind and backend.export_notes()[0] == f"decoder graph: the {note}"
+    run = make_context(registry.family("GPT2"), ModelOptions(variant="gpt2-offline", working_dir=str(workdir),
+                       use_cache=True, static_cache=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("int8",)))
+    (quantized,) = registry.backend(run.family, "onnxrt").variants(run)
+    quantized.use_fused(run)
+    assert quantized.choice == "the torch.onnx static-cache export (quantized graphs)"

@@ -1,5 +1,6 @@
 """The static KV cache (and, on CUDA, the CUDA-graph step) produces the same tokens as the same backend with its
-plain growing cache: padded batches, greedy and beam search (prompt expansion to more rows, in-place beam
+plain growing cache (onnxrt: the torch.onnx static-cache export, `--no-fused-decode`; the fused graphs it takes by
+default have their own tests): padded batches, greedy and beam search (prompt expansion to more rows, in-place beam
 reordering), EOS mid-way, and a second generation reusing the pooled buffers (and captured graph).
 
 On the CPU this runs the static cache alone; `tools/bench/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
@@ -44,7 +45,7 @@ def _tokens(run, backend, prompts, beams, eos):
 def _run(family, name, workdir, static=False, graph=False, compiled=False):
     return make_context(registry.family(family), ModelOptions(
         variant=name, working_dir=str(workdir), batch_size=3, use_cache=True, use_mask=True, device=DEVICE,
-        static_cache=static, use_cuda_graph=graph, torch_compile=compiled))
+        static_cache=static, use_cuda_graph=graph, torch_compile=compiled, fused_decode=False))
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)

@@ -35,6 +35,7 @@ class OnnxRuntimeBackend(Backend):
 
             self.onnx = QuantizedOnnx(self.onnx, quantization)
         self.plain = self.onnx  # the export (or its quantization); --fused-decode runs use a fused graph instead
+        self.choice: str | None = None  # which decoder graph a static-cache run took, and why (`use_fused`)
 
     @property
     def label(self) -> str:
@@ -70,7 +71,8 @@ class OnnxRuntimeBackend(Backend):
         return None if self.paths is None else graph_bytes(self.paths)
 
     def export_notes(self) -> tuple[str, ...]:
-        return () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
+        notes = () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
+        return ((f"decoder graph: {self.choice}",) if self.choice else ()) + notes
 
     @classmethod
     def availability(cls, options: dict | None = None) -> tuple[bool, str]:
@@ -86,15 +88,32 @@ class OnnxRuntimeBackend(Backend):
         return []
 
     def use_fused(self, run: RunContext) -> None:
-        """--fused-decode: the family's fused decode graph (its builder for the model type, made into an artifact
-        by the kind's: `OnnxArtifact.fused`) replaces the export, or UsageError when the family, model, precision
-        or device has none (`variants` refuses --quantize with it)."""
-        self.onnx = self.plain
-        if not getattr(run.options, "fused_decode", False):
+        """Which decoder graph a static-cache run takes (`self.onnx`; `self.choice` says which and why, in the
+        action's notes). --fused-decode: the family's fused decode graph (its builder for the model type, made into
+        an artifact by the kind's: `OnnxArtifact.fused`), or UsageError when the family, model, precision or device
+        has none (`variants` refuses --quantize with it). --no-fused-decode: the export. Neither: the fused graph
+        wherever it builds and runs here without a refusal, else the export, the note saying why."""
+        self.onnx, self.choice = self.plain, None
+        asked, options = getattr(run.options, "fused_decode", None), run.options
+        if not options.static_cache or asked is False or (asked is None and self.quantization is not None):
+            if options.static_cache:
+                self.choice = ("the torch.onnx static-cache export" +
+                               (" (--no-fused-decode)" if asked is False else " (quantized graphs)"))
             return
         model_type = run.source.config.model_type
+        if asked is None and (model_type not in self.fused or getattr(options, "decoder_onnx", None)):
+            why = "--decoder-onnx given" if model_type in self.fused else f"no fused graph for {model_type}"
+            self.choice = f"the torch.onnx static-cache export ({why})"
+            return
         self.check_fused_decode(model_type)
-        self.onnx = self.plain.fused(self.fused[model_type], run)
+        try:
+            self.onnx = self.plain.fused(self.fused[model_type], run)
+        except UsageError as exc:
+            if asked:
+                raise
+            self.choice = f"the torch.onnx static-cache export ({exc})"
+            return
+        self.choice = f"the fused decode graph built from the weights ({'--fused-decode' if asked else 'default'})"
 
     def check_options(self, run: RunContext) -> None:
         """Refuse flags this kind cannot honour on ONNX Runtime (its artifact's `check_options`)."""
