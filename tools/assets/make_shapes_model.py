@@ -6,6 +6,8 @@
     python tools/assets/make_shapes_model.py llama-3-8b temp/shapes/llama-3-8b    # LLAMA family: Llama-3-8B,
     python tools/assets/make_shapes_model.py qwen2.5-0.5b temp/shapes/qwen    # Qwen2.5-0.5B and Mistral-7B
     python tools/assets/make_shapes_model.py mistral-7b-w64 temp/shapes/mw    # (with a 64-column window) shapes
+    python tools/assets/make_shapes_model.py opt-6.7b temp/shapes/opt-6.7b    # OPT-6.7B, GPT-J-6B, BLOOM-7B1,
+    python tools/assets/make_shapes_model.py gpt-neox-20b temp/shapes/neox    # GPT-NeoX-20B, GPT-Neo-2.7B shapes
     python tools/assets/make_shapes_model.py minilm-l6-h384 temp/shapes/minilm   # encoders (BERT family): a sequence
     python tools/assets/make_shapes_model.py roberta-base temp/shapes/rb         # classifier of MiniLM-L6-H384,
     python tools/assets/make_shapes_model.py roberta-large temp/shapes/rl        # roberta-base, roberta-large shapes
@@ -30,7 +32,7 @@ SHAPES = {  # GPT-2 sizes from the published configs
     "gpt2-large": dict(n_layer=36, n_embd=1280, n_head=20),
     "gpt2-xl": dict(n_layer=48, n_embd=1600, n_head=25),
 }
-LLAMA_SHAPES = {  # published configs: (config class, sizes); made in fp16, on the GPU when there is one
+DECODER_SHAPES = {  # published configs: (config class, sizes); made in fp16, on the GPU when there is one
     "llama-3-8b": ("LlamaConfig", dict(
         vocab_size=128256, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
         intermediate_size=14336, max_position_embeddings=8192, rms_norm_eps=1e-5,
@@ -44,6 +46,21 @@ LLAMA_SHAPES = {  # published configs: (config class, sizes); made in fp16, on t
         vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
         intermediate_size=14336, max_position_embeddings=32768, rms_norm_eps=1e-5, sliding_window=64,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "opt-6.7b": ("OPTConfig", dict(
+        vocab_size=50272, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, ffn_dim=16384,
+        max_position_embeddings=2048, word_embed_proj_dim=4096, do_layer_norm_before=True,
+        activation_function="relu")),
+    "gpt-j-6b": ("GPTJConfig", dict(
+        vocab_size=50400, n_embd=4096, n_layer=28, n_head=16, rotary_dim=64, n_positions=2048,
+        activation_function="gelu_new", tie_word_embeddings=False)),
+    "bloom-7b1": ("BloomConfig", dict(vocab_size=250880, hidden_size=4096, n_layer=30, n_head=32)),
+    "gpt-neox-20b": ("GPTNeoXConfig", dict(
+        vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64, intermediate_size=24576,
+        rotary_pct=0.25, max_position_embeddings=2048, use_parallel_residual=True, hidden_act="gelu_fast",
+        tie_word_embeddings=False)),
+    "gpt-neo-2.7b": ("GPTNeoConfig", dict(
+        vocab_size=50257, hidden_size=2560, num_layers=32, num_heads=20, window_size=256,
+        attention_types=[[["global", "local"], 16]], max_position_embeddings=2048)),
 }
 ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels (SST-2)
     "minilm-l6-h384": ("BertConfig", "wordpiece-uncased", dict(
@@ -75,15 +92,16 @@ def gpt2(shape: str, out: Path) -> None:
     print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
 
 
-def llama(shape: str, out: Path) -> None:
-    """A LLAMA-family shapes model, initialised and saved in fp16 (an 8B model's fp32 copy would take 32 GB)."""
+def decoder(shape: str, out: Path) -> None:
+    """A decoder's shapes model (LLAMA family, OPT, BLOOM, GPT-J, GPT-NeoX, GPT-Neo), initialised and saved in fp16
+    (an 8B model's fp32 copy would take 32 GB)."""
     import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from NNDF.offline import SHARED_TOKENIZERS
 
-    class_name, sizes = LLAMA_SHAPES[shape]
+    class_name, sizes = DECODER_SHAPES[shape]
     tok = AutoTokenizer.from_pretrained(SHARED_TOKENIZERS / "byte-bpe", local_files_only=True)
     eos = tok.eos_token_id
     config = getattr(transformers, class_name)(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **sizes)
@@ -114,10 +132,10 @@ def encoder(shape: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES) + sorted(ENCODER_SHAPES))
+    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(DECODER_SHAPES) + sorted(ENCODER_SHAPES))
     parser.add_argument("out", type=Path)
     args = parser.parse_args()
-    (gpt2 if args.shape in SHAPES else llama if args.shape in LLAMA_SHAPES else encoder)(args.shape, args.out)
+    (gpt2 if args.shape in SHAPES else decoder if args.shape in DECODER_SHAPES else encoder)(args.shape, args.out)
 
 
 if __name__ == "__main__":

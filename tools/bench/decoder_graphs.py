@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""The decoder families' ONNX Runtime graphs built from the weights, at published sizes, on one CUDA machine:
+
+    python tools/bench/decoder_graphs.py OUT --models opt-6.7b,gpt-j-6b [--deadline 500] [--keep]
+
+Per model (random weights with the published shapes, tools/assets/make_shapes_model.py, made in --shapes-dir):
+  build    `run.py build <FAMILY> onnxrt --fp16 --use-cache --static-cache` in a child process: the fused graph
+           built from the checkpoint's safetensors files, then validated against PyTorch; wall seconds, the
+           graph-only seconds (validation.json's build_seconds) and the child's peak resident memory against the
+           checkpoint's bytes
+  onnxrt   `benchmark ... onnxrt --static-cache --use-cuda-graph` (the fused graph by default), batch 1, with HF
+           `generate`'s static-cache row beside it (--hf-baseline)
+  kernels  the onnxrt one-token step under torch's profiler (CUPTI sees ONNX Runtime's kernels): GPU time per step,
+           kernels per step, the top kernels
+  frameworks  `benchmark ... frameworks --static-cache --use-cuda-graph --torch-compile` (HF's model under our
+           static cache; `--fused-decode` too where the family has a fused torch step), batch 1
+  batch8   the onnxrt row at batch 8
+Prompt 128, 128 new tokens, fp16. Every row is saved as it comes (OUT/decoder-graphs.json, .md); no job starts
+after --deadline seconds; each model's folder and artifacts are deleted after its jobs unless --keep (a 20B
+checkpoint and its graph are 41 GB each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tools.bench import speed_matrix as sm  # noqa: E402
+
+FAMILIES = {"opt": "OPT", "bloom": "BLOOM", "gptj": "GPT2", "gpt_neox": "GPT2", "gpt_neo": "GPT2", "gpt2": "GPT2",
+            "llama": "LLAMA", "mistral": "LLAMA", "qwen2": "LLAMA", "phi3": "LLAMA"}
+NEW = 128
+
+
+def family_of(folder: str) -> str:
+    return FAMILIES[json.loads((Path(folder) / "config.json").read_text())["model_type"]]
+
+
+PEAK = ("import resource, runpy, sys\n"
+        "sys.argv = sys.argv[1:]\n"
+        "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+        "finally:\n    print('PEAK_RSS_KIB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
+
+
+def build(shape: str, folder: str, workdir: str) -> dict:
+    """The fused graph's build and validation in a child process: wall time, its peak RSS, validation record."""
+    command = [sys.executable, "-c", PEAK, str(ROOT / "run.py"), "build", family_of(folder), "onnxrt",
+               "--torch-dir", folder, "--fp16", "--device", "cuda", "--use-cache", "--static-cache", "-wd", workdir]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    print(proc.stdout[-2000:], proc.stderr[-3000:], flush=True)
+    peak = [int(line.split()[1]) * 1024 for line in proc.stderr.splitlines() if line.startswith("PEAK_RSS_KIB")]
+    record = {}
+    for path in Path(workdir).rglob("decoder-fp16-fused/validation.json"):
+        record = json.loads(path.read_text())
+    weights = sum(p.stat().st_size for p in Path(folder).glob("*.safetensors"))
+    return {"model": shape, "rc": proc.returncode, "wall_s": round(wall, 1), "validation": record,
+            "peak_rss_gb": round(peak[0] / 1e9, 2) if peak else None, "checkpoint_gb": round(weights / 1e9, 2),
+            "peak_over_weights": round(peak[0] / weights, 2) if peak else None}
+
+
+def kernels(shape: str, folder: str, workdir: str) -> dict:
+    """The onnxrt one-token step's GPU time and kernels (tools/bench/ort_fused_bench.py's measurement)."""
+    from NNDF import registry
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+    from tools.bench import ort_fused_bench as ofb
+
+    options = ModelOptions(torch_dir=folder, working_dir=workdir, device="cuda", fp16=True, use_cache=True,
+                           use_mask=True, static_cache=True, use_cuda_graph=True)
+    run = make_context(registry.family(family_of(folder)), options)
+    backend = registry.backend(run.family, "onnxrt")
+    steps = backend.setup(run)
+    run.release_torch_model()
+    args = argparse.Namespace(repeats=3, warmup=10, steps=100, profile_steps=20, top=12)
+    try:
+        return {"model": shape, "graph": backend.choice, **ofb.measure(steps, run.source.config.vocab_size, 1, args)}
+    finally:
+        steps.close()
+
+
+def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool) -> tuple:
+    """One benchmark row set (speed_matrix's), fused torch step where the family has one for frameworks."""
+    from NNDF import registry
+
+    config = "static-graph" if backend == "onnxrt" else "compiled"
+    model_type = json.loads((Path(folder) / "config.json").read_text())["model_type"]
+    fused = model_type in registry.backend(registry.family(family_of(folder)), "frameworks").fused_decode_types()
+    if backend == "frameworks" and fused:
+        config = "fused"
+    return sm.bench_rows(shape, family_of(folder), folder, batch, config, workdir, 5, lengths=(128, NEW), hf=hf,
+                         backends=(backend,))
+
+
+def jobs(shape: str, keep: bool, workdir: str):
+    folder = sm.SHAPES[shape]
+    done = [("shapes", lambda: sm.make_shapes(shape)),
+            ("build", lambda: build(shape, folder, workdir)),
+            ("bench", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=True)),
+            ("kernels", lambda: kernels(shape, folder, workdir)),
+            ("bench", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
+            ("bench", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
+    if not keep:
+        done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
+                                                     for p in (Path(folder), Path(workdir))]}))
+    return done
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
+    parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, bench, kernels, ...)")
+    parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
+    parser.add_argument("--workdir", default="/tmp/wd")
+    parser.add_argument("--deadline", type=float, default=500)
+    parser.add_argument("--keep", action="store_true", help="keep the shapes folders and artifacts")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    sm.SHAPES.update({s: str(args.shapes_dir / s) for s in args.models.split(",")})
+    sm.NEW = NEW
+    skip = set(filter(None, args.skip.split(",")))
+    todo = []
+    for shape in args.models.split(","):
+        workdir = f"{args.workdir}/{shape}"
+        todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir)
+                 if kind not in skip or kind in ("shapes", "cleanup")]
+    doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
+    todo = [(k, _collect(doc, k, j)) for k, j in todo]
+    sm.run_jobs(args.out, [(k if k == "bench" else "other", j) for k, j in todo], args.deadline, "decoder-graphs")
+    (args.out / "decoder-graphs-extra.json").write_text(json.dumps(doc, indent=1, default=str))
+    print(json.dumps(doc, indent=1, default=str)[:6000])
+
+
+def _collect(doc: dict, kind: str, job):
+    """Jobs other than benchmarks keep their result in `doc` (written beside speed_matrix's JSON)."""
+    if kind == "bench":
+        return job
+
+    def run():
+        got = job()
+        doc.setdefault({"build": "builds", "kernels": "kernels"}.get(kind, "other"), []).append(got)
+        print(json.dumps(got, default=str)[:3000], flush=True)
+        return got
+    return run
+
+
+if __name__ == "__main__":
+    main()
