@@ -131,4 +131,5 @@ def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple
     return y, None if bias is None else g.weight(f"{name}.bias", bias)
 
 
-BUILDER = fg.FusedBuilder(model_types=("opt",), version="1", build=build, refusal=refusal)  # bump the version when the graph changes
+# bump the version when the graph changes
+BUILDER = fg.FusedBuilder(model_types=("opt",), version="1", build=build, refusal=refusal)

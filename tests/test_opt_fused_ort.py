@@ -6,10 +6,13 @@ models with what the variant lacks (every weight random, layer norms too): opt-3
 project_out, a word embedding narrower than the hidden size), and a pre-norm model without the final layer norm,
 biases or affine layer norms, with an untied head: greedy, 3 beams, EOS mid-way, a second generation on the same
 buffers; a left-padded batch gives HF `generate`'s tokens (positions from each row's own length); the graph has one
-attention op per layer and no Reshape / Transpose / ScatterND. Other activations and a checkpoint with weights the
-graph leaves out are refused by message.
+attention op per layer and no Reshape / Transpose / ScatterND, built from the checkpoint files (the tied head by
+the embedding's name). Other activations (CLI: one line, exit 2), head sizes the op cannot run and a checkpoint with
+weights the graph leaves out are refused by message.
 """
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +25,7 @@ from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
+from conftest import run_cli
 from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 NEW, ROWS, PROMPT = 10, 3, 8
@@ -100,6 +104,7 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
     with backend_steps(run, "onnxrt") as (backend, steps):
         assert isinstance(backend.onnx, FusedDecodeOnnx)
         assert backend.export_max_diff() < 1e-3  # validated against PyTorch when built
+        assert backend.onnx.record["built_from"] == "checkpoint files"  # tied head: the embedding's name
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_hidden_layers
         # per layer: 4 products, attention, 2 skip norms, ReLU (+ the bias adds); 2 gathers, a norm or an add,
@@ -139,3 +144,16 @@ def test_refusals(tiny):
     assert registry.backend(family, "onnxrt").fused_decode_types() == ("opt",)
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'opt'"):
         registry.backend(family, "trt").check_fused_decode("opt")
+
+
+def test_cli_refusal(tiny, workdir):
+    folder = tiny["opt-bare"] + "-gelu"  # refused in one line before anything is built
+    shutil.copytree(tiny["opt-bare"], folder, dirs_exist_ok=True)
+    config = json.loads((Path(folder) / "config.json").read_text())
+    config["activation_function"] = "gelu"
+    (Path(folder) / "config.json").write_text(json.dumps(config))
+    proc = run_cli("generate", "OPT", "onnxrt", "--torch-dir", folder, "--use-cache", "--static-cache",
+                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines == ["error: onnxrt --fused-decode runs OPT's MLP with ReLU; this model's "
+                                              "activation is 'gelu'"], proc.stderr
