@@ -1,5 +1,6 @@
-"""OPT on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
-from OPT.export import EXPORT
+"""OPT on ONNX Runtime: this family's export facts and its fused decode graph (`--fused-decode`: OPT/export.py's
+`FUSED_DECODE`). The kind's adapter (CausalLM/) does the rest."""
+from OPT.export import EXPORT, FUSED_DECODE
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts(EXPORT)
+BACKEND = BackendFacts(EXPORT, fused=FUSED_DECODE)
