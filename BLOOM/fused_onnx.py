@@ -18,12 +18,15 @@ op takes no attention bias on CUDA, so the bias goes into the heads: every head 
     in fp32 once for all layers and cast once, so an fp16 graph rounds each bias once, as HF's fp16 alibi does),
     the value carries 0;
 and the op's `scale` stays 1 / sqrt(D), so scale * (q'.k') = q.k / sqrt(D) + slope_h * pos. The cache holds the
-widened keys (positions included: written once, when the key is), so ALiBi costs no op beyond one Add per layer.
-c = sqrt(D) rounded to the graph's float type keeps the key column near slope_h * pos (< 1 * pos: no fp16 overflow
-for any position). The value's spare columns come out as zeros and `dense`'s weight has zero rows there, so the
-attention output [B, S, H D'] goes into the product as it is (no Slice). The cache is [B, H, L, D'] (the graph's
-past inputs say so; the steps size their buffers from them). The packed product's rows are reordered at build
-time: HF's query_key_value is laid out per head ([H, 3, D]), the op wants all queries, all keys, all values.
+widened keys (the bias written once, with the key), so ALiBi costs one Add per layer (and 4 nodes, 5 in fp16, for
+the shared tensor). c = sqrt(D) rounded to the graph's float type keeps the key column near slope_h * pos (every
+slope is below 1: no fp16 overflow below position 65504). The slope goes into the key rather than the query (whose
+key column would then be the bare position) because fp16 holds positions exactly only up to 2048: this way every
+position's bias is one rounding of its fp32 value. The value's spare columns come out as zeros and `dense`'s weight
+has zero rows there, so the attention output [B, S, H D'] goes into the product as it is (no Slice). The cache is
+[B, H, L, D'] (the graph's past inputs say so; the steps size their buffers from them). The packed product's rows
+are reordered at build time: HF's query_key_value is laid out per head ([H, 3, D]), the op wants all queries, all
+keys, all values.
 
 apply_residual_connection_post_layernorm (False in every released checkpoint) only changes which skip-norm output
 is the residual. The slopes are HF's own (`_get_alibi_slopes`). Every weight of the checkpoint must be used (else
