@@ -74,25 +74,36 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         qkv = _qkv(g, take, h, f"{layer}.attention.query_key_value", heads, order)  # [B, S, 3 H D]
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             attention.scaling, rotary=rotary)  # [B, S, E]
-        out = g.op("MatMul", [attn, transposed(g, take, f"{layer}.attention.dense.weight")])
-        out_bias = take.optional(f"{layer}.attention.dense.bias")
         after = f"gpt_neox.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "gpt_neox.final_layer_norm"
-        if config.use_parallel_residual:
-            h2 = fg.layer_norm(g, residual, *norm(g, take, f"{layer}.post_attention_layernorm"), eps)
-            mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
-            bias = mlp_bias if out_bias is None else mlp_bias + out_bias  # one bias for the skip norm
-            h, residual = fg.skip_layer_norm(g, g.op("Add", [out, mlp]), residual, *norm(g, take, after),
-                                             g.weight(f"{layer}.output.bias", bias), eps)
-            continue
-        out_bias = None if out_bias is None else g.weight(f"{layer}.attention.dense.bias", out_bias)
-        h2, residual = fg.skip_layer_norm(g, out, residual, *norm(g, take, f"{layer}.post_attention_layernorm"),
-                                          out_bias, eps)
-        mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
-        h, residual = fg.skip_layer_norm(g, mlp, residual, *norm(g, take, after),
-                                         g.weight(f"{layer}.mlp.dense_4h_to_h.bias", mlp_bias), eps)
+        residual_add = _parallel if config.use_parallel_residual else _sequential
+        h, residual = residual_add(g, take, attn, residual, layer, norm(g, take, after), config)
     g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("gpt_neox_fused_decode")
+
+
+def _parallel(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple[str, str], config):
+    """x + attn @ dense + mlp(post_attention_layernorm(x)) and its norm by `after` (the next layer's input norm):
+    one Add of the branches, both biases in the skip norm's."""
+    out = g.op("MatMul", [attn, transposed(g, take, f"{layer}.attention.dense.weight")])
+    out_bias = take.optional(f"{layer}.attention.dense.bias")
+    h2 = fg.layer_norm(g, x, *norm(g, take, f"{layer}.post_attention_layernorm"), config.layer_norm_eps)
+    mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
+    bias = g.weight(f"{layer}.output.bias", mlp_bias if out_bias is None else mlp_bias + out_bias)
+    return fg.skip_layer_norm(g, g.op("Add", [out, mlp]), x, *after, bias, config.layer_norm_eps)
+
+
+def _sequential(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple[str, str], config):
+    """x1 = x + attn @ dense, then x1 + mlp(post_attention_layernorm(x1)) and its norm by `after` (GPT-2's
+    layout: each residual add in a skip norm)."""
+    out = g.op("MatMul", [attn, transposed(g, take, f"{layer}.attention.dense.weight")])
+    out_bias = take.optional(f"{layer}.attention.dense.bias")
+    out_bias = None if out_bias is None else g.weight(f"{layer}.attention.dense.bias", out_bias)
+    h2, x1 = fg.skip_layer_norm(g, out, x, *norm(g, take, f"{layer}.post_attention_layernorm"), out_bias,
+                                config.layer_norm_eps)
+    mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
+    bias = g.weight(f"{layer}.mlp.dense_4h_to_h.bias", mlp_bias)
+    return fg.skip_layer_norm(g, mlp, x1, *after, bias, config.layer_norm_eps)
 
 
 def _rotary_tables(arch, half: int) -> tuple[np.ndarray, np.ndarray]:
