@@ -9,7 +9,7 @@ exact GELU; a GPT-NeoX with GPT-NeoX-20B's head (96 columns, 12 rotated pairs: w
 residual; a sequential GPT-NeoX without attention biases, with the tanh GELU and a tied head. Greedy, 3 beams,
 EOS mid-way, a left-padded batch. The widening is checked against HF's rotation directly; checkpoints with the
 constants old checkpoints store build, one with a weight the graph leaves out is refused, as are models the op
-cannot run (by message).
+cannot run (by message). The CLI generates through gpt-neox-offline's graph.
 """
 import shutil
 
@@ -25,6 +25,7 @@ from NNDF.context import make_context
 from NNDF.errors import ArtifactError
 from NNDF.options import ModelOptions
 
+from conftest import run_cli
 from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 NEW, ROWS, PROMPT = 8, 3, 6
@@ -197,3 +198,10 @@ def test_refusals():
         GPTNeoXConfig(hidden_size=96, num_attention_heads=4))
     family = registry.family("GPT2")
     assert registry.backend(family, "onnxrt").fused_decode_types() == ("gpt2", "gptj", "gpt_neox")
+
+
+def test_cli_generate(workdir):
+    proc = run_cli("generate", "GPT2", "onnxrt", "--variant", "gpt-neox-offline", "--use-cache", "--static-cache",
+                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir))
+    assert proc.returncode == 0, proc.stderr
+    assert "fused decode graph:" in proc.stdout and "GroupQueryAttention 2" in proc.stdout, proc.stdout
