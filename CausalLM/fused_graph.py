@@ -79,8 +79,8 @@ class StateDict:
     def of_files(cls, arch, files: list, family: str) -> "StateDict":
         """The tensors of `files` (safetensors) named as `arch`'s state dict names them: a name stored without the
         model's base prefix (`transformer.`, `model.`, ...) gets it, a tied weight stored once answers to all its
-        names, a name HF renames when loading (`_hf_renames`: GPT-NeoX's `embed_out` is its `lm_head`) gets the
-        model's; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`, old
+        names, a name HF renames when loading (`_hf_renames`: an old head name such as `embed_out` for `lm_head`)
+        gets the model's; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`, old
         checkpoints' per-layer `rotary_emb.inv_freq` and `position_ids` where the model has such buffers: constants)
         are skipped, any other unknown one is kept so `check_all_used` names it."""
         import re
@@ -258,9 +258,9 @@ def rotary_layout(head_dim: int, pairs: list[tuple[int, int]]) -> tuple[np.ndarr
     pair j (turned by the tables' column j) at columns (j, j + width / 2), the width's half the next multiple of 8
     (the CUDA kernel's), the slots past the pairs filled with columns the model does not rotate (their tables'
     columns: cos 1, sin 0, an identity turn), then the other unrotated columns. Applying one permutation to every
-    query and key head (the projection's rows at build time) leaves each q.k, so the attention, unchanged: GPT-J's
-    interleaved pairs (2j, 2j + 1) and a 12-pair rotary part (GPT-NeoX-20B: 24 of 96 columns) both run as the
-    op's half-split form."""
+    query and key head (the projection's rows at build time) leaves each q.k, so the attention, unchanged:
+    interleaved pairs (2j, 2j + 1) and a rotary part of 12 pairs (24 of a head's 96 columns, widened to 16 pairs)
+    both run as the op's half-split form."""
     half = -(-len(pairs) // 8) * 8
     if 2 * half > head_dim or head_dim % 16:
         raise ArtifactError(f"the attention op rotates over a width that is a multiple of 16 in a head whose size is "
@@ -290,6 +290,7 @@ def permute_heads(array: np.ndarray, heads: int, order: np.ndarray) -> np.ndarra
 def layer_norm(g: GraphBuilder, x: str, gamma: str, beta: str, eps: float) -> str:
     """LayerNorm(x) * gamma + beta over the last axis."""
     return g.op("LayerNormalization", [x, gamma, beta], [f"ln{g._count}"], axis=-1, epsilon=eps)
+
 
 def rms_norm(g: GraphBuilder, x: str, gamma: str, eps: float) -> str:
     """RMSNorm(x) * gamma over the last axis (no mean subtracted, no beta): SimplifiedLayerNormalization."""
