@@ -79,22 +79,30 @@ class StateDict:
     def of_files(cls, arch, files: list, family: str) -> "StateDict":
         """The tensors of `files` (safetensors) named as `arch`'s state dict names them: a name stored without the
         model's base prefix (`transformer.`, `model.`, ...) gets it, a tied weight stored once answers to all its
-        names; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`: constant
-        buffers of old checkpoints) are skipped, any other unknown one is kept so `check_all_used` names it."""
+        names, a name HF renames when loading (`_hf_renames`: an old head name such as `embed_out` for `lm_head`)
+        gets the model's; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`, old
+        checkpoints' per-layer `rotary_emb.inv_freq` and `position_ids` where the model has such buffers: constants)
+        are skipped, any other unknown one is kept so `check_all_used` names it."""
         import re
 
         from safetensors import safe_open
 
         expected = set(arch.state_dict())
         prefix = getattr(arch, "base_model_prefix", "")
+        buffers = [name for name, _ in arch.named_buffers()]
         ignored = [re.compile(p) for p in getattr(arch, "_keys_to_ignore_on_load_unexpected", None) or ()]
+        ignored += [re.compile(p) for p, suffix in ((r"rotary_emb\.inv_freq", "rotary_emb.inv_freq"),
+                                                    (r"(^|\.)position_ids$", "position_ids"))
+                    if any(b.endswith(suffix) for b in buffers)]
+        renames = _hf_renames(arch)
         where: dict[str, tuple] = {}
         for path in files:
             handle = safe_open(str(path), framework="pt")
-            for key in handle.keys():
+            for stored in handle.keys():
+                key = next((k for k in (re.sub(s, t, stored) for s, t in renames) if k in expected), stored)
                 name = key if key in expected or f"{prefix}.{key}" not in expected else f"{prefix}.{key}"
                 if name in expected or not any(p.search(key) for p in ignored):
-                    where[name] = (handle, key)
+                    where[name] = (handle, stored)
         aliases = {}
         groups: dict[int, list[str]] = {}
         for name, param in arch.named_parameters(remove_duplicate=False):
@@ -126,6 +134,18 @@ class StateDict:
         if unused:
             raise ArtifactError(f"the {self.family} fused graph does not use {len(unused)} weights of this "
                                 f"checkpoint ({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
+
+
+def _hf_renames(arch) -> list[tuple[str, str]]:
+    """(pattern, replacement) of the plain key renames HF applies when it loads `arch`'s checkpoints (transformers 5's
+    conversion mapping; none in 4.x)."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming
+    except ImportError:
+        return []
+    return [(source, rename.target_patterns[0]) for rename in get_model_conversion_mapping(arch)
+            if type(rename) is WeightRenaming and len(rename.target_patterns) == 1 for source in rename.source_patterns]
 
 
 def checkpoint_files(folder) -> list:
@@ -231,6 +251,45 @@ def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[s
     if window:
         attrs["local_window_size"] = window
     return g.op("GroupQueryAttention", inputs, names, domain=MS, **attrs)[0]
+
+
+def rotary_layout(head_dim: int, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, int]:
+    """(a permutation of a head's columns, the rotary width) giving a model's rotated column pairs the op's form:
+    pair j (turned by the tables' column j) at columns (j, j + width / 2), the width's half the next multiple of 8
+    (the CUDA kernel's), the slots past the pairs filled with columns the model does not rotate (their tables'
+    columns: cos 1, sin 0, an identity turn), then the other unrotated columns. Applying one permutation to every
+    query and key head (the projection's rows at build time) leaves each q.k, so the attention, unchanged:
+    interleaved pairs (2j, 2j + 1) and a rotary part of 12 pairs (24 of a head's 96 columns, widened to 16 pairs)
+    both run as the op's half-split form."""
+    half = -(-len(pairs) // 8) * 8
+    if 2 * half > head_dim or head_dim % 16:
+        raise ArtifactError(f"the attention op rotates over a width that is a multiple of 16 in a head whose size is "
+                            f"a multiple of 16; {len(pairs)} rotated pairs do not fit a head of {head_dim}")
+    rotated = {c for pair in pairs for c in pair}
+    rest = [c for c in range(head_dim) if c not in rotated]
+    fill, rest = rest[:2 * (half - len(pairs))], rest[2 * (half - len(pairs)):]
+    first = [a for a, _ in pairs] + fill[:half - len(pairs)]
+    second = [b for _, b in pairs] + fill[half - len(pairs):]
+    return np.array(first + second + rest), 2 * half
+
+
+def rotary_tables(g: GraphBuilder, cos: np.ndarray, sin: np.ndarray, width: int) -> tuple[str, str]:
+    """The op's cos / sin caches [positions, width / 2] from a model's [positions, pairs] (pair j's turn at every
+    position), the slots past the pairs an identity turn (`rotary_layout`)."""
+    pad = ((0, 0), (0, width // 2 - cos.shape[1]))
+    return (g.weight("cos_cache", np.pad(cos, pad, constant_values=1.0)),
+            g.weight("sin_cache", np.pad(sin, pad, constant_values=0.0)))
+
+
+def permute_heads(array: np.ndarray, heads: int, order: np.ndarray) -> np.ndarray:
+    """A projection's rows (weight [heads * D, in] or bias [heads * D]) with each head's D rows in `order`."""
+    shape = array.shape
+    return array.reshape(heads, len(order), *shape[1:])[:, order].reshape(shape)
+
+
+def layer_norm(g: GraphBuilder, x: str, gamma: str, beta: str, eps: float) -> str:
+    """LayerNorm(x) * gamma + beta over the last axis."""
+    return g.op("LayerNormalization", [x, gamma, beta], [f"ln{g._count}"], axis=-1, epsilon=eps)
 
 
 def rms_norm(g: GraphBuilder, x: str, gamma: str, eps: float) -> str:

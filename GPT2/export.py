@@ -1,6 +1,10 @@
 """GPT2 export facts: the decoder export (CausalLM/export.py) needs nothing family-specific; the fused decode
-graph of `onnxrt --fused-decode` is GPT2/fused_onnx.py's (GPT-2 architecture only)."""
+graphs of `onnxrt --fused-decode` are GPT2/fused_onnx*.py's (GPT-2, GPT-J, GPT-NeoX)."""
 from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec()
-FUSED_DECODE = {"gpt2": "GPT2.fused_onnx:BUILDER"}  # HF model type -> its fused graph builder (a `FusedBuilder`)
+FUSED_DECODE = {  # HF model type -> its fused graph builder (a `FusedBuilder`)
+    "gpt2": "GPT2.fused_onnx:BUILDER",
+    "gptj": "GPT2.fused_onnx_gptj:BUILDER",
+    "gpt_neox": "GPT2.fused_onnx_neox:BUILDER",
+}
