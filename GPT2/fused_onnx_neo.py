@@ -7,19 +7,20 @@ gpt-neo-offline), built from the HF weights with the shared pieces of `CausalLM.
                SkipLayerNorm(attn @ out_proj, residual, bias) -> h2 (ln_2), residual
                FastGelu / BiasGelu(h2 @ c_fc, bias) @ mlp.c_proj
                SkipLayerNorm(mlp, residual, bias)           -> the next layer's ln_1 (the last: ln_f)
-    logits = ln_f @ wte^T                                   (tied LM head: one [E, V] initializer)
+    logits = ln_f @ wte^T                                   (a tied LM head: one [E, V] initializer)
 
 What differs from GPT-2: nn.Linear weights ([out, in], transposed here into MatMul operands), separate q/k/v
 projections without biases (concatenated into one product), attention scores not scaled (GPT-Neo does not divide
 by sqrt(head size): the op's scale is 1.0), and layers alternating "global" and "local" attention
 (`config.attention_layers`). HF's local layer masks a query at column i to keys i - window_size + 1 .. i: its last
-`window_size` keys, itself included, which is the op's `local_window_size`. HF counts those columns in its own
-buffer, left padding included, so in a left-padded HF batch a local layer's window holds fewer real tokens; here
-every row starts at column 0 (CausalLM/ort_fused.py), so a padded row gets its batch-1 tokens.
+`window_size` keys, itself included, which is the op's `local_window_size`. (HF counts columns of its left-padded
+buffer, the fused steps a row's own from column 0: the same keys, as leading pads only ever fall out of a window.)
 
-fp16: HF computes GPT-Neo's unscaled scores in fp32 (it upcasts queries and keys); the op takes fp16 queries and
-keys and accumulates their products in fp32 on CUDA, but the scores are up to sqrt(head size) times larger than a
-scaled model's, so fp16 logits drift further from HF's than GPT-2's do (tested in fp32 on the CPU only).
+fp16: HF computes GPT-Neo's unscaled scores in fp32 (it upcasts queries and keys). The op takes the fp16 queries
+and keys (HF's, before that upcast) and its CUDA flash kernels accumulate the scores and the softmax in fp32; any
+kernel that rounded the scores to fp16 would lose more here than for a scaled model (they are up to sqrt(head
+size) times larger). Tested in fp32 on the CPU only.
+
 Activations: those of GPT2/config.py's FUSED_GELUS (GPT-Neo's gelu_new: FastGelu); others are refused. Every
 weight of the checkpoint must be used (else the build fails naming the ones left over).
 """
