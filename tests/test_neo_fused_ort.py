@@ -82,6 +82,7 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
     with backend_steps(run, "onnxrt") as (backend, steps):
         assert isinstance(backend.onnx, FusedDecodeOnnx)
         assert backend.export_max_diff() < 1e-3  # validated against PyTorch when built
+        assert backend.onnx.record["built_from"] == "checkpoint files"  # the tied head stored once there
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_layers
         # per layer: 4 products, attention, 2 skip norms, GELU; the embeddings (a tied head's: a gather and a
