@@ -1,5 +1,5 @@
 """GPT2 on ONNX Runtime: this family's export facts and its fused decode graph (`--fused-decode`,
-GPT-2 proper: GPT2/export.py's `FUSED_DECODE`). The kind's adapter (CausalLM/) does the rest."""
+one builder per HF model type: GPT2/export.py's `FUSED_DECODE`). The kind's adapter (CausalLM/) does the rest."""
 from GPT2.export import EXPORT, FUSED_DECODE
 from NNDF.family import BackendFacts
 

@@ -11,12 +11,17 @@ With HARNESS_TEST_DEVICE=cuda (fp16: the CUDA kernel has no fp32), the CUDA-grap
 the same graph run uncaptured, and the tokens of the plain fp16 static graph are compared and the first
 difference reported (fp16 kernels differ: not asserted).
 """
+import json
 import os
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
+from GPT2.config import FUSED_GELUS
+from GPT2.export import FUSED_DECODE
 from NNDF import registry
 from NNDF.actions.common import backend_steps
 from CausalLM.ort_fused import FusedDecodeOnnx, device_refusal
@@ -48,6 +53,16 @@ def tiny_gpt2(tmp_path_factory) -> str:
         if (OFFLINE / name).is_file():
             shutil.copy(OFFLINE / name, folder / name)
     return str(folder)
+
+
+@pytest.fixture(scope="module")
+def relu_gpt2(tiny_gpt2) -> str:
+    """tiny_gpt2 with a ReLU MLP: a GPT-2 the fused graph refuses (no fused op for its activation)."""
+    folder = tiny_gpt2 + "-relu"
+    shutil.copytree(tiny_gpt2, folder, dirs_exist_ok=True)
+    config = json.loads(Path(folder, "config.json").read_text())
+    Path(folder, "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    return folder
 
 
 def _run(workdir, model: dict, **flags):
@@ -120,12 +135,11 @@ def test_padded_batch_gives_hf_generate_tokens(workdir):
             assert _tokens(steps, ids, mask, beams, None, pad) == _hf(run, ids, mask, beams, None, pad), beams
 
 
-def test_refusals(workdir):
+def test_refusals(relu_gpt2, workdir):
     assert "GroupQueryAttention CUDA kernel is registered for float16 and bfloat16 only" in \
         device_refusal("fp32", "cuda")
     assert device_refusal("fp16", "cuda") is None and device_refusal("fp32", "cpu") is None
-    for flags, message in ((dict(variant="gpt-neo-offline"), "onnxrt backend has no fused decode step for model "
-                                                             "type 'gpt_neo'"),
+    for flags, message in ((dict(torch_dir=relu_gpt2), r"no fused op for activation 'relu' \(it has gelu_new, "),
                            (dict(variant="gpt2-offline", decoder_onnx=__file__), "leave --decoder-onnx out")):
         run = _run(workdir, flags)
         with pytest.raises(UsageError, match=message):
@@ -135,7 +149,12 @@ def test_refusals(workdir):
         with pytest.raises(UsageError, match="on cuda needs --fp16"):
             registry.backend(run.family, "onnxrt").build(run)
     family = registry.family("GPT2")
-    assert registry.backend(family, "onnxrt").fused_decode_types() == ("gpt2",)
+    assert registry.backend(family, "onnxrt").fused_decode_types() == tuple(FUSED_DECODE)
+    # every decoder model type has a graph; the refusal of one without (T5's, whose --static-cache is refused
+    # first) names the model types that have one
+    with pytest.raises(UsageError, match="the onnxrt backend has no fused decode step for model type 't5'") as refused:
+        registry.backend(registry.family("T5"), "onnxrt").check_fused_decode("t5")
+    assert set(FUSED_DECODE) <= set(re.search(r"onnxrt: ([\w, ]+)", str(refused.value)).group(1).split(", "))
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'gpt2'"):
         registry.backend(family, "trt").check_fused_decode("gpt2")  # TensorRT does not parse ORT's contrib ops
     with pytest.raises(UsageError, match="runs the float fused graph; leave --quantize out"):
@@ -144,14 +163,14 @@ def test_refusals(workdir):
             device=DEVICE, fp16=FP16), ORTOptions(quantize=("none", "int8"))))
 
 
-def test_cli_refusal_exit_code(workdir):
-    proc = run_cli("chat", "GPT2", "onnxrt", "--variant", "gpt-neo-offline", "--use-cache", "--static-cache",
+def test_cli_refusal_exit_code(relu_gpt2, workdir):
+    proc = run_cli("chat", "GPT2", "onnxrt", "--torch-dir", relu_gpt2, "--use-cache", "--static-cache",
                    "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "2", "-wd", str(workdir),
                    *(["--fp16"] if FP16 else []))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --fused-decode: the onnxrt backend has no fused decode "
-                                                   "step for model type 'gpt_neo'") and "onnxrt: gpt2" in lines[0]
+    assert len(lines) == 1 and lines[0] == ("error: onnxrt --fused-decode has no fused op for activation 'relu' "
+                                            f"(it has {', '.join(FUSED_GELUS)})")
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA graph of the fused step needs HARNESS_TEST_DEVICE=cuda")
