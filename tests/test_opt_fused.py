@@ -12,9 +12,9 @@ import pytest
 
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
+from NNDF.errors import UsageError
 
-from conftest import run_cli
-from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
+from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 
@@ -77,11 +77,13 @@ def test_compiled_step_on_cpu(tiny, workdir):
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
 def test_unsupported_activation_is_refused(tmp_path, workdir):
+    """In process (a UsageError is the CLI's one line, exit 2: tests/test_llama_fused.py runs that path)."""
     folder = _tiny_dir(tmp_path / "gelu", activation_function="gelu")
-    out = run_cli("benchmark", "OPT", "frameworks", "--torch-dir", folder, "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
-    assert _refusal(out) == ("error: --fused-decode: activation 'gelu' is not the ReLU the fused step implements; "
-                             "drop --fused-decode")
+    with pytest.raises(UsageError) as refused:
+        with backend_steps(_run(workdir, variant="opt-offline", torch_dir=folder, family="OPT"), "frameworks"):
+            pass
+    assert str(refused.value) == ("--fused-decode: activation 'gelu' is not the ReLU the fused step implements; "
+                                  "drop --fused-decode")
 
 
 def test_every_model_type_of_the_family_has_the_step():
