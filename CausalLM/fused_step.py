@@ -1,5 +1,5 @@
 """Pieces the families' fused decode steps (`--fused-decode` on frameworks: GPT2/fused_decode.py,
-LLAMA/fused_decode.py) share: the weight product in the form inductor fuses best for few rows, the step's
+LLAMA/fused_decode.py, OPT/fused_decode.py) share: the weight product in the form inductor fuses best for few rows, the step's
 functions compiled once, and the slot over the step's own K/V buffers."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""OPT on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+"""OPT on PyTorch: the family's fused decode step (`--fused-decode`, OPT/fused_decode.py). The kind's adapter
+(CausalLM/) does the rest."""
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts()
+BACKEND = BackendFacts(fused={"opt": "OPT.fused_decode:FusedOPTStep"})

@@ -140,10 +140,10 @@ def test_model_types_without_a_fused_step_refuse_it(workdir):
     assert re.fullmatch(r"error: --fused-decode: the frameworks backend has no fused decode step for model type "
                         r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: gpt2(, \w+)*(; .*)?\); drop --fused-decode",
                         _refusal(out))
-    with pytest.raises(UsageError, match=r"no fused decode step for model type 'opt' \(fused steps exist for "
+    with pytest.raises(UsageError, match=r"no fused decode step for model type 'bloom' \(fused steps exist for "
                                          r"(.*; )?frameworks: gpt2"):
-        open_run("OPT", ModelOptions(use_cache=True, static_cache=True, fused_decode=True, cpu=True,
-                                     working_dir=str(workdir)), ("frameworks",))
+        open_run("BLOOM", ModelOptions(use_cache=True, static_cache=True, fused_decode=True, cpu=True,
+                                       working_dir=str(workdir)), ("frameworks",))
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
