@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from CausalLM.graph_weights import StateDict, checkpoint_files  # noqa: F401 (the builders' names)
 from NNDF.errors import ArtifactError
 
 MS = "com.microsoft"
@@ -56,105 +57,6 @@ class FusedBuilder:
     refusal: Callable
 
 
-class StateDict:
-    """A checkpoint's tensors by the model's state-dict names, each read and converted to an fp32 numpy array when
-    asked (a whole 20B checkpoint converted at once would not fit beside the graph being built). `check_all_used`
-    fails on any stored tensor the graph left out: a checkpoint with parts a builder does not model must not build
-    a graph without them. Built from the checkpoint's safetensors files (`of_files`: memory-mapped, no PyTorch
-    model) or from a loaded model (`of_model`)."""
-
-    def __init__(self, read: Callable, names, family: str, aliases: dict[str, str] | None = None):
-        self.read = read  # stored name -> torch tensor
-        self.names = frozenset(names)  # the stored names
-        self.aliases = dict(aliases or {})  # a tied weight's other name -> its stored name
-        self.family = family
-        self.used: set[str] = set()
-
-    @classmethod
-    def of_model(cls, model, family: str) -> "StateDict":
-        tensors = model.state_dict()
-        return cls(tensors.__getitem__, tensors, family)
-
-    @classmethod
-    def of_files(cls, arch, files: list, family: str) -> "StateDict":
-        """The tensors of `files` (safetensors) named as `arch`'s state dict names them: a name stored without the
-        model's base prefix (`transformer.`, `model.`, ...) gets it, a tied weight stored once answers to all its
-        names, a name HF renames when loading (`_hf_renames`: an old head name such as `embed_out` for `lm_head`)
-        gets the model's; stored tensors HF itself ignores when loading (`_keys_to_ignore_on_load_unexpected`, old
-        checkpoints' per-layer `rotary_emb.inv_freq` and `position_ids` where the model has such buffers: constants)
-        are skipped, any other unknown one is kept so `check_all_used` names it."""
-        import re
-
-        from safetensors import safe_open
-
-        expected = set(arch.state_dict())
-        prefix = getattr(arch, "base_model_prefix", "")
-        buffers = [name for name, _ in arch.named_buffers()]
-        ignored = [re.compile(p) for p in getattr(arch, "_keys_to_ignore_on_load_unexpected", None) or ()]
-        ignored += [re.compile(p) for p, suffix in ((r"rotary_emb\.inv_freq", "rotary_emb.inv_freq"),
-                                                    (r"(^|\.)position_ids$", "position_ids"))
-                    if any(b.endswith(suffix) for b in buffers)]
-        renames = _hf_renames(arch)
-        where: dict[str, tuple] = {}
-        for path in files:
-            handle = safe_open(str(path), framework="pt")
-            for stored in handle.keys():
-                key = next((k for k in (re.sub(s, t, stored) for s, t in renames) if k in expected), stored)
-                name = key if key in expected or f"{prefix}.{key}" not in expected else f"{prefix}.{key}"
-                if name in expected or not any(p.search(key) for p in ignored):
-                    where[name] = (handle, stored)
-        aliases = {}
-        groups: dict[int, list[str]] = {}
-        for name, param in arch.named_parameters(remove_duplicate=False):
-            groups.setdefault(id(param), []).append(name)
-        for names in groups.values():
-            stored = [n for n in names if n in where]
-            for name in names:
-                if name not in where and stored:
-                    aliases[name] = stored[0]
-                elif name not in where:
-                    raise ArtifactError(f"the checkpoint ({', '.join(str(f) for f in files[:2])}) has no tensor "
-                                        f"{name}, which the {family} model has")
-        return cls(lambda name: where[name][0].get_tensor(where[name][1]), where, family, aliases)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.names or name in self.aliases
-
-    def __call__(self, name: str) -> np.ndarray:
-        stored = self.aliases.get(name, name)
-        self.used.add(stored)
-        return self.read(stored).detach().float().cpu().numpy()
-
-    def optional(self, name: str) -> np.ndarray | None:
-        """The weight `name`, or None where the checkpoint has none (an optional bias)."""
-        return self(name) if name in self else None
-
-    def check_all_used(self) -> None:
-        unused = sorted(self.names - self.used)
-        if unused:
-            raise ArtifactError(f"the {self.family} fused graph does not use {len(unused)} weights of this "
-                                f"checkpoint ({', '.join(unused[:4])}...): it cannot model it; leave --fused-decode out")
-
-
-def _hf_renames(arch) -> list[tuple[str, str]]:
-    """(pattern, replacement) of the plain key renames HF applies when it loads `arch`'s checkpoints (transformers 5's
-    conversion mapping; none in 4.x)."""
-    try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming
-    except ImportError:
-        return []
-    return [(source, rename.target_patterns[0]) for rename in get_model_conversion_mapping(arch)
-            if type(rename) is WeightRenaming and len(rename.target_patterns) == 1 for source in rename.source_patterns]
-
-
-def checkpoint_files(folder) -> list:
-    """The safetensors files of a local model folder (sharded or not); [] where it has none."""
-    from pathlib import Path
-
-    return sorted(Path(folder).glob("*.safetensors")) if folder else []
-
-
 class GraphBuilder:
     """Nodes, weights (initializers in the graph's float type), inputs and outputs of one graph. With `data` (a file
     path), each weight is written there as it is added and the graph refers to it as external data, so the builder
@@ -175,7 +77,7 @@ class GraphBuilder:
         self._data = None if data is None else open(data, "wb")
 
     def weight(self, name: str, array: np.ndarray, dtype=None) -> str:
-        array = np.ascontiguousarray(array, dtype=dtype or self.dtype)
+        array = _contiguous(array, np.dtype(dtype or self.dtype))
         if self._data is None:
             self.weights.append(numpy_helper.from_array(array, name))
             return name
@@ -216,6 +118,18 @@ class GraphBuilder:
         """Close the data file (a build that failed half way)."""
         if self._data is not None:
             self._data.close()
+
+
+def _contiguous(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`array` cast to `dtype`, its rows in order: a transposed [in, out] view of a checkpoint's [out, in] weight is
+    cast first, then copied by torch's threaded copy (numpy's strided single-threaded one took most of an 8B build)."""
+    import torch
+
+    array = np.asarray(array)
+    floats = {np.dtype(np.float16): torch.float16, np.dtype(np.float32): torch.float32}
+    if array.flags.c_contiguous or array.ndim < 2 or dtype not in floats or min(array.strides) < 0:
+        return np.ascontiguousarray(array, dtype=dtype)
+    return torch.from_numpy(array).to(floats[dtype]).contiguous().numpy()
 
 
 def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None) -> str:

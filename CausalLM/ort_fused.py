@@ -117,13 +117,10 @@ class FusedDecodeOnnx(GraphArtifact):
 
         if model is not None:
             return super().build_bytes(run, model)
-        from safetensors import safe_open
+        from CausalLM.graph_weights import SafetensorsFile
 
-        count = 0
-        for path in checkpoint_files(run.source.local_dir):
-            with safe_open(str(path), framework="pt") as handle:
-                count += sum(int(np.prod(handle.get_slice(k).get_shape())) for k in handle.keys())
-        return count * (2 if run.options.fp16 else 4)
+        files = [SafetensorsFile(path) for path in checkpoint_files(run.source.local_dir)]
+        return sum(f.numel(k) for f in files for k in f.keys()) * (2 if run.options.fp16 else 4)
 
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
         """Build the graph (from the checkpoint's files when `model` is None, else from `model`), then validate it
@@ -133,15 +130,17 @@ class FusedDecodeOnnx(GraphArtifact):
         from CausalLM import fused_graph
 
         start = time.perf_counter()
-        arch = run.architecture()
-        family = run.family.name
-        weights = (fused_graph.StateDict.of_model(model, family) if model is not None else
-                   fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir), family))
-        g = fused_graph.GraphBuilder(np.float16 if run.options.fp16 else np.float32, out_dir / "model.onnx.data")
+        arch, family = run.architecture(), run.family.name
+        dtype = np.float16 if run.options.fp16 else np.float32
+        weights = (fused_graph.StateDict.of_model(model, family, dtype) if model is not None else
+                   fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir), family,
+                                                  dtype))
+        g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data")
         try:
             proto = self.builder.build(arch, weights, g)
         finally:
             g.close()
+        del weights, arch
         fused_graph.save(proto, out_dir / "model.onnx")
         seconds = time.perf_counter() - start
         diff = validate_fused(run, lambda: self.steps(run, {"decoder": out_dir / "model.onnx"}, cuda_graph=False),

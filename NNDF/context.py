@@ -84,9 +84,13 @@ class RunContext:
         return model_architecture(self.source, self.family.task.model_class(self.source, self.options))
 
     def release_torch_model(self) -> None:
+        """Drop the HF model, and hand its device memory back (another runtime, e.g. ONNX Runtime, allocates
+        outside torch's cache)."""
         if self._model is not None:
             self._model = None
             gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
 
 
 def check_working_dir(name: str) -> Path:

@@ -192,6 +192,7 @@ class Benchmark(Evaluator):
             report.notes.append(fitted)
         if bench.hf_baseline:
             report.results.append(_bench_hf_generate(run, self.sampling, timing, bench))
+            run.release_torch_model()  # the backends load what they run: never two copies on the device at once
 
     def evaluate(self, run, name: str, backend, steps, report):
         report.results.append(_bench_backend(run, name, backend, steps, self.sampling, self.timing, self.bench))

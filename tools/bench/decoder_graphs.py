@@ -102,25 +102,30 @@ def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: b
                          backends=(backend,))
 
 
-def jobs(shape: str, keep: bool, workdir: str):
+def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
+    """(name, job) in order; the benchmark jobs' names are onnxrt, frameworks and batch8 (`--skip` takes any)."""
     folder = sm.SHAPES[shape]
     done = [("shapes", lambda: sm.make_shapes(shape)),
             ("build", lambda: build(shape, folder, workdir)),
-            ("bench", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=True)),
+            ("onnxrt", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=True)),
             ("kernels", lambda: kernels(shape, folder, workdir)),
-            ("bench", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
-            ("bench", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
+            ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
+            ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     if not keep:
         done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
                                                      for p in (Path(folder), Path(workdir))]}))
     return done
 
 
+BENCH = ("onnxrt", "frameworks", "batch8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
-    parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, bench, kernels, ...)")
+    parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
+                        "frameworks, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
@@ -136,15 +141,15 @@ def main() -> None:
         todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir)
                  if kind not in skip or kind in ("shapes", "cleanup")]
     doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
-    todo = [(k, _collect(doc, k, j)) for k, j in todo]
-    sm.run_jobs(args.out, [(k if k == "bench" else "other", j) for k, j in todo], args.deadline, "decoder-graphs")
+    todo = [("bench" if k in BENCH else "other", _collect(doc, k, j)) for k, j in todo]
+    sm.run_jobs(args.out, todo, args.deadline, "decoder-graphs")
     (args.out / "decoder-graphs-extra.json").write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(doc, indent=1, default=str)[:6000])
 
 
 def _collect(doc: dict, kind: str, job):
     """Jobs other than benchmarks keep their result in `doc` (written beside speed_matrix's JSON)."""
-    if kind == "bench":
+    if kind in BENCH:
         return job
 
     def run():
