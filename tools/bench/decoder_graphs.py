@@ -69,8 +69,21 @@ def build(shape: str, folder: str, workdir: str) -> dict:
             "peak_over_weights": round(peak[0] / weights, 2) if peak else None}
 
 
-def kernels(shape: str, folder: str, workdir: str) -> dict:
-    """The onnxrt one-token step's GPU time and kernels (tools/bench/ort_fused_bench.py's measurement)."""
+def kernels(shape: str, folder: str, workdir: str, xqa: bool = True) -> dict:
+    """The onnxrt one-token step's GPU time and kernels (tools/bench/ort_fused_bench.py's measurement); `xqa`
+    False: with ONNX Runtime's XQA decode attention off (ORT_ENABLE_XQA=0, read when the session is made), so
+    GroupQueryAttention takes its flash-decoding path instead."""
+    import os
+
+    before = os.environ.get("ORT_ENABLE_XQA")
+    os.environ["ORT_ENABLE_XQA"] = "1" if xqa else "0"
+    try:
+        return {"xqa": xqa, **_kernels(shape, folder, workdir)}
+    finally:
+        os.environ.pop("ORT_ENABLE_XQA") if before is None else os.environ.update(ORT_ENABLE_XQA=before)
+
+
+def _kernels(shape: str, folder: str, workdir: str) -> dict:
     from NNDF import registry
     from NNDF.context import make_context
     from NNDF.options import ModelOptions
@@ -109,6 +122,7 @@ def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
             ("build", lambda: build(shape, folder, workdir)),
             ("onnxrt", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=True)),
             ("kernels", lambda: kernels(shape, folder, workdir)),
+            ("flash", lambda: kernels(shape, folder, workdir, xqa=False)),
             ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     if not keep:
@@ -125,7 +139,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
-                        "frameworks, batch8)")
+                        "flash, frameworks, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
@@ -154,7 +168,7 @@ def _collect(doc: dict, kind: str, job):
 
     def run():
         got = job()
-        doc.setdefault({"build": "builds", "kernels": "kernels"}.get(kind, "other"), []).append(got)
+        doc.setdefault({"build": "builds", "kernels": "kernels", "flash": "kernels"}.get(kind, "other"), []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)
         return got
     return run
