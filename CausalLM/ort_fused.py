@@ -142,17 +142,28 @@ class FusedDecodeOnnx(GraphArtifact):
             g.close()
         del weights, arch
         fused_graph.save(proto, out_dir / "model.onnx")
-        seconds = time.perf_counter() - start
+        seconds, peak = time.perf_counter() - start, _peak_rss_bytes()
         diff = validate_fused(run, lambda: self.steps(run, {"decoder": out_dir / "model.onnx"}, cuda_graph=False),
                               self.spec)
         run.release_torch_model()  # the graph runs without it (and would share the device's memory with it)
         return {"max_abs_diff_vs_pytorch": diff, "nodes": fused_graph.op_counts(proto),
                 "built_from": "checkpoint files" if model is None else "PyTorch model",
-                "build_seconds": round(seconds, 2)}
+                "build_seconds": round(seconds, 2), "process_peak_rss_bytes_after_build": peak}
 
     def notes(self) -> tuple[str, ...]:
         nodes = (self.record or {}).get("nodes", {})
         return (f"fused decode graph: {sum(nodes.values())} nodes ({', '.join(f'{op} {n}' for op, n in nodes.items())})",)
+
+
+def _peak_rss_bytes() -> int | None:
+    """The process's largest resident memory so far (Linux and macOS count it in different units; None elsewhere)."""
+    try:
+        import resource
+        import sys
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def validate_fused(run: RunContext, make_steps, spec) -> float:
