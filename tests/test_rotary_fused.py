@@ -85,14 +85,13 @@ def test_fused_step_matches_hf_generate(name, mode, tiny, workdir):
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
 def test_compiled_step_on_cpu(tiny, workdir):
-    """torch.compile of the three step functions on the CPU (3 rows: the reduction form of the products; 9 beam
-    rows: F.linear), on the sequential GPT-NeoX (per-head query_key_value, partial rotary)."""
+    """torch.compile of the three step functions on the CPU, greedy (3 rows: the reduction form of the products;
+    F.linear is the eager cases'), on the sequential GPT-NeoX (per-head query_key_value, partial rotary)."""
     run = _model_run(workdir, "neox-sequential", tiny, compiled=True)
     with backend_steps(run, "frameworks") as (_, steps):
         assert steps.fused.compiled and steps.fused.settings.reduces(3, True, steps.fused.width)
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
-        for beams in (1, 3):
-            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+        assert _fused_tokens(run, steps, prompt, 1, eos) == _hf_tokens(run, prompt, 1, eos)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
