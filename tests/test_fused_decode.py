@@ -2,7 +2,7 @@
 token for token in fp32: gpt2-offline (trained) and a tiny random GPT-2 (exact GELU), greedy and beam search (beam
 reordering of our own cache), a left-padded batch of different prompt lengths, EOS mid-way, and a second
 generation on the same pooled buffers; compiled once on the CPU (the reduction form of one-row products); the
-step's other settings (SDPA attention, folded layer norms). Model types, families and GPT-2 configs without a
+step's other settings (SDPA attention, folded layer norms). Model types and GPT-2 configs without a
 fused step refuse the flag in one line, exit 2.
 
 With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
@@ -140,10 +140,10 @@ def test_model_types_without_a_fused_step_refuse_it(workdir):
     assert re.fullmatch(r"error: --fused-decode: the frameworks backend has no fused decode step for model type "
                         r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: gpt2(, \w+)*(; .*)?\); drop --fused-decode",
                         _refusal(out))
-    with pytest.raises(UsageError, match=r"no fused decode step for model type 'bloom' \(fused steps exist for "
+    with pytest.raises(UsageError, match=r"no fused decode step for model type 'gpt_neo' \(fused steps exist for "
                                          r"(.*; )?frameworks: gpt2"):
-        open_run("BLOOM", ModelOptions(use_cache=True, static_cache=True, fused_decode=True, cpu=True,
-                                       working_dir=str(workdir)), ("frameworks",))
+        open_run("GPT2", ModelOptions(variant="gpt-neo-offline", use_cache=True, static_cache=True, fused_decode=True,
+                                      cpu=True, working_dir=str(workdir)), ("frameworks",))
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
