@@ -3,7 +3,8 @@ token for token in fp32: bloom-offline and tiny random BLOOMs with 6 heads (not 
 the interleaved extra heads) and every layer norm and bias drawn at random, one of them with
 apply_residual_connection_post_layernorm; greedy and beam search, a left-padded batch of three prompt lengths
 (ALiBi over each row's own positions), EOS mid-way, a second generation on the same buffers; compiled once on the
-CPU. The step's attention bias equals HF's alibi up to a constant per query.
+CPU. A 150-column left-padded prompt and one-token steps give HF's logits; the step's attention bias equals HF's
+alibi up to a constant per query.
 
 With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
 """
@@ -73,6 +74,32 @@ def test_compiled_step_on_cpu(tiny, workdir):
         assert steps.fused.compiled and steps.fused.settings.reduces(3, True, steps.fused.width)
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
         assert _fused_tokens(run, steps, prompt, 1, eos) == _hf_tokens(run, prompt, 1, eos)
+
+
+def test_long_prompt_logits_match_hf(tiny):
+    """A 150-column prompt (one row left-padded by 40) and 4 one-token steps give the logits of HF's forward over
+    the whole sequence: ALiBi far from position 0, the step's relative bias against HF's absolute one."""
+    from transformers import BloomForCausalLM
+
+    from BLOOM.fused_decode import FusedBloomStep
+    from CausalLM.torch_steps import TorchSteps
+
+    model = BloomForCausalLM.from_pretrained(tiny["odd-heads"]).eval()
+    steps = TorchSteps(model, True, static_cache=True, fused=FusedBloomStep(model))
+    ids = torch.randint(0, 1000, (2, 154), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :40] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        expected = model(input_ids=ids, attention_mask=mask).logits  # [2, 154, V]
+        slot = steps.new_cache(2, 160)
+        logits, slot = steps.forward(ids[:, :150], mask[:, :150], positions[:, :150], slot)
+        got = [logits[:, -1]]
+        for column in range(150, 153):
+            logits, slot = steps.forward(ids[:, column:column + 1], mask[:, :column + 1],
+                                         positions[:, column:column + 1], slot)
+            got.append(logits[:, -1])
+    assert torch.allclose(torch.stack(got, 1), expected[:, 149:153], atol=1e-4)
 
 
 def test_attention_bias_is_hf_alibi_up_to_a_constant_per_query():
