@@ -1,4 +1,5 @@
-"""BLOOM on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+"""BLOOM on PyTorch: the family's fused decode step (`--fused-decode`, BLOOM/fused_decode.py). The kind's adapter
+(CausalLM/) does the rest."""
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts()
+BACKEND = BackendFacts(fused={"bloom": "BLOOM.fused_decode:FusedBloomStep"})

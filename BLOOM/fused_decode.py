@@ -1,0 +1,210 @@
+"""BLOOM's fused decode step (`--fused-decode` on frameworks, HF model type `bloom`: BLOOM, BLOOMZ, bloom-offline):
+the one-token step in plain torch ops, for inductor, over our own static cache.
+
+The layout is the other fused steps' (OPT/fused_decode.py, LLAMA/fused_decode.py): an embedding function, ONE
+layer function called for every layer with that layer's weights as arguments (same shapes, so
+`torch.compile(dynamic=False)` compiles it once however deep the model is), and a head function; the cache is one
+K and one V buffer [rows, heads, length, head_dim] per layer, written in place at a write position held on the
+device, so the step replays from a CUDA graph without host work (the capture is `CausalLM.torch_steps.TorchSteps`'s).
+
+What it computes, as HF's modeling code does: the token embedding through `word_embeddings_layernorm`; per layer
+`input_layernorm`, the packed query_key_value product as stored (its rows laid out per head, [H, 3, D]: q, k and
+v are views of one product, no weight is copied), attention of the one query over the whole buffer with scores
+q.k / sqrt(D) + slope_h * (key position - query position), masked by (column <= write position) and the row's
+padding, `dense` and the residual add, `post_attention_layernorm`, dense_h_to_4h, bloom_gelu (the tanh
+approximation, in fp32), dense_4h_to_h and the residual add (the residual is the layer norm's output instead with
+apply_residual_connection_post_layernorm); `ln_f` and the LM head (tied to the embedding in every checkpoint).
+
+ALiBi: HF adds slope_h * j to the scores, j a key's position among its row's unpadded tokens (the mask's cumsum,
+so left padding shifts nothing). Softmax is unchanged by a constant per query, so the step adds slope_h * (j - i),
+i the query's position: the same probabilities, and the biases of the keys that matter (the recent ones) stay
+small, so fp16 rounds them little. The slopes are HF's (`_get_alibi_slopes`, any head count), made once; the
+relative positions come from the slot's mask on the device (a cumsum per step: no host work). The embedding
+function returns the bias [rows, heads, length] in fp32, -inf at masked columns, and every layer adds it.
+Products of few rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS
+otherwise (`FusedSettings`). `pretraining_tp` with `slow_but_exact` only splits HF's products into slices (the same
+sums in another order): the step does one product.
+
+The prompt pass (left-padded rows) is eager: F.linear and SDPA with the ALiBi bias as the additive part of a
+causal + padding mask, writing the same buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from CausalLM.fused_step import compiled, kv_slot, product
+from NNDF.errors import UsageError
+from NNDF.slots import KVSlot
+
+MODEL_TYPES = ("bloom",)  # HF model types this step runs
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
+
+    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
+    # ...in models at most this wide (wider weights are read faster by cuBLAS: LLAMA/fused_decode.py)
+    reduction_width: int = 2048
+
+    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
+        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
+
+
+def check_config(config) -> None:
+    """Refuse, in one line, a config this step does not reproduce."""
+    if getattr(config, "model_type", None) not in MODEL_TYPES:
+        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
+                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+
+
+def alibi_slopes(heads: int, device) -> torch.Tensor:
+    """HF's ALiBi slope per head [H] (fp32; heads beyond a power of two take the interleaved extra slopes)."""
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    return _get_alibi_slopes(heads, device)
+
+
+def layer_norm(x, norm: tuple, eps: float):
+    """nn.LayerNorm over the last dimension; `norm` is (gain, bias)."""
+    return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
+
+
+def bloom_gelu(x):
+    """HF's bloom_gelu_forward (the tanh approximation), computed in fp32."""
+    xf = x.float()
+    return (xf * 0.5 * (1.0 + torch.tanh(0.79788456 * xf * (1 + 0.044715 * xf * xf)))).to(x.dtype)
+
+
+def alibi_bias(slopes, keys_before, valid):
+    """The scores' additive part [R, H, Q, K] (fp32): slope_h * (key position - query position) where `valid`
+    [R, Q, K], else -inf. `keys_before` [R, Q, K]: key position - query position (any offset per query works)."""
+    bias = slopes[None, :, None, None] * keys_before[:, None].float()
+    return bias.masked_fill(~valid[:, None], float("-inf"))
+
+
+def attend_one(q, keys, values, bias, scale: float):
+    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] plus `bias` [R, H, L]."""
+    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale + bias  # [R, H, L]
+    p = torch.softmax(scores, dim=-1)
+    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
+
+
+def layer_step(x, w: tuple, keys, values, write, bias, *, heads: int, eps: float, scale: float, post: bool,
+               reduce: bool):
+    """One BLOOM block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+    norm1, qkv_w, qkv_b, dense_w, dense_b, norm2, up_w, up_b, down_w, down_b = w
+    rows, embed = x.shape
+    h = layer_norm(x, norm1, eps)
+    qkv = product(h, qkv_w, qkv_b, reduce).reshape(rows, heads, 3, embed // heads)  # HF's per-head layout
+    q, k, v = qkv.unbind(2)  # [R, H, D] each
+    keys[:, :, write] = k[:, :, None, :]
+    values[:, :, write] = v[:, :, None, :]
+    attn = attend_one(q, keys, values, bias, scale).reshape(rows, embed)
+    x = (h if post else x) + product(attn, dense_w, dense_b, reduce)
+    h = layer_norm(x, norm2, eps)
+    return (h if post else x) + product(bloom_gelu(product(h, up_w, up_b, reduce)), down_w, down_b, reduce)
+
+
+def embed_step(ids, mask, write, embed, norm: tuple, slopes, eps: float):
+    """The step's embedding [R, E] (through word_embeddings_layernorm) and the attention bias [R, H, L]: ALiBi over
+    the columns each row attends to (its unpadded ones up to the write position), -inf elsewhere."""
+    columns = torch.arange(mask.shape[1], device=mask.device)
+    valid = (columns[None, :] <= write) & (mask != 0)  # [R, L]
+    counted = valid.long().cumsum(-1)  # a key's position + 1; the last column: the query's position + 1
+    bias = alibi_bias(slopes, (counted - counted[:, -1:])[:, None, :], valid[:, None, :])[:, :, 0]
+    return layer_norm(embed[ids[:, 0]], norm, eps), bias
+
+
+def head_step(x, norm: tuple, lm_w, eps: float, reduce: bool):
+    """The step's logits [R, 1, V]."""
+    return product(layer_norm(x, norm, eps), lm_w, None, reduce)[:, None, :]
+
+
+class FusedBloomStep:
+    """The fused step of a loaded HF BLOOM (`BloomForCausalLM`): `new_slot`, `prefill` (the prompt pass) and
+    `one_token` (the step a CUDA graph captures). `compile_options`: inductor options to compile the step's three
+    functions with (`{}`: inductor's defaults), or None to run them eagerly."""
+
+    def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
+                 settings: FusedSettings = FusedSettings()):
+        config = model.config
+        check_config(config)
+        self.settings, self.compiled = settings, compile_options is not None
+        self.heads, self.post = config.n_head, config.apply_residual_connection_post_layernorm
+        self.head_dim = config.hidden_size // config.n_head
+        self.width, self.scale = config.hidden_size, self.head_dim ** -0.5
+        core = model.transformer
+        self.eps = core.ln_f.eps
+        self.embed = core.word_embeddings.weight.detach()
+        self.embed_norm, self.final_norm = _norm(core.word_embeddings_layernorm), _norm(core.ln_f)
+        self.lm_head = model.lm_head.weight.detach()
+        self.dtype, self.device = self.embed.dtype, self.embed.device
+        self.slopes = alibi_slopes(self.heads, self.device)  # [H] fp32
+        self.layers = [_layer_weights(layer) for layer in core.h]
+        self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
+
+    def new_slot(self, rows: int, max_length: int) -> KVSlot:
+        """Our static cache (`CausalLM.fused_step.kv_slot`), its buffers [rows, heads, max_length, head_dim]."""
+        return kv_slot(rows, max_length, len(self.layers), self.heads, self.head_dim, self.dtype, self.device)
+
+    def one_token(self, slot: KVSlot) -> torch.Tensor:
+        """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
+        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
+        x, bias = self._embed(slot.ids, slot.mask, slot.write, self.embed, self.embed_norm, self.slopes,
+                              eps=self.eps)
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
+            x = self._layer(x, weights, keys, values, slot.write, bias, heads=self.heads, eps=self.eps,
+                            scale=self.scale, post=self.post, reduce=reduce)
+        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, reduce=reduce)
+
+    def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
+        """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
+        Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
+        then stays finite, so later layers' K/V at padding columns do too). ALiBi's positions are the mask's."""
+        total, length = mask.shape[1], input_ids.shape[1]
+        start = total - length
+        columns = torch.arange(total, device=mask.device)
+        own = start + torch.arange(length, device=mask.device)
+        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
+        counted = mask.long().cumsum(-1)  # [R, total]
+        before = counted[:, None, :] - counted[:, own, None]  # [R, S, total]: key position - query position
+        bias = alibi_bias(self.slopes, before, allowed).to(self.dtype)  # [R, H, S, total]
+        x = layer_norm(self.embed[input_ids], self.embed_norm, self.eps)
+        for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
+            x = self._prompt_layer(x, weights, keys, values, start, bias)
+        if last_only:
+            x = x[:, -1:]
+        return F.linear(layer_norm(x, self.final_norm, self.eps), self.lm_head)
+
+    def _prompt_layer(self, x, w: tuple, keys, values, start: int, bias):
+        norm1, qkv_w, qkv_b, dense_w, dense_b, norm2, up_w, up_b, down_w, down_b = w
+        rows, length, embed = x.shape
+        h = layer_norm(x, norm1, self.eps)
+        qkv = F.linear(h, qkv_w, qkv_b).reshape(rows, length, self.heads, 3, self.head_dim)
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(3))  # [R, H, S, D] each
+        end = start + length
+        keys[:, :, start:end] = k
+        values[:, :, start:end] = v
+        a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=bias,
+                                           scale=self.scale)
+        x = (h if self.post else x) + F.linear(a.transpose(1, 2).reshape(rows, length, embed), dense_w, dense_b)
+        h = layer_norm(x, norm2, self.eps)
+        return (h if self.post else x) + F.linear(bloom_gelu(F.linear(h, up_w, up_b)), down_w, down_b)
+
+
+def _norm(norm) -> tuple:
+    """A layer norm's (gain, bias)."""
+    return norm.weight.detach(), norm.bias.detach()
+
+
+def _layer_weights(layer) -> tuple:
+    """One block's weights as the layer function takes them (as stored: nothing is copied)."""
+    attn, mlp = layer.self_attention, layer.mlp
+    return (_norm(layer.input_layernorm), attn.query_key_value.weight.detach(), attn.query_key_value.bias.detach(),
+            attn.dense.weight.detach(), attn.dense.bias.detach(), _norm(layer.post_attention_layernorm),
+            mlp.dense_h_to_4h.weight.detach(), mlp.dense_h_to_4h.bias.detach(), mlp.dense_4h_to_h.weight.detach(),
+            mlp.dense_4h_to_h.bias.detach())
