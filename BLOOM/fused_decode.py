@@ -18,7 +18,7 @@ apply_residual_connection_post_layernorm); `ln_f` and the LM head (tied to the e
 ALiBi: HF adds slope_h * j to the scores, j a key's position among its row's unpadded tokens (the mask's cumsum,
 so left padding shifts nothing). Softmax is unchanged by a constant per query, so the step adds slope_h * (j - i),
 i the query's position: the same probabilities, and the biases of the keys that matter (the recent ones) stay
-small, so fp16 rounds them little. The slopes are HF's (`_get_alibi_slopes`, any head count), made once; the
+small, so fp16 rounds them little. The slopes are HF's (`BLOOM.attention.alibi_slopes`, any head count), made once; the
 relative positions come from the slot's mask on the device (a cumsum per step: no host work). The embedding
 function returns the bias [rows, heads, length] in fp32, -inf at masked columns, and every layer adds it.
 Products of few rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS
@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from BLOOM.attention import alibi_slopes
 from CausalLM.fused_step import compiled, kv_slot, product
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -61,11 +62,6 @@ def check_config(config) -> None:
                          f"(model types with one: {', '.join(MODEL_TYPES)})")
 
 
-def alibi_slopes(heads: int, device) -> torch.Tensor:
-    """HF's ALiBi slope per head [H] (fp32; heads beyond a power of two take the interleaved extra slopes)."""
-    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
-
-    return _get_alibi_slopes(heads, device)
 
 
 def layer_norm(x, norm: tuple, eps: float):

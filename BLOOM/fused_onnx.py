@@ -29,7 +29,7 @@ are reordered at build time: HF's query_key_value is laid out per head ([H, 3, D
 keys, all values.
 
 apply_residual_connection_post_layernorm (False in every released checkpoint) only changes which skip-norm output
-is the residual. The slopes are HF's own (`_get_alibi_slopes`). Every weight of the checkpoint must be used (else
+is the residual. The slopes are HF's own (`BLOOM.attention.alibi_slopes`). Every weight of the checkpoint must be used (else
 the build fails naming the ones left over).
 """
 from __future__ import annotations
@@ -95,9 +95,9 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
 
 def slopes(heads: int) -> np.ndarray:
     """HF's ALiBi slope per head [H] (fp32)."""
-    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+    from BLOOM.attention import alibi_slopes
 
-    return _get_alibi_slopes(heads, "cpu").numpy()
+    return alibi_slopes(heads).numpy()
 
 
 def _alibi(g: fg.GraphBuilder, heads: int, head_dim: int, wide: int, c: float) -> str:

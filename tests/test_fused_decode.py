@@ -138,10 +138,10 @@ def test_model_types_without_a_fused_step_refuse_it(workdir):
     out = run_cli("benchmark", "GPT2", "frameworks", "--variant", "gpt-neo-offline", "--use-cache", "--static-cache",
                   "--fused-decode", "--cpu", "--working-dir", str(workdir))
     assert re.fullmatch(r"error: --fused-decode: the frameworks backend has no fused decode step for model type "
-                        r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: gpt2(, \w+)*(; .*)?\); drop --fused-decode",
+                        r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: (\w+, )*gpt2(, \w+)*(; .*)?\); drop --fused-decode",
                         _refusal(out))
     with pytest.raises(UsageError, match=r"no fused decode step for model type 'gpt_neo' \(fused steps exist for "
-                                         r"(.*; )?frameworks: gpt2"):
+                                         r"(.*; )?frameworks: (\w+, )*gpt2"):
         open_run("GPT2", ModelOptions(variant="gpt-neo-offline", use_cache=True, static_cache=True, fused_decode=True,
                                       cpu=True, working_dir=str(workdir)), ("frameworks",))
 

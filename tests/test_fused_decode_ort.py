@@ -230,7 +230,7 @@ def test_static_cache_takes_the_fused_graph_by_default(workdir):
         backend.use_fused(run)
         assert type(backend.onnx) is kind and backend.export_notes()[0] == f"decoder graph: the {note}"
     run = make_context(registry.family("GPT2"), ModelOptions(variant="gpt2-offline", working_dir=str(workdir),
-                       use_cache=True, static_cache=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("int8",)))
+                       use_cache=True, static_cache=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("int4" if FP16 else "int8",)))
     (quantized,) = registry.backend(run.family, "onnxrt").variants(run)
     quantized.use_fused(run)
     assert quantized.choice == "the torch.onnx static-cache export (quantized graphs)"

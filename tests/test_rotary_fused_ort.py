@@ -202,6 +202,6 @@ def test_refusals():
 
 def test_cli_generate(workdir):
     proc = run_cli("generate", "GPT2", "onnxrt", "--variant", "gpt-neox-offline", "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir))
+                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir), "--cpu")
     assert proc.returncode == 0, proc.stderr
     assert "fused decode graph:" in proc.stdout and "GroupQueryAttention 2" in proc.stdout, proc.stdout

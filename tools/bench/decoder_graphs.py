@@ -144,7 +144,13 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
     parser.add_argument("--keep", action="store_true", help="keep the shapes folders and artifacts")
+    parser.add_argument("--xqa", choices=("on", "off"), help="ONNX Runtime's XQA decode attention for every onnxrt "
+                        "row (ORT_ENABLE_XQA; default: ONNX Runtime's own choice, on for fp16)")
     args = parser.parse_args()
+    if args.xqa:
+        import os
+
+        os.environ["ORT_ENABLE_XQA"] = "1" if args.xqa == "on" else "0"
     args.out.mkdir(parents=True, exist_ok=True)
     sm.SHAPES.update({s: str(args.shapes_dir / s) for s in args.models.split(",")})
     sm.NEW = NEW

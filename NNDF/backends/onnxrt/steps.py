@@ -42,7 +42,12 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
         # CUDA graphs cannot be captured on the legacy default stream: a graph session gets a stream of its own
         stream = (cuda_graph_stream or torch.cuda.current_stream(device)).cuda_stream
         # use_tf32=0: fp32 means fp32 (TF32 matmuls differ from PyTorch's fp32 by ~5e-3 on GPT-2 logits)
-        cuda = {"device_id": str(device.index or 0), "user_compute_stream": str(stream), "use_tf32": "0"}
+        cuda = {"device_id": str(device.index or 0), "user_compute_stream": str(stream), "use_tf32": "0",
+                # the arena grows by what is asked, not by powers of two: a 20B model's weights would otherwise
+                # reserve far more than they take on an 80 GB card
+                "arena_extend_strategy": "kSameAsRequested"}
+        # weights take device memory of their own size, outside the arena (freed with the session)
+        options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
         if cuda_graph_stream is not None:
             cuda["enable_cuda_graph"] = "1"
         providers = [("CUDAExecutionProvider", cuda)]
@@ -156,7 +161,11 @@ class OrtGraph:
         return tuple(shape)
 
     def close(self) -> None:
+        """Drop the session; its device memory goes back now (the caller may load another copy of the model)."""
+        import gc
+
         self.session = None
+        gc.collect()
 
 
 def empty_past(meta, batch: int, dtype: torch.dtype, device, length: int = 0) -> torch.Tensor:
