@@ -182,6 +182,7 @@ def validate_fused(run: RunContext, make_steps, spec) -> float:
         got = _passes(steps, ids, mask, positions, VALIDATION_CACHE)
     finally:
         steps.close()
+    del steps  # the session's device memory goes back before the PyTorch model arrives
     reference = _passes(TorchSteps(run.torch_model(), use_cache=True), ids, mask, positions, 7)
     check = LogitsCheck(spec, run.options.fp16)
     for (label, cols), ref, out in zip(_PASSES, reference, got):

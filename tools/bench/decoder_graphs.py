@@ -161,6 +161,7 @@ def main() -> None:
         todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir)
                  if kind not in skip or kind in ("shapes", "cleanup")]
     doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
+    torch.cuda.empty_cache()  # the copy's buffers: the build's child process needs the card to itself
     todo = [("bench" if k in BENCH else "other", _collect(doc, k, j)) for k, j in todo]
     sm.run_jobs(args.out, todo, args.deadline, "decoder-graphs")
     (args.out / "decoder-graphs-extra.json").write_text(json.dumps(doc, indent=1, default=str))

@@ -13,6 +13,8 @@ id) and replays it; the prompt pass runs uncaptured (`gpu_graph_id` -1).
 from __future__ import annotations
 
 import functools
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,15 @@ from NNDF.errors import ArtifactError, BackendUnavailable
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
        "tensor(int32)": np.int32}
 _TORCH = {np.float32: torch.float32, np.float16: torch.float16, np.int64: torch.int64, np.int32: torch.int32}
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """A graph input's or output's name, shape (ints and dimension names) and ONNX Runtime type string."""
+
+    name: str
+    shape: tuple
+    type: str
 
 
 def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_stream=None):
@@ -39,6 +50,11 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
             raise BackendUnavailable(
                 "onnxrt on cuda needs onnxruntime-gpu (this onnxruntime has "
                 f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu or use --device cpu")
+        # GroupQueryAttention's one-token steps: ONNX Runtime's flash decoding, not its XQA kernels (on by default
+        # for fp16; read when the session is made), measured 3-5% faster per step on an H100 at OPT-6.7B, GPT-J-6B
+        # and Llama-3-8B shapes and the same at BLOOM-7B1 and GPT-NeoX-20B (docs/PERFORMANCE.md); a value the user
+        # sets wins
+        os.environ.setdefault("ORT_ENABLE_XQA", "0")
         # CUDA graphs cannot be captured on the legacy default stream: a graph session gets a stream of its own
         stream = (cuda_graph_stream or torch.cuda.current_stream(device)).cuda_stream
         # use_tf32=0: fp32 means fp32 (TF32 matmuls differ from PyTorch's fp32 by ~5e-3 on GPT-2 logits)
@@ -74,8 +90,10 @@ class OrtGraph:
         self.host_inputs = host_inputs  # inputs a kernel reads on the CPU: bound in host memory
         self.stream = torch.cuda.Stream(device) if cuda_graph else None
         self.session = make_session(path, device, threads, self.stream)
-        self.inputs = {i.name: i for i in self.session.get_inputs()}
-        self.outputs = {o.name: o for o in self.session.get_outputs()}
+        # plain copies of the graph's input / output metadata: ONNX Runtime's NodeArg objects keep the session (and
+        # its device memory) alive as long as any of them lives
+        self.inputs = {i.name: TensorMeta(i.name, tuple(i.shape), i.type) for i in self.session.get_inputs()}
+        self.outputs = {o.name: TensorMeta(o.name, tuple(o.shape), o.type) for o in self.session.get_outputs()}
         self.output_names = list(self.outputs)
 
     def dtype(self, name: str) -> torch.dtype:
