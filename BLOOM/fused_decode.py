@@ -30,29 +30,16 @@ causal + padding mask, writing the same buffers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from BLOOM.attention import alibi_slopes
-from CausalLM.fused_step import compiled, kv_slot, product
+from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("bloom",)  # HF model types this step runs
-
-
-@dataclass(frozen=True)
-class FusedSettings:
-    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
-
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
-    # ...in models at most this wide (wider weights are read faster by cuBLAS: LLAMA/fused_decode.py)
-    reduction_width: int = 2048
-
-    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
-        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
 
 def check_config(config) -> None:
@@ -62,11 +49,6 @@ def check_config(config) -> None:
                          f"(model types with one: {', '.join(MODEL_TYPES)})")
 
 
-
-
-def layer_norm(x, norm: tuple, eps: float):
-    """nn.LayerNorm over the last dimension; `norm` is (gain, bias)."""
-    return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
 
 
 def bloom_gelu(x):
@@ -161,11 +143,10 @@ class FusedBloomStep:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
         Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
         then stays finite, so later layers' K/V at padding columns do too). ALiBi's positions are the mask's."""
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
+        length = input_ids.shape[1]
+        start = mask.shape[1] - length
         own = start + torch.arange(length, device=mask.device)
-        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
+        allowed = prompt_mask(mask, length)[:, 0]  # [R, S, total]
         counted = mask.long().cumsum(-1)  # [R, total]
         before = counted[:, None, :] - counted[:, own, None]  # [R, S, total]: key position - query position
         bias = alibi_bias(self.slopes, before, allowed).to(self.dtype)  # [R, H, S, total]

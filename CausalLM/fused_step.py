@@ -3,6 +3,8 @@ LLAMA/fused_decode.py, OPT/fused_decode.py) share: the weight product in the for
 functions compiled once, and the slot over the step's own K/V buffers."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -35,3 +37,32 @@ def product(x, weight, bias, reduce: bool):
         return F.linear(x, weight, bias)
     out = (x[..., None, :].float() * weight.float()).sum(-1)
     return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
+@dataclass(frozen=True)
+class FusedSettings:
+    """A fused step's internal choices (not user flags: the device benchmark A/Bs them)."""
+
+    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
+    # ...in models at most this wide: at Llama-3-8B's 4096 cuBLAS's products read the weights faster (measured on
+    # an H200: 5.68 against 6.37 ms per token, docs/PERFORMANCE.md)
+    reduction_width: int = 2048
+
+    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
+        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
+
+
+def layer_norm(x, norm: tuple, eps: float):
+    """nn.LayerNorm over the last dimension; `norm` is (gain, bias), each None without elementwise affine."""
+    return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
+
+
+def prompt_mask(mask: torch.Tensor, length: int) -> torch.Tensor:
+    """The prompt pass's boolean attention mask [R, 1, S, total] for the last `length` of mask's columns: each
+    query sees the columns up to its own that the mask keeps, and always itself (a padding row's query then stays
+    finite, so later layers' K/V at padding columns do too)."""
+    total = mask.shape[1]
+    columns = torch.arange(total, device=mask.device)
+    own = total - length + torch.arange(length, device=mask.device)
+    allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
+    return allowed[:, None]

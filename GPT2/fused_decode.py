@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import compiled, kv_slot, product
+from CausalLM.fused_step import compiled, kv_slot, product, prompt_mask
 from NNDF.slots import KVSlot
 from NNDF.errors import UsageError
 
@@ -190,12 +190,8 @@ class FusedGPT2Step:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
         Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
         then stays finite, so later layers' K/V at padding columns do too)."""
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
-        own = start + torch.arange(length, device=mask.device)
-        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
-        allowed = allowed[:, None]  # [R, 1, S, total]
+        start = mask.shape[1] - input_ids.shape[1]
+        allowed = prompt_mask(mask, input_ids.shape[1])  # [R, 1, S, total]
         x = self.wte[input_ids] + self.wpe[position_ids]
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._prompt_layer(x, weights, keys, values, start, allowed)

@@ -35,13 +35,12 @@ buffers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import compiled, kv_slot, product
+from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
 from GPT2.config import FUSED_GELUS
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -49,18 +48,6 @@ from NNDF.slots import KVSlot
 MODEL_TYPES = ("gptj", "gpt_neox")  # HF model types this step runs
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")  # rope types whose tables do not change with the length
 RESIDUALS = ("shared", "parallel", "sequential")  # see the module docstring
-
-
-@dataclass(frozen=True)
-class FusedSettings:
-    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
-
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
-    # ...in models at most this wide (wider weights are read faster by cuBLAS: LLAMA/fused_decode.py)
-    reduction_width: int = 2048
-
-    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
-        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
 
 def activation(config) -> str:
@@ -85,11 +72,6 @@ def check_config(config) -> None:
     if config.model_type == "gpt_neox" and rope_type(config) not in FIXED_ROPE:
         raise UsageError(f"--fused-decode: rope type {rope_type(config)!r} changes its frequencies with the "
                          "sequence length, which the fused step's precomputed table does not; drop --fused-decode")
-
-
-def layer_norm(x, norm: tuple, eps: float):
-    """nn.LayerNorm over the last dimension; `norm` is (gain, bias)."""
-    return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
 
 
 def rotate(x, cos, sin):
@@ -217,12 +199,8 @@ class FusedRotaryStep:
         Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
         then stays finite, so later layers' K/V at padding columns do too)."""
         p = self.parts
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
-        own = start + torch.arange(length, device=mask.device)
-        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
-        allowed = allowed[:, None]  # [R, 1, S, total]
+        start = mask.shape[1] - input_ids.shape[1]
+        allowed = prompt_mask(mask, input_ids.shape[1])  # [R, 1, S, total]
         cos, sin = p.cos[position_ids][:, :, None], p.sin[position_ids][:, :, None]  # [R, S, 1, rot]
         x = p.embed[input_ids]
         for weights, keys, values in zip(p.layers, slot.past[0::2], slot.past[1::2]):

@@ -23,30 +23,16 @@ the step lives.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import compiled, kv_slot, product
+from CausalLM.fused_step import FusedSettings, compiled, kv_slot, product
 from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
-
-
-@dataclass(frozen=True)
-class FusedSettings:
-    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
-
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
-    # ...in models at most this wide: at Llama-3-8B's 4096 cuBLAS's products read the weights faster (measured on
-    # an H200: 5.68 against 6.37 ms per token, docs/PERFORMANCE.md)
-    reduction_width: int = 2048
-
-    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
-        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
 
 def check_config(config) -> None:

@@ -22,29 +22,16 @@ buffers. The concatenated q/k/v weights are copies: they are held twice while th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import compiled, kv_slot, product
+from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("opt",)  # HF model types this step runs
 POSITION_OFFSET = 2  # OPT's learned position table starts two rows in (HF's OPTLearnedPositionalEmbedding.offset)
-
-
-@dataclass(frozen=True)
-class FusedSettings:
-    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
-
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products...
-    # ...in models at most this wide (wider weights are read faster by cuBLAS: LLAMA/fused_decode.py)
-    reduction_width: int = 2048
-
-    def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
-        return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
 
 def check_config(config) -> None:
@@ -55,11 +42,6 @@ def check_config(config) -> None:
     if config.activation_function != "relu":
         raise UsageError(f"--fused-decode: activation {config.activation_function!r} is not the ReLU the fused "
                          "step implements; drop --fused-decode")
-
-
-def layer_norm(x, norm: tuple, eps: float):
-    """nn.LayerNorm over the last dimension; `norm` is (gain, bias), each None without elementwise affine."""
-    return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
 
 
 def attend_one(q, keys, values, valid, scale: float):
@@ -154,12 +136,8 @@ class FusedOPTStep:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
         Each query sees the columns up to its own that the mask keeps, and always itself (a padding row's query
         then stays finite, so later layers' K/V at padding columns do too)."""
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
-        own = start + torch.arange(length, device=mask.device)
-        allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
-        allowed = allowed[:, None]  # [R, 1, S, total]
+        start = mask.shape[1] - input_ids.shape[1]
+        allowed = prompt_mask(mask, input_ids.shape[1])  # [R, 1, S, total]
         x = self.embed[input_ids]
         if self.project_in is not None:
             x = F.linear(x, self.project_in)

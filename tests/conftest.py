@@ -50,3 +50,27 @@ def generate_twice(run, steps, prompt, new: int, beams: int, eos):
         out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
     assert out[0] == out[1], "a second generation on the same buffers differs"
     return out[0]
+
+
+def random_model(config, folder: Path, seed: int, tokenizer_dir: Path, std: float = 0.2) -> str:
+    """A random causal LM of `config` saved in `folder` with `tokenizer_dir`'s tokenizer files: its matrices redrawn
+    with std `std` (`NNDF.offline.redraw_weights`) and every 1-D parameter (norms and biases, which HF initialises
+    to 1 and 0) moved by N(0, std), so a graph or step that leaves one out cannot give the model's tokens."""
+    import shutil
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from NNDF.offline import redraw_weights
+
+    model = AutoModelForCausalLM.from_config(config)
+    redraw_weights(model, seed, std)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn(param.shape, generator=generator) * std)
+    model.save_pretrained(folder)
+    for path in Path(tokenizer_dir).glob("*.json"):
+        shutil.copyfile(path, Path(folder) / path.name)
+    return str(folder)

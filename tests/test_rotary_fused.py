@@ -10,15 +10,14 @@ line.
 With HARNESS_TEST_DEVICE=cuda the parity cases also run the step from a CUDA graph, eager and compiled.
 """
 import os
-import shutil
 
 import pytest
-import torch
 
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 from NNDF.errors import UsageError
 
+from conftest import random_model
 from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
@@ -43,27 +42,14 @@ def _tiny_configs(tok) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, str]:
-    """name -> model folder; every weight random (biases and norms too: HF initialises them to 0 and 1)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """name -> model folder; every weight random (biases and norms too: `conftest.random_model`)."""
+    from transformers import AutoTokenizer
 
     from GPT2.config import BPE_TOKENIZER_DIR
-    from NNDF.offline import redraw_weights
 
     tok = AutoTokenizer.from_pretrained(BPE_TOKENIZER_DIR, local_files_only=True)
-    folders = {}
-    for seed, (name, config) in enumerate(_tiny_configs(tok).items()):
-        model = AutoModelForCausalLM.from_config(config)
-        redraw_weights(model, seed, 0.2)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.dim() == 1:
-                    param.add_(torch.randn(param.shape, generator=generator) * 0.2)
-        folders[name] = str(tmp_path_factory.mktemp("models") / name)
-        model.save_pretrained(folders[name])
-        for path in BPE_TOKENIZER_DIR.glob("*.json"):
-            shutil.copyfile(path, f"{folders[name]}/{path.name}")
-    return folders
+    return {name: random_model(config, tmp_path_factory.mktemp("models") / name, seed, BPE_TOKENIZER_DIR)
+            for seed, (name, config) in enumerate(_tiny_configs(tok).items())}
 
 
 def _model_run(workdir, name, tiny, **flags):

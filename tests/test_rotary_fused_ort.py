@@ -11,7 +11,6 @@ EOS mid-way, a left-padded batch. The widening is checked against HF's rotation 
 constants old checkpoints store build, one with a weight the graph leaves out is refused, as are models the op
 cannot run (by message). The CLI generates through gpt-neox-offline's graph.
 """
-import shutil
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ from NNDF.context import make_context
 from NNDF.errors import ArtifactError
 from NNDF.options import ModelOptions
 
-from conftest import run_cli
+from conftest import random_model, run_cli
 from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 NEW, ROWS, PROMPT = 8, 3, 6
@@ -52,27 +51,14 @@ def _tiny_configs(tok) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, str]:
-    """name -> model folder; every weight random (biases and norms too: HF initialises them to 0 and 1)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """name -> model folder; every weight random (biases and norms too: `conftest.random_model`)."""
+    from transformers import AutoTokenizer
 
     from GPT2.config import BPE_TOKENIZER_DIR
-    from NNDF.offline import redraw_weights
 
     tok = AutoTokenizer.from_pretrained(BPE_TOKENIZER_DIR, local_files_only=True)
-    folders = {}
-    for seed, (name, config) in enumerate(_tiny_configs(tok).items()):
-        model = AutoModelForCausalLM.from_config(config)
-        redraw_weights(model, seed, 0.2)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.dim() == 1:
-                    param.add_(torch.randn(param.shape, generator=generator) * 0.2)
-        folders[name] = str(tmp_path_factory.mktemp("models") / name)
-        model.save_pretrained(folders[name])
-        for path in BPE_TOKENIZER_DIR.glob("*.json"):
-            shutil.copyfile(path, f"{folders[name]}/{path.name}")
-    return folders
+    return {name: random_model(config, tmp_path_factory.mktemp("models") / name, seed, BPE_TOKENIZER_DIR)
+            for seed, (name, config) in enumerate(_tiny_configs(tok).items())}
 
 
 def _run(workdir, model: dict):
