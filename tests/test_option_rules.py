@@ -9,6 +9,7 @@ import os
 import pytest
 
 from conftest import run_cli
+from NNDF import cli
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions, SamplingOptions
 
@@ -20,13 +21,14 @@ def _refused(proc, message: str) -> None:
 
 
 def _generated(tmp_path, workdir, *flags: str) -> dict:
+    """generate in process (`cli.main`; the whole program's exit codes and lines: test_threads_above_the_cores_warn
+    and the refusals here)."""
     out = tmp_path / f"g{len(list(tmp_path.iterdir()))}.json"
-    proc = run_cli(*GEN, "-wd", str(workdir), "--json", str(out), *flags)
-    assert proc.returncode == 0, proc.stderr
+    assert cli.main([*GEN, "-wd", str(workdir), "--json", str(out), *flags]) == 0
     return json.loads(out.read_text())
 
 
-def test_kv_cache_is_the_default(tmp_path, workdir):
+def test_kv_cache_is_the_default(tmp_path, workdir, capsys):
     assert ModelOptions().use_cache and ModelOptions().cache_layout == "kv"
     default = _generated(tmp_path, workdir)
     given = _generated(tmp_path, workdir, "--use-cache")  # still accepted
@@ -35,7 +37,10 @@ def test_kv_cache_is_the_default(tmp_path, workdir):
         (True, True, False)
     ids = [r["results"][0]["output_ids"] for r in (default, given, off)]
     assert ids[0] == ids[1] == ids[2]  # the cache changes the work, not the text
-    assert "  --use-cache, --no-use-cache, -kv," in run_cli("generate", "GPT2", "--help").stdout
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["generate", "GPT2", "--help"])
+    assert exit_info.value.code == 0 and "  --use-cache, --no-use-cache, -kv," in capsys.readouterr().out
 
 
 def test_no_kv_cache_refusals(tmp_path):
