@@ -127,8 +127,9 @@ def test_run_checkpoint_passes_on_both_backends(family, variant, wd, tmp_path):
     """In process (`cli.main`): the program's own exit code and messages for compare are checked through run.py in
     test_onnx_export.py and test_terminal_output.py."""
     path = tmp_path / "run.json"
-    assert cli.main(["compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2",
-                     "--warmup", "1", "-wd", wd, "--json", str(path), *(["--variant", variant] if variant else [])]) == 0
+    argv = ["compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2", "--warmup", "1",
+            "-wd", wd, "--json", str(path), *(["--variant", variant] if variant else [])]
+    assert cli.main(argv) == 0
     results = json.loads(path.read_text())["results"]
     assert [r["backend"] for r in results] == ["frameworks", "onnxrt"]
     for r in results:
