@@ -14,6 +14,7 @@ from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.task import ImagePrompt
 
 from conftest import ROOT, run_cli
+from NNDF import cli
 from test_trt import OrtIO
 
 IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
@@ -84,9 +85,19 @@ def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
     (("chat", "GPT2", "frameworks", "--image", IMAGES[0]),
      "error: --image does not apply to GPT2 (decoder models): it belongs to image-to-text models (BLIP)"),
 ])
-def test_image_errors(args, message, tmp_path):
-    proc = run_cli(*args, "-wd", str(tmp_path))
-    assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
+def test_image_errors(args, message, tmp_path, capsys):
+    """In process (`cli.main`): each refusal comes before any model loads; the whole program's exit code and
+    stderr are checked through run.py for the first (test_image_error_through_run_py)."""
+    assert cli.main([*args, "-wd", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == message, err
+
+
+def test_image_error_through_run_py(tmp_path):
+    proc = run_cli("accuracy", "BLIP", "frameworks", "-wd", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, compare, "
+        "chat --image or benchmark"), proc.stderr
 
 
 def test_chat_and_run_on_user_images(workdir, tmp_path):
