@@ -82,12 +82,12 @@ def test_missing_torch_dir(tmp_path):
     _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
 
 
-def test_unreadable_dataset(tmp_path):
+def test_unreadable_dataset(tmp_path, capsys):
     _bad("accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), "-wd", str(tmp_path),
          expect="missing.jsonl: no such file")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": 1}\n')
-    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')
+    _refused(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')
 
 
 def test_hub_dataset_unreachable(tmp_path):
