@@ -87,7 +87,8 @@ def test_unreadable_dataset(tmp_path, capsys):
          expect="missing.jsonl: no such file")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": 1}\n')
-    _refused(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')
+    _refused(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path),
+             expect='"text" field')
 
 
 def test_hub_dataset_unreachable(tmp_path):
