@@ -205,15 +205,22 @@ def test_a_line_too_long_alone_is_refused_and_the_conversation_goes_on(chat_mode
     (("chat", "--prompt", " ".join(["word"] * POSITIONS)), "positions take a prompt of at most"),
     (("generate", "--prompt", " ".join(["word"] * POSITIONS)), "prompt 1: the prompt is"),
 ])
-def test_a_prompt_too_long_is_one_line_exit_2(chat_model, wd, args, expect):
-    proc = run_cli(args[0], "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--max-new-tokens", str(NEW),
-                   "-wd", wd, *args[1:])
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], proc.stderr
+def test_a_prompt_too_long_is_one_line_exit_2(chat_model, wd, args, expect, capsys):
+    """chat through run.py (the whole program); generate's refusal, before any backend is set up, in process."""
+    argv = (args[0], "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--max-new-tokens", str(NEW), "-wd", wd,
+            *args[1:])
+    if args[0] == "chat":
+        proc = run_cli(*argv)
+        code, err = proc.returncode, proc.stderr
+        assert "Traceback" not in err
+    else:
+        code, err = cli.main(list(argv)), capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], err
 
 
-@pytest.mark.parametrize("args,expect", [
+SYSTEM_CASES = [
     (("chat", "GPT2", "frameworks", "--system", "Be brief.", "--prompt", "Hi"),
      "--system needs a chat template, and gpt2-offline's tokenizer has none"),
     (("generate", "GPT2", "frameworks", "--system", "Be brief.", "--prompt", "Hi"),
@@ -222,11 +229,21 @@ def test_a_prompt_too_long_is_one_line_exit_2(chat_model, wd, args, expect):
      "--system does not apply to T5 (seq2seq models): it belongs to decoder-only models"),
     (("chat", "GPT2", "frameworks", "--system", "Be brief.", "--no-chat-template", "--prompt", "Hi"),
      "drop --no-chat-template, or --system"),
-])
-def test_system_where_it_cannot_apply_is_one_line_exit_2(args, expect, wd):
-    proc = run_cli(*args, "-wd", wd)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == [f"error: {proc.stderr.strip()[7:]}"] and expect in proc.stderr
+]
+
+
+@pytest.mark.parametrize("args,expect", SYSTEM_CASES)
+def test_system_where_it_cannot_apply_is_one_line_exit_2(args, expect, wd, capsys):
+    """The first case through run.py (the whole program: exit code, one line, no traceback); the others, refused
+    before any model loads, through cli.main in process with the same checks."""
+    if args == SYSTEM_CASES[0][0]:
+        proc = run_cli(*args, "-wd", wd)
+        code, err = proc.returncode, proc.stderr
+        assert "Traceback" not in err
+    else:
+        code, err = cli.main([*args, "-wd", wd]), capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines() == [f"error: {err.strip()[7:]}"] and expect in err
 
 
 def test_a_model_without_a_template_runs_raw_text(wd, tmp_path):
@@ -246,8 +263,11 @@ def test_a_model_without_a_template_runs_raw_text(wd, tmp_path):
     assert json.loads(out.read_text())["results"][0]["output_ids"] == new
 
 
-def test_benchmark_and_accuracy_take_no_chat_template_flags(chat_model, wd):
-    for action in ("benchmark", "accuracy"):
-        proc = run_cli(action, "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--system", "x", "-wd", wd)
-        assert proc.returncode == 2 and "unrecognized arguments: --system" in proc.stderr
+def test_benchmark_and_accuracy_take_no_chat_template_flags(chat_model, wd, capsys):
+    """benchmark through run.py; accuracy's refusal (the same argparse one) in process."""
+    proc = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--system", "x", "-wd", wd)
+    assert proc.returncode == 2 and "unrecognized arguments: --system" in proc.stderr
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["accuracy", "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--system", "x", "-wd", wd])
+    assert exit_info.value.code == 2 and "unrecognized arguments: --system" in capsys.readouterr().err
 

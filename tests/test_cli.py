@@ -1,5 +1,6 @@
 """Every action through the real CLI (subprocess), with its JSON checked against independent computations."""
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -7,13 +8,16 @@ import pytest
 import torch
 
 from conftest import ROOT, run_cli
+from NNDF import cli
 
 DATA = str(ROOT / "data" / "lambada_offline.jsonl")
 
 
 @pytest.fixture(scope="module")
-def wd(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cli"))
+def wd(workdir):
+    """The session's working dir: the offline models and their exports are built once for the whole suite (the
+    tests that must see a fresh export or a rebuild use their own folder)."""
+    return str(workdir)
 
 
 def _ok(proc):
@@ -120,9 +124,12 @@ def test_chat_interactive_reads_stdin_until_exit(wd):
 @pytest.mark.parametrize("family,variant", [("GPT2", None), ("OPT", None), ("BLOOM", None), ("T5", None),
                                             ("T5", "flan-t5-offline"), ("BART", None), ("BART", "mbart-offline")])
 def test_run_checkpoint_passes_on_both_backends(family, variant, wd, tmp_path):
+    """In process (`cli.main`): the program's own exit code and messages for compare are checked through run.py in
+    test_onnx_export.py and test_terminal_output.py."""
     path = tmp_path / "run.json"
-    _ok(run_cli("compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2",
-                "--warmup", "1", "-wd", wd, "--json", str(path), *(["--variant", variant] if variant else [])))
+    argv = ["compare", family, "--compare", "frameworks", "onnxrt", "--use-cache", "--iterations", "2", "--warmup", "1",
+            "-wd", wd, "--json", str(path), *(["--variant", variant] if variant else [])]
+    assert cli.main(argv) == 0
     results = json.loads(path.read_text())["results"]
     assert [r["backend"] for r in results] == ["frameworks", "onnxrt"]
     for r in results:
@@ -162,17 +169,32 @@ def test_run_prints_samples_without_cache(wd):
     assert "| onnxrt" in out and "1 " in out
 
 
-def test_cleanup_removes_artifacts(tmp_path):
+def _session_export(family: str, workdir) -> Path:
+    """The family's decoder export (KV cache) in the session working dir, made there once for the whole suite.
+    A copy is current in another working dir only for a committed model folder (GPT2's): a materialized offline
+    model's path and file times are in the fingerprint."""
+    from CausalLM.onnxrt import DecoderOnnx
+    from NNDF import registry
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+
+    run = make_context(registry.family(family), ModelOptions(working_dir=str(workdir), device="cpu", use_cache=True))
+    return DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec, run.family.task).path(run)[0]
+
+
+def test_cleanup_removes_artifacts(tmp_path, workdir):
     wd = tmp_path / "w"
-    _ok(run_cli("run", "BLOOM", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd),
+    export = _session_export("GPT2", workdir).parent  # current in any working dir (the committed model folder)
+    shutil.copytree(export, wd / "GPT2" / "gpt2-offline" / export.name)
+    _ok(run_cli("run", "GPT2", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd),
                 "--cleanup"))
-    assert not (wd / "BLOOM" / "bloom-offline").exists()
+    assert not (wd / "GPT2" / "gpt2-offline").exists()
 
 
 def test_stale_and_corrupt_exports_are_rebuilt(tmp_path):
     wd = tmp_path / "w"
     args = ("run", "OPT", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd))
-    _ok(run_cli(*args))
+    assert cli.main(list(args)) == 0  # the first export, in process; the rebuilds below run through run.py
     folder = wd / "OPT" / "opt-offline" / "decoder-fp32-kv"
     onnx = folder / "model.onnx"
     onnx.write_bytes(onnx.read_bytes()[:1000])  # truncated, fingerprint still "current"

@@ -3,9 +3,11 @@ nothing corrupt left behind."""
 import pytest
 
 from conftest import run_cli
+from NNDF import cli
 
 
 def _bad(*args, expect: str, cwd=None, stdin=None):
+    """Through run.py: the whole program's exit code and its one stderr line (nothing else printed)."""
     proc = run_cli(*args, stdin=stdin) if cwd is None else run_cli(*args, cwd=cwd, stdin=stdin)
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert "Traceback" not in proc.stderr
@@ -15,13 +17,29 @@ def _bad(*args, expect: str, cwd=None, stdin=None):
     return lines[0]
 
 
+def _refused(capsys, *args, expect: str) -> str:
+    """cli.main in process (the refusals that come before any model loads: the same one line and exit code 2 as
+    through run.py, whose own process is checked by the _bad tests)."""
+    capsys.readouterr()
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2, (code, lines)
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert expect in lines[0], lines[0]
+    return lines[0]
+
+
 def test_unknown_family():
     line = _bad("run", "GPT3", "frameworks", expect="unknown model family 'GPT3'")
     assert "GPT2, OPT, BLOOM" in line
 
 
-def test_unknown_backend():
-    assert "frameworks, onnxrt, trt" in _bad("run", "GPT2", "tensorflow", expect="unknown backend 'tensorflow'")
+def test_unknown_backend(capsys):
+    assert "frameworks, onnxrt, trt" in _refused(capsys, "run", "GPT2", "tensorflow",
+                                                 expect="unknown backend 'tensorflow'")
 
 
 def test_trt_needs_cuda(tmp_path):
@@ -43,8 +61,8 @@ def test_unknown_action():
                                                       ("run", "--iterations", "0", "--iterations must be >= 1"),
                                                       ("benchmark", "--percentile", "101",
                                                        "--percentile must be in (0, 100]")])
-def test_impossible_sizes(action, flag, value, expect):
-    _bad(action, "GPT2", "frameworks", flag, value, expect=expect)
+def test_impossible_sizes(action, flag, value, expect, capsys):
+    _refused(capsys, action, "GPT2", "frameworks", flag, value, expect=expect)
 
 
 def test_unknown_variant_offline_hub(tmp_path):
@@ -64,12 +82,13 @@ def test_missing_torch_dir(tmp_path):
     _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
 
 
-def test_unreadable_dataset(tmp_path):
+def test_unreadable_dataset(tmp_path, capsys):
     _bad("accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), "-wd", str(tmp_path),
          expect="missing.jsonl: no such file")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": 1}\n')
-    _bad("accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path), expect='"text" field')
+    _refused(capsys, "accuracy", "GPT2", "frameworks", "--dataset", str(bad), "-wd", str(tmp_path),
+             expect='"text" field')
 
 
 def test_hub_dataset_unreachable(tmp_path):
@@ -84,30 +103,32 @@ def test_corrupt_user_onnx(tmp_path):
     assert bad.read_bytes() == b"not an onnx file"  # the user's file is never replaced
 
 
-def test_fp16_on_cpu_is_refused(tmp_path):
-    _bad("run", "GPT2", "frameworks", "--fp16", "--device", "cpu", "-wd", str(tmp_path), expect="--fp16 needs --device cuda")
+def test_fp16_on_cpu_is_refused(tmp_path, capsys):
+    _refused(capsys, "run", "GPT2", "frameworks", "--fp16", "--device", "cpu", "-wd", str(tmp_path),
+             expect="--fp16 needs --device cuda")
 
 
-def test_cuda_without_gpu_is_refused(tmp_path):
+def test_cuda_without_gpu_is_refused(tmp_path, capsys):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    _bad("run", "GPT2", "frameworks", "--device", "cuda", "-wd", str(tmp_path), expect="sees no CUDA GPU")
+    _refused(capsys, "run", "GPT2", "frameworks", "--device", "cuda", "-wd", str(tmp_path),
+             expect="sees no CUDA GPU")
 
 
 def test_empty_prompt(tmp_path):
     _bad("chat", "GPT2", "frameworks", "--prompt", "", "-wd", str(tmp_path), expect="empty --prompt")
 
 
-def test_accuracy_with_beams(tmp_path):
-    _bad("accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path),
-         expect="--num-beams does not apply to accuracy")
+def test_accuracy_with_beams(tmp_path, capsys):
+    _refused(capsys, "accuracy", "GPT2", "frameworks", "--num-beams", "2", "-wd", str(tmp_path),
+             expect="--num-beams does not apply to accuracy")
 
 
-def test_beam_sampling_refused(tmp_path):
-    _bad("chat", "GPT2", "frameworks", "--prompt", "x", "--do-sample", "--num-beams", "2", "-wd", str(tmp_path),
-         expect="beam sampling) is not supported")
+def test_beam_sampling_refused(tmp_path, capsys):
+    _refused(capsys, "chat", "GPT2", "frameworks", "--prompt", "x", "--do-sample", "--num-beams", "2", "-wd",
+             str(tmp_path), expect="beam sampling) is not supported")
 
 
 def test_verbose_shows_the_cause_behind_the_one_line(tmp_path):

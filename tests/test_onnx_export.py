@@ -59,11 +59,16 @@ def test_validation_reports_mismatch(tiny, tmp_path):
         validate(other, lambda: OrtSteps(path, torch.device("cpu"), False), False, ExportSpec(), False)
 
 
-def test_decoder_onnx_flag_uses_the_given_file(tmp_path):
-    wd = tmp_path / "w"
-    args = ("run", "BLOOM", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd))
-    assert run_cli(*args).returncode == 0
-    exported = wd / "BLOOM" / "bloom-offline" / "decoder-fp32-kv" / "model.onnx"
+def test_decoder_onnx_flag_uses_the_given_file(tmp_path, workdir):
+    from CausalLM.onnxrt import DecoderOnnx
+    from NNDF import registry
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+
+    args = ("run", "BLOOM", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0")
+    run = make_context(registry.family("BLOOM"), ModelOptions(working_dir=str(workdir), device="cpu", use_cache=True))
+    exported = DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec, run.family.task).path(run)[0]  # the
+    # session's export, made once for the suite
     given = tmp_path / "mine.onnx"
     given.write_bytes(exported.read_bytes())
     out = tmp_path / "r.json"

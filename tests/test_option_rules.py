@@ -9,6 +9,7 @@ import os
 import pytest
 
 from conftest import run_cli
+from NNDF import cli
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions, SamplingOptions
 
@@ -19,14 +20,23 @@ def _refused(proc, message: str) -> None:
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: {message}" and proc.stdout == ""
 
 
+def _refused_in_process(capsys, argv, message: str) -> None:
+    """cli.main in process, the same checks as _refused (exit code 2, exactly the one line, nothing on stdout)."""
+    capsys.readouterr()
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 2 and err.strip() == f"error: {message}" and out == ""
+
+
 def _generated(tmp_path, workdir, *flags: str) -> dict:
+    """generate in process (`cli.main`; the whole program's exit codes and lines: test_threads_above_the_cores_warn
+    and the refusals here)."""
     out = tmp_path / f"g{len(list(tmp_path.iterdir()))}.json"
-    proc = run_cli(*GEN, "-wd", str(workdir), "--json", str(out), *flags)
-    assert proc.returncode == 0, proc.stderr
+    assert cli.main([*GEN, "-wd", str(workdir), "--json", str(out), *flags]) == 0
     return json.loads(out.read_text())
 
 
-def test_kv_cache_is_the_default(tmp_path, workdir):
+def test_kv_cache_is_the_default(tmp_path, workdir, capsys):
     assert ModelOptions().use_cache and ModelOptions().cache_layout == "kv"
     default = _generated(tmp_path, workdir)
     given = _generated(tmp_path, workdir, "--use-cache")  # still accepted
@@ -35,13 +45,17 @@ def test_kv_cache_is_the_default(tmp_path, workdir):
         (True, True, False)
     ids = [r["results"][0]["output_ids"] for r in (default, given, off)]
     assert ids[0] == ids[1] == ids[2]  # the cache changes the work, not the text
-    assert "  --use-cache, --no-use-cache, -kv," in run_cli("generate", "GPT2", "--help").stdout
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["generate", "GPT2", "--help"])
+    assert exit_info.value.code == 0 and "  --use-cache, --no-use-cache, -kv," in capsys.readouterr().out
 
 
-def test_no_kv_cache_refusals(tmp_path):
+def test_no_kv_cache_refusals(tmp_path, capsys):
     _refused(run_cli(*GEN, "--no-use-cache", "--static-cache", "-wd", str(tmp_path)),
              "--static-cache is a kind of KV cache: it contradicts --no-use-cache")
-    _refused(run_cli("predict", "BERT", "frameworks", "--prompt", "hi", "--no-use-cache", "-wd", str(tmp_path)),
+    _refused_in_process(capsys, ("predict", "BERT", "frameworks", "--prompt", "hi", "--no-use-cache", "-wd",
+                                 str(tmp_path)),
              "--use-cache does not apply to BERT (encoder models): it belongs to generative models "
              f"({', '.join(_generative_families())})")
 
@@ -65,8 +79,10 @@ def test_temperature_zero_is_greedy_without_sampling(tmp_path, workdir):
     (("--temperature", "-1"), "--temperature must be > 0 (0 only without sampling), got -1.0"),
     (("--min-new-tokens", "9"), "--min-new-tokens 9 is above --max-new-tokens 6: give at most 6"),
 ])
-def test_generate_refusals(flags, message, tmp_path):
-    _refused(run_cli(*GEN, *flags, "-wd", str(tmp_path)), message)
+def test_generate_refusals(flags, message, tmp_path, capsys):
+    """In process (cli.main); the same refusals' whole-program exit code and line through run.py:
+    test_no_kv_cache_refusals, test_a_dataset_line_below_min_new_tokens_is_refused, test_chat_refuses_min_above_max."""
+    _refused_in_process(capsys, (*GEN, *flags, "-wd", str(tmp_path)), message)
 
 
 def test_a_dataset_line_below_min_new_tokens_is_refused(tmp_path):
@@ -95,12 +111,13 @@ def test_temperature_zero_with_the_models_own_sampling(workdir):
         resolve(run, SamplingOptions(temperature=0))
 
 
-def test_threads_above_the_cores_warn(tmp_path, workdir):
+def test_threads_above_the_cores_warn(tmp_path, workdir, capsys):
     cores = len(os.sched_getaffinity(0))
     out = tmp_path / "t.json"
     proc = run_cli(*GEN, "--threads", str(cores + 1), "-wd", str(workdir), "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == (f"warning: --threads {cores + 1} is more than the {cores} CPU cores this process "
                                    f"can use: the threads share cores, which is slower than --threads {cores}")
-    quiet = run_cli(*GEN, "--threads", str(cores), "-wd", str(workdir))
-    assert quiet.returncode == 0 and "warning" not in quiet.stderr
+    capsys.readouterr()
+    assert cli.main([*GEN, "--threads", str(cores), "-wd", str(workdir)]) == 0  # in process: no warning line
+    assert "warning" not in capsys.readouterr().err

@@ -34,6 +34,22 @@ def _hf(model, prompt, beams, use_cache, eos, pad):
     return rows
 
 
+@pytest.fixture(scope="module")
+def hf_reference():
+    """HF generate's rows, computed once per (variant, KV cache, beams, EOS) and shared by the backends' cases:
+    every backend compares with the same reference (the same model and the same padded prompts), so it is
+    generated on the first backend's case and read on the others'."""
+    rows = {}
+
+    def get(variant, model, prompt, beams, use_cache, eos, pad):
+        key = (variant, use_cache, beams, eos, pad)
+        if key not in rows:
+            rows[key] = _hf(model, prompt, beams, use_cache, eos, pad)
+        return rows[key]
+
+    return get
+
+
 def _ours(run, steps, prompt, beams, eos, pad):
     config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos, pad_token_id=pad,
                               forced_bos_token_id=run.source.generation.forced_bos_token_id)
@@ -53,7 +69,7 @@ CASES = [(v, kv) for v in TEXT_VARIANTS for kv in (True, False) if kv or v[1] ==
 @pytest.mark.parametrize("variant,use_cache", CASES, ids=lambda p: f"{p[0]}-{p[1]}" if isinstance(p, tuple)
                          else ("kv" if p else "nokv"))
 @pytest.mark.parametrize("backend", ["frameworks", "onnxrt", "trt"])
-def test_generate_parity(variant, backend, use_cache, workdir):
+def test_generate_parity(variant, backend, use_cache, workdir, hf_reference):
     family, name = variant
     _skip_without_tensorrt(backend)
     trt = TRTOptions(dynamic_batch=True, min_dynamic_batch=1, max_dynamic_batch=9)  # rows: 1 .. 3 prompts x 3 beams
@@ -64,17 +80,18 @@ def test_generate_parity(variant, backend, use_cache, workdir):
     assert not padded.all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer
     pad = tok.pad_token_id
+    hf = lambda beams, eos: hf_reference(variant, model, prompt, beams, use_cache, eos, pad)  # noqa: E731
     with _steps_or_skip(run, backend) as steps:
         for beams in (1, 3):
-            expected = _hf(model, prompt, beams, use_cache, tok.eos_token_id, pad)
+            expected = hf(beams, tok.eos_token_id)
             assert _ours(run, steps, prompt, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
             for r in range(len(PROMPTS)):  # each row alone, unpadded, gives the same tokens
                 alone = _ours(run, steps, encode(run, PROMPTS[r:r + 1]), beams, tok.eos_token_id, pad)
                 assert alone == [expected[r]], f"row {r} alone differs from its padded batch row (beams={beams})"
         # EOS mid-generation: make a token the greedy search emits early the EOS, so rows stop at different steps
-        eos = _hf(model, prompt, 1, use_cache, None, pad)[0][3]
+        eos = hf(1, None)[0][3]
         for beams in (1, 3):
-            expected = _hf(model, prompt, beams, use_cache, eos, pad)
+            expected = hf(beams, eos)
             assert beams > 1 or eos in expected[0]
             assert _ours(run, steps, prompt, beams, eos, pad) == expected, f"EOS case, beams={beams}"
 

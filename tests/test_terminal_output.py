@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
+from NNDF import cli, progress
 from NNDF.results import fit_table, printable
 
 HOSTILE = "red \x1b[31mALERT\x1b[0m, \u202eevil\u202c, nul \x00, two\nlines"
@@ -65,14 +66,15 @@ def test_generate_escapes_on_the_terminal_and_keeps_the_json_exact(tmp_path, wor
     assert results[0]["prompt"] == HOSTILE and results[1]["prompt"] == "plain " * 40  # the exact text
 
 
-def test_compare_rows_are_backends_and_one_line_per_sample(workdir):
+def test_compare_rows_are_backends_and_one_line_per_sample(workdir, monkeypatch, capsys):
     proc = _cli("compare", "GPT2", "--compare", "frameworks", "--iterations", "1", "--warmup", "0", "-wd",
                 str(workdir), columns=110)
     assert proc.returncode == 0, proc.stderr
     assert _table(proc.stdout, "backend")[2].startswith("| frameworks ")
-    run = _cli("run", "GPT2", "frameworks", "--iterations", "1", "--warmup", "0", "-wd", str(workdir), columns=110)
-    assert run.returncode == 0, run.stderr
-    table = _table(run.stdout, "backend")
+    monkeypatch.setenv("COLUMNS", "110")  # run in process (cli.main), its stdout captured: a pipe of 110 columns
+    capsys.readouterr()
+    assert cli.main(["run", "GPT2", "frameworks", "--iterations", "1", "--warmup", "0", "-wd", str(workdir)]) == 0
+    table = _table(capsys.readouterr().out, "backend")
     assert len(table) == 2 + 3 and all(len(line) <= 110 for line in table)  # 3 samples with newlines in them
     assert "\\n" in "".join(table[2:])
 
@@ -100,15 +102,17 @@ def test_chat_prints_each_answer_once(workdir, tmp_path):
     assert proc.stdout.count("frameworks") == 1 and "| backend" not in proc.stdout  # and nowhere else
 
 
-def test_progress_bars_over_a_dataset_under_info(tmp_path, workdir):
+def test_progress_bars_over_a_dataset_under_info(tmp_path, workdir, capsys, monkeypatch):
     data = tmp_path / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("One", "Two", "Three")))
     generate = ("generate", "GPT2", "frameworks", "--dataset", str(data), "--max-new-tokens", "3", "-wd", str(workdir))
     shown = _cli(*generate, "--info")
     assert shown.returncode == 0 and "frameworks generate:   0%|" in shown.stderr and "| 0/3 [" in shown.stderr
     assert "prompt/s]" in shown.stderr  # a bar over the prompts (tqdm draws the last step only if time allows)
-    quiet = _cli(*generate)
-    assert quiet.returncode == 0 and "frameworks generate" not in quiet.stderr  # no terminal, no --info: no bar
+    monkeypatch.setattr(progress, "FORCE", False)  # as in a new process (--info sets it for its process)
+    capsys.readouterr()
+    assert cli.main(list(generate)) == 0  # in process: stderr captured (no terminal), no --info: no bar
+    assert "frameworks generate" not in capsys.readouterr().err
     predict = _cli("predict", "BERT", "frameworks", "--dataset", str(data), "-wd", str(workdir), "--info")
     assert predict.returncode == 0 and "frameworks predict:   0%|" in predict.stderr and "| 0/3 [" in predict.stderr
 

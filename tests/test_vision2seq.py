@@ -14,6 +14,7 @@ from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.task import ImagePrompt
 
 from conftest import ROOT, run_cli
+from NNDF import cli
 from test_trt import OrtIO
 
 IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
@@ -39,6 +40,21 @@ def _hf(run, prompt, beams, use_cache):
     return rows
 
 
+@pytest.fixture(scope="module")
+def hf_reference():
+    """HF generate's captions per (device, KV cache, case, beams), computed once and compared by every test here
+    that runs the same case (each backend's caption parity, the TensorRT bookkeeping on ONNX Runtime)."""
+    rows = {}
+
+    def get(run, case, prompt, beams, use_cache):
+        key = (run.device.type, use_cache, case, beams)
+        if key not in rows:
+            rows[key] = _hf(run, prompt, beams, use_cache)
+        return rows[key]
+
+    return get
+
+
 def _ours(run, steps, prompt, beams):
     eos, pad = run.family.task.special_ids(run)
     out = generate_prompt(steps, prompt, GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
@@ -48,28 +64,30 @@ def _ours(run, steps, prompt, beams):
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
 @pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
-def test_caption_parity(backend, use_cache, workdir):
+def test_caption_parity(backend, use_cache, workdir, hf_reference):
     run = _run(workdir, use_cache, DEVICE)
     steps = registry.backend(run.family, backend).setup(run)
-    for items in CASES:
+    for case, items in enumerate(CASES):
         prompt = encode(run, items)
         for beams in (1, 3):
-            assert _ours(run, steps, prompt, beams) == _hf(run, prompt, beams, use_cache), (items, beams)
+            expected = hf_reference(run, case, prompt, beams, use_cache)
+            assert _ours(run, steps, prompt, beams) == expected, (items, beams)
     steps.close()
 
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["kv", "nokv"])
-def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
+def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir, hf_reference):
     """Seq2SeqTrtSteps over the vision-encoder / decoder / cache-generator graphs, ONNX Runtime executing each
     bound call from the bound memory (not TensorRT: nothing here is a TensorRT result)."""
     run = _run(workdir, use_cache)
     paths, _ = registry.backend(run.family, "onnxrt").onnx.paths(run)
-    for items in CASES:
+    for case, items in enumerate(CASES):
         prompt = encode(run, items)
         for beams in (1, 3):
             ios = {part: OrtIO(path) for part, path in paths.items()}
             steps = Seq2SeqTrtSteps(ios, "cpu", use_cache, max_rows=2 * beams, max_input=8, max_output=8 + NEW)
-            assert _ours(run, steps, prompt, beams) == _hf(run, prompt, beams, use_cache), (items, beams)
+            expected = hf_reference(run, case, prompt, beams, use_cache)
+            assert _ours(run, steps, prompt, beams) == expected, (items, beams)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -84,9 +102,19 @@ def test_trt_steps_bookkeeping_gives_hf_captions(use_cache, workdir):
     (("chat", "GPT2", "frameworks", "--image", IMAGES[0]),
      "error: --image does not apply to GPT2 (decoder models): it belongs to image-to-text models (BLIP)"),
 ])
-def test_image_errors(args, message, tmp_path):
-    proc = run_cli(*args, "-wd", str(tmp_path))
-    assert proc.returncode == 2 and proc.stderr.strip() == message, proc.stderr
+def test_image_errors(args, message, tmp_path, capsys):
+    """In process (`cli.main`): each refusal comes before any model loads; the whole program's exit code and
+    stderr are checked through run.py for the first (test_image_error_through_run_py)."""
+    assert cli.main([*args, "-wd", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == message, err
+
+
+def test_image_error_through_run_py(tmp_path):
+    proc = run_cli("accuracy", "BLIP", "frameworks", "-wd", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, compare, "
+        "chat --image or benchmark"), proc.stderr
 
 
 def test_chat_and_run_on_user_images(workdir, tmp_path):
