@@ -29,8 +29,8 @@ are reordered at build time: HF's query_key_value is laid out per head ([H, 3, D
 keys, all values.
 
 apply_residual_connection_post_layernorm (False in every released checkpoint) only changes which skip-norm output
-is the residual. The slopes are HF's own (`BLOOM.attention.alibi_slopes`). Every weight of the checkpoint must be used (else
-the build fails naming the ones left over).
+is the residual. The slopes are HF's own (`BLOOM.attention.alibi_slopes`). Every weight of the checkpoint must be
+used (else the build fails naming the ones left over).
 """
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     eps = config.layer_norm_epsilon
     c = float(np.asarray(math.sqrt(head_dim), dtype=g.dtype))  # the queries' spare column
     alibi = _alibi(g, heads, head_dim, wide, c)  # [B, S, 3 H D']: each key's slope * position * sqrt(D) / c
-    x, head = _embedding(g, take, arch)  # [B, S, E]; the LM head's [E, V] initializer
+    # [B, S, E]; the LM head's [E, V] initializer
+    x, head = fg.embedding_and_head(g, take, arch, "transformer.word_embeddings.weight", "lm_head.weight")
     x = _layer_norm(g, take, x, "transformer.word_embeddings_layernorm", eps)
     h = _layer_norm(g, take, x, "transformer.h.0.input_layernorm", eps)
     residual = h if post else x
@@ -132,17 +133,6 @@ def _dense(g: fg.GraphBuilder, take: fg.StateDict, attn: str, module: str, heads
     weight = np.pad(weight, ((0, 0), (0, wide - head_dim), (0, 0))).reshape(heads * wide, -1)
     y = g.op("MatMul", [attn, g.weight(f"{module}.weight", weight)])
     return y, g.weight(f"{module}.bias", take(f"{module}.bias"))
-
-
-def _embedding(g: fg.GraphBuilder, take: fg.StateDict, arch) -> tuple[str, str]:
-    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
-    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
-    embed, head = take("transformer.word_embeddings.weight"), take("lm_head.weight")  # [V, E] each
-    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
-        x = g.op("Gather", [g.weight("transformer.word_embeddings.weight", embed), "input_ids"])
-        return x, g.weight("lm_head.weight", head.T)
-    table = g.weight("lm_head.weight", head.T)
-    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
 
 
 def _norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:

@@ -132,6 +132,25 @@ def _contiguous(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return torch.from_numpy(array).to(floats[dtype]).contiguous().numpy()
 
 
+def product(g: GraphBuilder, take: StateDict, x: str, name: str) -> tuple[str, str | None]:
+    """(x @ W^T, the bias initializer or None) for the checkpoint's nn.Linear `name` ([out, in] weight): the bias
+    goes into the next fused op's kernel (a skip norm's or a GELU's)."""
+    bias = take.optional(f"{name}.bias")
+    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
+    return y, None if bias is None else g.weight(f"{name}.bias", bias)
+
+
+def embedding_and_head(g: GraphBuilder, take: StateDict, arch, embed: str, head: str) -> tuple[str, str]:
+    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer) from the checkpoint's `embed` and
+    `head` weights ([V, E] each). A head tied to the embedding is stored once, as the head: the embedding gathers
+    its columns ([E, B, S], transposed to [B, S, E])."""
+    table, lm = take(embed), take(head)
+    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
+        return g.op("Gather", [g.weight(embed, table), "input_ids"]), g.weight(head, lm.T)
+    tied = g.weight(head, lm.T)
+    return g.op("Transpose", [g.op("Gather", [tied, "input_ids"], axis=1)], perm=[1, 2, 0]), tied
+
+
 def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None) -> str:
     """x @ weight (+ bias): weight [in, out]."""
     y = g.op("MatMul", [x, weight])

@@ -58,7 +58,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
     rotary = _rotary_tables(g, arch, head_dim)
     eps = config.rms_norm_eps
-    x, head = _embedding(g, take, arch)  # [B, S, E]; the LM head's [E, V] initializer
+    # [B, S, E]; the LM head's [E, V] initializer
+    x, head = fg.embedding_and_head(g, take, arch, "model.embed_tokens.weight", "lm_head.weight")
     h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
     residual = x
     for i, window in enumerate(attention.layer_windows(config)):
@@ -67,12 +68,12 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             layers[i].self_attn.scaling, kv_heads, rotary, window)  # [B, S, H D]
-        out, out_bias = _product(g, take, attn, f"{layer}.self_attn.o_proj")
+        out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.o_proj")
         norm = _weight(g, take, f"{layer}.post_attention_layernorm.weight")
         h, residual = fg.skip_rms_norm(g, out, residual, norm, out_bias, eps)
         gate_up = _linear(g, take, h, f"{layer}.mlp", ("gate_up_proj",), ("gate_proj", "up_proj"))  # [B, S, 2I]
         inner = fg.silu_gate(g, gate_up, config.intermediate_size)  # [B, S, I]
-        down, down_bias = _product(g, take, inner, f"{layer}.mlp.down_proj")
+        down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
     g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
@@ -101,17 +102,6 @@ def _rotary_tables(g: fg.GraphBuilder, arch, head_dim: int) -> tuple[str, str]:
     return g.weight("cos_cache", cos[:, :half]), g.weight("sin_cache", sin[:, :half])
 
 
-def _embedding(g: fg.GraphBuilder, take: fg.StateDict, arch) -> tuple[str, str]:
-    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
-    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
-    embed, head = take("model.embed_tokens.weight"), take("lm_head.weight")  # [V, E] each
-    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
-        x = g.op("Gather", [g.weight("model.embed_tokens.weight", embed), "input_ids"])
-        return x, g.weight("lm_head.weight", head.T)
-    table = g.weight("lm_head.weight", head.T)
-    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
-
-
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
     return g.weight(name, take(name))
 
@@ -130,13 +120,6 @@ def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed:
     if any(b is None for b in biases):
         raise ArtifactError(f"the LLAMA fused graph needs a bias on all of {', '.join(names)} or none")
     return g.op("Add", [y, g.weight(f"{fused}.bias", np.concatenate(biases))])
-
-
-def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple[str, str | None]:
-    """(x @ W^T, the bias initializer or None): the bias goes into the next skip norm's kernel."""
-    bias = take.optional(f"{name}.bias")
-    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
-    return y, None if bias is None else g.weight(f"{name}.bias", bias)
 
 
 # bump the version when the graph changes

@@ -61,15 +61,15 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         qkv = _qkv(g, take, h, f"{layer}.self_attn")  # [B, S, 3E]: q heads, then k heads, then v heads
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             layers[i].self_attn.scaling)  # [B, S, E]
-        out, out_bias = _product(g, take, attn, f"{layer}.self_attn.out_proj")
+        out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.out_proj")
         h, residual = _add_norm(g, take, out, residual, norms[2 * i + 1], out_bias, eps, post, config.hidden_size)
-        up, up_bias = _product(g, take, h, f"{layer}.fc1")  # [B, S, F]
+        up, up_bias = fg.product(g, take, h, f"{layer}.fc1")  # [B, S, F]
         inner = g.op("Relu", [g.op("Add", [up, up_bias]) if up_bias else up])
-        down, down_bias = _product(g, take, inner, f"{layer}.fc2")  # [B, S, E]
+        down, down_bias = fg.product(g, take, inner, f"{layer}.fc2")  # [B, S, E]
         h, residual = _add_norm(g, take, down, residual, norms[2 * i + 2], down_bias, eps, post,
                                 config.hidden_size)
     if decoder.project_out is not None:
-        h, _ = _product(g, take, h, "model.decoder.project_out")  # [B, S, word_embed_proj_dim]
+        h, _ = fg.product(g, take, h, "model.decoder.project_out")  # [B, S, word_embed_proj_dim]
     head = take("lm_head.weight").T  # [P, V]: embed_tokens', unless the checkpoint has its own head
     g.op("MatMul", [h, g.weight("lm_head.weight", head)], ["logits"])  # [B, S, V]
     take.check_all_used()
@@ -92,7 +92,7 @@ def _embeddings(g: fg.GraphBuilder, take: fg.StateDict, decoder) -> tuple[str, s
     [B, S, E] of the 0-based `position_ids`)."""
     tokens = g.op("Gather", [g.weight("embed_tokens", take("model.decoder.embed_tokens.weight")), "input_ids"])
     if decoder.project_in is not None:
-        tokens, _ = _product(g, take, tokens, "model.decoder.project_in")
+        tokens, _ = fg.product(g, take, tokens, "model.decoder.project_in")
     table = take("model.decoder.embed_positions.weight")[POSITION_OFFSET:]  # [max_positions, E]
     positions = g.op("Gather", [g.weight("embed_positions", table), "position_ids"])
     return tokens, positions
@@ -122,13 +122,6 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str) -> str:
     if any(b is None for b in biases):  # enable_bias False: none of them has one
         return y
     return g.op("Add", [y, g.weight(f"{module}.qkv.bias", np.concatenate(biases))])
-
-
-def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple[str, str | None]:
-    """(x @ W^T, the bias initializer or None): the bias goes into the next skip norm's kernel."""
-    bias = take.optional(f"{name}.bias")
-    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
-    return y, None if bias is None else g.weight(f"{name}.bias", bias)
 
 
 # bump the version when the graph changes
