@@ -1,0 +1,88 @@
+"""What the encoder-decoder families' static-cache decode steps share (`--static-cache` on frameworks: T5/,
+BART/, BLIP/ `fused_decode.py`): the slot that holds a generation's fixed-address buffers and the contract a
+family's step fulfils.
+
+A `Seq2SeqSlot` is a `NNDF.slots.KVSlot` for `rows` x `max_length` decoder positions plus what the encoder gave:
+- `past`: the decoder's self-attention keys and values, K0, V0, K1, V1, ... each [rows, heads, max_length,
+  head_dim], written in place at the write position (`slot.write`, [1] on the device: every decoder row has the
+  same length, decoder prompts are never padded);
+- `cross`: every layer's cross-attention keys and values, K0, V0, ... each [rows, heads, encoder_length,
+  head_dim], computed once per input from the encoder's output (`FusedSeq2SeqStep.cross`);
+- `encoder_mask`: the encoder input's padding mask [rows, encoder_length] (int64, 1 = real), read by every
+  cross-attention.
+All are allocated once per (rows, max_length, encoder_length), so the one-token step has fixed shapes and
+addresses: a CUDA graph captures it and replays it for every later generation of that shape.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from NNDF.slots import KVSlot, step_inputs
+
+
+class Seq2SeqSlot(KVSlot):
+    """Self-attention buffers (`past`), cross-attention buffers (`cross`), the encoder mask and the one-token
+    step's ids, positions and write position, all at fixed addresses."""
+
+    def __init__(self, rows: int, max_length: int, past: list[torch.Tensor], cross: list[torch.Tensor],
+                 encoder_mask: torch.Tensor, device, logits: torch.Tensor | None = None, graph_id: int = -1):
+        inputs = step_inputs(rows, max_length, device, mask=False)
+        inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=device)
+        inputs["encoder_mask"] = encoder_mask
+        super().__init__(rows, max_length, past, inputs, logits, graph_id)
+        self.cross = cross
+
+    encoder_mask = property(lambda self: self.inputs["encoder_mask"])
+
+    @property
+    def encoder_length(self) -> int:
+        return self.encoder_mask.shape[1]
+
+    def take_rows(self, source: "Seq2SeqSlot", index: torch.Tensor, cross: bool = True) -> None:
+        """This slot's rows become `source`'s rows `index`: the self-attention buffers and write position always,
+        the cross-attention buffers and encoder mask when `cross` (rows move between inputs; beam reordering keeps
+        each input's rows on that input, whose cross-attention buffers are identical)."""
+        super().take_rows(source, index)
+        if cross:
+            self.encoder_mask.copy_(source.encoder_mask.index_select(0, index))
+            for mine, theirs in zip(self.cross, source.cross):
+                mine.copy_(theirs.index_select(0, index))
+
+    def close(self) -> None:
+        super().close()
+        self.cross = []
+
+
+def seq2seq_slot(rows: int, max_length: int, encoder_length: int, layers: int, heads: int, head_dim: int,
+                 dtype, device) -> Seq2SeqSlot:
+    """A slot of zeroed buffers: `layers` self-attention K/V [rows, heads, max_length, head_dim] and cross-attention
+    K/V [rows, heads, encoder_length, head_dim], an all-ones encoder mask."""
+    def buffers(length: int) -> list[torch.Tensor]:
+        return [torch.zeros(rows, heads, length, head_dim, dtype=dtype, device=device) for _ in range(2 * layers)]
+
+    mask = torch.ones(rows, encoder_length, dtype=torch.long, device=device)
+    return Seq2SeqSlot(rows, max_length, buffers(max_length), buffers(encoder_length), mask, device)
+
+
+class FusedSeq2SeqStep(Protocol):
+    """A family's static-cache decoder step over its own buffers (declared in its `frameworks.py`,
+    `BackendFacts.fused`: HF model type -> this class, constructed as `Step(model, compile_options)` with the loaded
+    HF model and inductor's options, None: eager). The encoder itself runs as HF's module
+    (`Seq2Seq.torch_steps`); capture, pooling and beam reordering are the kind's."""
+
+    def new_slot(self, rows: int, max_length: int, encoder_length: int) -> Seq2SeqSlot:
+        """Empty buffers for this model (`seq2seq_slot` with its depth, heads, head size, dtype and device)."""
+
+    def cross(self, hidden: torch.Tensor, slot: Seq2SeqSlot) -> None:
+        """Fill `slot.cross` from the encoder's output hidden [rows, encoder_length, D] (every layer's cross-attention
+        key and value projections; `slot.encoder_mask` is already the input's mask)."""
+
+    def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:
+        """The decoder prompt's logits [rows, S, V] ([rows, 1, V] allowed when `last_only`): input_ids [rows, S] at
+        decoder positions 0..S-1, their keys/values written to columns 0..S-1 of `slot.past`; eager."""
+
+    def one_token(self, slot: Seq2SeqSlot) -> torch.Tensor:
+        """Logits [rows, 1, V] of `slot.ids` [rows, 1] at decoder position `slot.write` (its keys/values written
+        there; the columns after it are not read): fixed shapes and addresses, what a CUDA graph captures."""
