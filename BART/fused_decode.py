@@ -55,9 +55,10 @@ def check_config(config) -> None:
 
 
 def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over a buffer [R, H, L, D] masked by `valid` [R, L]: [R, H, D]."""
+    """One query per row and head, q [R, H, D], over a buffer [R, H, L, D] masked by `valid` [R, L]: [R, H, D].
+    Masked scores are the lowest float, as HF's masks make them (a row with no valid column stays finite)."""
     scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    scores = scores.masked_fill(~valid[:, None, :], torch.finfo(scores.dtype).min)
     p = torch.softmax(scores, dim=-1)
     return (p[..., None] * values.float()).sum(-2).to(q.dtype)
 
@@ -164,15 +165,15 @@ class FusedBartStep:
         length = input_ids.shape[1]
         x = self.embed[input_ids] * self.embed_scale + self.positions[POSITION_OFFSET:POSITION_OFFSET + length]
         x = layer_norm(x, self.embed_norm, self.eps)  # [R, S, E]
-        cross_allowed = (slot.encoder_mask != 0)[:, None, None, :]  # [R, 1, 1, T]
+        cross_bias = _additive_mask(slot.encoder_mask, x.dtype)  # [R, 1, 1, T]
         buffers = zip(self.layers, slot.past[0::2], slot.past[1::2], slot.cross[0::2], slot.cross[1::2])
         for weights, keys, values, cross_keys, cross_values in buffers:
-            x = self._prompt_layer(x, weights, (keys, values), (cross_keys, cross_values), cross_allowed)
+            x = self._prompt_layer(x, weights, (keys, values), (cross_keys, cross_values), cross_bias)
         if last_only:
             x = x[:, -1:]
         return head(x, self.final_norm, self.lm_head, self.bias, self.eps, False)
 
-    def _prompt_layer(self, x, w: tuple, past: tuple, cross: tuple, cross_allowed):
+    def _prompt_layer(self, x, w: tuple, past: tuple, cross: tuple, cross_bias):
         (norm1, qkv_w, qkv_b, out_w, out_b, norm2, cq_w, cq_b, cout_w, cout_b,
          norm3, fc1_w, fc1_b, fc2_w, fc2_b) = w
         rows, length, embed = x.shape
@@ -184,7 +185,7 @@ class FusedBartStep:
         a = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         x = self._post(x + F.linear(a.transpose(1, 2).reshape(x.shape), out_w, out_b), norm1)
         q = F.linear(self._pre(x, norm2), cq_w, cq_b).reshape(split).transpose(1, 2)
-        a = F.scaled_dot_product_attention(q, cross[0], cross[1], attn_mask=cross_allowed, scale=self.scale)
+        a = F.scaled_dot_product_attention(q, cross[0], cross[1], attn_mask=cross_bias, scale=self.scale)
         x = self._post(x + F.linear(a.transpose(1, 2).reshape(x.shape), cout_w, cout_b), norm2)
         h = ACTIVATIONS[self.activation](F.linear(self._pre(x, norm3), fc1_w, fc1_b))
         return self._post(x + F.linear(h, fc2_w, fc2_b), norm3)
@@ -196,6 +197,13 @@ class FusedBartStep:
     def _post(self, x, norm: tuple):
         """A block's residual sum: normalised after in post-norm layers (BART)."""
         return x if self.pre_norm else layer_norm(x, norm, self.eps)
+
+
+def _additive_mask(mask: torch.Tensor, dtype) -> torch.Tensor:
+    """The encoder mask [R, T] as SDPA's additive mask [R, 1, 1, T]: 0 where kept, the lowest float where padded
+    (HF's form: a row with no kept column stays finite)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        mask == 0, torch.finfo(dtype).min)[:, None, None, :]
 
 
 def _detach(t):

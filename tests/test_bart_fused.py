@@ -3,9 +3,12 @@ CPU: bart-offline (post-norm, a decoder deeper than the encoder) and mbart-offli
 decoder's final layer norm, a forced first token), with every layer norm, bias and `final_logits_bias` drawn at
 random (HF's ones and zeros would hide one applied in the wrong place), an encoder batch whose second row is
 right-padded, and stale values in the buffers' unwritten columns. The step runs directly here (`cross`, `prefill`,
-then `one_token` per position with slot.ids and slot.write set by hand); the compiled step gives the same logits.
+then `one_token` per position with slot.ids and slot.write set by hand); the compiled step gives the same logits,
+the fp16 step HF's fp16 logits within fp16's rounding.
 Configs the step does not reproduce are refused in one line.
 """
+import copy
+
 import pytest
 import torch
 
@@ -130,6 +133,19 @@ def test_compiled_step_matches_hf(case):
     with torch.no_grad():
         ours = _step_logits(step, inputs, hidden, ids)
     torch.testing.assert_close(ours, _hf_logits(model, inputs, hidden, ids), atol=ATOL, rtol=0)
+
+
+def test_fp16_step_logits_close_to_hf(case):
+    """The same in fp16 (eager, on the CPU): the weights, the mask and final_logits_bias in the model's dtype."""
+    run, model, inputs, hidden = case
+    model = copy.deepcopy(model).half()
+    ids = _decoder_ids(model)
+    with torch.no_grad():
+        hidden = model.get_encoder()(**inputs).last_hidden_state
+        ours = _step_logits(FusedBartStep(model, None), inputs, hidden, ids)
+        expected = _hf_logits(model, inputs, hidden, ids)
+    assert ours.dtype == expected.dtype == torch.float16
+    torch.testing.assert_close(ours, expected, atol=2e-2, rtol=0)
 
 
 def test_unsupported_activation_is_refused():
