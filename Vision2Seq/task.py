@@ -145,9 +145,9 @@ class ImageToText(Seq2SeqLM):
     def score_item(self, run, steps, item: ImagePrompt, target: list[int]) -> torch.Tensor:
         """log-softmax rows predicting each target token [len(target), V] given the image and the prompt."""
         prompt = self.prompts(run, [item])
-        cache = steps.start({k: v.to(steps.device) for k, v in prompt.encoder.items()})
         lead = prompt.input_ids[0].tolist()
         dec = torch.tensor([lead + target[:-1]], device=steps.device)
+        cache = steps.start({k: v.to(steps.device) for k, v in prompt.encoder.items()}, dec.shape[1])
         ones = torch.ones_like(dec)
         logits, _ = steps.forward(dec, ones, ones, cache)
         return torch.log_softmax(logits[0, len(lead) - 1:].float(), dim=-1)
