@@ -43,7 +43,8 @@ from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot
 
 MODEL_TYPES = ("t5",)  # HF model types this step runs
 ACTIVATIONS = {"relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}  # HF's dense_act_fn -> ours
-FEED_FORWARDS = ("relu", "gated-relu", "gated-gelu", "gated-gelu_new", "gelu_new")  # feed_forward_proj we run
+# the feed-forwards this step reproduces: feed_forward_proj -> (gated, dense_act_fn)
+FEED_FORWARDS = {"relu": (False, "relu"), "gated-gelu": (True, "gelu_new")}
 
 
 def check_config(config) -> None:
@@ -51,7 +52,7 @@ def check_config(config) -> None:
     if getattr(config, "model_type", None) not in MODEL_TYPES:
         raise UsageError(f"--static-cache: model type {config.model_type!r} has no T5 decoder step on frameworks "
                          f"(model types with one: {', '.join(MODEL_TYPES)})")
-    if config.dense_act_fn not in ACTIVATIONS:
+    if (config.is_gated_act, config.dense_act_fn) not in FEED_FORWARDS.values():
         raise UsageError(f"--static-cache: T5 feed-forward {config.feed_forward_proj!r} is not one the static-cache "
                          f"step implements ({', '.join(FEED_FORWARDS)}); drop --static-cache")
 
@@ -246,13 +247,15 @@ def _scales_head(config) -> bool:
 
 
 def _bias_table(attention, config) -> torch.Tensor:
-    """The decoder's relative position bias by distance (write position - column) 0..max_distance + 1, [H, max_distance
-    + 2]: HF's own unidirectional bucketing (every larger distance falls in the last bucket, as this one does)."""
-    distance = torch.arange(config.relative_attention_max_distance + 2, device=attention.relative_attention_bias.weight.device)
+    """The decoder's relative position bias by distance (write position - column) 0..max_distance + 1,
+    [H, max_distance + 2]: HF's own unidirectional bucketing (every larger distance falls in the last bucket, as
+    this one does)."""
+    table = attention.relative_attention_bias.weight.detach()  # [buckets, H]
+    distance = torch.arange(config.relative_attention_max_distance + 2, device=table.device)
     buckets = attention._relative_position_bucket(-distance, bidirectional=False,
                                                   num_buckets=config.relative_attention_num_buckets,
                                                   max_distance=config.relative_attention_max_distance)
-    return attention.relative_attention_bias.weight.detach()[buckets].t().contiguous()
+    return table[buckets].t().contiguous()
 
 
 def _layer_weights(block, gated: bool) -> tuple:
