@@ -52,12 +52,23 @@ def built(request, tmp_path_factory):
     family, variant = request.param
     run = make_context(registry.family(family), ModelOptions(variant=variant, device="cpu", use_cache=True,
                                                              working_dir=str(tmp_path_factory.mktemp("work"))))
-    model = run.torch_model().eval()
+    model = _perturbed(run.torch_model().eval())
     builder = _builder(family, model.config.model_type)
     sessions = _build(builder, model, tmp_path_factory.mktemp("graphs"))
     encoded = run.tokenizer(PROMPTS, padding=True, return_tensors="pt")
     assert encoded["attention_mask"][1, -1] == 0  # a right-padded row
     return model, sessions, encoded
+
+
+def _perturbed(model, std: float = 0.2):
+    """`model` with every vector (norms, biases: 1 and 0 in the offline variants) and BART's final_logits_bias moved
+    by N(0, std), so a graph that leaves one out cannot give HF's outputs."""
+    rng = np.random.default_rng(5)
+    with torch.no_grad():
+        for tensor in [p for p in model.parameters() if p.dim() == 1] + [getattr(model, "final_logits_bias", None)]:
+            if tensor is not None:
+                tensor += torch.from_numpy(rng.standard_normal(tuple(tensor.shape), dtype=np.float32) * std)
+    return model
 
 
 def _cross_projections(model, layer: int, hidden):
@@ -123,3 +134,53 @@ def test_graphs_give_hf_outputs_and_greedy_tokens(built):
         ends = np.flatnonzero(chosen[1:] == model.config.eos_token_id)
         stop = ends[0] + 1 if len(ends) else len(chosen) - 1  # up to EOS (HF pads the row after it)
         assert stop > forced and (row[forced - 1:stop] == chosen[forced:stop + 1]).all()
+
+
+def test_a_weight_the_graphs_leave_out_is_refused(built, tmp_path):
+    model = built[0]
+    tensors = dict(model.state_dict())
+    layer = "decoder.block.0" if model.config.model_type == "t5" else "model.decoder.layers.0"
+    tensors[f"{layer}.adapter.weight"] = torch.ones(4, 4)
+    weights = fg.StateDict(tensors.__getitem__, tensors, "test")
+    with pytest.raises(ArtifactError, match=rf"does not use 1 weights of this checkpoint \({layer}\.adapter\.weight"):
+        _build(_builder(*_family(model)), model, tmp_path, weights)
+
+
+def test_weights_of_a_part_built_elsewhere_are_skipped(built):
+    """A builder that leaves the encoder to the plain export names its prefix: those weights are not required."""
+    from Seq2Seq.fused_graph import check_all_used
+
+    model = built[0]
+    with torch.device("meta"):
+        arch = type(model)(model.config)
+    encoder = "encoder." if model.config.model_type == "t5" else "model.encoder."
+    tied = {"shared.weight", "model.shared.weight"}  # the decoder's embedding under its other name
+    def read_all_but_the_encoder():
+        weights = fg.StateDict.of_model(model, "test")
+        for name in weights.names - tied:
+            if not name.startswith(encoder):
+                weights(name)
+        return weights
+
+    check_all_used(read_all_but_the_encoder(), arch, skip=(encoder,))
+    with pytest.raises(ArtifactError, match=f"does not use .* weights of this checkpoint \\({encoder}"):
+        check_all_used(read_all_but_the_encoder(), arch)
+
+
+def _family(model) -> tuple[str, str]:
+    return ("T5" if model.config.model_type == "t5" else "BART"), model.config.model_type
+
+
+def test_models_the_graphs_cannot_run_are_refused_by_message():
+    from transformers import BartConfig, MBartConfig, T5Config
+
+    t5, bart = _builder("T5", "t5"), _builder("BART", "bart")
+    assert t5.refusal(T5Config(d_model=64, d_kv=16, num_heads=4)) is None
+    assert t5.refusal(T5Config(d_model=64, d_kv=16, num_heads=4, feed_forward_proj="gated-gelu")) is None
+    assert "head size that is a multiple of 8" in t5.refusal(T5Config(d_model=48, d_kv=12, num_heads=4))
+    assert "activation 'silu'" in t5.refusal(T5Config(feed_forward_proj="gated-silu"))
+    assert bart.refusal(BartConfig(d_model=64, encoder_attention_heads=4, decoder_attention_heads=4)) is None
+    assert bart.refusal(MBartConfig(d_model=1024, encoder_attention_heads=16, decoder_attention_heads=16)) is None
+    assert "decoder has 64 / 16 heads" in bart.refusal(BartConfig(d_model=64, decoder_attention_heads=16,
+                                                                 encoder_attention_heads=8))
+    assert "activation 'swish'" in bart.refusal(BartConfig(activation_function="swish"))
