@@ -114,6 +114,7 @@ class FusedBlipStep:
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
                  settings: FusedSettings = FusedSettings()):
+        model = model if hasattr(model, "text_decoder") else model.model  # the kind's ImageTextAdapter: its model
         check_config(model.config)
         text = model.config.text_config
         self.settings, self.compiled = settings, compile_options is not None
