@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from CausalLM.fused_step import FusedSettings, compiled, layer_norm, product
 from NNDF.errors import UsageError
 from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot
+from Vision2Seq.model import ImageTextAdapter
 
 MODEL_TYPES = ("blip",)  # HF model types this step runs (BlipForConditionalGeneration)
 ACTIVATIONS = {  # HF's `hidden_act` names this step reproduces exactly -> the torch function
@@ -114,7 +115,8 @@ class FusedBlipStep:
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
                  settings: FusedSettings = FusedSettings()):
-        model = model if hasattr(model, "text_decoder") else model.model  # the kind's ImageTextAdapter: its model
+        if isinstance(model, ImageTextAdapter):  # the kind's wrapper: the HF model inside
+            model = model.model
         check_config(model.config)
         text = model.config.text_config
         self.settings, self.compiled = settings, compile_options is not None

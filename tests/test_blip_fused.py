@@ -18,6 +18,7 @@ from NNDF.actions.common import encode
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
+from Vision2Seq.model import ImageTextAdapter
 from Vision2Seq.task import ImagePrompt
 
 from conftest import ROOT
@@ -120,14 +121,15 @@ def test_logits_match_hf(name, mask_tail, runs):
 @pytest.mark.parametrize("name", ["blip-offline", "tiny"])
 def test_greedy_captions_match_hf_generate(name, runs):
     """Greedy decoding through the step, stopping at [SEP], gives HF generate's caption (which drops the prompt's
-    last id as for a trailing [SEP]: `hf_generate_inputs` appends one)."""
+    last id as for a trailing [SEP]: `hf_generate_inputs` appends one). The step is given the model inside the
+    kind's `ImageTextAdapter`."""
     run = runs[name]
     model, image, mask, prompt = _inputs(run)
     eos, new = model.config.text_config.sep_token_id, 10
     inputs = run.family.task.hf_generate_inputs(run, encode(run, [ImagePrompt(i, TEXT) for i in IMAGES]))
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=new, do_sample=False, num_beams=1)[:, prompt.shape[1]:]
-        step = FusedBlipStep(model, None)
+        step = FusedBlipStep(ImageTextAdapter(model), None)  # the kind's wrapper is unwrapped
         slot = _start(step, image, mask, prompt.shape[1] + new)
         token = step.prefill(prompt, slot, last_only=True)[:, -1].argmax(-1)
         tokens = [token]
