@@ -23,6 +23,7 @@ import torch
 from transformers import DynamicCache, StaticCache
 from transformers.cache_utils import StaticLayer
 
+from NNDF.backends.torch.capture import capture
 from NNDF.backends.torch.compile import compile_step
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
@@ -155,7 +156,7 @@ class TorchSteps:
         if not self.cuda_graph:
             return self._one_token(slot), slot
         if slot.graph is None:
-            self._capture(slot)
+            capture(slot, self._one_token, self.device, f"{type(self.model).__name__}'s step")
         slot.graph.replay()
         return slot.logits, slot  # valid until the next step (the loop reads it before stepping again)
 
@@ -164,31 +165,6 @@ class TorchSteps:
             return self.fused.one_token(slot)
         kwargs = self._kwargs(slot.ids, slot.mask, slot.positions, slot.cache, last_only=True)
         return self._step_model(**kwargs).logits
-
-    def _capture(self, slot: KVSlot) -> None:
-        """Warm up on a side stream (cuBLAS workspaces, inductor's compilation), then capture the step. Warm-up
-        writes the same K/V the real step writes; the write position is put back after each run."""
-        positions = slot.positions_state()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._one_token(slot)
-                slot.restore_positions(positions)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph):
-                slot.logits = self._one_token(slot)
-        except RuntimeError as exc:  # e.g. transformers 5.17's eager-attention mask copies a CPU scalar per call
-            import transformers
-
-            first = str(exc).strip().splitlines()[0][:160]
-            raise UsageError(f"--use-cuda-graph: {type(self.model).__name__}'s step cannot be captured with "
-                             f"transformers {transformers.__version__} ({first}); add --torch-compile or drop "
-                             "--use-cuda-graph") from exc
-        slot.restore_positions(positions)
-        slot.graph = graph
 
     @torch.inference_mode()  # the slots' tensors are inference tensors (made and updated inside forward)
     def new_cache(self, batch: int, max_length: int):

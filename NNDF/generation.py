@@ -9,9 +9,10 @@ finished beams never starve the running ones). Scores go through transformers' o
 its `EosTokenCriteria`; `eos_token_id` may be one id or several (a chat model's end of text and end of turn):
 any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under the
 user's flags) is decided in `NNDF.decoding`.
-Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder)`
-(encoder and cross-attention cache, whose result is the initial cache) before the decoder's first step, so
-the prefill time includes the encoder.
+Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder,
+max_length)` (encoder and cross-attention cache, whose result is the initial cache; `max_length`: the decoder
+positions the generation may fill, which a static cache allocates) before the decoder's first step, so the
+prefill time includes the encoder.
 An optional observer is told when the first token exists, when each token exists, and when generation ends
 (the benchmark's timers and its per-token trace).
 """
@@ -115,8 +116,8 @@ class _RunningBatch:
         self._mask = attention_mask.new_ones(rows, self.length + max_new)
         self._mask[:, : self.length] = attention_mask
         self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
-        self.encoder = encoder
-        self.cache: Cache = None if encoder is not None else steps.new_cache(rows, self.length + max_new)
+        self.encoder, self.max_length = encoder, self.length + max_new
+        self.cache: Cache = None if encoder is not None else steps.new_cache(rows, self.max_length)
 
     @property
     def ids(self) -> torch.Tensor:  # [N, length]
@@ -129,7 +130,7 @@ class _RunningBatch:
     def prefill(self) -> torch.Tensor:
         """Logits of the last prompt position [N, V] (float32)."""
         if self.encoder is not None:
-            self.cache = self.steps.start(self.encoder)
+            self.cache = self.steps.start(self.encoder, self.max_length)
             self.observer.encoded()
         logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache,
                                                 last_only=True)

@@ -66,8 +66,10 @@ class EncoderDecoderSteps(GenerativeSteps, Protocol):
     decoder step's cross-attention needs) plus, with a KV cache, the cross-attention keys and values. `forward`
     and `reorder_cache` then work as for a decoder (reordering also covers the encoder's part)."""
 
-    def start(self, encoder_inputs: dict) -> Cache:
-        """Run the encoder on named inputs [B, ...] (e.g. input_ids and attention_mask)."""
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> Cache:
+        """Run the encoder on named inputs [B, ...] (e.g. input_ids and attention_mask). `max_length`: the most
+        decoder positions (prompt + new tokens) the cache will hold, which a static cache allocates at once
+        (None: a growing cache, or steps that need no bound)."""
         ...
 
 

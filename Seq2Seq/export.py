@@ -178,10 +178,7 @@ def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
     layers = ex.layers
     auto = torch.export.Dim.AUTO
     paths = {"encoder": out_dir / "encoder.onnx", "decoder": out_dir / "decoder.onnx"}
-    export_graph(model, _EncoderGraph(model, encoder.names), tuple(ex.encoder[n] for n in encoder.names),
-                 list(encoder.names), ["encoder_hidden_states"],
-                 (tuple({axis: auto for axis in axes} for axes in encoder.dynamic_axes),), encoder.dim_names,
-                 paths["encoder"], spec)
+    _export_encoder(model, ex.encoder, paths["encoder"], spec, encoder)
     if use_cache:
         paths["cache_generator"] = out_dir / "cache_generator.onnx"
         export_graph(model, _CacheGeneratorGraph(model), (ex.hidden,), ["encoder_hidden_states"],
@@ -198,6 +195,19 @@ def export_seq2seq(model: torch.nn.Module, out_dir: Path, use_cache: bool, spec:
                      ({0: auto, 1: auto}, {0: auto, 1: auto}, ({0: auto, 1: auto},)), dim_names, paths["decoder"],
                      spec)
     return paths
+
+
+def _export_encoder(model, example: dict, path: Path, spec: ExportSpec, encoder: EncoderInputs) -> None:
+    auto = torch.export.Dim.AUTO
+    export_graph(model, _EncoderGraph(model, encoder.names), tuple(example[n] for n in encoder.names),
+                 list(encoder.names), ["encoder_hidden_states"],
+                 (tuple({axis: auto for axis in axes} for axes in encoder.dynamic_axes),), encoder.dim_names,
+                 path, spec)
+
+
+def export_encoder(model: torch.nn.Module, path: Path, spec: ExportSpec, encoder: EncoderInputs = TEXT_ENCODER) -> None:
+    """The encoder graph alone (as `export_seq2seq` exports it) to `path`."""
+    _export_encoder(model, encoder.example(model, torch.Generator().manual_seed(0)), path, spec, encoder)
 
 
 def validate(model: torch.nn.Module, steps_factory, use_cache: bool, spec: ExportSpec, fp16: bool,

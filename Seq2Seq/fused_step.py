@@ -55,6 +55,19 @@ class Seq2SeqSlot(KVSlot):
         self.cross = []
 
 
+def reordered(cache, index: torch.Tensor, fresh):
+    """`cache` (a `Seq2Seq.torch_steps.Seq2SeqCache` over a `Seq2SeqSlot`) with rows `index` [N]: in place when the
+    row count stays (beam reordering; the cross-attention buffers only when rows change inputs), else into
+    `fresh(rows, max_length, encoder_length)`, the pool's reset slot for N rows."""
+    slot = cache.kv
+    if index.numel() == slot.rows:
+        slot.take_rows(slot, index, cross=cache.moves_inputs(index))
+        return cache.select(index, slot)
+    target = fresh(index.numel(), slot.max_length, slot.encoder_length)
+    target.take_rows(slot, index)
+    return cache.select(index, target)
+
+
 def seq2seq_slot(rows: int, max_length: int, encoder_length: int, layers: int, heads: int, head_dim: int,
                  dtype, device) -> Seq2SeqSlot:
     """A slot of zeroed buffers: `layers` self-attention K/V [rows, heads, max_length, head_dim] and cross-attention

@@ -45,7 +45,7 @@ class Seq2SeqOrtSteps:
                     f"{paths[part]} is not the {part} graph {cache} KV cache as this harness exports it "
                     f"(inputs: {', '.join(graph.inputs)}; outputs: {', '.join(graph.output_names[:3])})")
 
-    def start(self, encoder_inputs: dict) -> Seq2SeqCache:
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
         hidden = self.encoder.run(encoder_inputs)[0]  # [B, S, D]
         mask = encoder_mask(encoder_inputs, hidden)
         if not self.use_cache:

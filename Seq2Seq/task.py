@@ -19,12 +19,15 @@ class Seq2SeqLM(TextItems, GenerativeTask):
     auto_class = "AutoModelForSeq2SeqLM"
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
-    static_cache_refusal = "its encoder-decoder caches stay dynamic"
+    step_parts = ("decoder",)
     adapters = {"frameworks": "Seq2Seq.frameworks:Seq2SeqTorch",
                 "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
                 "trt": "Seq2Seq.trt:Seq2SeqTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
     evaluators = GENERATIVE_EVALUATORS  # shared by the generative kinds (NNDF/evaluate/)
+
+    def once_per_input(self, model) -> list:
+        return [model.get_encoder()]
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned
@@ -75,10 +78,10 @@ class Seq2SeqLM(TextItems, GenerativeTask):
         pass over the start token (and the forced first token, e.g. mBART's target language) + target."""
         prefix, suffix = special_affixes(run.tokenizer)
         enc = torch.tensor([prefix + context + suffix], device=steps.device)
-        cache = steps.start({"input_ids": enc, "attention_mask": torch.ones_like(enc)})
         forced = run.source.generation.forced_bos_token_id
         lead = [self.decoder_start(run)] + ([forced] if forced is not None else [])
         dec = torch.tensor([lead + target[:-1]], device=steps.device)
+        cache = steps.start({"input_ids": enc, "attention_mask": torch.ones_like(enc)}, dec.shape[1])
         mask = torch.ones_like(dec)
         logits, _ = steps.forward(dec, mask, position_ids_from_mask(mask), cache)
         return torch.log_softmax(logits[0, len(lead) - 1:].float(), dim=-1)

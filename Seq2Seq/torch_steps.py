@@ -3,6 +3,9 @@
 `start` runs the encoder once; the cache is `Seq2SeqCache`: the encoder's output and padding mask plus HF's
 own `EncoderDecoderCache` (self-attention keys/values grow per step; HF fills the cross-attention keys/values
 on the first decoder step and reuses them). Reordering (beam search) covers all of it.
+
+With `--static-cache`, `Seq2SeqStaticSteps` runs the family's fused decoder step over fixed buffers instead
+(`Seq2Seq.fused_step`), whose one-token step is compiled and replayed from a CUDA graph as the flags say.
 """
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ from dataclasses import dataclass, replace
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
+
+from NNDF.backends.torch.capture import capture
+from NNDF.slots import SlotPool
+from Seq2Seq.fused_step import Seq2SeqSlot, reordered
 
 
 def encoder_mask(encoder_inputs: dict, hidden: torch.Tensor) -> torch.Tensor:
@@ -65,7 +72,7 @@ class Seq2SeqTorchSteps:
         self.use_cache = use_cache
 
     @torch.inference_mode()
-    def start(self, encoder_inputs: dict) -> Seq2SeqCache:
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
         hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state
         kv = empty_kv() if self.use_cache else None
         return Seq2SeqCache(hidden, encoder_mask(encoder_inputs, hidden), kv)
@@ -90,3 +97,57 @@ class Seq2SeqTorchSteps:
 
     def close(self) -> None:
         self.model = None
+
+
+class Seq2SeqStaticSteps(Seq2SeqTorchSteps):
+    """`--static-cache` on frameworks: the family's fused decoder step (`Seq2Seq.fused_step.FusedSeq2SeqStep`) over
+    pooled `Seq2SeqSlot`s, one per (rows, max_length, encoder_length). `start` runs HF's encoder, takes the pool's
+    slot for that shape, copies the encoder mask in and fills the cross-attention buffers; the decoder prompt runs
+    eagerly (`prefill`); every later step copies its token into the slot and runs the one-token step, or replays
+    it from a CUDA graph (`cuda_graph`), captured on the slot's first step. Beam reordering moves rows in place
+    (the cross-attention buffers only when rows change inputs)."""
+
+    def __init__(self, model: torch.nn.Module, fused, cuda_graph: bool = False):
+        super().__init__(model, use_cache=True)
+        self.fused, self.cuda_graph = fused, cuda_graph
+        self._slots: SlotPool[Seq2SeqSlot] = SlotPool()
+
+    @torch.inference_mode()
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
+        if max_length is None:  # internal misuse: the loop and teacher forcing always pass it
+            raise TypeError("a static cache needs the most decoder positions it will hold (max_length)")
+        hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state  # [B, S, D]
+        mask = encoder_mask(encoder_inputs, hidden)
+        slot = self._slot(hidden.shape[0], max_length, hidden.shape[1]).reset()
+        slot.encoder_mask.copy_(mask)
+        self.fused.cross(hidden, slot)
+        return Seq2SeqCache(None, mask, slot)
+
+    def _slot(self, rows: int, max_length: int, encoder_length: int) -> Seq2SeqSlot:
+        return self._slots.get((rows, max_length, encoder_length),
+                               lambda _: self.fused.new_slot(rows, max_length, encoder_length))
+
+    @torch.inference_mode()
+    def forward(self, input_ids, attention_mask, position_ids, cache: Seq2SeqCache, last_only=False):
+        slot, length = cache.kv, attention_mask.shape[1]
+        if input_ids.shape[1] > 1 or length == 1:  # the decoder prompt (from column 0): eager
+            if length != input_ids.shape[1]:
+                raise TypeError("a multi-token decoder pass must start at column 0")  # internal misuse
+            return self.fused.prefill(input_ids, slot, last_only), cache
+        slot.set_length(length)
+        slot.ids.copy_(input_ids)
+        if not self.cuda_graph:
+            return self.fused.one_token(slot), cache
+        if slot.graph is None:
+            capture(slot, self.fused.one_token, self.device, f"{type(self.fused).__name__}'s step")
+        slot.graph.replay()
+        return slot.logits, cache  # valid until the next step (the loop reads it before stepping again)
+
+    @torch.inference_mode()
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+        return reordered(cache, index, lambda *shape: self._slot(*shape).reset())
+
+    def close(self) -> None:
+        super().close()
+        self.fused = None
+        self._slots.close()

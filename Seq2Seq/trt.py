@@ -22,6 +22,7 @@ from pathlib import Path
 from NNDF.backends.trt.backend import TrtAdapter
 from NNDF.backends.trt.profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
+from NNDF.errors import UsageError
 from Seq2Seq.onnxrt import Seq2SeqOnnx
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 
@@ -68,6 +69,12 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
 
 class Seq2SeqTrt(TrtAdapter):
     artifact = Seq2SeqOnnx
+
+    def shapes(self, run: RunContext) -> EngineShapes:
+        if run.options.static_cache:
+            raise UsageError("--static-cache: encoder-decoder engines are built from the growing-cache export "
+                             "(the static cache runs on frameworks and onnxrt); drop --static-cache for trt")
+        return super().shapes(run)
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
         dims = {part: graph_dims(path) for part, path in onnx_paths.items()}

@@ -70,7 +70,7 @@ class Seq2SeqTrtSteps:
         view.copy_(value)  # device to device: fixed addresses for CUDA graphs
         self.decoder.bind(name, view, True)
 
-    def start(self, encoder_inputs: dict) -> Seq2SeqCache:
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
         inputs = {name: tensor.contiguous() for name, tensor in encoder_inputs.items()}
         for name, tensor in inputs.items():
             self.encoder.bind(name, tensor, True)

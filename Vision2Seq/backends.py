@@ -8,11 +8,9 @@ import torch
 
 from NNDF.backends.trt.profiles import EngineShapes, seq_range
 from NNDF.context import RunContext
-from NNDF.options import ModelOptions
-from Seq2Seq.export import EncoderInputs, export_seq2seq, validate
+from Seq2Seq.export import EncoderInputs
 from Seq2Seq.frameworks import Seq2SeqTorch
 from Seq2Seq.onnxrt import Seq2SeqOnnx
-from Seq2Seq.ort_steps import Seq2SeqOrtSteps
 from Seq2Seq.trt import Seq2SeqTrt, graph_dims, seq2seq_profiles
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.model import ImageTextAdapter
@@ -38,16 +36,16 @@ class ImageTextOnnx(Seq2SeqOnnx):
     """`vision2seq-<precision>-<kv|nokv>/`: encoder.onnx (the vision encoder), decoder.onnx, cache_generator.onnx."""
 
     prefix = "vision2seq"
+    encoder_inputs = IMAGE_ENCODER
 
-    def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
-        return export_seq2seq(ImageTextAdapter(model), out_dir, options.use_cache, self.spec, IMAGE_ENCODER)
+    def module(self, model):
+        return ImageTextAdapter(model)
 
-    def steps(self, run: RunContext, paths: dict[str, Path]) -> Seq2SeqOrtSteps:
-        return Seq2SeqOrtSteps(paths, run.device, run.options.use_cache, run.options.threads, IMAGE_ENCODER.names)
-
-    def check(self, model, run: RunContext, paths: dict[str, Path]) -> float:
-        return validate(ImageTextAdapter(model), lambda: self.steps(run, paths), run.options.use_cache, self.spec,
-                        run.options.fp16, IMAGE_ENCODER)
+    def validation_encoder(self, run: RunContext) -> dict:
+        """Two random images at the vision encoder's resolution (fixed seed)."""
+        size = run.source.config.vision_config.image_size
+        pixels = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
+        return {"pixel_values": pixels.to(torch.float16 if run.options.fp16 else torch.float32)}
 
     def validation_outputs(self, run: RunContext, steps) -> torch.Tensor:
         """Captions have no text passages to teacher-force (`--quantize` compares graphs on these instead): the
@@ -55,7 +53,7 @@ class ImageTextOnnx(Seq2SeqOnnx):
         from NNDF.steps import position_ids_from_mask
 
         prompt = self.task.random_prompt(run, 2, 16, torch.Generator().manual_seed(0))
-        cache = steps.start(prompt.encoder)
+        cache = steps.start(prompt.encoder, prompt.input_ids.shape[1])
         mask = prompt.attention_mask
         logits, _ = steps.forward(prompt.input_ids, mask, position_ids_from_mask(mask), cache)
         return torch.log_softmax(logits.float(), dim=-1).reshape(-1, logits.shape[-1]).cpu()

@@ -19,6 +19,7 @@ from NNDF.family import ROOT
 from NNDF.options import ImageOptions
 from NNDF.tasks import Prompt, shared_positions_problem
 from Seq2Seq.task import Seq2SeqLM
+from Vision2Seq.model import ImageTextAdapter
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class ImageToText(Seq2SeqLM):
 
     kind = "vision2seq"
     auto_class = "AutoModelForImageTextToText"
+
+    def once_per_input(self, model) -> list:
+        return [ImageTextAdapter(model).get_encoder()]
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
     option_groups = (*Seq2SeqLM.option_groups, ImageOptions)
@@ -145,9 +149,9 @@ class ImageToText(Seq2SeqLM):
     def score_item(self, run, steps, item: ImagePrompt, target: list[int]) -> torch.Tensor:
         """log-softmax rows predicting each target token [len(target), V] given the image and the prompt."""
         prompt = self.prompts(run, [item])
-        cache = steps.start({k: v.to(steps.device) for k, v in prompt.encoder.items()})
         lead = prompt.input_ids[0].tolist()
         dec = torch.tensor([lead + target[:-1]], device=steps.device)
+        cache = steps.start({k: v.to(steps.device) for k, v in prompt.encoder.items()}, dec.shape[1])
         ones = torch.ones_like(dec)
         logits, _ = steps.forward(dec, ones, ones, cache)
         return torch.log_softmax(logits[0, len(lead) - 1:].float(), dim=-1)

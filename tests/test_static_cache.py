@@ -78,8 +78,8 @@ def test_static_cache_option_rules(workdir):
         ModelOptions(use_cache=True, torch_compile=True).check_graph_needs_static("frameworks")
     with pytest.raises(UsageError, match="--compile-mode max-autotune needs --torch-compile"):
         ModelOptions(use_cache=True, static_cache=True, compile_mode="max-autotune")
-    with pytest.raises(UsageError, match=r"--static-cache is not implemented for T5 \(seq2seq models\): its encoder-decoder caches stay dynamic"):
-        make_context(registry.family("T5"), ModelOptions(use_cache=True, static_cache=True, working_dir=str(workdir)))
+    with pytest.raises(UsageError, match=r"--static-cache is not implemented for BERT \(encoder models\): encoder models have no KV cache"):
+        make_context(registry.family("BERT"), ModelOptions(static_cache=True, working_dir=str(workdir)))
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled graph runs in test_static_cache_same_tokens")

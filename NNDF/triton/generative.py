@@ -321,7 +321,7 @@ class GenerativeModel:
         ids = job.prompt.input_ids
         with torch.inference_mode():
             encoder = job.prompt.encoder
-            cache = self.steps.start(encoder) if encoder is not None else self.steps.new_cache(1, ids.shape[1])
+            cache = self.steps.start(encoder, ids.shape[1]) if encoder is not None else self.steps.new_cache(1, ids.shape[1])
             logits, _ = self.steps.forward(ids, torch.ones_like(ids), job.positions, cache)
         tensor = self.pb.Tensor("logits", np.ascontiguousarray(logits.float().cpu().numpy()))
         return self.pb.InferenceResponse(output_tensors=[tensor])

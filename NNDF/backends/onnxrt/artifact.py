@@ -62,6 +62,7 @@ class GraphArtifact(ABC):
     `NNDF.backends.onnxrt.quantized.QuantizedOnnx` quantizes another artifact's graphs."""
 
     prefix = "model"
+    static_export = True  # a static-cache run may take this kind's torch.onnx export (False: only a built graph)
 
     def __init__(self, spec: ExportSpec, task):
         self.spec, self.task = spec, task

@@ -70,6 +70,12 @@ class OnnxRuntimeBackend(Backend):
     def model_bytes(self) -> int | None:
         return None if self.paths is None else graph_bytes(self.paths)
 
+    def step_bytes(self) -> int | None:
+        if self.paths is None:
+            return None
+        parts = self.task.step_parts
+        return graph_bytes({p: path for p, path in self.paths.items() if parts is None or p in parts})
+
     def export_notes(self) -> tuple[str, ...]:
         notes = () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
         return ((f"decoder graph: {self.choice}",) if self.choice else ()) + notes
@@ -92,28 +98,42 @@ class OnnxRuntimeBackend(Backend):
         action's notes). --fused-decode: the family's fused decode graph (its builder for the model type, made into
         an artifact by the kind's: `OnnxArtifact.fused`), or UsageError when the family, model, precision or device
         has none (`variants` refuses --quantize with it). --no-fused-decode: the export. Neither: the fused graph
-        wherever it builds and runs here without a refusal, else the export, the note saying why."""
+        wherever it builds and runs here without a refusal, else the export, the note saying why. A kind without a
+        static-cache export (`OnnxArtifact.static_export` False) refuses, in one line, what has no built graph."""
         self.onnx, self.choice = self.plain, None
         asked, options = getattr(run.options, "fused_decode", None), run.options
-        if not options.static_cache or asked is False or (asked is None and self.quantization is not None):
-            if options.static_cache:
-                self.choice = ("the torch.onnx static-cache export" +
-                               (" (--no-fused-decode)" if asked is False else " (quantized graphs)"))
+        if not options.static_cache:
             return
+        why = self._no_fused_graph(run, asked)
+        if why is None:
+            model_type = run.source.config.model_type
+            self.check_fused_decode(model_type)
+            try:
+                self.onnx = self.plain.fused(self.fused[model_type], run)
+                self.choice = ("the fused decode graph built from the weights "
+                               f"({'--fused-decode' if asked else 'default'})")
+                return
+            except UsageError as exc:
+                if asked:
+                    raise
+                why = str(exc)
+        if not self.plain.static_export:
+            raise UsageError(f"--static-cache on onnxrt runs the {self.task.kind} decoder graph built from the "
+                             f"weights, and this run has none ({why}); drop --static-cache")
+        self.choice = f"the torch.onnx static-cache export ({why})"
+
+    def _no_fused_graph(self, run: RunContext, asked: bool | None) -> str | None:
+        """Why a static-cache run takes no fused graph without trying one (None: try it)."""
+        if asked is False:
+            return "--no-fused-decode"
+        if asked is None and self.quantization is not None:
+            return "quantized graphs"
         model_type = run.source.config.model_type
-        if asked is None and (model_type not in self.fused or getattr(options, "decoder_onnx", None)):
-            why = "--decoder-onnx given" if model_type in self.fused else f"no fused graph for {model_type}"
-            self.choice = f"the torch.onnx static-cache export ({why})"
-            return
-        self.check_fused_decode(model_type)
-        try:
-            self.onnx = self.plain.fused(self.fused[model_type], run)
-        except UsageError as exc:
-            if asked:
-                raise
-            self.choice = f"the torch.onnx static-cache export ({exc})"
-            return
-        self.choice = f"the fused decode graph built from the weights ({'--fused-decode' if asked else 'default'})"
+        if asked is None and model_type not in self.fused:
+            return f"no fused graph for {model_type}"
+        if asked is None and getattr(run.options, "decoder_onnx", None):
+            return "--decoder-onnx given"
+        return None
 
     def check_options(self, run: RunContext) -> None:
         """Refuse flags this kind cannot honour on ONNX Runtime (its artifact's `check_options`)."""

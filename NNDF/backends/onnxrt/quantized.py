@@ -25,6 +25,7 @@ class QuantizedOnnx(GraphArtifact):
     def __init__(self, base: GraphArtifact, quantization: Quantization):
         super().__init__(base.spec, base.task)
         self.base, self.quantization = base, quantization
+        self.static_export = base.static_export
         self.record: dict | None = None  # the validation record: agreement with the float graphs
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:

@@ -35,13 +35,13 @@ class FrameworksBackend(Backend):
     def setup(self, run: RunContext):
         return self.adapter_class(self.spec, self.task).steps(self, run)
 
-    def fused_step(self, run: RunContext, model):
-        """The family's fused decode step for this model (`--fused-decode`, else None), compiled as --compile-mode
-        says."""
+    def fused_step(self, run: RunContext, model, required: bool = False):
+        """The family's fused decode step for this model (`--fused-decode`, or `required` by the kind; else None),
+        compiled as --compile-mode says."""
         from NNDF.backends.torch.compile import COMPILE_OPTIONS
 
         options = run.options
-        if not options.fused_decode:
+        if not (options.fused_decode or required):
             return None
         self.check_fused_decode(model.config.model_type)
         step_class = self.fused[model.config.model_type]

@@ -145,7 +145,7 @@ class ServedSteps(ServedGeneration):
         sequences = torch.cat([input_ids.cpu().long(), tail], dim=1)
         return GenerationOutput(sequences, input_ids.shape[1])
 
-    def start(self, encoder_inputs: dict) -> "Encoded":
+    def start(self, encoder_inputs: dict, max_length: int | None = None) -> "Encoded":
         """Encoder-decoder teacher forcing: the encoder's inputs go with the forward request."""
         return Encoded(encoder_inputs)
 

@@ -1,0 +1,36 @@
+"""CUDA-graph capture of a static slot's one-token step, for any kind's PyTorch steps: warm up on a side stream
+(cuBLAS workspaces, inductor's compilation), then capture. A slot's step writes its K/V at the slot's device-held
+write position; warm-up runs write the same K/V the real step writes, and the position is put back after each."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from NNDF.errors import UsageError
+from NNDF.slots import KVSlot
+
+
+def capture(slot: KVSlot, step: Callable[[KVSlot], torch.Tensor], device: torch.device, what: str) -> None:
+    """Capture `step(slot)` into `slot.graph`, its output into `slot.logits` (replays overwrite it). `what` names
+    the step in the one-line error a step that cannot be captured gives."""
+    positions = slot.positions_state()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step(slot)
+            slot.restore_positions(positions)
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            slot.logits = step(slot)
+    except RuntimeError as exc:  # e.g. transformers 5.17's eager-attention mask copies a CPU scalar per call
+        import transformers
+
+        first = str(exc).strip().splitlines()[0][:160]
+        raise UsageError(f"--use-cuda-graph: {what} cannot be captured with transformers {transformers.__version__} "
+                         f"({first}); add --torch-compile or drop --use-cuda-graph") from exc
+    slot.restore_positions(positions)
+    slot.graph = graph
