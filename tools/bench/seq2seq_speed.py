@@ -11,6 +11,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
+  kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
+              step, the top kernels (torch's profiler)
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
 (OUT/seq2seq-speed.json, .md); no job starts after --deadline seconds; each model's folder and artifacts are
 deleted after its jobs unless --keep.
@@ -24,6 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
 
 from tools.bench import speed_matrix as sm  # noqa: E402
 
@@ -56,10 +60,74 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int) -> list[tuple[st
             ("beams-onnxrt", rows("s2s-onnxrt-beams")),
             ("batch8", rows("s2s-compiled", 8)),
             ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
+    todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir)),
+             ("kernels-cublas", lambda: kernels(shape, "frameworks", dict(COMPILED, cublas=True), workdir)),
+             ("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4)),
+             ("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
+             ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4))]
     if not keep:
         todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
                                                      for p in (Path(folder), Path(workdir))]}))
     return todo
+
+
+class Stepper:
+    """One-token decoder steps after the start token (the mask widens by one column a step, as in generation)."""
+
+    def __init__(self, steps, run, batch: int, prompt: int, length: int):
+        generator = torch.Generator().manual_seed(0)
+        encoder = run.family.task.random_prompt(run, batch, prompt, generator).encoder
+        self.steps, self.width = steps, 1
+        self.cache = steps.start({k: v.to(steps.device) for k, v in encoder.items()}, length)
+        self.token = torch.zeros(batch, 1, dtype=torch.long, device=steps.device)
+        self.mask = torch.ones(batch, length, dtype=torch.long, device=steps.device)
+        logits, self.cache = steps.forward(self.token, self.mask[:, :1], self.token, self.cache, last_only=True)
+
+    def step(self) -> None:
+        self.width += 1
+        positions = torch.full_like(self.token, self.width - 1)
+        logits, self.cache = self.steps.forward(self.token, self.mask[:, : self.width], positions, self.cache,
+                                                last_only=True)
+        self.token = logits[:, -1:].argmax(-1)
+
+
+def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 1) -> dict:
+    """The one-token step of `backend` under `options`: wall ms per step (host work included) over 50 steps, and
+    its GPU time and kernels per step over 20 more (torch's profiler; CUPTI sees ONNX Runtime's kernels too)."""
+    import time
+
+    from NNDF import registry
+    from NNDF.actions.common import backend_steps
+    from NNDF.context import make_context
+    from NNDF.options import ModelOptions
+    from tools.bench.kernel_table import kernel_table
+
+    from CausalLM.fused_step import FusedSettings
+
+    family = FAMILIES[shape]
+    options = dict(options)
+    cublas = options.pop("cublas", False)  # every product through cuBLAS (FusedSettings' reduction form off)
+    defaults = FusedSettings.__init__.__defaults__
+    FusedSettings.__init__.__defaults__ = (defaults[0], 0) if cublas else defaults
+    run = make_context(registry.family(family), ModelOptions(
+        torch_dir=sm.SHAPES[shape], working_dir=workdir, device="cuda", fp16=True, use_cache=True, use_mask=True,
+        batch_size=batch, **options))
+    with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+        stepper = Stepper(steps, run, batch, 4 if family == "BLIP" else 128, 1 + 10 + 50 + 20 + 2)
+        for _ in range(10):  # capture, compilation, warm-up
+            stepper.step()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(50):
+            stepper.step()
+        torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / 50 * 1e3
+        table = kernel_table(stepper.step, 20, top=12)
+    FusedSettings.__init__.__defaults__ = defaults
+    return {"model": shape, "backend": backend, "options": options, "cublas": cublas, "batch": batch, "step_wall_ms": round(wall, 4),
+            "gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
+            "top": [{"name": t["name"][:120], "us": round(t["us_per_step"], 1), "per_step": t["per_step"]}
+                    for t in table["top"]]}
 
 
 def make_shapes(shape: str, folder: str) -> dict:
@@ -91,7 +159,7 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
-        todo += [("bench" if kind not in ("shapes", "cleanup") else "other", job)
+        todo += [("bench" if kind not in ("shapes", "cleanup") and not kind.startswith("kernels") else "check", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations)
                  if kind not in skip]
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
