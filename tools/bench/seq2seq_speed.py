@@ -12,7 +12,9 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
   kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
-              step, the top kernels (torch's profiler)
+              step, the top kernels (torch's profiler); also with every product through cuBLAS (kernels-cublas),
+              at 4 rows (kernels-rows4, kernels-onnxrt-rows4) and compiled with --compile-mode max-autotune
+              (kernels-autotuned; its benchmark row: autotuned)
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
 (OUT/seq2seq-speed.json, .md); no job starts after --deadline seconds; each model's folder and artifacts are
 deleted after its jobs unless --keep.
@@ -39,6 +41,7 @@ sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
     "s2s-compiled": dict(backends=("frameworks",), options=COMPILED),
     "s2s-onnxrt": dict(backends=("onnxrt",), options=ORT),
+    "s2s-autotuned": dict(backends=("frameworks",), options=dict(COMPILED, compile_mode="max-autotune")),
     "s2s-compiled-beams": dict(backends=("frameworks",), options=dict(COMPILED, num_beams=4)),
     "s2s-onnxrt-beams": dict(backends=("onnxrt",), options=dict(ORT, num_beams=4)),
 })
@@ -64,7 +67,10 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int) -> list[tuple[st
              ("kernels-cublas", lambda: kernels(shape, "frameworks", dict(COMPILED, cublas=True), workdir)),
              ("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4)),
              ("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
-             ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4))]
+             ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4)),
+             ("kernels-autotuned", lambda: kernels(shape, "frameworks", dict(COMPILED, compile_mode="max-autotune"),
+                                                   workdir)),
+             ("autotuned", rows("s2s-autotuned"))]
     if not keep:
         todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
                                                      for p in (Path(folder), Path(workdir))]}))
@@ -107,8 +113,10 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
     family = FAMILIES[shape]
     options = dict(options)
     cublas = options.pop("cublas", False)  # every product through cuBLAS (FusedSettings' reduction form off)
-    defaults = FusedSettings.__init__.__defaults__
-    FusedSettings.__init__.__defaults__ = (defaults[0], 0) if cublas else defaults
+    steps_classes = [registry.load(t) for t in registry.facts(registry.family(family), "frameworks").fused.values()]
+    defaults = [cls.__init__.__defaults__ for cls in steps_classes]
+    for cls in steps_classes if cublas else ():
+        cls.__init__.__defaults__ = (None, FusedSettings(reduction_width=0))
     run = make_context(registry.family(family), ModelOptions(
         torch_dir=sm.SHAPES[shape], working_dir=workdir, device="cuda", fp16=True, use_cache=True, use_mask=True,
         batch_size=batch, **options))
@@ -123,7 +131,8 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / 50 * 1e3
         table = kernel_table(stepper.step, 20, top=12)
-    FusedSettings.__init__.__defaults__ = defaults
+    for cls, saved in zip(steps_classes, defaults):
+        cls.__init__.__defaults__ = saved
     return {"model": shape, "backend": backend, "options": options, "cublas": cublas, "batch": batch, "step_wall_ms": round(wall, 4),
             "gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
             "top": [{"name": t["name"][:120], "us": round(t["us_per_step"], 1), "per_step": t["per_step"]}
