@@ -47,6 +47,8 @@ class Task(ABC):
     auto_class: ClassVar[str]  # the transformers class that loads the model (see `model_class`)
     padding_side: ClassVar[str]  # where padding goes in a batch of inputs
     static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
+    # why HF `generate`'s own static cache cannot be the benchmark's baseline for this kind (None: it can)
+    hf_static_refusal: ClassVar[str | None] = None
     # the exported parts a generation step reads (None: all); an encoder runs once per input, not per token
     step_parts: ClassVar[tuple[str, ...] | None] = None
     # backend name -> "module:Class" of this kind's adapter there (what it exports, validates and runs; see

@@ -80,3 +80,19 @@ def test_static_cache_refusals(workdir):
     with pytest.raises(UsageError, match="--static-cache: encoder-decoder engines are built from the growing-cache "
                                          "export"):
         registry.backend(run.family, "trt").kind.shapes(run)
+
+
+def test_benchmark_static_rows_and_hf_baseline(workdir):
+    """`benchmark --static-cache --hf-baseline` on an image-to-text model: our static-cache row runs, and HF's static
+    baseline, which transformers' captioning generate cannot run (it overruns its own static cache), is replaced
+    by HF's growing-cache row with a note saying so."""
+    from NNDF.actions.benchmark import benchmark
+    from NNDF.options import BenchmarkOptions, SamplingOptions, TimingOptions
+
+    report = benchmark("BLIP", ("frameworks",), ModelOptions(
+        variant="blip-offline", working_dir=str(workdir), device=DEVICE, use_cache=True, static_cache=True),
+        SamplingOptions(), TimingOptions(iterations=1, warmup=0),
+        BenchmarkOptions(input_seq_len=4, output_seq_len=4, hf_baseline=True))
+    assert [r.backend for r in report.results] == ["hf-generate", "frameworks"]
+    assert any("hf-generate-static not run (transformers' captioning generate overruns" in n for n in report.notes)
+    assert all(r.tpot_ms.p50 > 0 and r.weight_bytes for r in report.results)

@@ -120,7 +120,7 @@ def step_bytes(run, model: torch.nn.Module) -> int:
     return parameter_bytes(model, tuple(run.family.task.once_per_input(model)))
 
 
-def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
+def _bench_hf_generate(run, sampling, timing, bench, static: bool) -> BenchmarkResult:
     """HF `generate` on the same kind of inputs: the outside reference for our loop."""
     from transformers import LogitsProcessor, LogitsProcessorList
 
@@ -137,7 +137,7 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
                 self.clock.first_token()
             return scores
 
-    static = {"cache_implementation": "static"} if run.options.static_cache else {}
+    static = {"cache_implementation": "static"} if static else {}
     name = "hf-generate-static" if static else "hf-generate"
 
     def call():
@@ -204,7 +204,11 @@ class Benchmark(Evaluator):
         if fitted:
             report.notes.append(fitted)
         if bench.hf_baseline:
-            report.results.append(_bench_hf_generate(run, self.sampling, timing, bench))
+            static = options.static_cache and run.family.task.hf_static_refusal is None
+            if options.static_cache and not static:
+                report.notes.append(f"hf-generate-static not run ({run.family.task.hf_static_refusal}); the "
+                                    "baseline row is HF generate with its growing cache")
+            report.results.append(_bench_hf_generate(run, self.sampling, timing, bench, static))
             run.release_torch_model()  # the backends load what they run: never two copies on the device at once
 
     def evaluate(self, run, name: str, backend, steps, report):
