@@ -1,5 +1,6 @@
 """The encoder-decoder kind on ONNX Runtime (and what its engines are built from): the three-graph artifact; with
-`--static-cache`, the family's graphs built from the weights (`Seq2Seq.ort_fused`) in its place."""
+`--static-cache`, the family's graphs built from the weights (`Seq2Seq.ort_fused`) in its place on onnxrt, and
+for TensorRT the static export (`Seq2Seq.static_export`: the decoder is the family's static-cache step)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,8 @@ from Seq2Seq.ort_steps import Seq2SeqOrtSteps
 
 
 class Seq2SeqOnnx(OnnxArtifact):
-    """`seq2seq-<precision>-<kv|nokv>/`: encoder.onnx, decoder.onnx and, with a KV cache, cache_generator.onnx."""
+    """`seq2seq-<precision>-<kv|nokv|static>/`: encoder.onnx, decoder.onnx and, with a KV cache,
+    cache_generator.onnx (`static`: the static export, which only `trt` builds engines from)."""
 
     prefix = "seq2seq"
     static_export = False  # a static cache runs the family's built graphs (`fused`)
@@ -30,6 +32,18 @@ class Seq2SeqOnnx(OnnxArtifact):
 
     def export(self, model, out_dir: Path, options: ModelOptions) -> dict[str, Path]:
         return export_seq2seq(self.module(model), out_dir, options.use_cache, self.spec, self.encoder_inputs)
+
+    def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
+        if not run.options.static_cache:
+            return super().build_into(model, run, out_dir)
+        from Seq2Seq.static_export import export_static, step_class, validate_static
+
+        step = step_class(run)(model, None)  # eager: the export traces its one-token step
+        made = export_static(self.module(model), step, out_dir, self.spec, self.encoder_inputs)
+        del step  # its concatenated weight copies
+        return {"max_abs_diff_vs_pytorch": validate_static(self.module(model), made, run.device, self.spec,
+                                                           run.options.fp16, self.encoder_inputs,
+                                                           run.options.threads)}
 
     def export_encoder(self, model, path: Path) -> None:
         """The encoder graph alone, for built graphs that leave the encoder to the export."""

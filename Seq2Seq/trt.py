@@ -9,6 +9,8 @@ says what the kind adds: one set of optimization profiles per part and `Seq2SeqT
                       1 "step":  input_ids [rows, 1], past.* [rows, H, 1..max_output + 1, D]
                       both: encoder_attention_mask [.., 1..max_input], cross.* [.., H, 1..max_input, D]
     decoder (no KV):  input_ids [batch..rows, 1..max_output + 1], encoder_hidden_states, encoder_attention_mask
+    decoder (static): 0 "first" / 1 "step" as with KV, every pass one token (`Seq2Seq.static_export`), past.* and
+                      present.* at the generation's full length L [.., H, 1..first + max_output, D] in both
 
 Profiles are derived from each input's exported dimension names (batch, seq, encoder_seq, past), so fixed
 dimensions (heads, head size, an image encoder's patch count) come from the ONNX itself.
@@ -24,6 +26,7 @@ from NNDF.backends.trt.profiles import EngineShapes, Profile, Range, seq_range
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from Seq2Seq.onnxrt import Seq2SeqOnnx
+from Seq2Seq.trt_static_steps import Seq2SeqTrtStaticSteps
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 
 
@@ -43,10 +46,10 @@ def _shape_ranges(onnx_shape: tuple, ranges: dict[str, Range]) -> tuple:
 
 
 def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], use_cache: bool,
-                     first: Range = Range(1, 1, 1)) -> dict[str, list]:
+                     first: Range = Range(1, 1, 1), static: bool = False) -> dict[str, list]:
     """Profiles of every part from its inputs' ONNX shapes (`dims[part][input]`, dimension names as exported:
-    batch, seq, encoder_seq, past). `first`: decoder tokens of the first step (the start token; a text prompt
-    for image-to-text models)."""
+    batch, seq, encoder_seq, past; max_length in the static decoder). `first`: decoder tokens of the first step
+    (the start token; a text prompt for image-to-text models)."""
     enc = seq_range(1, shapes.max_input)
 
     def profile(name: str, part: str, ranges: dict[str, Range]) -> Profile:
@@ -61,6 +64,11 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
         return profiles
     profiles["cache_generator"] = [profile("cache_generator", "cache_generator", encoder_side)]
     past = seq_range(1, longest)
+    if static:  # one token per pass; the buffers' full length is the generation's (up to `longest`)
+        profiles["decoder"] = [
+            profile("first", "decoder", {"batch": shapes.batch, "encoder_seq": enc, "max_length": past}),
+            profile("step", "decoder", {"batch": shapes.rows, "encoder_seq": enc, "max_length": past})]
+        return profiles
     profiles["decoder"] = [
         profile("first", "decoder", {"batch": shapes.batch, "seq": first, "encoder_seq": enc, "past": Range(0, 0, 0)}),
         profile("step", "decoder", {"batch": shapes.rows, "seq": Range(1, 1, 1), "encoder_seq": enc, "past": past})]
@@ -68,18 +76,28 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
 
 
 class Seq2SeqTrt(TrtAdapter):
+    """With `--static-cache` the engines are built from the static export (`Seq2Seq.static_export`: the family's
+    static-cache step as the decoder graph) and run by `Seq2SeqTrtStaticSteps`."""
+
     artifact = Seq2SeqOnnx
 
+    def first(self, shapes: EngineShapes) -> Range:
+        """Decoder tokens of the first step: the start token (image-to-text: a text prompt)."""
+        return Range(1, 1, 1)
+
     def shapes(self, run: RunContext) -> EngineShapes:
-        if run.options.static_cache:
-            raise UsageError("--static-cache: encoder-decoder engines are built from the growing-cache export "
-                             "(the static cache runs on frameworks and onnxrt); drop --static-cache for trt")
+        if run.options.static_cache and getattr(run.options, "fused_decode", None) is False:
+            raise UsageError("--no-fused-decode: trt --static-cache engines are built from the family's "
+                             "static-cache step; drop --no-fused-decode (or --static-cache)")
         return super().shapes(run)
 
     def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
         dims = {part: graph_dims(path) for part, path in onnx_paths.items()}
-        return seq2seq_profiles(shapes, dims, run.options.use_cache)
+        return seq2seq_profiles(shapes, dims, run.options.use_cache, self.first(shapes), run.options.static_cache)
 
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes) -> Seq2SeqTrtSteps:
+        if run.options.static_cache:
+            longest = min(self.first(shapes).max + shapes.max_output, shapes.max_total)
+            return Seq2SeqTrtStaticSteps(ios, run.device, shapes.rows.max, shapes.max_input, longest)
         return Seq2SeqTrtSteps(ios, run.device, run.options.use_cache, shapes.rows.max, shapes.max_input,
                                shapes.max_output)

@@ -2,16 +2,14 @@
 and engines over the `ImageTextAdapter`, with the vision encoder reading `pixel_values` instead of token ids."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
-from NNDF.backends.trt.profiles import EngineShapes, seq_range
+from NNDF.backends.trt.profiles import EngineShapes, Range, seq_range
 from NNDF.context import RunContext
 from Seq2Seq.export import EncoderInputs
 from Seq2Seq.frameworks import Seq2SeqTorch
 from Seq2Seq.onnxrt import Seq2SeqOnnx
-from Seq2Seq.trt import Seq2SeqTrt, graph_dims, seq2seq_profiles
+from Seq2Seq.trt import Seq2SeqTrt
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.model import ImageTextAdapter
 
@@ -64,12 +62,12 @@ class ImageTextTrt(Seq2SeqTrt):
 
     artifact = ImageTextOnnx
 
-    def profiles(self, run: RunContext, shapes: EngineShapes, onnx_paths: dict[str, Path]) -> dict[str, list]:
-        dims = {part: graph_dims(path) for part, path in onnx_paths.items()}
-        first = seq_range(1, min(shapes.max_input, shapes.max_total - 1))
-        return seq2seq_profiles(shapes, dims, run.options.use_cache, first=first)
+    def first(self, shapes: EngineShapes) -> Range:
+        return seq_range(1, min(shapes.max_input, shapes.max_total - 1))
 
     def make_steps(self, run: RunContext, ios: dict, shapes: EngineShapes) -> Seq2SeqTrtSteps:
+        if run.options.static_cache:
+            return super().make_steps(run, ios, shapes)
         return Seq2SeqTrtSteps(ios, run.device, run.options.use_cache, shapes.rows.max, shapes.max_input,
                                shapes.max_total)
 

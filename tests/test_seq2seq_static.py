@@ -77,8 +77,8 @@ def test_static_cache_refusals(workdir):
                                          "the family's fused step"):
         with backend_steps(run, registry.backend(run.family, "frameworks")):
             pass
-    with pytest.raises(UsageError, match="--static-cache: encoder-decoder engines are built from the growing-cache "
-                                         "export"):
+    with pytest.raises(UsageError, match="--no-fused-decode: trt --static-cache engines are built from the "
+                                         "family's static-cache step"):
         registry.backend(run.family, "trt").kind.shapes(run)
 
 
