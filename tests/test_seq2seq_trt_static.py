@@ -117,3 +117,25 @@ def test_static_steps_refuse_buffers_past_the_profiles(workdir):
     inputs = {"input_ids": torch.tensor([[5, 6, 1]]), "attention_mask": torch.ones(1, 3, dtype=torch.long)}
     with pytest.raises(Exception, match="exceed the engine's profile maxima"):
         steps.start(inputs, 9)
+
+
+def test_static_steps_give_hf_captions(workdir):
+    """Image-to-text (BLIP): the static export of the caption decoder matches HF, and the steps run a multi-token
+    text prompt one engine pass per token on the first profile, then the one-token steps: HF's captions (greedy
+    and 3 beams, with and without a text prompt, two images in a batch)."""
+    from test_vision2seq import CASES, _hf as hf_captions, _ours as our_captions
+
+    run = make_context(registry.family("BLIP"), ModelOptions(working_dir=str(workdir), static_cache=True,
+                                                             device="cpu"))
+    backend, paths = _static_paths(run)
+    assert paths["decoder"].parent.name == "vision2seq-fp32-static" and backend.export_max_diff() < 1e-4
+    prompts = [encode(run, items) for items in CASES]
+    assert max(prompt.input_ids.shape[1] for prompt in prompts) > 1  # a multi-token decoder prompt among them
+    for items, prompt in zip(CASES, prompts):
+        for beams in (1, 3):
+            ios = {part: OrtIO(path) for part, path in paths.items()}
+            steps = Seq2SeqTrtStaticSteps(ios, "cpu", max_rows=2 * beams, max_input=8, max_length=8 + NEW)
+            assert our_captions(run, steps, prompt, beams) == hf_captions(run, prompt, beams, True), (items, beams)
+            keys, first = ios["decoder"].graph_keys, prompt.input_ids.shape[1]
+            assert ios["decoder"].profiles == [0, 1] and keys[:first] == [None] * first  # the prompt, uncaptured
+            assert all(key is not None for key in keys[first:])
