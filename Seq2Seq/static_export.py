@@ -126,8 +126,8 @@ def validate_static(model: torch.nn.Module, paths: dict[str, Path], device, spec
     names = DECODER_INPUTS + kv_names("past", layers) + kv_names("cross", layers)
     steps = 4
     with torch.inference_mode():
-        ref = model(encoder_outputs=BaseModelOutput(last_hidden_state=ex.hidden), attention_mask=ex.mask, decoder_input_ids=ex.dec[:, :steps],
-                    use_cache=False).logits
+        ref = model(encoder_outputs=BaseModelOutput(last_hidden_state=ex.hidden), attention_mask=ex.mask,
+                    decoder_input_ids=ex.dec[:, :steps], use_cache=False).logits
     check = LogitsCheck(spec, fp16)
     for t in range(steps):
         feeds = (ex.dec[:, t:t + 1], torch.tensor([t], device=ex.mask.device), ex.mask, *past, *cross)

@@ -12,8 +12,8 @@ says what the kind adds: one set of optimization profiles per part and `Seq2SeqT
     decoder (static): 0 "first" / 1 "step" as with KV, every pass one token (`Seq2Seq.static_export`), past.* and
                       present.* at the generation's full length L [.., H, 1..first + max_output, D] in both
 
-Profiles are derived from each input's exported dimension names (batch, seq, encoder_seq, past), so fixed
-dimensions (heads, head size, an image encoder's patch count) come from the ONNX itself.
+Profiles are derived from each input's exported dimension names (batch, seq, encoder_seq, past, max_length), so
+fixed dimensions (heads, head size, an image encoder's patch count) come from the ONNX itself.
 
 `batch` rows run the encoder and the first decoder step; beam search then expands them to `rows` = batch x beams.
 """
@@ -53,7 +53,9 @@ def seq2seq_profiles(shapes: EngineShapes, dims: dict[str, dict[str, tuple]], us
     enc = seq_range(1, shapes.max_input)
 
     def profile(name: str, part: str, ranges: dict[str, Range]) -> Profile:
-        return Profile(name, {inp: _shape_ranges(shape, ranges) for inp, shape in dims[part].items()})
+        # inputs of fixed shape (the static decoder's cache_position) need no profile
+        return Profile(name, {inp: _shape_ranges(shape, ranges) for inp, shape in dims[part].items()
+                              if any(isinstance(d, str) for d in shape)})
 
     encoder_side = {"batch": shapes.batch, "encoder_seq": enc}
     profiles = {"encoder": [profile("encoder", "encoder", encoder_side)]}

@@ -74,7 +74,7 @@ def test_static_profiles_fix_full_length_buffers():
     assert encoder.shapes["input_ids"] == ((2, 1), (2, 32), (2, 64))
     assert generator.shapes["encoder_hidden_states"] == ((2, 1, 512), (2, 32, 512), (2, 64, 512))
     assert first.shapes["input_ids"] == ((2, 1),) * 3 and step.shapes["input_ids"] == ((6, 1),) * 3
-    assert first.shapes["cache_position"] == step.shapes["cache_position"] == ((1,),) * 3
+    assert "cache_position" not in first.shapes and "cache_position" not in step.shapes  # fixed [1]: no profile
     assert first.shapes["past.0.key"] == ((2, 8, 1, 64), (2, 8, 17, 64), (2, 8, 33, 64))  # start token + 32
     assert step.shapes["past.0.key"] == ((6, 8, 1, 64), (6, 8, 17, 64), (6, 8, 33, 64))
     assert step.shapes["cross.0.key"] == ((6, 8, 1, 64), (6, 8, 32, 64), (6, 8, 64, 64))
