@@ -12,6 +12,8 @@ import copy
 import pytest
 import torch
 
+from CausalLM.fused_step import FusedSettings
+
 from NNDF import registry
 from NNDF.context import make_context
 from NNDF.errors import UsageError
@@ -127,7 +129,7 @@ def test_greedy_tokens_match_hf_generate(case):
 def test_compiled_step_matches_hf(case):
     """torch.compile of the step's three functions on the CPU (2 rows: the products' reduction form)."""
     run, model, inputs, hidden = case
-    step = FusedBartStep(model, {})
+    step = FusedBartStep(model, {}, FusedSettings(reduction_rows=2))  # the reduction form at 2 rows
     assert step.compiled and step.settings.reduces(2, True, step.width)
     ids = _decoder_ids(model)
     with torch.no_grad():

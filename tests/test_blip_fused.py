@@ -13,6 +13,8 @@ import shutil
 import pytest
 import torch
 
+from CausalLM.fused_step import FusedSettings
+
 from NNDF import registry
 from NNDF.actions.common import encode
 from NNDF.context import make_context
@@ -149,7 +151,7 @@ def test_compiled_step_matches_eager(runs):
     the eager step's logits at every position, the layer function compiled once for both layers."""
     model, image, mask, prompt = _inputs(runs["tiny"], mask_tail=3)
     ids = torch.cat([prompt, torch.arange(5, 5 + STEPS).repeat(2, 1)], dim=1)
-    compiled = FusedBlipStep(model, {})
+    compiled = FusedBlipStep(model, {}, FusedSettings(reduction_rows=2))  # reduction form at 2 rows
     assert compiled.compiled and compiled.settings.reduces(2, True, compiled.width)
     with torch.no_grad():
         ours = _step_logits(compiled, image, mask, ids, prompt.shape[1])

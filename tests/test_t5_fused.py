@@ -11,6 +11,8 @@ import copy
 import pytest
 import torch
 
+from CausalLM.fused_step import FusedSettings
+
 from NNDF import registry
 from NNDF.context import make_context
 from NNDF.errors import UsageError
@@ -130,7 +132,7 @@ def test_compiled_step_matches_hf(cases):
     from torch._dynamo.utils import counters
 
     model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
-    step = FusedT5Step(model, {})
+    step = FusedT5Step(model, {}, FusedSettings(reduction_rows=2))  # the reduction form at 2 rows
     assert step.settings.reduces(ids.shape[0], step.compiled, step.width)
     graphs = counters["stats"]["unique_graphs"]
     torch.testing.assert_close(_step_logits(step, model, batch, ids), expected, atol=1e-4, rtol=1e-4)
