@@ -117,8 +117,9 @@ class _Parts:
         """HF's fp16 clamp of an encoder layer's output (none in fp32)."""
         if self.g.dtype == np.float32:
             return x
-        bound = float(np.finfo(np.float16).max) - 1000
-        return self.g.op("Clip", [x, sg.constant(self.g, -bound, np.float16), sg.constant(self.g, bound, np.float16)])
+        bound = float(np.finfo(np.float16).max) - 1000  # Max and Min: ONNX Runtime's CUDA Clip has no fp16 kernel
+        low = self.g.op("Max", [x, sg.constant(self.g, -bound, np.float16)])
+        return self.g.op("Min", [low, sg.constant(self.g, bound, np.float16)])
 
 
 def _encoder(p: _Parts) -> "fg.onnx.ModelProto":
