@@ -173,7 +173,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         present = (f"present.{i}.key", f"present.{i}.value")
         attn = fg.attention(g, p.qkv(h, f"{layer}.self_attn"), pasts[i], present, p.heads, p.scale)  # [B, S, H D]
         out, bias = p.product(attn, f"{layer}.self_attn.out_proj")
-        h, residual = _add_norm(p, out, residual, bias, f"{layer}.self_attn_layer_norm", f"{layer}.encoder_attn_layer_norm")
+        h, residual = _add_norm(p, out, residual, bias, f"{layer}.self_attn_layer_norm",
+                                f"{layer}.encoder_attn_layer_norm")
         cross = sg.attend(g, p.linear(h, f"{layer}.encoder_attn.q_proj"), *crosses[i], p.heads, p.scale, cross_bias)
         out, bias = p.product(cross, f"{layer}.encoder_attn.out_proj")
         h, residual = _add_norm(p, out, residual, bias, f"{layer}.encoder_attn_layer_norm", f"{layer}.final_layer_norm")

@@ -127,7 +127,7 @@ def _decode(decoder, tokens, mask, cross: list, layers: int, heads: int, head_di
     then one-token steps, past and present bound to the same buffers (written in place)."""
     rows, count = tokens.shape
     past = [torch.zeros(rows, heads, MAX_LENGTH, head_dim, dtype=dtype) for _ in range(2 * layers)]
-    names = [f"{kind}.{i}.{kv}" for i in range(layers) for kv in ("key", "value") for kind in ("past",)]
+    names = [f"past.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
     logits = []
     for start, stop in [(0, 2)] + [(t, t + 1) for t in range(2, count)]:
         feeds = {"input_ids": tokens[:, start:stop].contiguous(),
@@ -135,7 +135,8 @@ def _decode(decoder, tokens, mask, cross: list, layers: int, heads: int, head_di
                  "seqlens_k": torch.full((rows,), stop - 1, dtype=torch.int32),
                  "total_sequence_length": torch.tensor(stop - start if start == 0 else MAX_LENGTH, dtype=torch.int32),
                  "encoder_attention_mask": mask, **dict(zip(names, past)),
-                 **{f"cross.{i}.{kv}": cross[2 * i + j] for i in range(layers) for j, kv in enumerate(("key", "value"))}}
+                 **{f"cross.{i}.{kv}": cross[2 * i + j] for i in range(layers)
+                    for j, kv in enumerate(("key", "value"))}}
         out = torch.empty(rows, stop - start, decoder.get_outputs()[0].shape[-1], dtype=dtype)
         binding = decoder.io_binding()
         for name, tensor in feeds.items():
