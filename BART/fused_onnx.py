@@ -181,8 +181,11 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         ff, bias = p.feed_forward(h, layer)
         after = f"layers.{i + 1}.self_attn_layer_norm" if i + 1 < layers else "layer_norm"
         h, residual = _add_norm(p, ff, residual, bias, f"{layer}.final_layer_norm", after)
-    final_bias = g.weight("final_logits_bias", p.take("final_logits_bias")[0])  # [V]
-    g.op("Add", [g.op("MatMul", [h, head]), final_bias], ["logits"])  # [B, S, V]
+    final_bias = p.take.optional("final_logits_bias")  # [1, V]; HF loads a checkpoint without it as zeros
+    if final_bias is None:
+        g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    else:
+        g.op("Add", [g.op("MatMul", [h, head]), g.weight("final_logits_bias", final_bias[0])], ["logits"])
     return g.model(f"{p.config.model_type}_decoder")
 
 

@@ -240,3 +240,24 @@ def test_fp16_graphs_run_near_hf(built, tmp_path):
     logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3],
                      torch.float16)
     assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("built", [("BART", "bart-relu")], indirect=True, ids=["bart-relu"])
+def test_a_checkpoint_without_final_logits_bias_builds_as_hf_loads_it(built, tmp_path):
+    """HF loads a BART checkpoint without final_logits_bias (a buffer) with zeros; the graph leaves the add out."""
+    import copy
+
+    model = copy.deepcopy(built[0])
+    tensors = {k: v for k, v in model.state_dict().items() if k != "final_logits_bias"}
+    sessions = _build(_builder("BART", "bart"), model, tmp_path, fg.StateDict(tensors.__getitem__, tensors, "test"))
+    model.final_logits_bias.zero_()
+    ids, mask = built[2]["input_ids"], built[2]["attention_mask"]
+    tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6]] * ids.shape[0])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
+    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
+    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3])
+    np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=1e-4)
+    assert "final_logits_bias" not in {i.name for i in fg.onnx.load(str(tmp_path / "decoder.onnx"),
+                                                                    load_external_data=False).graph.initializer}
