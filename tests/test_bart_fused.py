@@ -24,7 +24,7 @@ from BART.fused_decode import MODEL_TYPES, FusedBartStep
 from NNDF.actions.common import backend_steps, encode
 
 from test_fused_decode import DEVICE, MODES, _mode_id
-from test_parity import NEW, _hf, _ours
+from test_parity import _hf, _ours
 
 TEXTS = ["The house is wonderful and the garden is green.", "Names refer"]  # row 1 right-padded
 DECODED = 8  # decoder positions compared
