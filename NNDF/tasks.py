@@ -47,6 +47,8 @@ class Task(ABC):
     auto_class: ClassVar[str]  # the transformers class that loads the model (see `model_class`)
     padding_side: ClassVar[str]  # where padding goes in a batch of inputs
     static_cache_refusal: ClassVar[str | None] = None  # why --static-cache does not apply (None: it does)
+    # the exported parts a generation step reads (None: all); an encoder runs once per input, not per token
+    step_parts: ClassVar[tuple[str, ...] | None] = None
     # backend name -> "module:Class" of this kind's adapter there (what it exports, validates and runs; see
     # `NNDF.backends.base.Adapter`), loaded by `NNDF.registry`
     adapters: ClassVar[dict[str, str]] = {}
@@ -55,6 +57,11 @@ class Task(ABC):
     # the option groups only some kinds read that this kind adds (NNDF/options.py, `by_kind`): their flags are
     # shown and accepted for its families, refused for the others
     option_groups: ClassVar[tuple[type, ...]] = ()
+
+    def once_per_input(self, model) -> list:
+        """The modules of a loaded model that run once per input rather than per generated token (an encoder):
+        their own weights are not part of what one step reads."""
+        return []
 
     def model_class(self, source, options) -> str:
         """The transformers class that loads this run's model (`auto_class` unless the kind picks per checkpoint)."""

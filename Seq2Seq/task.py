@@ -19,11 +19,15 @@ class Seq2SeqLM(TextItems, GenerativeTask):
     auto_class = "AutoModelForSeq2SeqLM"
     padding_side = "right"
     one_stream = False  # the context is read by the encoder: a different split is a different computation
+    step_parts = ("decoder",)
     adapters = {"frameworks": "Seq2Seq.frameworks:Seq2SeqTorch",
                 "onnxrt": "Seq2Seq.onnxrt:Seq2SeqOnnx",
                 "trt": "Seq2Seq.trt:Seq2SeqTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
     evaluators = GENERATIVE_EVALUATORS  # shared by the generative kinds (NNDF/evaluate/)
+
+    def once_per_input(self, model) -> list:
+        return [model.get_encoder()]
 
     def length_problem(self, run, prompt: int, new: int) -> str | None:
         """The prompt goes to the encoder, the new tokens (after the start token) to the decoder: with learned

@@ -19,6 +19,7 @@ from NNDF.family import ROOT
 from NNDF.options import ImageOptions
 from NNDF.tasks import Prompt, shared_positions_problem
 from Seq2Seq.task import Seq2SeqLM
+from Vision2Seq.model import ImageTextAdapter
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class ImageToText(Seq2SeqLM):
 
     kind = "vision2seq"
     auto_class = "AutoModelForImageTextToText"
+
+    def once_per_input(self, model) -> list:
+        return [ImageTextAdapter(model).get_encoder()]
     accuracy_refusal = ("accuracy (LAMBADA-style text scoring) is not defined for image captioning; use run, "
                         "compare, chat --image or benchmark")
     option_groups = (*Seq2SeqLM.option_groups, ImageOptions)

@@ -36,7 +36,7 @@ def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: int
                           capture_output=True, text=True, timeout=timeout)
 
 
-def generate_twice(run, steps, prompt, new: int, beams: int, eos):
+def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
     """Our loop's new tokens per row (up to EOS) for `prompt`, generated twice on the same steps: the second
     generation reuses the pooled static buffers (and a captured graph) and must give the same tokens."""
     from NNDF.actions.common import generate_prompt
@@ -45,7 +45,7 @@ def generate_twice(run, steps, prompt, new: int, beams: int, eos):
     out = []
     for _ in range(2):
         config = GenerationConfig(max_new_tokens=new, num_beams=beams, eos_token_id=eos,
-                                  pad_token_id=run.tokenizer.pad_token_id)
+                                  pad_token_id=run.tokenizer.pad_token_id, **settings)
         result = generate_prompt(steps, prompt, config)
         out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
     assert out[0] == out[1], "a second generation on the same buffers differs"

@@ -78,6 +78,11 @@ class Backend(ABC):
         files of this backend's own)."""
         return None
 
+    def step_bytes(self) -> int | None:
+        """Bytes of those model files one generation step reads (the kind's `Task.step_parts`; None as
+        `model_bytes`)."""
+        return self.model_bytes()
+
     def fused_decode_types(self) -> tuple[str, ...]:
         """HF model types (`config.model_type`) this backend runs the family's fused decode implementation for
         under `--fused-decode` (the family's `BackendFacts.fused`). Read only by `check_fused_decode`."""

@@ -94,17 +94,30 @@ def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> Benchm
         generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
     result = _summarize(name, samples, bench, run.options.batch_size, timing, memory, backend.export_max_diff())
     size = backend.model_bytes()
-    weights = size if size is not None or not backend.runs_torch_model else parameter_bytes(run.torch_model())
+    weights = backend.step_bytes()
+    if weights is None and backend.runs_torch_model:
+        weights = step_bytes(run, run.torch_model())
     return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
                                model_mb=None if size is None else size / 2**20, weight_bytes=weights)
 
 
-def parameter_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor)."""
-    seen = {}
-    for t in model.parameters():
-        seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values())
+def parameter_bytes(model: torch.nn.Module, leave_out: tuple = ()) -> int:
+    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor), less the storages
+    only the modules `leave_out` hold."""
+    def storages(params) -> dict:
+        return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in params}
+
+    seen = storages(model.parameters())
+    kept = {id(t) for t in model.parameters()} - {id(t) for m in leave_out for t in m.parameters()}
+    still = storages(t for t in model.parameters() if id(t) in kept)
+    only_left_out = set(seen) - set(still)
+    return sum(size for ptr, size in seen.items() if ptr not in only_left_out)
+
+
+def step_bytes(run, model: torch.nn.Module) -> int:
+    """The weight bytes one generation step reads: the model's parameters less what runs once per input (an
+    encoder's own weights)."""
+    return parameter_bytes(model, tuple(run.family.task.once_per_input(model)))
 
 
 def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
@@ -142,7 +155,7 @@ def _bench_hf_generate(run, sampling, timing, bench) -> BenchmarkResult:
     with MemoryWatch(run.device) as memory:
         samples = measure(call, timing, name)
     result = _summarize(name, samples, bench, run.options.batch_size, timing, memory)
-    return dataclasses.replace(result, weight_bytes=parameter_bytes(model))
+    return dataclasses.replace(result, weight_bytes=step_bytes(run, model))
 
 
 def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:

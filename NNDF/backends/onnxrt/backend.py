@@ -70,6 +70,12 @@ class OnnxRuntimeBackend(Backend):
     def model_bytes(self) -> int | None:
         return None if self.paths is None else graph_bytes(self.paths)
 
+    def step_bytes(self) -> int | None:
+        if self.paths is None:
+            return None
+        parts = self.task.step_parts
+        return graph_bytes({p: path for p, path in self.paths.items() if parts is None or p in parts})
+
     def export_notes(self) -> tuple[str, ...]:
         notes = () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
         return ((f"decoder graph: {self.choice}",) if self.choice else ()) + notes

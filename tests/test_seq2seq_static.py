@@ -1,0 +1,82 @@
+"""Encoder-decoders with `--static-cache` (the family's fused decoder step on frameworks, its graphs built from the
+weights on onnxrt): token-for-token parity with HF `generate` (CPU, fp32) through the shared loop — greedy and 3
+beams on a padded encoder batch, EOS mid-generation, every row alone — and a second generation on the same pooled
+buffers giving the same tokens. Refusals by message."""
+import os
+
+import pytest
+
+from NNDF import registry
+from NNDF.actions.common import backend_steps, encode
+from NNDF.context import make_context
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions
+
+from conftest import generate_twice
+from test_parity import NEW, _hf
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
+VARIANTS = [("T5", "t5-offline"), ("T5", "flan-t5-offline"), ("BART", "bart-offline"), ("BART", "mbart-offline")]
+
+
+def _run(family, variant, workdir, **options):
+    return make_context(registry.family(family), ModelOptions(
+        variant=variant, working_dir=str(workdir), batch_size=3, use_cache=True, static_cache=True, use_mask=True,
+        device=DEVICE, **options))
+
+
+def _ours(run, steps, prompt, beams, eos):
+    forced = run.source.generation.forced_bos_token_id
+    return generate_twice(run, steps, prompt, NEW, beams, eos, forced_bos_token_id=forced)
+
+
+@pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
+@pytest.mark.parametrize("family,variant", VARIANTS)
+def test_static_cache_gives_hf_tokens(family, variant, backend, workdir):
+    if DEVICE == "cuda" and backend == "onnxrt":
+        pytest.skip("onnxrt's built graphs run fp16 only on CUDA (GroupQueryAttention); fp32 parity is the CPU's")
+    run = _run(family, variant, workdir)
+    prompt = encode(run, PROMPTS)
+    assert not prompt.encoder["attention_mask"].all(), "the prompts must need padding"
+    model, tok = run.torch_model(), run.tokenizer
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+        for beams in (1, 3):
+            expected = _hf(model, prompt, beams, True, eos, pad)
+            assert _ours(run, steps, prompt, beams, eos) == expected, f"beams={beams}"
+        for r in range(len(PROMPTS)):  # each row alone (another slot shape) gives its padded batch row's tokens
+            alone = _ours(run, steps, encode(run, PROMPTS[r:r + 1]), 1, eos)
+            assert alone == [expected_row(model, run, PROMPTS[r], eos, pad)], f"row {r}"
+        early = _hf(model, prompt, 1, True, None, pad)[0][3]  # a token greedy emits early becomes the EOS
+        for beams in (1, 3):
+            expected = _hf(model, prompt, beams, True, early, pad)
+            assert _ours(run, steps, prompt, beams, early) == expected, f"EOS case, beams={beams}"
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA; compiled on the CPU in test_t5_fused.py etc.")
+@pytest.mark.parametrize("family,variant", VARIANTS)
+def test_captured_compiled_step_gives_hf_tokens(family, variant, workdir):
+    """fp32 on CUDA: the compiled one-token step replayed from a CUDA graph gives HF's tokens (greedy, 3 beams)."""
+    run = _run(family, variant, workdir, use_cuda_graph=True, torch_compile=True)
+    prompt = encode(run, PROMPTS)
+    model, tok = run.torch_model(), run.tokenizer
+    with backend_steps(run, registry.backend(run.family, "frameworks")) as (_, steps):
+        for beams in (1, 3):
+            expected = _hf(model, prompt, beams, True, tok.eos_token_id, tok.pad_token_id)
+            assert _ours(run, steps, prompt, beams, tok.eos_token_id) == expected, f"beams={beams}"
+
+
+def expected_row(model, run, text, eos, pad):
+    return _hf(model, encode(run, [text]), 1, True, eos, pad)[0]
+
+
+def test_static_cache_refusals(workdir):
+    run = _run("T5", "t5-offline", workdir, fused_decode=False)
+    with pytest.raises(UsageError, match="--no-fused-decode: an encoder-decoder's static cache on frameworks is "
+                                         "the family's fused step"):
+        with backend_steps(run, registry.backend(run.family, "frameworks")):
+            pass
+    with pytest.raises(UsageError, match="--static-cache: encoder-decoder engines are built from the growing-cache "
+                                         "export"):
+        registry.backend(run.family, "trt").kind.shapes(run)

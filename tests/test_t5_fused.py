@@ -1,0 +1,173 @@
+"""T5's static-cache decoder step (`--static-cache` on frameworks, T5/fused_decode.py) reproduces HF's T5 decoder,
+driven directly through the `Seq2Seq.fused_step` contract (HF's encoder, then `cross`, `prefill` over the first
+decoder token(s) and `one_token` at each later position): t5-offline (ReLU feed-forward, tied and rescaled head)
+and flan-t5-offline (gated-GELU, untied head), their norm gains moved off 1 so a misplaced norm shows; a
+right-padded encoder batch. Checked: fp32 logits at every decoder position, greedy tokens, the relative position
+bias past `relative_attention_max_distance`, the step compiled by inductor on the CPU, fp16 with HF's fp32 `wo`.
+Feed-forwards the step does not reproduce are refused in one line.
+"""
+import copy
+
+import pytest
+import torch
+
+from NNDF import registry
+from NNDF.context import make_context
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions
+from T5.fused_decode import FusedT5Step, embed_step
+
+TEXTS = ["translate English to German: The house is wonderful.", "summarize: A"]
+POSITIONS = 8  # decoder positions compared
+MAX_LENGTH = 12  # the slot's decoder columns (more than are written: unwritten columns must stay unread)
+
+
+def _model(variant, workdir):
+    """The offline variant's HF model in fp32 on the CPU, every norm gain moved by N(0, 0.3) (HF's ones would hide
+    a norm applied in the wrong place), and its tokenizer."""
+    run = make_context(registry.family("T5"), ModelOptions(variant=variant, working_dir=str(workdir), device="cpu",
+                                                           use_cache=True, use_mask=True))
+    model = copy.deepcopy(run.torch_model()).float().eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 1:
+                param.add_(torch.randn(param.shape, generator=generator) * 0.3)
+    return model, run.tokenizer
+
+
+def _reference(model, batch):
+    """HF greedy's decoder sequence [R, POSITIONS] (decoder start token first) and HF's logits along it."""
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=POSITIONS - 1, min_new_tokens=POSITIONS - 1, do_sample=False)
+        ids = out[:, :POSITIONS]
+        return ids, model(**batch, decoder_input_ids=ids).logits  # [R, POSITIONS, V]
+
+
+@pytest.fixture(scope="module")
+def cases(workdir):
+    """Each variant's case, made on first use (`_case`)."""
+    return {"workdir": workdir}
+
+
+def _case(cases, variant):
+    """(model, tokenizer, encoder batch, HF's greedy decoder ids, HF's logits along them) for `variant`."""
+    if variant not in cases:
+        model, tok = _model(variant, cases["workdir"])
+        batch = tok(TEXTS, return_tensors="pt", padding=True)
+        assert 0 in batch.attention_mask[1].tolist()  # row 1 right-padded
+        cases[variant] = (model, tok, batch, *_reference(model, batch))
+    return cases[variant]
+
+
+@pytest.fixture(params=["t5-offline", "flan-t5-offline"])
+def case(request, cases):
+    return _case(cases, request.param)
+
+
+def _start(step, model, batch):
+    """A slot for the batch with the cross-attention buffers filled from HF's encoder output."""
+    slot = step.new_slot(batch.input_ids.shape[0], MAX_LENGTH, batch.input_ids.shape[1])
+    hidden = model.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    slot.encoder_mask.copy_(batch.attention_mask)
+    step.cross(hidden, slot)
+    return slot
+
+
+def _step_logits(step, model, batch, ids, prompt=1):
+    """Our step's logits [R, POSITIONS, V] along `ids`: `prefill` over the first `prompt` tokens, then `one_token`
+    at each later position."""
+    with torch.no_grad():
+        slot = _start(step, model, batch)
+        out = [step.prefill(ids[:, :prompt], slot, last_only=False)]
+        for position in range(prompt, ids.shape[1]):
+            slot.ids.copy_(ids[:, position:position + 1])
+            slot.write.fill_(position)
+            out.append(step.one_token(slot).clone())
+    return torch.cat(out, dim=1)
+
+
+@pytest.mark.parametrize("prompt", [1, 3])
+def test_logits_match_hf_at_every_position(case, prompt):
+    model, _, batch, ids, expected = case
+    got = _step_logits(FusedT5Step(model, None), model, batch, ids, prompt)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_tokens_match_hf_generate(case):
+    """Our step's own greedy loop (each argmax fed back) gives HF generate's tokens."""
+    model, _, batch, ids, _ = case
+    step = FusedT5Step(model, None)
+    with torch.no_grad():
+        slot = _start(step, model, batch)
+        tokens = [ids[:, :1], step.prefill(ids[:, :1], slot, last_only=True).argmax(-1)]
+        for position in range(1, POSITIONS - 1):
+            slot.ids.copy_(tokens[-1])
+            slot.write.fill_(position)
+            tokens.append(step.one_token(slot).argmax(-1))
+    assert torch.cat(tokens, dim=1).tolist() == ids.tolist()
+
+
+def test_position_bias_past_max_distance(case):
+    """The step's self-attention bias at late write positions (distances past relative_attention_max_distance
+    share the last bucket) is HF's compute_bias for that query, -inf after it."""
+    model = case[0]
+    step, attention = FusedT5Step(model, None), model.decoder.block[0].layer[0].SelfAttention
+    length = 2 * model.config.relative_attention_max_distance + 8
+    for write in (0, 5, model.config.relative_attention_max_distance + 1, length - 1):
+        _, bias, _ = embed_step(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
+                                torch.tensor([write]), step.embed, step.bias_table, length, torch.float32)
+        with torch.no_grad():
+            expected = attention.compute_bias(1, write + 1, past_seen_tokens=write)[0, :, 0]  # [H, write + 1]
+        torch.testing.assert_close(bias[0, :, :write + 1], expected, atol=0, rtol=0)
+        assert torch.isinf(bias[0, :, write + 1:]).all()
+
+
+def test_compiled_step_matches_hf(cases):
+    """The step's three functions compiled by inductor (`compile_options={}`) on the CPU, each once (the layer
+    function serves every layer), give HF's logits (two rows: the reduction form of the products). On
+    flan-t5-offline (the gated feed-forward; the ReLU one is the same layer function's other branch)."""
+    from torch._dynamo.utils import counters
+
+    model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
+    step = FusedT5Step(model, {})
+    assert step.settings.reduces(ids.shape[0], step.compiled, step.width)
+    graphs = counters["stats"]["unique_graphs"]
+    torch.testing.assert_close(_step_logits(step, model, batch, ids), expected, atol=1e-4, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] - graphs == 3
+
+
+def test_fp16_with_fp32_wo(case, tmp_path):
+    """Loaded in fp16, HF keeps `wo` in fp32 (its residual stream turns fp32 after the first layer): the step runs
+    that model and stays closer to HF's fp16 logits than HF's fp16 is to its fp32."""
+    from transformers import T5ForConditionalGeneration
+
+    model, _, batch, ids, expected = case
+    model.save_pretrained(tmp_path)
+    half = T5ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.float16).eval()
+    assert half.decoder.block[0].layer[2].DenseReluDense.wo.weight.dtype == torch.float32
+    step = FusedT5Step(half, None)
+    assert step.dtype == torch.float16 and step.stream == torch.float32
+    with torch.no_grad():
+        hf = half(**batch, decoder_input_ids=ids).logits.float()
+    got = _step_logits(step, half, batch, ids).float()
+    assert (got - hf).abs().max() < 0.2 * (hf - expected).abs().max()
+
+
+@pytest.mark.parametrize("feed_forward", ["gated-silu", "gelu"])
+def test_unsupported_feed_forward_is_refused(feed_forward):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=32, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2,
+                      feed_forward_proj=feed_forward)
+    with pytest.raises(UsageError) as refused:
+        FusedT5Step(T5ForConditionalGeneration(config), None)
+    assert str(refused.value) == (f"--static-cache: T5 feed-forward {feed_forward!r} is not one the static-cache "
+                                  "step implements (relu, gated-gelu); drop --static-cache")
+
+
+def test_the_family_declares_the_step():
+    from T5.fused_decode import MODEL_TYPES
+
+    family = registry.family("T5")
+    assert set(family.model_types) == set(MODEL_TYPES) == set(registry.facts(family, "frameworks").fused)
