@@ -4,3 +4,4 @@ same result below the clamp bound (see NNDF/backends/onnxrt/precision.py). fp32 
 from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec(fp16_clamp_always=True)
+FUSED_DECODE = {"bart": "BART.fused_onnx:BUILDER", "mbart": "BART.fused_onnx:BUILDER"}  # HF model type -> its built graphs

@@ -1,4 +1,5 @@
-"""BART on PyTorch: nothing family-specific (the kind's adapter runs the HF model)."""
+"""BART and mBART on PyTorch: the family's static-cache decoder step (`--static-cache`, BART/fused_decode.py). The
+kind's adapter (Seq2Seq/) does the rest."""
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts()
+BACKEND = BackendFacts(fused={"bart": "BART.fused_decode:FusedBartStep", "mbart": "BART.fused_decode:FusedBartStep"})

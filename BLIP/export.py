@@ -2,3 +2,4 @@
 from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec()
+FUSED_DECODE = {"blip": "BLIP.fused_onnx:BUILDER"}  # HF model type -> its built graphs (a `Seq2SeqBuilder`)

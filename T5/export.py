@@ -9,3 +9,4 @@ weights were loaded in. The fp16 tolerance is relative to the logits' scale (see
 from NNDF.backends.onnxrt.export import ExportSpec
 
 EXPORT = ExportSpec(fp32_modules=("wo",))
+FUSED_DECODE = {"t5": "T5.fused_onnx:BUILDER"}  # HF model type -> its built graphs (a `Seq2SeqBuilder`)

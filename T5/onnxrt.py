@@ -1,5 +1,5 @@
 """T5 on ONNX Runtime: this family's export facts (the kind's adapter does the rest)."""
-from T5.export import EXPORT
+from T5.export import EXPORT, FUSED_DECODE
 from NNDF.family import BackendFacts
 
-BACKEND = BackendFacts(EXPORT)
+BACKEND = BackendFacts(EXPORT, fused=FUSED_DECODE)

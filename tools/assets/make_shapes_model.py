@@ -8,6 +8,9 @@
     python tools/assets/make_shapes_model.py mistral-7b-w64 temp/shapes/mw    # (with a 64-column window) shapes
     python tools/assets/make_shapes_model.py opt-6.7b temp/shapes/opt-6.7b    # OPT-6.7B, GPT-J-6B, BLOOM-7B1,
     python tools/assets/make_shapes_model.py gpt-neox-20b temp/shapes/neox    # GPT-NeoX-20B, GPT-Neo-2.7B shapes
+    python tools/assets/make_shapes_model.py flan-t5-xl temp/shapes/flan-t5-xl   # encoder-decoders: flan-T5-XL,
+    python tools/assets/make_shapes_model.py bart-large temp/shapes/bart-large   # t5-small, t5-base, BART-large,
+    python tools/assets/make_shapes_model.py blip-large temp/shapes/blip-large   # BLIP-large captioning shapes
     python tools/assets/make_shapes_model.py minilm-l6-h384 temp/shapes/minilm   # encoders (BERT family): a sequence
     python tools/assets/make_shapes_model.py roberta-base temp/shapes/rb         # classifier of MiniLM-L6-H384,
     python tools/assets/make_shapes_model.py roberta-large temp/shapes/rl        # roberta-base, roberta-large shapes
@@ -62,6 +65,28 @@ DECODER_SHAPES = {  # published configs: (config class, sizes); made in fp16, on
         vocab_size=50257, hidden_size=2560, num_layers=32, num_heads=20, window_size=256,
         attention_types=[[["global", "local"], 16]], max_position_embeddings=2048)),
 }
+SEQ2SEQ_SHAPES = {  # published configs: (config class, offline tokenizer folder, sizes); made in fp16
+    "flan-t5-xl": ("T5Config", "T5/offline/t5-tokenizer", dict(
+        vocab_size=32128, d_model=2048, d_kv=64, d_ff=5120, num_layers=24, num_decoder_layers=24, num_heads=32,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, pad_token_id=0, eos_token_id=1,
+        decoder_start_token_id=0)),
+    "t5-small": ("T5Config", "T5/offline/t5-tokenizer", dict(
+        vocab_size=32128, d_model=512, d_kv=64, d_ff=2048, num_layers=6, num_heads=8, feed_forward_proj="relu",
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)),
+    "t5-base": ("T5Config", "T5/offline/t5-tokenizer", dict(
+        vocab_size=32128, d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_heads=12, feed_forward_proj="relu",
+        pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)),
+    "bart-large": ("BartConfig", "BART/offline/bart-tokenizer", dict(
+        vocab_size=50264, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)),
+    "blip-large": ("BlipConfig", "BLIP/offline/blip-processor", dict(
+        text_config=dict(vocab_size=30524, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                         intermediate_size=3072, encoder_hidden_size=1024, max_position_embeddings=512,
+                         bos_token_id=30522, pad_token_id=0, sep_token_id=102, eos_token_id=102),
+        vision_config=dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096,
+                           image_size=384, patch_size=16))),
+}
 ENCODER_SHAPES = {  # published configs: (config class, tokenizer folder, sizes); two labels (SST-2)
     "minilm-l6-h384": ("BertConfig", "wordpiece-uncased", dict(
         vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
@@ -113,6 +138,27 @@ def decoder(shape: str, out: Path) -> None:
     print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
 
 
+def seq2seq(shape: str, out: Path) -> None:
+    """An encoder-decoder's shapes model (T5, BART, BLIP), initialised and saved in fp16, with the family's offline
+    tokenizer (or BLIP's processor) files."""
+    import shutil
+
+    import torch
+    import transformers
+
+    class_name, files, sizes = SEQ2SEQ_SHAPES[shape]
+    config = getattr(transformers, class_name)(**sizes)
+    auto = transformers.BlipForConditionalGeneration if class_name == "BlipConfig" else transformers.AutoModelForSeq2SeqLM
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = (auto(config) if class_name == "BlipConfig" else auto.from_config(config)).to(torch.float16)
+    model.save_pretrained(out, safe_serialization=True)
+    for f in (ROOT / files).iterdir():
+        if f.is_file() and f.name != "config.json":
+            shutil.copy(f, out / f.name)
+    print(f"{shape}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {out}")
+
+
 def encoder(shape: str, out: Path) -> None:
     import torch
     import transformers
@@ -132,10 +178,13 @@ def encoder(shape: str, out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(DECODER_SHAPES) + sorted(ENCODER_SHAPES))
+    parser.add_argument("shape", choices=sorted(SHAPES) + sorted(DECODER_SHAPES) + sorted(SEQ2SEQ_SHAPES)
+                        + sorted(ENCODER_SHAPES))
     parser.add_argument("out", type=Path)
     args = parser.parse_args()
-    (gpt2 if args.shape in SHAPES else decoder if args.shape in DECODER_SHAPES else encoder)(args.shape, args.out)
+    make = (gpt2 if args.shape in SHAPES else decoder if args.shape in DECODER_SHAPES else
+            seq2seq if args.shape in SEQ2SEQ_SHAPES else encoder)
+    make(args.shape, args.out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,208 @@
+"""T5's encoder-decoder graphs for ONNX Runtime (HF model_type "t5": T5, flan-T5, the offline variants), built from
+the HF weights with `Seq2Seq.fused_graph` and `CausalLM.fused_graph`:
+
+    encoder: x = embed_tokens[ids]                                        -> the residual stream
+             per layer: MultiHeadAttention(RMSNorm(x) @ [q; k; v], bias)  (bias: the bidirectional relative
+                        position bias + the padding columns hidden)
+                        SkipSimplifiedLayerNorm(attn @ o, residual)       -> the feed-forward's input
+                        ReLU(h @ wi) or GELU(h @ wi_0) * (h @ wi_1), @ wo
+                        SkipSimplifiedLayerNorm(ff, residual)             -> the next layer's input (the last:
+                                                                             final_layer_norm)
+    cross:   every decoder layer's EncDecAttention k and v of the encoder's output, heads first
+    decoder: as the encoder, with per layer: GroupQueryAttention writing h @ [q; k; v]'s keys and values into the
+             shared buffer (its own output discarded: its CUDA kernel takes no bias), MultiHeadAttention of the
+             queries over the whole buffer with the causal relative position bias; cross-attention of h @ q over
+             the cross buffers (padded encoder columns hidden); logits = final_layer_norm (x d_model^-0.5 where HF
+             rescales a tied head's input) @ lm_head^T
+
+T5 does not scale its attention scores (scale 1). The relative position bias is a table by key-minus-query
+distance made at build time with HF's own bucketing (`T5Attention._relative_position_bucket`) over distances up
+to relative_attention_max_distance, past which every distance falls in the last bucket: a clipped distance
+gives the bias of any distance, so the graphs have no length bound of their own. In the decoder's table the
+positive distances (keys after the query) also carry the mask.
+
+fp16: HF keeps `wo` in fp32 (`_keep_in_fp32_modules`), so its residual stream becomes fp32 at the first
+feed-forward; here the residual stream and the norms are fp32 from the start (the norms' outputs cast to fp16 for
+the products), `wo` is an fp32 product of the fp16 activation cast up. fp32 graphs have no casts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from onnx import TensorProto
+
+from CausalLM import fused_graph as fg
+from Seq2Seq import fused_graph as sg
+
+# HF's dense_act_fn -> (the graph's op: None = Relu, True = the tanh GELU (FastGelu), False = the exact GELU)
+ACTIVATIONS = {"relu": None, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True, "gelu": False}
+
+
+def refusal(config) -> str | None:
+    """Why this T5 model has no built graphs here (None: it has them)."""
+    if config.dense_act_fn not in ACTIVATIONS:
+        return (f"onnxrt's built T5 graphs have no op for activation {config.dense_act_fn!r} "
+                f"(they have {', '.join(ACTIVATIONS)})")
+    if config.d_kv % 8:
+        return (f"onnxrt's built T5 graphs need a head size that is a multiple of 8 (GroupQueryAttention); this "
+                f"model's is {config.d_kv}")
+    return None
+
+
+def build(arch, weights: fg.StateDict, make_graph) -> dict:
+    """The encoder, cross and decoder graphs of a T5ForConditionalGeneration (`arch`: its config and structure)."""
+    graphs = {"encoder": _encoder(_Parts(arch, weights, make_graph("encoder"))),
+              "cross": _cross(_Parts(arch, weights, make_graph("cross"))),
+              "decoder": _decoder(_Parts(arch, weights, make_graph("decoder")))}
+    sg.check_all_used(weights, arch)
+    return graphs
+
+
+class _Parts:
+    """One graph's builder, the checkpoint's weights and T5's shapes; the residual stream's norms (fp32 in an fp16
+    graph)."""
+
+    def __init__(self, arch, take: fg.StateDict, g: fg.GraphBuilder):
+        config = arch.config
+        self.arch, self.take, self.g, self.config = arch, take, g, config
+        self.heads, self.head_dim, self.dim = config.num_heads, config.d_kv, config.d_model
+        self.eps = config.layer_norm_epsilon
+        self.wide = g.dtype != np.float32  # the residual stream and norms in fp32 (HF's, once `wo` is fp32)
+
+    def weight(self, name: str, array=None, dtype=None) -> str:
+        return self.g.weight(name, self.take(name) if array is None else array, dtype)
+
+    def stream(self, x: str) -> str:
+        """The residual stream from the embeddings: fp32 in an fp16 graph."""
+        return self.g.op("Cast", [x], to=TensorProto.FLOAT) if self.wide else x
+
+    def norm(self, x: str, name: str, gamma=None) -> str:
+        """RMSNorm(x) * the norm's weight, in the graph's float type (x: the residual stream)."""
+        gamma = self.weight(f"{name}.weight", gamma, np.float32 if self.wide else None)
+        normed = self.g.op("SimplifiedLayerNormalization", [x, gamma], [f"rms{self.g._count}"], axis=-1,
+                           epsilon=self.eps)
+        return self.narrow(normed)
+
+    def add_norm(self, x: str, residual: str, name: str, wide: bool = False, gamma=None) -> tuple[str, str]:
+        """(RMSNorm(x + residual) * the norm's weight in the graph's float type, x + residual); `wide`: x is fp32
+        already (a `wo` product)."""
+        g = self.g
+        if self.wide and not wide:
+            x = g.op("Cast", [x], to=TensorProto.FLOAT)
+        gamma = self.weight(f"{name}.weight", gamma, np.float32 if self.wide else None)
+        normed, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, gamma],
+                             [f"srms{g._count}", "", "", f"res{g._count}"], domain=fg.MS, epsilon=self.eps)[0::3]
+        return self.narrow(normed), total
+
+    def narrow(self, x: str) -> str:
+        return self.g.op("Cast", [x], to=self.g.elem) if self.wide else x
+
+    def qkv(self, x: str, attn: str) -> str:
+        """x @ [q; k; v]^T [B, S, 3 H D] (T5's projections have no bias)."""
+        weight = np.concatenate([self.take(f"{attn}.{p}.weight") for p in "qkv"])
+        return self.g.op("MatMul", [x, self.g.weight(f"{attn}.qkv.weight", weight.T)])
+
+    def linear(self, x: str, name: str) -> str:
+        return self.g.op("MatMul", [x, self.weight(f"{name}.weight", self.take(f"{name}.weight").T)])
+
+    def feed_forward(self, x: str, ff: str) -> str:
+        """T5's feed-forward of x [B, S, E] -> [B, S, E] in fp32 when the graph is fp16 (`wo` kept fp32)."""
+        g, tanh = self.g, ACTIVATIONS[self.config.dense_act_fn]
+        if f"{ff}.wi.weight" in self.take:
+            inner = self.linear(x, f"{ff}.wi")
+            inner = g.op("Relu", [inner]) if tanh is None else sg.gelu(g, inner, tanh)
+        else:
+            both = np.concatenate([self.take(f"{ff}.wi_0.weight"), self.take(f"{ff}.wi_1.weight")])
+            gate_up = g.op("MatMul", [x, g.weight(f"{ff}.wi.weight", both.T)])
+            size = self.config.d_ff
+            gate, up = g.op("Split", [gate_up, sg.constant(g, [size, size])], 2, axis=-1)
+            gate = g.op("Relu", [gate]) if tanh is None else sg.gelu(g, gate, tanh)
+            inner = g.op("Mul", [gate, up])
+        if self.wide:
+            inner = g.op("Cast", [inner], to=TensorProto.FLOAT)
+        wo = self.take(f"{ff}.wo.weight").T
+        return g.op("MatMul", [inner, g.weight(f"{ff}.wo.weight", wo, np.float32 if self.wide else None)])
+
+    def position_table(self, stack: str, causal: bool) -> tuple[str, int]:
+        """(the stack's relative position bias by clipped distance [2 R + 1, H] as an initializer, R)."""
+        attention = type(self.arch.encoder.block[0].layer[0].SelfAttention)
+        config = self.config
+        reach = config.relative_attention_max_distance
+
+        def buckets(distances):
+            return attention._relative_position_bucket(
+                torch.as_tensor(distances), bidirectional=not causal, num_buckets=config.relative_attention_num_buckets,
+                max_distance=reach).numpy()
+
+        name = f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        table = sg.relative_table(self.take(name), buckets, reach, causal, self.g.dtype)
+        return self.g.weight(name, table), reach
+
+
+def _encoder(p: _Parts) -> "fg.onnx.ModelProto":
+    g, layers = p.g, p.config.num_layers
+    sg.encoder_io(g, p.dim)
+    table, reach = p.position_table("encoder", causal=False)
+    positions = sg.arange(g, "input_ids", 1)  # [T]
+    relative = sg.relative_bias(g, table, reach, g.op("Unsqueeze", [positions, sg.constant(g, [0])]), positions)
+    bias = g.op("Add", [relative, sg.padding_bias(g, "attention_mask", "input_ids")])  # [B, H, T, T]
+    residual = p.stream(g.op("Gather", [p.weight("encoder.embed_tokens.weight"), "input_ids"]))  # [B, T, E]
+    h = p.norm(residual, "encoder.block.0.layer.0.layer_norm")
+    size = p.heads * p.head_dim
+    for i in range(layers):
+        block = f"encoder.block.{i}"
+        q, k, v = g.op("Split", [p.qkv(h, f"{block}.layer.0.SelfAttention"), sg.constant(g, [size] * 3)], 3, axis=-1)
+        attn = sg.attend(g, q, k, v, p.heads, 1.0, bias)  # [B, T, H D]
+        out = p.linear(attn, f"{block}.layer.0.SelfAttention.o")
+        h, residual = p.add_norm(out, residual, f"{block}.layer.1.layer_norm")
+        after = f"encoder.block.{i + 1}.layer.0.layer_norm" if i + 1 < layers else "encoder.final_layer_norm"
+        h, residual = p.add_norm(p.feed_forward(h, f"{block}.layer.1.DenseReluDense"), residual, after, wide=True)
+    g.op("Identity", [h], ["encoder_hidden_states"])
+    return g.model("t5_encoder")
+
+
+def _cross(p: _Parts) -> "fg.onnx.ModelProto":
+    g = p.g
+    names = sg.cross_io(g, p.config.num_decoder_layers, p.heads, p.head_dim, p.dim)
+    for i, (key, value) in enumerate(names):
+        attn = f"decoder.block.{i}.layer.1.EncDecAttention"
+        for out, proj in ((key, "k"), (value, "v")):
+            weight = p.weight(f"{attn}.{proj}.weight", p.take(f"{attn}.{proj}.weight").T)
+            sg.cross_projection(g, "encoder_hidden_states", weight, None, p.heads, p.head_dim, out)
+    return g.model("t5_cross")
+
+
+def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
+    g, config, layers = p.g, p.config, p.config.num_decoder_layers
+    pasts, crosses = sg.decoder_io(g, layers, p.heads, p.head_dim, config.vocab_size)
+    table, reach = p.position_table("decoder", causal=True)
+    self_bias = sg.relative_bias(g, table, reach, "position_ids", sg.arange(g, pasts[0][0], 2))  # [B, H, S, L]
+    cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
+    tokens, head = fg.embedding_and_head(g, p.take, p.arch, "decoder.embed_tokens.weight", "lm_head.weight")
+    residual = p.stream(tokens)
+    h = p.norm(residual, "decoder.block.0.layer.0.layer_norm")
+    size = p.heads * p.head_dim
+    for i in range(layers):
+        block, present = f"decoder.block.{i}", (f"present.{i}.key", f"present.{i}.value")
+        qkv = p.qkv(h, f"{block}.layer.0.SelfAttention")  # [B, S, 3 H D]
+        fg.attention(g, qkv, pasts[i], present, p.heads, 1.0)  # writes the buffer; its output is not used
+        q = g.op("Slice", [qkv, sg.constant(g, [0]), sg.constant(g, [size]), sg.constant(g, [-1])])
+        attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
+        h, residual = p.add_norm(p.linear(attn, f"{block}.layer.0.SelfAttention.o"), residual,
+                                 f"{block}.layer.1.layer_norm")
+        cross = sg.attend(g, p.linear(h, f"{block}.layer.1.EncDecAttention.q"), *crosses[i], p.heads, 1.0,
+                          cross_bias)
+        h, residual = p.add_norm(p.linear(cross, f"{block}.layer.1.EncDecAttention.o"), residual,
+                                 f"{block}.layer.2.layer_norm")
+        ff = p.feed_forward(h, f"{block}.layer.2.DenseReluDense")
+        if i + 1 < layers:
+            h, residual = p.add_norm(ff, residual, f"decoder.block.{i + 1}.layer.0.layer_norm", wide=True)
+    gamma = p.take("decoder.final_layer_norm.weight")
+    if getattr(config, "scale_decoder_outputs", config.tie_word_embeddings):  # HF rescales a tied head's input
+        gamma = gamma * config.d_model ** -0.5
+    h, _ = p.add_norm(ff, residual, "decoder.final_layer_norm", wide=True, gamma=gamma)
+    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    return g.model("t5_decoder")
+
+
+BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="1", build=build, refusal=refusal)  # bump when a graph changes
