@@ -7,7 +7,10 @@ cross-attention key/value projections take `encoder_hidden_size`), with a tanh-G
 bias moved off HF's ones and zeros (a norm or bias left out or misplaced changes the logits). One row's image
 tokens are partly masked out in one case (the step honours `slot.encoder_mask`: HF's logits without those tokens). The
 compiled step (inductor, fixed shapes) gives the eager step's logits. Configs the step does not reproduce are
-refused in one line."""
+refused in one line. End to end (`frameworks --static-cache`, the kind's steps over this step): HF's captions,
+greedy and 3 beams, with and without a text prompt, EOS mid-way (`check_static_cache_captions`, which
+tests/test_blip_fused_ort.py runs on onnxrt's built graphs); with HARNESS_TEST_DEVICE=cuda also replayed from a CUDA
+graph, eager and compiled."""
 import os
 import shutil
 
