@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
 
 MODEL_TYPES = ("bart", "mbart")  # HF model types this step runs
 PRE_NORM = ("mbart",)  # model types whose layers normalise before each block and whose decoder ends in a layer norm
@@ -114,7 +114,7 @@ class FusedBartStep:
     three functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
         config = model.config
         check_config(config)
         self.settings, self.compiled = settings, compile_options is not None

@@ -47,7 +47,9 @@ def build(arch, weights: fg.StateDict, make_graph) -> dict:
     graphs = {"encoder": _encoder(_Parts(arch, weights, make_graph("encoder"), "encoder")),
               "cross": _cross(_Parts(arch, weights, make_graph("cross"), "decoder")),
               "decoder": _decoder(_Parts(arch, weights, make_graph("decoder"), "decoder"))}
-    sg.check_all_used(weights, arch)
+    # HF's forward reads each stack's embed_tokens: `shared` is only their common weight where they are tied (an
+    # untied model, transformers 5, keeps it as a weight of its own that no output depends on)
+    sg.check_all_used(weights, arch, skip=("model.shared.",))
     return graphs
 
 
@@ -117,8 +119,9 @@ class _Parts:
         """HF's fp16 clamp of an encoder layer's output (none in fp32)."""
         if self.g.dtype == np.float32:
             return x
-        bound = float(np.finfo(np.float16).max) - 1000
-        return self.g.op("Clip", [x, sg.constant(self.g, -bound, np.float16), sg.constant(self.g, bound, np.float16)])
+        bound = float(np.finfo(np.float16).max) - 1000  # Max and Min: ONNX Runtime's CUDA Clip has no fp16 kernel
+        low = self.g.op("Max", [x, sg.constant(self.g, -bound, np.float16)])
+        return self.g.op("Min", [low, sg.constant(self.g, bound, np.float16)])
 
 
 def _encoder(p: _Parts) -> "fg.onnx.ModelProto":
@@ -170,15 +173,19 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         present = (f"present.{i}.key", f"present.{i}.value")
         attn = fg.attention(g, p.qkv(h, f"{layer}.self_attn"), pasts[i], present, p.heads, p.scale)  # [B, S, H D]
         out, bias = p.product(attn, f"{layer}.self_attn.out_proj")
-        h, residual = _add_norm(p, out, residual, bias, f"{layer}.self_attn_layer_norm", f"{layer}.encoder_attn_layer_norm")
+        h, residual = _add_norm(p, out, residual, bias, f"{layer}.self_attn_layer_norm",
+                                f"{layer}.encoder_attn_layer_norm")
         cross = sg.attend(g, p.linear(h, f"{layer}.encoder_attn.q_proj"), *crosses[i], p.heads, p.scale, cross_bias)
         out, bias = p.product(cross, f"{layer}.encoder_attn.out_proj")
         h, residual = _add_norm(p, out, residual, bias, f"{layer}.encoder_attn_layer_norm", f"{layer}.final_layer_norm")
         ff, bias = p.feed_forward(h, layer)
         after = f"layers.{i + 1}.self_attn_layer_norm" if i + 1 < layers else "layer_norm"
         h, residual = _add_norm(p, ff, residual, bias, f"{layer}.final_layer_norm", after)
-    final_bias = g.weight("final_logits_bias", p.take("final_logits_bias")[0])  # [V]
-    g.op("Add", [g.op("MatMul", [h, head]), final_bias], ["logits"])  # [B, S, V]
+    final_bias = p.take.optional("final_logits_bias")  # [1, V]; HF loads a checkpoint without it as zeros
+    if final_bias is None:
+        g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    else:
+        g.op("Add", [g.op("MatMul", [h, head]), g.weight("final_logits_bias", final_bias[0])], ["logits"])
     return g.model(f"{p.config.model_type}_decoder")
 
 

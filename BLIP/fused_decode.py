@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
 from Vision2Seq.model import ImageTextAdapter
 
 MODEL_TYPES = ("blip",)  # HF model types this step runs (BlipForConditionalGeneration)
@@ -114,7 +114,7 @@ class FusedBlipStep:
     functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
         if isinstance(model, ImageTextAdapter):  # the kind's wrapper: the HF model inside
             model = model.model
         check_config(model.config)

@@ -120,12 +120,6 @@ def masked(dtype) -> float:
     return float(np.finfo(np.dtype(dtype)).min) / 2
 
 
-def heads_first(g: GraphBuilder, x: str, heads: int, head_dim: int) -> str:
-    """[B, T, H * D] -> [B, H, T, D] (the attention ops' 4-D key/value layout)."""
-    shaped = g.op("Reshape", [x, constant(g, [0, -1, heads, head_dim])])
-    return g.op("Transpose", [shaped], perm=[0, 2, 1, 3])
-
-
 def padding_bias(g: GraphBuilder, mask: str, queries: str) -> str:
     """The additive bias [B, 1, S, T] that hides the padded encoder columns (`mask` int64 [B, T], 0 = padding) from
     every query of `queries` ([B, S, ...]): 0 on a real column, `masked` on a padded one."""

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, compiled, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
 
 MODEL_TYPES = ("t5",)  # HF model types this step runs
 ACTIVATIONS = {"relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}  # HF's dense_act_fn -> ours
@@ -156,7 +156,7 @@ class FusedT5Step:
     with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
         config = model.config
         check_config(config)
         self.settings, self.compiled = settings, compile_options is not None

@@ -2,15 +2,20 @@
 CPU: bart-offline (post-norm, a decoder deeper than the encoder) and mbart-offline (pre-norm, scale_embedding, the
 decoder's final layer norm, a forced first token), with every layer norm, bias and `final_logits_bias` drawn at
 random (HF's ones and zeros would hide one applied in the wrong place), an encoder batch whose second row is
-right-padded, and stale values in the buffers' unwritten columns. The step runs directly here (`cross`, `prefill`,
-then `one_token` per position with slot.ids and slot.write set by hand); the compiled step gives the same logits,
-the fp16 step HF's fp16 logits within fp16's rounding.
+right-padded, and stale values in the buffers' unwritten columns. The step runs directly (`cross`, `prefill`, then
+`one_token` per position with slot.ids and slot.write set by hand): logits at every position, greedy tokens; the
+compiled step gives the same logits, the fp16 step HF's fp16 logits within fp16's rounding. Through the harness
+(`--static-cache` on frameworks) our loop gives HF generate's tokens, greedy and beam search, EOS mid-way.
 Configs the step does not reproduce are refused in one line.
+
+With HARNESS_TEST_DEVICE=cuda the harness cases also run the step from a CUDA graph, eager and compiled.
 """
 import copy
 
 import pytest
 import torch
+
+from CausalLM.fused_step import FusedSettings
 
 from NNDF import registry
 from NNDF.context import make_context
@@ -18,21 +23,30 @@ from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
 from BART.fused_decode import MODEL_TYPES, FusedBartStep
+from NNDF.actions.common import backend_steps, encode
+
+from test_fused_decode import DEVICE, MODES, _mode_id
+from test_parity import _hf, _ours
 
 TEXTS = ["The house is wonderful and the garden is green.", "Names refer"]  # row 1 right-padded
 DECODED = 8  # decoder positions compared
 PREFILLED = 2  # of which the prompt pass computes the first ones
 ATOL = 1e-4
+PROMPTS = ["The for statement is used to iterate over the elements of a sequence", "A", "Names refer to objects"]
 
 
-def _perturbed(run):
-    """The run's HF model with every 1-D parameter and final_logits_bias moved by N(0, 0.3)."""
+def _perturbed(run, matrices: float | None = None):
+    """The run's HF model with every 1-D parameter and final_logits_bias moved by N(0, 0.3), and with `matrices`
+    its matrices redrawn with that std (at the offline variants' scale a random post-norm decoder repeats one token
+    whatever its input, which generation cases could not tell from a step that ignores its input)."""
     model = run.torch_model().eval()
     generator = torch.Generator().manual_seed(5)
     with torch.no_grad():
         for tensor in [*model.parameters(), model.final_logits_bias]:
             if tensor.dim() == 1 or tensor is model.final_logits_bias:
                 tensor.add_(torch.randn(tensor.shape, generator=generator) * 0.3)
+            elif matrices:
+                tensor.copy_(torch.randn(tensor.shape, generator=generator) * matrices)
     return model
 
 
@@ -125,9 +139,10 @@ def test_greedy_tokens_match_hf_generate(case):
 
 
 def test_compiled_step_matches_hf(case):
-    """torch.compile of the step's three functions on the CPU (2 rows: the products' reduction form)."""
+    """torch.compile of the step's three functions on the CPU (2 rows: the products' reduction form, whose sums
+    run in another order)."""
     run, model, inputs, hidden = case
-    step = FusedBartStep(model, {})
+    step = FusedBartStep(model, {}, FusedSettings(reduction_rows=2))  # the reduction form at 2 rows
     assert step.compiled and step.settings.reduces(2, True, step.width)
     ids = _decoder_ids(model)
     with torch.no_grad():
@@ -145,7 +160,49 @@ def test_fp16_step_logits_close_to_hf(case):
         ours = _step_logits(FusedBartStep(model, None), inputs, hidden, ids)
         expected = _hf_logits(model, inputs, hidden, ids)
     assert ours.dtype == expected.dtype == torch.float16
-    torch.testing.assert_close(ours, expected, atol=2e-2, rtol=0)
+    bound = float(expected.abs().max()) * 4e-3  # a few fp16 roundings of the largest logit
+    torch.testing.assert_close(ours, expected, atol=bound, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Variant -> a saved copy of it with its norms, biases and final_logits_bias perturbed and its matrices
+    redrawn at std 0.6 (`_perturbed`)."""
+    out = {}
+    for variant in ("bart-offline", "mbart-offline"):
+        folder = tmp_path_factory.mktemp(variant)
+        run = make_context(registry.family("BART"), ModelOptions(variant=variant, device="cpu",
+                                                                 working_dir=str(folder / "work")))
+        _perturbed(run, matrices=0.6).save_pretrained(folder / "model")
+        run.tokenizer.save_pretrained(folder / "model")
+        out[variant] = str(folder / "model")
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+@pytest.mark.parametrize("variant", ["bart-offline", "mbart-offline"])
+def test_static_cache_generate_matches_hf(variant, mode, folders, workdir):
+    """Through the harness (`--static-cache` on frameworks: `Seq2Seq.torch_steps.Seq2SeqStaticSteps` over this
+    step): HF generate's tokens, greedy and 3 beams, a right-padded encoder batch of three lengths, mBART's forced
+    first token, EOS mid-way."""
+    run = make_context(registry.family("BART"), ModelOptions(
+        variant=variant, torch_dir=folders[variant], working_dir=str(workdir), batch_size=3, use_cache=True,
+        use_mask=True, device=DEVICE, static_cache=True, use_cuda_graph=mode[0], torch_compile=mode[1]))
+    prompt = encode(run, PROMPTS)
+    assert len(set(prompt.encoder["attention_mask"].sum(1).tolist())) == 3  # three lengths, right-padded
+    assert (run.source.generation.forced_bos_token_id is not None) == (variant == "mbart-offline")
+    model, pad = run.torch_model(), run.tokenizer.pad_token_id
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert type(steps.fused).__name__ == "FusedBartStep" and steps.fused.compiled == mode[1]
+        eos = run.tokenizer.eos_token_id
+        expected = {beams: _hf(model, prompt, beams, True, eos, pad) for beams in (1, 3)}
+        for beams in (1, 3):
+            assert _ours(run, steps, prompt, beams, eos, pad) == expected[beams], f"beams={beams}"
+        early = expected[1][0][1]  # a token greedy search emits second in row 0 becomes the EOS
+        for beams in (1, 3):  # on the same pooled buffers (and graph) as the cases above
+            stopped = _hf(model, prompt, beams, True, early, pad)
+            assert beams > 1 or len({len(row) for row in stopped}) > 1  # rows stop at different steps
+            assert _ours(run, steps, prompt, beams, early, pad) == stopped, f"EOS case, beams={beams}"
 
 
 def test_unsupported_activation_is_refused():

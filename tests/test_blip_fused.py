@@ -7,21 +7,28 @@ cross-attention key/value projections take `encoder_hidden_size`), with a tanh-G
 bias moved off HF's ones and zeros (a norm or bias left out or misplaced changes the logits). One row's image
 tokens are partly masked out in one case (the step honours `slot.encoder_mask`: HF's logits without those tokens). The
 compiled step (inductor, fixed shapes) gives the eager step's logits. Configs the step does not reproduce are
-refused in one line."""
+refused in one line. End to end (`frameworks --static-cache`, the kind's steps over this step): HF's captions,
+greedy and 3 beams, with and without a text prompt, EOS mid-way (`check_static_cache_captions`, which
+tests/test_blip_fused_ort.py runs on onnxrt's built graphs); with HARNESS_TEST_DEVICE=cuda also replayed from a CUDA
+graph, eager and compiled."""
+import os
 import shutil
 
 import pytest
 import torch
 
+from CausalLM.fused_step import FusedSettings
+
 from NNDF import registry
-from NNDF.actions.common import encode
+from NNDF.actions.common import backend_steps, encode
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 from Vision2Seq.model import ImageTextAdapter
 from Vision2Seq.task import ImagePrompt
 
-from conftest import ROOT
+from conftest import ROOT, generate_twice
+from test_fused_decode import MODES, _mode_id
 
 from BLIP.config import PROCESSOR_DIR
 from BLIP.fused_decode import FusedBlipStep
@@ -29,6 +36,9 @@ from BLIP.fused_decode import FusedBlipStep
 IMAGES = [str(ROOT / "BLIP" / "offline" / "images" / name) for name in ("red-square.png", "blue-circle.jpg")]
 TEXT = "a picture of"
 STEPS = 8  # one-token steps after the prompt
+NEW = 10  # new tokens in the end-to-end cases
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # the end-to-end cases also run on CUDA (graph, compiled)
+CASES = [[ImagePrompt(IMAGES[0])], [ImagePrompt(i, TEXT) for i in IMAGES]]  # [DEC] alone; [DEC] + TEXT, 2 rows
 
 
 def _tiny_dir(root) -> str:
@@ -58,13 +68,22 @@ def _tiny_dir(root) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def models(tmp_path_factory):
+    """Model name -> its --torch-dir (None: the variant's own)."""
+    return {"blip-offline": None, "tiny": _tiny_dir(tmp_path_factory.mktemp("tiny-blip"))}
+
+
+def _run(path, workdir, **options):
+    options = {"device": DEVICE, **options}
+    return make_context(registry.family("BLIP"), ModelOptions(torch_dir=path, working_dir=str(workdir), use_cache=True,
+                                                              **options))
+
+
+@pytest.fixture(scope="module")
+def runs(models, tmp_path_factory):
     """The two models' runs (HF model loaded once each), by name."""
-    tiny = _tiny_dir(tmp_path_factory.mktemp("tiny-blip"))
     work = tmp_path_factory.mktemp("work")
-    return {name: make_context(registry.family("BLIP"), ModelOptions(torch_dir=path, working_dir=str(work),
-                                                                     use_cache=True, device="cpu"))
-            for name, path in (("blip-offline", None), ("tiny", tiny))}
+    return {name: _run(path, work, device="cpu") for name, path in models.items()}
 
 
 def _inputs(run, mask_tail: int = 0):
@@ -149,7 +168,7 @@ def test_compiled_step_matches_eager(runs):
     the eager step's logits at every position, the layer function compiled once for both layers."""
     model, image, mask, prompt = _inputs(runs["tiny"], mask_tail=3)
     ids = torch.cat([prompt, torch.arange(5, 5 + STEPS).repeat(2, 1)], dim=1)
-    compiled = FusedBlipStep(model, {})
+    compiled = FusedBlipStep(model, {}, FusedSettings(reduction_rows=2))  # reduction form at 2 rows
     assert compiled.compiled and compiled.settings.reduces(2, True, compiled.width)
     with torch.no_grad():
         ours = _step_logits(compiled, image, mask, ids, prompt.shape[1])
@@ -181,3 +200,45 @@ class _WithConfig:
 
     def __init__(self, model, config):
         self.config = config
+
+
+def _hf_captions(model, prompt, beams: int, eos: int, pad: int) -> list[list[int]]:
+    """HF's captions (new ids per row up to `eos`): its text decoder's `generate` over the image embeddings, as
+    `BlipForConditionalGeneration.generate` runs it (whose own EOS is always [SEP]; this one takes any)."""
+    pixels = prompt.encoder["pixel_values"].to(model.device)
+    with torch.no_grad():
+        image = model.vision_model(pixel_values=pixels).last_hidden_state
+        out = model.text_decoder.generate(
+            input_ids=prompt.input_ids.to(model.device), encoder_hidden_states=image,
+            encoder_attention_mask=torch.ones(image.shape[:2], dtype=torch.long, device=model.device),
+            eos_token_id=eos, pad_token_id=pad, max_new_tokens=NEW, num_beams=beams, do_sample=False)
+    rows = [row[prompt.input_ids.shape[1]:] for row in out.tolist()]
+    return [row[: row.index(eos) + 1] if eos in row else row for row in rows]
+
+
+def check_static_cache_captions(run, steps):
+    """Greedy and 3 beams, one image with no text prompt and two images with one; then with a token greedy emits
+    early as the EOS (captions that end mid-way); each a second time on the same pooled buffers."""
+    eos, pad = run.family.task.special_ids(run)
+    model = run.torch_model()
+    for items in CASES:
+        prompt = encode(run, items)
+        for beams in (1, 3):
+            expected = _hf_captions(model, prompt, beams, eos, pad)
+            assert generate_twice(run, steps, prompt, NEW, beams, eos) == expected, (items, beams)
+    row = _hf_captions(model, prompt, 1, eos, pad)[1]
+    cut = min(i for i in range(1, len(row)) if row[i] not in row[:i])  # row 1's first token not seen before...
+    for beams in (1, 3):
+        expected = _hf_captions(model, prompt, beams, row[cut], pad)  # ...ends the captions
+        assert beams > 1 or len(expected[1]) == cut + 1 < NEW
+        assert generate_twice(run, steps, prompt, NEW, beams, row[cut]) == expected, ("EOS", beams)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_static_cache_gives_hf_captions(mode, models, tmp_path):
+    """Through the harness (`frameworks --static-cache`: the kind's steps over this step, pooled slots, beam
+    reordering) on the tiny model: HF's captions (`check_static_cache_captions`)."""
+    run = _run(models["tiny"], tmp_path, static_cache=True, use_cuda_graph=mode[0], torch_compile=mode[1])
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert type(steps.fused).__name__ == "FusedBlipStep"
+        check_static_cache_captions(run, steps)

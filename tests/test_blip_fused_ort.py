@@ -14,10 +14,11 @@ import torch
 from CausalLM import fused_graph as fg
 from NNDF.errors import ArtifactError
 
-from test_blip_fused import IMAGES, TEXT, STEPS, _inputs, runs  # noqa: F401 (the module's fixture)
+from test_blip_fused import (DEVICE, IMAGES, STEPS, TEXT, _inputs, _run, check_static_cache_captions,  # noqa: F401
+                             models, runs)  # (the module's fixtures)
 
 from BLIP.fused_onnx import BUILDER
-from NNDF.actions.common import encode
+from NNDF.actions.common import backend_steps, encode
 from Vision2Seq.task import ImagePrompt
 
 MAX_LENGTH = 24
@@ -147,3 +148,12 @@ def test_leftover_weight_and_unsupported_models_are_refused(runs, tmp_path):  # 
     config = type(config)(text_config=text.to_dict(), vision_config=config.vision_config.to_dict())
     assert "head size that is a multiple of 8" in BUILDER.refusal(config)
     assert BUILDER.refusal(model.config) is None and BUILDER.parts == ("cross", "decoder")
+
+
+def test_static_cache_gives_hf_captions(models, tmp_path):  # noqa: F811
+    """Through the harness (`onnxrt --static-cache`: the image encoder exported, these graphs built and validated,
+    the kind's steps binding the pooled buffers) on the tiny model: HF's captions (fp16 on CUDA)."""
+    run = _run(models["tiny"], tmp_path, static_cache=True, fp16=DEVICE == "cuda")
+    with backend_steps(run, "onnxrt") as (backend, steps):
+        assert backend.choice.startswith("the fused decode graph built from the weights")
+        check_static_cache_captions(run, steps)

@@ -15,7 +15,8 @@ from NNDF.context import make_context
 from NNDF.errors import ArtifactError
 from NNDF.options import ModelOptions
 
-VARIANTS = [("T5", "t5-offline"), ("T5", "flan-t5-offline"), ("BART", "bart-offline"), ("BART", "mbart-offline")]
+VARIANTS = [("T5", "t5-offline"), ("T5", "flan-t5-offline"), ("BART", "bart-offline"), ("BART", "mbart-offline"),
+            ("T5", "t5-gelu"), ("BART", "bart-relu")]
 PROMPTS = ["translate English to German: The house is wonderful.", "summarize: A"]  # row 1 right-padded
 NEW, MAX_LENGTH = 10, 16
 
@@ -24,8 +25,8 @@ def _builder(family: str, model_type: str):
     return registry.load(registry.facts(registry.family(family), "onnxrt").fused[model_type])
 
 
-def _build(builder, model, folder, weights=None) -> dict:
-    """part -> an InferenceSession of that graph, built from `model`'s weights into `folder`."""
+def _build(builder, model, folder, weights=None, dtype=np.float32) -> dict:
+    """part -> an InferenceSession of that graph, built from `model`'s weights into `folder` (graphs in `dtype`)."""
     import onnxruntime as ort
 
     from transformers import AutoConfig
@@ -36,10 +37,10 @@ def _build(builder, model, folder, weights=None) -> dict:
     made = {}
 
     def make_graph(part):
-        made[part] = fg.GraphBuilder(np.float32, data=folder / f"{part}.onnx.data")
+        made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data")
         return made[part]
 
-    graphs = builder.build(arch, weights or fg.StateDict.of_model(model, "test"), make_graph)
+    graphs = builder.build(arch, weights or fg.StateDict.of_model(model, "test", dtype), make_graph)
     sessions = {}
     for part, proto in graphs.items():
         fg.save(proto, folder / f"{part}.onnx")
@@ -47,10 +48,47 @@ def _build(builder, model, folder, weights=None) -> dict:
     return sessions
 
 
+def _tiny(name: str, folder) -> str:
+    """A random model with what the offline variants lack, saved in `folder` with its family's offline tokenizer.
+    t5-gelu: the plain exact-GELU feed-forward, heads x head size (32) unlike d_model (48), more buckets;
+    bart-relu: ReLU, scaled embeddings, an untied head, encoder and decoder with their own heads (head sizes 32 and
+    8), feed-forward sizes and depths."""
+    import shutil
+    from pathlib import Path
+
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, T5Config
+
+    from BART.config import BART_TOKENIZER_DIR
+    from NNDF.offline import redraw_weights
+    from T5.config import TOKENIZER_DIR
+
+    source = TOKENIZER_DIR if name == "t5-gelu" else BART_TOKENIZER_DIR
+    tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    ids = dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    if name == "t5-gelu":
+        config = T5Config(**ids, d_model=48, d_kv=8, d_ff=80, num_layers=2, num_decoder_layers=2, num_heads=4,
+                          relative_attention_num_buckets=16, relative_attention_max_distance=20,
+                          feed_forward_proj="gelu", tie_word_embeddings=False, decoder_start_token_id=tok.pad_token_id)
+    else:
+        config = BartConfig(**ids, bos_token_id=tok.bos_token_id, decoder_start_token_id=tok.eos_token_id,
+                            forced_eos_token_id=None, d_model=64, encoder_layers=1, decoder_layers=2,
+                            encoder_attention_heads=2, decoder_attention_heads=8, encoder_ffn_dim=96,
+                            decoder_ffn_dim=160, activation_function="relu", scale_embedding=True,
+                            tie_word_embeddings=False, max_position_embeddings=64)
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    redraw_weights(model, 3, 0.2)
+    model.save_pretrained(folder)
+    for path in Path(source).glob("*.json"):
+        shutil.copyfile(path, Path(folder) / path.name)
+    return str(folder)
+
+
 @pytest.fixture(scope="module", params=VARIANTS, ids=[v for _, v in VARIANTS])
 def built(request, tmp_path_factory):
     family, variant = request.param
-    run = make_context(registry.family(family), ModelOptions(variant=variant, device="cpu", use_cache=True,
+    model = ({"variant": variant} if variant.endswith("-offline") else
+             {"torch_dir": _tiny(variant, tmp_path_factory.mktemp(variant))})
+    run = make_context(registry.family(family), ModelOptions(**model, device="cpu", use_cache=True,
                                                              working_dir=str(tmp_path_factory.mktemp("work"))))
     model = _perturbed(run.torch_model().eval())
     builder = _builder(family, model.config.model_type)
@@ -83,12 +121,13 @@ def _cross_projections(model, layer: int, hidden):
     return [p(hidden).view(rows, length, heads, size).transpose(1, 2) for p in (k, v)]
 
 
-def _decode(decoder, tokens, mask, cross: list, layers: int, heads: int, head_dim: int) -> np.ndarray:
+def _decode(decoder, tokens, mask, cross: list, layers: int, heads: int, head_dim: int,
+            dtype=torch.float32) -> np.ndarray:
     """The decoder graph's logits [B, N, V] at every position of `tokens` [B, N]: a prompt pass over the first two,
     then one-token steps, past and present bound to the same buffers (written in place)."""
     rows, count = tokens.shape
-    past = [torch.zeros(rows, heads, MAX_LENGTH, head_dim) for _ in range(2 * layers)]
-    names = [f"{kind}.{i}.{kv}" for i in range(layers) for kv in ("key", "value") for kind in ("past",)]
+    past = [torch.zeros(rows, heads, MAX_LENGTH, head_dim, dtype=dtype) for _ in range(2 * layers)]
+    names = [f"past.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
     logits = []
     for start, stop in [(0, 2)] + [(t, t + 1) for t in range(2, count)]:
         feeds = {"input_ids": tokens[:, start:stop].contiguous(),
@@ -96,17 +135,18 @@ def _decode(decoder, tokens, mask, cross: list, layers: int, heads: int, head_di
                  "seqlens_k": torch.full((rows,), stop - 1, dtype=torch.int32),
                  "total_sequence_length": torch.tensor(stop - start if start == 0 else MAX_LENGTH, dtype=torch.int32),
                  "encoder_attention_mask": mask, **dict(zip(names, past)),
-                 **{f"cross.{i}.{kv}": cross[2 * i + j] for i in range(layers) for j, kv in enumerate(("key", "value"))}}
-        out = torch.empty(rows, stop - start, decoder.get_outputs()[0].shape[-1])
+                 **{f"cross.{i}.{kv}": cross[2 * i + j] for i in range(layers)
+                    for j, kv in enumerate(("key", "value"))}}
+        out = torch.empty(rows, stop - start, decoder.get_outputs()[0].shape[-1], dtype=dtype)
         binding = decoder.io_binding()
         for name, tensor in feeds.items():
             binding.bind_input(name, "cpu", 0, tensor.numpy().dtype, tuple(tensor.shape), tensor.data_ptr())
-        binding.bind_output("logits", "cpu", 0, np.float32, tuple(out.shape), out.data_ptr())
+        binding.bind_output("logits", "cpu", 0, out.numpy().dtype, tuple(out.shape), out.data_ptr())
         for name, tensor in zip(names, past):
-            binding.bind_output(name.replace("past", "present"), "cpu", 0, np.float32, tuple(tensor.shape),
+            binding.bind_output(name.replace("past", "present"), "cpu", 0, out.numpy().dtype, tuple(tensor.shape),
                                 tensor.data_ptr())
         decoder.run_with_iobinding(binding)
-        logits.append(out.numpy().copy())
+        logits.append(out.float().numpy())
     return np.concatenate(logits, axis=1)
 
 
@@ -154,10 +194,9 @@ def test_weights_of_a_part_built_elsewhere_are_skipped(built):
     with torch.device("meta"):
         arch = type(model)(model.config)
     encoder = "encoder." if model.config.model_type == "t5" else "model.encoder."
-    tied = {"shared.weight", "model.shared.weight"}  # the decoder's embedding under its other name
     def read_all_but_the_encoder():
         weights = fg.StateDict.of_model(model, "test")
-        for name in weights.names - tied:
+        for name in weights.names:
             if not name.startswith(encoder):
                 weights(name)
         return weights
@@ -184,3 +223,41 @@ def test_models_the_graphs_cannot_run_are_refused_by_message():
     assert "decoder has 64 / 16 heads" in bart.refusal(BartConfig(d_model=64, decoder_attention_heads=16,
                                                                  encoder_attention_heads=8))
     assert "activation 'swish'" in bart.refusal(BartConfig(activation_function="swish"))
+
+
+def test_fp16_graphs_run_near_hf(built, tmp_path):
+    """The fp16 graphs (what CUDA runs; here on ONNX Runtime's CPU kernels) are well typed (T5's fp32 residual
+    stream and `wo`, BART's clamps) and within fp16 noise of HF's fp32 logits: HF's own fp16 model differs from
+    its fp32 one by 1-3% of the logits' scale on these random models."""
+    model, _, encoded = built
+    sessions = _build(_builder(*_family(model)), model, tmp_path, dtype=np.float16)
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
+    tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * ids.shape[0])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
+    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3],
+                     torch.float16)
+    assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("built", [("BART", "bart-relu")], indirect=True, ids=["bart-relu"])
+def test_a_checkpoint_without_final_logits_bias_builds_as_hf_loads_it(built, tmp_path):
+    """HF loads a BART checkpoint without final_logits_bias (a buffer) with zeros; the graph leaves the add out."""
+    import copy
+
+    model = copy.deepcopy(built[0])
+    tensors = {k: v for k, v in model.state_dict().items() if k != "final_logits_bias"}
+    sessions = _build(_builder("BART", "bart"), model, tmp_path, fg.StateDict(tensors.__getitem__, tensors, "test"))
+    model.final_logits_bias.zero_()
+    ids, mask = built[2]["input_ids"], built[2]["attention_mask"]
+    tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6]] * ids.shape[0])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
+    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
+    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3])
+    np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=1e-4)
+    assert "final_logits_bias" not in {i.name for i in fg.onnx.load(str(tmp_path / "decoder.onnx"),
+                                                                    load_external_data=False).graph.initializer}

@@ -4,18 +4,26 @@ decoder token(s) and `one_token` at each later position): t5-offline (ReLU feed-
 and flan-t5-offline (gated-GELU, untied head), their norm gains moved off 1 so a misplaced norm shows; a
 right-padded encoder batch. Checked: fp32 logits at every decoder position, greedy tokens, the relative position
 bias past `relative_attention_max_distance`, the step compiled by inductor on the CPU, fp16 with HF's fp32 `wo`.
-Feed-forwards the step does not reproduce are refused in one line.
+Through the harness (`--static-cache`, the shared loop over `Seq2Seq.torch_steps`): HF generate's tokens for
+the same gain-moved models, greedy and 3 beams, a padded encoder batch, EOS mid-way. Feed-forwards the step does
+not reproduce are refused in one line.
 """
 import copy
 
 import pytest
 import torch
 
+from CausalLM.fused_step import FusedSettings
+
 from NNDF import registry
+from NNDF.actions.common import backend_steps, encode
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 from T5.fused_decode import FusedT5Step, embed_step
+
+from conftest import generate_twice
+from test_parity import NEW, _hf
 
 TEXTS = ["translate English to German: The house is wonderful.", "summarize: A"]
 POSITIONS = 8  # decoder positions compared
@@ -130,7 +138,7 @@ def test_compiled_step_matches_hf(cases):
     from torch._dynamo.utils import counters
 
     model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
-    step = FusedT5Step(model, {})
+    step = FusedT5Step(model, {}, FusedSettings(reduction_rows=2))  # the reduction form at 2 rows
     assert step.settings.reduces(ids.shape[0], step.compiled, step.width)
     graphs = counters["stats"]["unique_graphs"]
     torch.testing.assert_close(_step_logits(step, model, batch, ids), expected, atol=1e-4, rtol=1e-4)
@@ -152,6 +160,28 @@ def test_fp16_with_fp32_wo(case, tmp_path):
         hf = half(**batch, decoder_input_ids=ids).logits.float()
     got = _step_logits(step, half, batch, ids).float()
     assert (got - hf).abs().max() < 0.2 * (hf - expected).abs().max()
+
+
+@pytest.mark.parametrize("variant", ["t5-offline", "flan-t5-offline"])
+def test_harness_static_cache_gives_hf_tokens(variant, cases, tmp_path):
+    """`--static-cache` on frameworks runs this step through the shared loop (the model folder given by
+    --torch-dir): HF generate's tokens, greedy and 3 beams, on a padded encoder batch, and 3 beams with a token
+    greedy emits early as EOS (rows stop at different steps)."""
+    model, tok = _case(cases, variant)[:2]
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    run = make_context(registry.family("T5"), ModelOptions(
+        variant=variant, torch_dir=str(tmp_path), working_dir=str(cases["workdir"]), batch_size=3, use_cache=True,
+        static_cache=True, use_mask=True, device="cpu"))
+    prompt = encode(run, TEXTS + ["Names refer to objects"])
+    assert not prompt.encoder["attention_mask"].all()
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    with backend_steps(run, registry.backend(run.family, "frameworks")) as (_, steps):
+        assert type(steps.fused) is FusedT5Step
+        early = _hf(model, prompt, 1, True, None, pad)[0][2]
+        for beams, stop in ((1, eos), (3, eos), (3, early)):
+            ours = generate_twice(run, steps, prompt, NEW, beams, stop)
+            assert ours == _hf(model, prompt, beams, True, stop, pad), f"beams={beams}, eos={stop}"
 
 
 @pytest.mark.parametrize("feed_forward", ["gated-silu", "gelu"])

@@ -15,6 +15,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               step, the top kernels (torch's profiler); also with every product through cuBLAS (kernels-cublas),
               at 4 rows (kernels-rows4, kernels-onnxrt-rows4) and compiled with --compile-mode max-autotune
               (kernels-autotuned; its benchmark row: autotuned)
+  tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
+              (eager) on the same random inputs, batch 2: where each row first differs
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
 (OUT/seq2seq-speed.json, .md); no job starts after --deadline seconds; each model's folder and artifacts are
 deleted after its jobs unless --keep.
@@ -22,6 +24,7 @@ deleted after its jobs unless --keep.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import shutil
 import sys
 from pathlib import Path
@@ -63,7 +66,8 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int) -> list[tuple[st
             ("beams-onnxrt", rows("s2s-onnxrt-beams")),
             ("batch8", rows("s2s-compiled", 8)),
             ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
-    todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir)),
+    todo += [("tokens", lambda: tokens(shape, workdir)),
+             ("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir)),
              ("kernels-cublas", lambda: kernels(shape, "frameworks", dict(COMPILED, cublas=True), workdir)),
              ("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4)),
              ("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
@@ -139,6 +143,35 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
                     for t in table["top"]]}
 
 
+def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW) -> dict:
+    """fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate` (its growing
+    cache, eager) on the same random encoder inputs: the first position where each row differs (None: equal)."""
+    from NNDF import registry
+    from NNDF.actions.common import backend_steps, generate_prompt
+    from NNDF.context import make_context
+    from NNDF.generation import GenerationConfig
+
+    family = FAMILIES[shape]
+    out = {"model": shape, "new_tokens": new}
+    for label, backend, options in (("frameworks", "frameworks", COMPILED), ("onnxrt", "onnxrt", ORT)):
+        run = make_context(registry.family(family), replace(sm.options(sm.SHAPES[shape], batch, options, workdir),
+                                                            use_mask=True))
+        prompt = run.family.task.random_prompt(run, batch, 4 if family == "BLIP" else 128,
+                                                torch.Generator().manual_seed(3))
+        if "hf" not in out:
+            with torch.inference_mode():
+                ref = run.torch_model().generate(**run.family.task.hf_generate_inputs(run, prompt),
+                                                 max_new_tokens=new, min_new_tokens=new, do_sample=False)
+            out["hf"] = ref[:, -new:].cpu()
+        config = GenerationConfig(max_new_tokens=new, min_new_tokens=new, pad_token_id=0, eos_token_id=None)
+        with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+            ours = generate_prompt(steps, prompt, config).sequences[:, -new:].cpu()
+        out[label] = [None if (a == b).all() else int((a != b).nonzero()[0]) for a, b in zip(ours, out["hf"])]
+        run.release_torch_model()
+    out.pop("hf")
+    return out
+
+
 def make_shapes(shape: str, folder: str) -> dict:
     import subprocess
 
@@ -168,7 +201,7 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
-        todo += [("bench" if kind not in ("shapes", "cleanup") and not kind.startswith("kernels") else "check", job)
+        todo += [("check" if kind in ("shapes", "cleanup", "tokens") or kind.startswith("kernels") else "bench", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations)
                  if kind not in skip]
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
