@@ -89,7 +89,7 @@ class CacheOptions(OptionGroup):
     owner = "generative models"
     by_kind = True
     use_cache: bool = flag(True, "--use-cache", "-kv", "--enable-kv-cache", action=argparse.BooleanOptionalAction, help="keep the keys and values of past tokens (the KV cache, on by default as in HF); --no-use-cache recomputes the whole sequence at every step")
-    static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (not with --no-use-cache). Encoder-decoders: the decoder's self-attention buffers, plus cross-attention keys and values computed once per input; frameworks runs the family's own decoder step, onnxrt its graphs built from the weights")
+    static_cache: bool = flag(False, "--static-cache", help="KV cache of the generation's full length written in place: every one-token step has the same shapes (not with --no-use-cache). Encoder-decoders: the decoder's self-attention buffers, plus cross-attention keys and values computed once per input; frameworks runs the family's own decoder step, onnxrt its graphs built from the weights, trt engines built from an ONNX export of that step")
 
     def check(self):
         if self.static_cache and not self.use_cache:
