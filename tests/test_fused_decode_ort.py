@@ -150,10 +150,10 @@ def test_refusals(relu_gpt2, workdir):
             registry.backend(run.family, "onnxrt").build(run)
     family = registry.family("GPT2")
     assert registry.backend(family, "onnxrt").fused_decode_types() == tuple(FUSED_DECODE)
-    # every decoder model type has a graph; the refusal of one without (T5's, whose --static-cache is refused
-    # first) names the model types that have one
-    with pytest.raises(UsageError, match="the onnxrt backend has no fused decode step for model type 't5'") as refused:
-        registry.backend(registry.family("T5"), "onnxrt").check_fused_decode("t5")
+    # every decoder and encoder-decoder model type has a graph; the refusal of one without (an encoder's) names
+    # the model types that have one
+    with pytest.raises(UsageError, match="the onnxrt backend has no fused decode step for model type 'bert'") as refused:
+        registry.backend(registry.family("BERT"), "onnxrt").check_fused_decode("bert")
     assert set(FUSED_DECODE) <= set(re.search(r"onnxrt: ([\w, ]+)", str(refused.value)).group(1).split(", "))
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'gpt2'"):
         registry.backend(family, "trt").check_fused_decode("gpt2")  # TensorRT does not parse ORT's contrib ops
