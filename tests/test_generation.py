@@ -1,4 +1,6 @@
-"""The shared loop's own contracts: sampling determinism, min_new_tokens, no-cache recompute equivalence."""
+"""The shared loop's own contracts: sampling determinism, min_new_tokens, no-cache recompute equivalence, beam
+search's bookkeeping (finished hypotheses, stopping rules, output width and padding) equal to HF `generate`."""
+import pytest
 import torch
 
 from CausalLM.torch_steps import TorchSteps
@@ -37,3 +39,37 @@ def test_min_new_tokens_forbids_eos_and_runs_full_length():
     assert stopped.new_tokens(0, eos) == greedy[:2]
     full = generate(steps, ids, mask, GenerationConfig(max_new_tokens=8, min_new_tokens=8, eos_token_id=eos))
     assert full.sequences.shape[1] == 3 + 8 and eos not in full.sequences[0, 3:].tolist()
+
+
+NEW = 20
+
+
+@pytest.fixture(scope="module")
+def beam_case():
+    """The tiny model, a left-padded batch of 3 and an EOS id (a token of its beams) that ends hypotheses mid-way
+    often enough for every stopping rule to decide something (finished slots fill, items stop early)."""
+    model = _tiny()
+    ids = torch.tensor([[0, 0, 5, 6], [9, 3, 2, 7], [0, 11, 12, 13]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    eos = 24
+    ended = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3, do_sample=False,
+                           eos_token_id=eos, pad_token_id=1)
+    assert any(eos in row[4:-1] for row in ended.tolist())  # a hypothesis ended before the length limit
+    return model, ids, mask, eos
+
+
+@pytest.mark.parametrize("early_stopping,length_penalty,ngram", [
+    (False, 1.0, 0), (True, 1.0, 0), ("never", 1.0, 0), ("never", 2.0, 0), (False, -1.0, 0), (True, 0.5, 2)])
+def test_beam_search_equals_hf_generate(beam_case, early_stopping, length_penalty, ngram):
+    """Whole sequences (width and pad included) equal HF's for every stopping rule and length penalty, with EOS
+    mid-way and a processor over the history (no-repeat n-grams): the finished set, the stop test read a step
+    late and the beam reordering of the cache give HF's choice."""
+    model, ids, mask, eos = beam_case
+    ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3, do_sample=False,
+                         early_stopping=early_stopping, length_penalty=length_penalty, no_repeat_ngram_size=ngram,
+                         eos_token_id=eos, pad_token_id=1)
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=3, early_stopping=early_stopping,
+                              length_penalty=length_penalty, no_repeat_ngram_size=ngram, eos_token_id=eos,
+                              pad_token_id=1)
+    ours = generate(TorchSteps(model, use_cache=True), ids, mask, config).sequences
+    assert ours.tolist() == ref.tolist()
