@@ -7,9 +7,9 @@ reordering of the static cache) over a fake fused step: `one_token` returns one 
 [rows, 1, vocab] at once, and the slot has the self- and cross-attention buffers of the given shapes (default
 BART-large: 12 decoder layers, 16 heads of 64, 32 encoder positions). The fixed logits rank the end-of-sequence
 token second, so finished hypotheses are collected every step and the search runs all `--steps` steps. Ops and
-syncs are counted with a `TorchDispatchMode` (a sync: `item`/`bool` (`_local_scalar_dense`), `nonzero`, `equal`);
-a step is the interval between two `Observer.token` calls (advance, reorder, one model step), timed as wall and
-as this thread's CPU time (torch runs one thread here, so a shared machine disturbs it less). On CPU the times
+syncs are counted in a first run with a `TorchDispatchMode` (a sync: `item`/`bool` (`_local_scalar_dense`), `nonzero`, `equal`);
+a step is the interval between two `Observer.token` calls (advance, reorder, one model step), timed in a second
+run (without the counter's overhead) as wall and as this thread's CPU time (torch runs one thread here, so a shared machine disturbs it less). On CPU the times
 include the loop's own arithmetic (log-softmax and top-k over beams x vocab); `--vocab 512 --layers 2` leaves
 mostly the per-op overhead. On CUDA,
 `--gpu-us` makes each model step keep the GPU busy that long (`torch.cuda._sleep`), so the wall time per step shows
@@ -18,6 +18,7 @@ whether the host waits for the GPU (a sync) or runs ahead of it.
     python tools/bench/beam_loop_cost.py                       # CPU, batch 1 and 3, 4 beams, 64 steps
     python tools/bench/beam_loop_cost.py --device cuda --gpu-us 700
     python tools/bench/beam_loop_cost.py --beams 1             # greedy, for comparison
+    python tools/bench/beam_loop_cost.py --min-new-tokens 64   # as the benchmark decodes (no EOS, min-length)
 """
 from __future__ import annotations
 
@@ -121,19 +122,24 @@ def measure(args, batch: int) -> dict:
     encoder = {"input_ids": torch.ones(batch, args.encoder_length, dtype=torch.long),
                "attention_mask": torch.ones(batch, args.encoder_length, dtype=torch.long)}
     config = GenerationConfig(max_new_tokens=args.steps, num_beams=args.beams, eos_token_id=EOS,
-                              early_stopping=args.early_stopping)
+                              early_stopping=args.early_stopping, min_new_tokens=args.min_new_tokens)
     prompt = torch.zeros(batch, 1, dtype=torch.long)
     mask = torch.ones(batch, 1, dtype=torch.long)
-    for _ in range(2 if device.type == "cuda" else 1):  # CUDA: a warm-up, then the measured run (pooled slots)
+    runs = []
+    for counting in (True, False):  # ops counted (also the warm-up: slots pooled), then timed without the counter
         counter = _Counter()
         observer = _StepTimes(counter)
-        with counter:
-            out = generate(steps, prompt, mask, config, observer, encoder)
+        if counting:
+            counter.__enter__()
+        out = generate(steps, prompt, mask, config, observer, encoder)
+        if counting:
+            counter.__exit__(None, None, None)
         if device.type == "cuda":
             torch.cuda.synchronize()
-    marks = observer.marks
-    gaps = list(zip(*[[y - x for x, y in zip(a, b)] for a, b in zip(marks, marks[1:])]))  # per field, per step
-    wall, cpu, ops, syncs = (statistics.median(g) for g in gaps)
+        marks = observer.marks
+        runs.append(list(zip(*[[y - x for x, y in zip(a, b)] for a, b in zip(marks, marks[1:])])))  # field, step
+    _, _, ops, syncs = (statistics.median(g) for g in runs[0])
+    wall, cpu, _, _ = (statistics.median(g) for g in runs[1])
     return {"batch": batch, "steps": len(marks), "new_tokens": out.sequences.shape[1] - 1,
             "wall_ms": 1e3 * wall, "cpu_ms": 1e3 * cpu, "ops": ops, "syncs": syncs}
 
@@ -150,6 +156,8 @@ def main() -> None:
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--encoder-length", type=int, default=32)
     parser.add_argument("--early-stopping", default="false", choices=["false", "true", "never"])
+    parser.add_argument("--min-new-tokens", type=int, default=0,
+                        help="EOS forbidden until then (the benchmark's runs: = --steps); its processors run each step")
     parser.add_argument("--gpu-us", type=float, default=0.0, help="CUDA only: GPU time of each fake model step")
     args = parser.parse_args()
     torch.set_num_threads(1)  # host CPU time = this thread's (the machine may be shared)
