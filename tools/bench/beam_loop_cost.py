@@ -42,14 +42,16 @@ EOS = 2
 
 
 class _Counter(TorchDispatchMode):
-    """Counts every aten op dispatched and those that make the host wait for the device."""
+    """Counts every aten op dispatched, those that are not views (each a kernel launch on CUDA) and those that make
+    the host wait for the device."""
 
     def __init__(self):
         super().__init__()
-        self.ops = self.syncs = 0
+        self.ops = self.kernels = self.syncs = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops += 1
+        self.kernels += not func.is_view
         if func.__name__.split(".")[0] in SYNC_OPS:
             self.syncs += 1
         return func(*args, **(kwargs or {}))
@@ -62,7 +64,8 @@ class _StepTimes(Observer):
         self.counter, self.marks = counter, []
 
     def token(self, step: int) -> None:
-        self.marks.append((time.perf_counter(), time.thread_time(), self.counter.ops, self.counter.syncs))
+        c = self.counter
+        self.marks.append((time.perf_counter(), time.thread_time(), c.ops, c.kernels, c.syncs))
 
 
 class _Encoder(torch.nn.Module):
@@ -138,10 +141,10 @@ def measure(args, batch: int) -> dict:
             torch.cuda.synchronize()
         marks = observer.marks
         runs.append(list(zip(*[[y - x for x, y in zip(a, b)] for a, b in zip(marks, marks[1:])])))  # field, step
-    _, _, ops, syncs = (statistics.median(g) for g in runs[0])
-    wall, cpu, _, _ = (statistics.median(g) for g in runs[1])
+    _, _, ops, kernels, syncs = (statistics.median(g) for g in runs[0])
+    wall, cpu = (statistics.median(g) for g in runs[1][:2])
     return {"batch": batch, "steps": len(marks), "new_tokens": out.sequences.shape[1] - 1,
-            "wall_ms": 1e3 * wall, "cpu_ms": 1e3 * cpu, "ops": ops, "syncs": syncs}
+            "wall_ms": 1e3 * wall, "cpu_ms": 1e3 * cpu, "ops": ops, "kernels": kernels, "syncs": syncs}
 
 
 def main() -> None:
@@ -167,7 +170,7 @@ def main() -> None:
     print(f"device {args.device}, {args.beams} beams, vocab {args.vocab}, {args.layers} layers; per step (median):")
     for batch in args.batch:
         r = measure(args, batch)
-        print(f"  batch {r['batch']}: {r['wall_ms']:.3f} ms wall  {r['cpu_ms']:.3f} ms host CPU  {r['ops']:.0f} ops  {r['syncs']:.0f} syncs  "
+        print(f"  batch {r['batch']}: {r['wall_ms']:.3f} ms wall  {r['cpu_ms']:.3f} ms host CPU  {r['ops']:.0f} ops ({r['kernels']:.0f} not views)  {r['syncs']:.0f} syncs  "
               f"({r['steps']} steps, {r['new_tokens']} columns out)")
 
 
