@@ -117,11 +117,15 @@ def stacked_view(buffers: list[torch.Tensor]) -> torch.Tensor | None:
     return first.as_strided((len(buffers), *first.shape), (first.numel(), *first.stride()))
 
 
+STACKED_DEVICES = ("cuda",)  # device types whose `take_rows` moves stacked buffers at once
+
+
 def take_rows(mine: list[torch.Tensor], my_stack: torch.Tensor | None, theirs: list[torch.Tensor],
               their_stack: torch.Tensor | None, index: torch.Tensor) -> None:
-    """mine[i] = theirs[i][index] for every buffer, in place (rows first; `index` [rows]). Two kernels when both
-    lists have a stacked view (`stacked_view`), else two per buffer."""
-    if my_stack is not None and their_stack is not None:
+    """mine[i] = theirs[i][index] for every buffer, in place (rows first; `index` [rows]). On CUDA, two kernels
+    when both lists have a stacked view (`stacked_view`); else two per buffer (on the CPU, where a launch costs
+    nothing, one buffer-sized temporary at a time stays in cache instead of one as large as all of them)."""
+    if my_stack is not None and their_stack is not None and index.device.type in STACKED_DEVICES:
         my_stack.copy_(their_stack.index_select(1, index))
         return
     for buffer, source in zip(mine, theirs):

@@ -1,7 +1,9 @@
 """`NNDF.slots`: the one pool of static slots (reuse per key, numbering, close releases all) and the KV slot's
 reset and in-place beam reordering."""
+import pytest
 import torch
 
+from NNDF import slots
 from NNDF.slots import KVSlot, Slot, SlotPool, reordered, stacked_view, stacked_zeros, step_inputs
 
 
@@ -77,9 +79,12 @@ def test_reordered_fills_in_place_or_takes_the_pools_slot_for_the_new_row_count(
     assert wider.mask[:, 0].tolist() == [0, 0, 1] and wider.write.tolist() == [2]
 
 
-def test_stacked_buffers_reorder_like_separate_ones_and_keep_their_addresses():
+@pytest.mark.parametrize("devices", [("cuda",), ("cuda", "cpu")], ids=["per-buffer", "stacked"])
+def test_stacked_buffers_reorder_like_separate_ones_and_keep_their_addresses(devices, monkeypatch):
     """Buffers from `stacked_zeros` are views of one allocation (`stacked_view` finds it; separate ones have
-    none), and a reorder over it gives what buffer-by-buffer gathers give, in place."""
+    none), and a reorder over it (as CUDA does it, or buffer by buffer) gives what separate buffers give, in
+    place."""
+    monkeypatch.setattr(slots, "STACKED_DEVICES", devices)
     stacked, separate = _kv(3, 4, stacked=True), _kv(3, 4)
     assert stacked_view(stacked.past) is not None and stacked_view(separate.past) is None
     assert stacked_view(stacked.past[::-1]) is None  # out of order: not one [n, ...] view

@@ -9,9 +9,10 @@ BART-large: 12 decoder layers, 16 heads of 64, 32 encoder positions). The fixed 
 token second, so finished hypotheses are collected every step and the search runs all `--steps` steps. Ops and
 syncs are counted in a first run with a `TorchDispatchMode` (a sync: `item`/`bool` (`_local_scalar_dense`), `nonzero`, `equal`);
 a step is the interval between two `Observer.token` calls (advance, reorder, one model step), timed in a second
-run (without the counter's overhead) as wall and as this thread's CPU time (torch runs one thread here, so a shared machine disturbs it less). On CPU the times
-include the loop's own arithmetic (log-softmax and top-k over beams x vocab); `--vocab 512 --layers 2` leaves
-mostly the per-op overhead. On CUDA,
+run (without the counter's overhead) as wall and as this thread's CPU time (torch runs one thread here, so a shared machine disturbs it less). The slots
+reorder as on CUDA (stacked buffers moved at once) on every device, so the CPU counts are CUDA's. On CPU the
+times include the loop's own arithmetic (log-softmax and top-k over beams x vocab, the cache copies);
+`--vocab 512 --layers 2` leaves mostly the per-op overhead. On CUDA,
 `--gpu-us` makes each model step keep the GPU busy that long (`torch.cuda._sleep`), so the wall time per step shows
 whether the host waits for the GPU (a sync) or runs ahead of it.
 
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
+from NNDF import slots  # noqa: E402
 from NNDF.generation import GenerationConfig, Observer, generate  # noqa: E402
 from Seq2Seq.fused_step import seq2seq_slot  # noqa: E402
 from Seq2Seq.torch_steps import Seq2SeqStaticSteps  # noqa: E402
@@ -121,6 +123,7 @@ class _FixedStep:
 
 def measure(args, batch: int) -> dict:
     device = torch.device(args.device)
+    slots.STACKED_DEVICES = (device.type,)  # CUDA's reordering, here too
     steps = Seq2SeqStaticSteps(_Model(8).to(device), _FixedStep(args, device))
     encoder = {"input_ids": torch.ones(batch, args.encoder_length, dtype=torch.long),
                "attention_mask": torch.ones(batch, args.encoder_length, dtype=torch.long)}
