@@ -3,12 +3,13 @@
 `generate` runs greedy search, sampling, or beam search over a backend's `GenerativeSteps`. Batches are left
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
 Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty,
-`early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so
-finished beams never starve the running ones). Scores go through transformers' own logits processors
-(`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected with
-its `EosTokenCriteria`; `eos_token_id` may be one id or several (a chat model's end of text and end of turn):
-any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under the
-user's flags) is decided in `NNDF.decoding`.
+`early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so finished
+beams never starve the running ones); its bookkeeping stays on the device and its stop test is read one step late,
+so a beam step queues its work without waiting for the device. Scores go through transformers' own logits
+processors (`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected
+as HF's `EosTokenCriteria` detects it; `eos_token_id` may be one id or several (a chat model's end of text and end
+of turn): any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under
+the user's flags) is decided in `NNDF.decoding`.
 Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder,
 max_length)` (encoder and cross-attention cache, whose result is the initial cache; `max_length`: the decoder
 positions the generation may fill, which a static cache allocates) before the decoder's first step, so the

@@ -3,18 +3,18 @@
 milliseconds per step, with a model step that costs nothing.
 
 The steps are the real `Seq2Seq.torch_steps.Seq2SeqStaticSteps` (its forward, slot pool and in-place beam
-reordering of the static cache) over a fake fused step: `one_token` returns one fixed random logits buffer
-[rows, 1, vocab] at once, and the slot has the self- and cross-attention buffers of the given shapes (default
-BART-large: 12 decoder layers, 16 heads of 64, 32 encoder positions). The fixed logits rank the end-of-sequence
-token second, so finished hypotheses are collected every step and the search runs all `--steps` steps. Ops and
-syncs are counted in a first run with a `TorchDispatchMode` (a sync: `item`/`bool` (`_local_scalar_dense`), `nonzero`, `equal`);
-a step is the interval between two `Observer.token` calls (advance, reorder, one model step), timed in a second
-run (without the counter's overhead) as wall and as this thread's CPU time (torch runs one thread here, so a shared machine disturbs it less). The slots
-reorder as on CUDA (stacked buffers moved at once) on every device, so the CPU counts are CUDA's. On CPU the
-times include the loop's own arithmetic (log-softmax and top-k over beams x vocab, the cache copies);
-`--vocab 512 --layers 2` leaves mostly the per-op overhead. On CUDA,
-`--gpu-us` makes each model step keep the GPU busy that long (`torch.cuda._sleep`), so the wall time per step shows
-whether the host waits for the GPU (a sync) or runs ahead of it.
+reordering of the static cache) over a fake fused step: `one_token` returns one fixed random logits buffer [rows,
+1, vocab] at once, and the slot has the self- and cross-attention buffers of the given shapes (default BART-large:
+12 decoder layers, 16 heads of 64, 32 encoder positions). The fixed logits rank the end-of-sequence token second,
+so finished hypotheses are collected every step and the search runs all `--steps` steps. Ops and syncs are counted
+in a first run with a `TorchDispatchMode` (a sync: `item`/`bool` (`_local_scalar_dense`), `nonzero`, `equal`); a
+step is the interval between two `Observer.token` calls (advance, reorder, one model step), timed in a second run
+(without the counter's overhead) as wall and as this thread's CPU time (torch runs one thread here, so a shared
+machine disturbs it less). The slots reorder as on CUDA (stacked buffers moved at once) on every device, so the CPU
+counts are CUDA's. On CPU the times include the loop's own arithmetic (log-softmax and top-k over beams x vocab,
+the cache copies); `--vocab 512 --layers 2` leaves mostly the per-op overhead. On CUDA, `--gpu-us` makes each model
+step keep the GPU busy that long (`torch.cuda._sleep`), so the wall time per step shows whether the host waits for
+the GPU (a sync) or runs ahead of it.
 
     python tools/bench/beam_loop_cost.py                       # CPU, batch 1 and 3, 4 beams, 64 steps
     python tools/bench/beam_loop_cost.py --device cuda --gpu-us 700
@@ -173,7 +173,8 @@ def main() -> None:
     print(f"device {args.device}, {args.beams} beams, vocab {args.vocab}, {args.layers} layers; per step (median):")
     for batch in args.batch:
         r = measure(args, batch)
-        print(f"  batch {r['batch']}: {r['wall_ms']:.3f} ms wall  {r['cpu_ms']:.3f} ms host CPU  {r['ops']:.0f} ops ({r['kernels']:.0f} not views)  {r['syncs']:.0f} syncs  "
+        print(f"  batch {r['batch']}: {r['wall_ms']:.3f} ms wall  {r['cpu_ms']:.3f} ms host CPU  "
+              f"{r['ops']:.0f} ops ({r['kernels']:.0f} not views)  {r['syncs']:.0f} syncs  "
               f"({r['steps']} steps, {r['new_tokens']} columns out)")
 
 
