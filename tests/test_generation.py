@@ -73,3 +73,44 @@ def test_beam_search_equals_hf_generate(beam_case, early_stopping, length_penalt
                               pad_token_id=1)
     ours = generate(TorchSteps(model, use_cache=True), ids, mask, config).sequences
     assert ours.tolist() == ref.tolist()
+
+
+class _FixedLogits:
+    """Steps whose every forward gives the same logits [rows, 1, V]: EOS (id 2) ranks second, so hypotheses
+    finish at every step."""
+
+    device, use_cache, name = torch.device("cpu"), True, "fixed"
+
+    def __init__(self):
+        self.logits = torch.randn(40, generator=torch.Generator().manual_seed(0))
+        self.logits[5], self.logits[2] = 9.0, 8.5
+
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
+        return self.logits.expand(input_ids.shape[0], 1, -1), cache
+
+    def new_cache(self, batch, max_length):
+        return None
+
+    def reorder_cache(self, cache, index, within_inputs=False):
+        return cache
+
+
+def test_beam_steps_never_wait_for_the_device():
+    """No op that makes the host wait for the device (`item`/`bool`, `nonzero`, `equal`) runs per beam step: one
+    check of the prompt's padding before the loop and one read of the output width after it, whatever the
+    number of steps."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Syncs(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("_local_scalar_dense", "nonzero", "equal", "is_nonzero"):
+                Syncs.count += 1
+            return func(*args, **(kwargs or {}))
+
+    ids, mask = torch.tensor([[3, 4], [0, 6]]), torch.tensor([[1, 1], [0, 1]])
+    config = GenerationConfig(max_new_tokens=16, num_beams=4, eos_token_id=2, pad_token_id=0)
+    with Syncs():
+        out = generate(_FixedLogits(), ids, mask, config)
+    assert Syncs.count == 2 and out.sequences.shape[1] == 2 + 16
