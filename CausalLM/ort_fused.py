@@ -239,7 +239,7 @@ class OrtFusedSteps:
         logits = torch.empty(rows, 1, vocab, dtype=graph.dtype("logits"), device=device)
         return KVSlot(rows, max_length, past, inputs, logits, graph_id)
 
-    def reorder_cache(self, cache: KVSlot, index: torch.Tensor) -> KVSlot:
+    def reorder_cache(self, cache: KVSlot, index: torch.Tensor, within_inputs: bool = False) -> KVSlot:
         return reordered(cache, index, self._slot)
 
     def forward(self, input_ids, attention_mask, position_ids, cache: KVSlot, last_only=False):

@@ -67,7 +67,7 @@ class OrtSteps:
         logits = torch.empty(rows, 1, vocab, dtype=self.graph.dtype("logits"), device=self.device)
         return KVSlot(rows, max_length, past, inputs, logits, graph_id)
 
-    def reorder_cache(self, cache, index):
+    def reorder_cache(self, cache, index, within_inputs: bool = False):
         if isinstance(cache, KVSlot):
             return reordered(cache, index, lambda rows, length: self._slot(rows, length).reset())
         return tuple(t.index_select(0, index) for t in cache)

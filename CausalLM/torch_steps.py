@@ -183,7 +183,7 @@ class TorchSteps:
         return HFStaticSlot(self.model.config, rows, max_length, self.device)
 
     @torch.inference_mode()
-    def reorder_cache(self, cache, index):
+    def reorder_cache(self, cache, index, within_inputs: bool = False):
         if isinstance(cache, KVSlot):
             return reordered(cache, index, lambda rows, length: self._slot(rows, length).reset())
         cache.reorder_cache(index)

@@ -36,7 +36,7 @@ class TrtSteps:
             return None
         return TrtCache(batch, 0, max_length if self.static_cache else 0)
 
-    def reorder_cache(self, cache: TrtCache, index: torch.Tensor) -> TrtCache:
+    def reorder_cache(self, cache: TrtCache, index: torch.Tensor, within_inputs: bool = False) -> TrtCache:
         self.kv.reorder(index, cache.rows, cache.capacity or cache.length)
         return TrtCache(len(index), cache.length, cache.capacity)
 

@@ -3,12 +3,13 @@
 `generate` runs greedy search, sampling, or beam search over a backend's `GenerativeSteps`. Batches are left
 padded; position ids come from the attention mask, so a padded row produces the same tokens as that row alone.
 Greedy and beam search follow HF `generate` semantics token for token (beam search: length penalty,
-`early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so
-finished beams never starve the running ones). Scores go through transformers' own logits processors
-(`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected with
-its `EosTokenCriteria`; `eos_token_id` may be one id or several (a chat model's end of text and end of turn):
-any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under the
-user's flags) is decided in `NNDF.decoding`.
+`early_stopping` False / True / "never" as HF 5.23's `_beam_search` decides it, top 2*beams candidates so finished
+beams never starve the running ones); its bookkeeping stays on the device and its stop test is read one step late,
+so a beam step queues its work without waiting for the device. Scores go through transformers' own logits
+processors (`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected
+as HF's `EosTokenCriteria` detects it; `eos_token_id` may be one id or several (a chat model's end of text and end
+of turn): any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under
+the user's flags) is decided in `NNDF.decoding`.
 Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder,
 max_length)` (encoder and cross-attention cache, whose result is the initial cache; `max_length`: the decoder
 positions the generation may fill, which a static cache allocates) before the decoder's first step, so the
@@ -107,11 +108,11 @@ class _RunningBatch:
     """
 
     def __init__(self, steps: GenerativeSteps, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new: int,
-                 encoder: dict | None = None, observer: Observer | None = None):
+                 encoder: dict | None = None, observer: Observer | None = None, fill: int = 0):
         rows, self.length = input_ids.shape
         self.observer = observer or Observer()
         self.steps = steps
-        self._ids = input_ids.new_zeros(rows, self.length + max_new)  # [N, T + max_new]
+        self._ids = input_ids.new_full((rows, self.length + max_new), fill)  # [N, T + max_new]; `fill` after length
         self._ids[:, : self.length] = input_ids
         self._mask = attention_mask.new_ones(rows, self.length + max_new)
         self._mask[:, : self.length] = attention_mask
@@ -122,6 +123,10 @@ class _RunningBatch:
     @property
     def ids(self) -> torch.Tensor:  # [N, length]
         return self._ids[:, : self.length]
+
+    @property
+    def buffer(self) -> torch.Tensor:  # [N, T + max_new]: the ids, then `fill` in the columns not yet written
+        return self._ids
 
     @property
     def mask(self) -> torch.Tensor:  # [N, length]
@@ -153,12 +158,14 @@ class _RunningBatch:
                                                     self.cache, last_only=True)
         return logits[:, -1, :].float()
 
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep rows `index` [N'] (beam reordering, prompt expansion)."""
-        self._ids, self._mask = self._ids[index], self._mask[index]
-        self._next_position = self._next_position[index]
+    def reorder(self, index: torch.Tensor, within_inputs: bool = False) -> None:
+        """Keep rows `index` [N'] (prompt expansion; beam reordering, where every row stays on its own input:
+        `within_inputs`, so the mask and positions, equal for an input's beams, stay as they are)."""
+        self._ids = self._ids.index_select(0, index)
+        if not within_inputs:
+            self._mask, self._next_position = self._mask[index], self._next_position[index]
         if self.cache is not None:
-            self.cache = self.steps.reorder_cache(self.cache, index)
+            self.cache = self.steps.reorder_cache(self.cache, index, within_inputs=within_inputs)
 
 
 def generate(
@@ -231,91 +238,130 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
 
 def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
     """Beam search with HF `generate`'s semantics (`_beam_search`: early_stopping False / True / "never",
-    num_return_sequences=1)."""
+    num_return_sequences=1). Whether the search is done is read one step late (`_LateFlag`), so the host queues
+    the next step without waiting for the device; the one step it may run past the end changes nothing kept
+    (once done, no hypothesis can enter the finished set) and is not reported to the observer."""
     batch, prompt_length = input_ids.shape
     beams = config.num_beams
     device = steps.device
     max_new = config.new_tokens(prompt_length)
     expand = torch.arange(batch, device=device).repeat_interleave(beams)  # prefill once, then copy per beam
     processors = _processors(config, attention_mask, expand)
-    decoder = _RunningBatch(steps, input_ids, attention_mask, max_new, encoder, observer)
+    decoder = _RunningBatch(steps, input_ids, attention_mask, max_new, encoder, observer, fill=config.pad_token_id)
     logits = decoder.prefill()
     decoder.reorder(expand)
     logits = logits[expand]
-    state = _BeamState(batch, beams, max_new, config, device)
+    state = _BeamState(batch, beams, max_new, config, device, decoder.buffer.shape[1])
+    done = _LateFlag(device)
     for step in range(max_new):
         log_probs = processors(decoder.ids, torch.log_softmax(logits, dim=-1))
-        parents, tokens = state.advance(log_probs, step, decoder.ids)
+        parents, tokens = state.advance(log_probs, step, decoder.buffer, decoder.length)
+        if done.read():  # the previous step ended the search: this one is past HF's end
+            break
+        done.write(state.done)
         if step == 0:
             observer.first_token()
         observer.token(step)
-        if state.done or step == max_new - 1:
+        if step == max_new - 1:
             break
-        decoder.reorder(parents)
+        decoder.reorder(parents, within_inputs=True)
         logits = decoder.append(tokens)
     observer.finished()
-    return GenerationOutput(state.best_sequences(config.pad_token_id), prompt_length)
+    return GenerationOutput(state.best_sequences(prompt_length), prompt_length)
+
+
+class _LateFlag:
+    """A device-side bool read one step after it is written: its copy to the host is queued behind that step's work
+    (CUDA: into pinned memory, with an event), so reading it waits for the step before, not the one just queued."""
+
+    def __init__(self, device: torch.device):
+        cuda = device.type == "cuda"
+        self._host = torch.zeros(1, dtype=torch.bool, pin_memory=cuda)
+        self._event = torch.cuda.Event() if cuda else None
+        self._written = False
+
+    def write(self, flag: torch.Tensor) -> None:
+        self._host.copy_(flag.view(1), non_blocking=True)
+        if self._event is not None:
+            self._event.record()
+        self._written = True
+
+    def read(self) -> bool:
+        """The last value written (False before any)."""
+        if not self._written:
+            return False
+        if self._event is not None:
+            self._event.synchronize()
+        return bool(self._host.numpy()[0])
 
 
 class _BeamState:
-    """Running and finished hypotheses of a batch, all as tensors on the device."""
+    """Running and finished hypotheses of a batch, all as tensors on the device, updated as HF's `_beam_search`
+    updates them, without a host sync: the finished set is `beams` slots per item, best first, merged with each
+    step's candidates by one top-k (HF's `_update_finished_beams`)."""
 
-    def __init__(self, batch: int, beams: int, max_new: int, config: GenerationConfig, device):
+    def __init__(self, batch: int, beams: int, max_new: int, config: GenerationConfig, device, width: int):
         self.batch, self.beams, self.max_new, self.config = batch, beams, max_new, config
-        self.eos_hit = _eos_criteria(config)
+        ends = eos_ids(config.eos_token_id)
+        self.eos = torch.tensor(ends, device=device) if ends else None
         self.stop_when_full = config.early_stopping is True  # HF compares with `is True`
         self.keep = 2 * beams  # candidates per step: enough live ones even if `beams` of them finish
+        self.first_row = torch.arange(batch, device=device)[:, None] * beams  # [B, 1]: each item's first row
         self.running_scores = torch.zeros(batch, beams, device=device)
         self.running_scores[:, 1:] = -1e9  # only beam 0 is live at first: no duplicate hypotheses
-        self.finished_scores = torch.full((batch, beams), -1e9, device=device)
-        self.finished_seqs: list[list[torch.Tensor | None]] = [[None] * beams for _ in range(batch)]
-        self.finished_any = torch.zeros(batch, beams, dtype=torch.bool, device=device)
+        self.finished_scores = torch.full((batch, beams), -1e9, device=device)  # [B, beams], best first
+        self.finished_seqs = torch.full((batch, beams, width), config.pad_token_id, device=device)  # prompt + new
+        self.finished_len = torch.zeros(batch, beams, dtype=torch.long, device=device)  # new tokens; 0: empty slot
+        self.full = torch.zeros(batch, 1, dtype=torch.bool, device=device)  # every slot of the item finished
         self.improvable = torch.ones(batch, 1, dtype=torch.bool, device=device)
-        self.done = False
+        self.done = torch.zeros((), dtype=torch.bool, device=device)
 
-    def advance(self, log_probs: torch.Tensor, step: int, history: torch.Tensor):
-        """Pick the next `beams` running hypotheses per item; returns (parent rows [N], their new tokens [N])."""
-        batch, beams, cfg = self.batch, self.beams, self.config
+    def advance(self, log_probs: torch.Tensor, step: int, history: torch.Tensor, length: int):
+        """Pick the next `beams` running hypotheses per item from log_probs [N, V] (history [N, W]: each row's ids,
+        `length` columns so far, pad after); returns (parent rows [N], their new tokens [N])."""
+        batch, beams = self.batch, self.beams
         vocab = log_probs.shape[-1]
         total = (log_probs.view(batch, beams, vocab) + self.running_scores[:, :, None]).view(batch, -1)
         top_scores, top_index = torch.topk(total, self.keep, dim=1)  # [B, keep]
-        parent_beam, token = top_index // vocab, top_index % vocab
-        parent_row = parent_beam + torch.arange(batch, device=total.device)[:, None] * beams
+        parent_row = top_index // vocab + self.first_row
+        token = top_index % vocab
         gen_len = step + 1
-        if self.eos_hit is not None:
-            hits_eos = self.eos_hit(token.reshape(-1, 1), None).view_as(token)
+        if gen_len >= self.max_new:
+            hits_stop = torch.ones_like(token, dtype=torch.bool)
+        elif self.eos is not None:
+            hits_stop = torch.isin(token, self.eos)
         else:
-            hits_eos = torch.zeros_like(token, dtype=torch.bool)
-        hits_stop = hits_eos | (gen_len >= self.max_new)
-        self._collect_finished(top_scores, parent_row, token, hits_stop, history, gen_len)
-        live = top_scores + hits_stop.float() * -1e9
-        pick = torch.topk(live, beams, dim=1).indices
-        self.running_scores = torch.gather(live, 1, pick)
+            hits_stop = torch.zeros_like(token, dtype=torch.bool)
+        self._collect_finished(top_scores, parent_row, token, hits_stop, history, length, gen_len)
+        live = torch.add(top_scores, hits_stop, alpha=-1e9)  # HF: stopped candidates sink, never drop out
+        self.running_scores, pick = torch.topk(live, beams, dim=1)
         rows = torch.gather(parent_row, 1, pick).view(-1)
         tokens = torch.gather(token, 1, pick).view(-1)
+        self.full = (self.finished_len > 0).all(dim=1, keepdim=True)
         self._update_stop_heuristic(gen_len)
         # HF's `_beam_search_has_unfinished_sequences`: no item can improve, or (early_stopping=True) every item
         # has `beams` finished hypotheses, or every candidate hit a stop
-        all_full = self.stop_when_full and bool(self.finished_any.all())
-        self.done = bool((~self.improvable).all()) or all_full or bool(hits_stop.all())
+        done = ~self.improvable.any() | hits_stop.all()
+        self.done = done | self.full.all() if self.stop_when_full else done
         return rows, tokens
 
-    def _collect_finished(self, scores, parent_row, token, hits_stop, history, gen_len):
-        """Among the top `beams` candidates, those that just stopped may enter the finished set (HF's
+    def _collect_finished(self, scores, parent_row, token, hits_stop, history, length, gen_len):
+        """The top `beams` candidates that just stopped enter the finished set if they beat its worst (HF's
         `_update_finished_beams`: not once an item cannot improve, nor, with early_stopping=True, once its
         `beams` slots are full)."""
-        normalized = scores / (gen_len**self.config.length_penalty)
-        eligible = hits_stop[:, : self.beams] & self.improvable
+        beams, width = self.beams, history.shape[1]
+        eligible = hits_stop[:, :beams] & self.improvable  # [B, beams]
         if self.stop_when_full:
-            eligible = eligible & ~self.finished_any.all(dim=1, keepdim=True)
-        for b, k in eligible.nonzero().tolist():
-            score = normalized[b, k]
-            worst = int(torch.argmin(self.finished_scores[b]))
-            if score > self.finished_scores[b, worst]:
-                seq = torch.cat([history[parent_row[b, k]], token[b, k].view(1)])
-                self.finished_scores[b, worst] = score
-                self.finished_seqs[b][worst] = seq
-                self.finished_any[b, worst] = True
+            eligible = eligible & ~self.full
+        normalized = scores[:, :beams] / (gen_len**self.config.length_penalty)
+        merged_scores = torch.cat((self.finished_scores, normalized.masked_fill(~eligible, -float("inf"))), dim=1)
+        self.finished_scores, kept = torch.topk(merged_scores, beams, dim=1)  # [B, beams] of 2 x beams
+        candidates = history.index_select(0, parent_row[:, :beams].reshape(-1)).view(-1, beams, width)
+        candidates[:, :, length] = token[:, :beams]  # [B, beams, W]: history + the stopping token, pad after
+        merged_seqs = torch.cat((self.finished_seqs, candidates), dim=1)
+        self.finished_seqs = torch.gather(merged_seqs, 1, kept[:, :, None].expand(-1, -1, width))
+        merged_len = torch.cat((self.finished_len, eligible * gen_len), dim=1)
+        self.finished_len = torch.gather(merged_len, 1, kept)
 
     def _update_stop_heuristic(self, length: int) -> None:
         """HF's `_check_early_stop_heuristic`: stop an item once its best running beam, normalized by a
@@ -325,18 +371,10 @@ class _BeamState:
         if self.config.early_stopping == "never" and penalty > 0.0:
             length = self.max_new
         best_running = self.running_scores[:, :1] / (length**penalty)
-        full = self.finished_any.all(dim=1, keepdim=True)
-        worst_finished = torch.where(full, self.finished_scores.min(dim=1, keepdim=True).values, -1e9)
+        worst_finished = torch.where(self.full, self.finished_scores[:, -1:], -1e9)  # slots are sorted, best first
         self.improvable = self.improvable & (best_running > worst_finished)
 
-    def best_sequences(self, pad_token_id: int) -> torch.Tensor:
-        """The best finished hypothesis per item, right padded with `pad_token_id` [B, T]."""
-        best = []
-        for b in range(self.batch):
-            order = torch.argsort(self.finished_scores[b], descending=True).tolist()
-            best.append(self.finished_seqs[b][order[0]])
-        width = max(len(s) for s in best)
-        out = torch.full((self.batch, width), pad_token_id, dtype=torch.long, device=best[0].device)
-        for b, seq in enumerate(best):
-            out[b, : len(seq)] = seq
-        return out
+    def best_sequences(self, prompt_length: int) -> torch.Tensor:
+        """The best finished hypothesis per item, right padded with the pad id [B, T] (T: the longest of them)."""
+        width = prompt_length + int(self.finished_len[:, 0].max())
+        return self.finished_seqs[:, 0, :width].clone()

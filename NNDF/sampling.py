@@ -2,7 +2,8 @@
 
 `logits_processors` builds the `LogitsProcessorList` that HF `generate` builds for the same settings, in HF
 5.23's order (`GenerationMixin._get_logits_processor`): repetition penalty, no-repeat n-grams, bad words,
-minimum length (`min_length`, then `min_new_tokens`), forced BOS, forced EOS; then DRY, where HF puts a caller's
+minimum length (`min_length`, then `min_new_tokens`: HF's classes with the EOS mask made once), forced BOS,
+forced EOS; then DRY, where HF puts a caller's
 own `logits_processor`; then, only when sampling, temperature, top-k and top-p. Every processor reads the loop's
 token history, which is exactly HF's `input_ids` (decoder-only: left padding + prompt + generated;
 encoder-decoder: the decoder's start token + generated). All of it runs on the scores' device; only DRY walks
@@ -14,6 +15,7 @@ with a seeded generator).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -96,6 +98,32 @@ class DryLogitsProcessor(LogitsProcessor):
         return scores
 
 
+def _eos_forbidden(processor, scores: torch.Tensor, forbid: bool) -> torch.Tensor:
+    """`scores` [N, V] with every EOS id at -inf when `forbid`, else as they are: what HF's min-length processors
+    return, from an EOS mask [V] made once (HF rebuilds it and copies the scores at every step)."""
+    if not forbid:
+        return scores
+    mask = getattr(processor, "_eos_mask", None)
+    if mask is None or mask.shape[0] != scores.shape[-1]:
+        mask = processor._eos_mask = torch.isin(torch.arange(scores.shape[-1], device=scores.device),
+                                                processor.eos_token_id.to(scores.device))
+    return scores.masked_fill(mask, -math.inf)
+
+
+class _MinLength(MinLengthLogitsProcessor):
+    """HF's `MinLengthLogitsProcessor`: EOS forbidden while the history is shorter than `min_length`."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        return _eos_forbidden(self, scores, input_ids.shape[-1] < self.min_length)
+
+
+class _MinNewTokens(MinNewTokensLengthLogitsProcessor):
+    """HF's `MinNewTokensLengthLogitsProcessor`: EOS forbidden until `min_new_tokens` follow the prompt."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        return _eos_forbidden(self, scores, input_ids.shape[-1] - self.prompt_length_to_skip < self.min_new_tokens)
+
+
 def _repetition_penalty(penalty: float, padding: torch.Tensor | None) -> RepetitionPenaltyLogitsProcessor:
     """HF's repetition penalty as the installed transformers' `generate` builds it: 5.23 passes each row's left
     padding (pad tokens are not penalised); 5.17 accepts only an int there and its `generate` passes nothing
@@ -137,9 +165,9 @@ def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, 
     # HF: min_new_tokens, when set, replaces min_length by prompt + min_new_tokens (`_prepare_generated_length`)
     min_length = prompt_length + config.min_new_tokens if config.min_new_tokens > 0 else config.min_length
     if eos is not None and min_length > 0:
-        processors.append(MinLengthLogitsProcessor(min_length, eos, device=device))
+        processors.append(_MinLength(min_length, eos, device=device))
     if eos is not None and config.min_new_tokens > 0:
-        processors.append(MinNewTokensLengthLogitsProcessor(prompt_length, config.min_new_tokens, eos, device=device))
+        processors.append(_MinNewTokens(prompt_length, config.min_new_tokens, eos, device=device))
     if config.forced_bos_token_id is not None:
         processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
     if config.forced_eos_token_id is not None:

@@ -5,7 +5,9 @@ TensorRT's own graph mode) and replayed; a replay reads and writes the addresses
 holds those buffers for one shape: the step's named inputs, its output, and what replays it (a graph id for a
 runtime's own graph mode, a torch-captured `graph`, a backend's `binding` of the buffers made once). A `KVSlot`
 adds a decoder's static KV cache for rows x max_length tokens, written in place, plus what the generation loop
-needs of it (reset, beam reordering in place, the device-side write position). `SlotPool` keeps one slot per
+needs of it (reset, beam reordering in place, the device-side write position). Buffers made by `stacked_zeros`
+lie back to back in one allocation, so a beam reordering moves every layer's rows in one gather and one copy
+instead of two kernels per buffer (the loop's host cost per beam step). `SlotPool` keeps one slot per
 shape key for the life of a steps object: a key's slot is made by the caller's factory on first use and reused
 afterwards (no eviction: a run sees few shapes, e.g. the benchmark's repeated generations share one);
 `close()` releases every slot.
@@ -49,6 +51,7 @@ class KVSlot(Slot):
                  logits: torch.Tensor | None = None, graph_id: int = -1):
         super().__init__(inputs, logits, graph_id)
         self.rows, self.max_length, self.past = rows, max_length, past
+        self._past_stack = stacked_view(past)  # [layers x 2, rows, ...] over `past`, or None
 
     ids = property(lambda self: self.inputs["input_ids"])
     positions = property(lambda self: self.inputs["position_ids"])
@@ -85,14 +88,48 @@ class KVSlot(Slot):
         """This slot's rows become `source`'s rows `index` [rows] (in place: captured graphs keep their addresses)."""
         if self.mask is not None:
             self.mask.copy_(source.mask.index_select(0, index))
-        for mine, theirs in zip(self.past, source.past):
-            mine.copy_(theirs.index_select(0, index))
-        if self.write is not None:
+        take_rows(self.past, self._past_stack, source.past, source._past_stack, index)
+        if self.write is not None and source is not self:
             self.write.copy_(source.write)
 
     def close(self) -> None:
         super().close()
-        self.past = []
+        self.past, self._past_stack = [], None
+
+
+def stacked_zeros(count: int, shape: tuple[int, ...], dtype, device) -> list[torch.Tensor]:
+    """`count` zeroed buffers of `shape`, rows first, as views of one allocation [count, *shape] (`take_rows`
+    then moves rows of all of them at once)."""
+    return list(torch.zeros(count, *shape, dtype=dtype, device=device).unbind(0))
+
+
+def stacked_view(buffers: list[torch.Tensor]) -> torch.Tensor | None:
+    """One view [len(buffers), *shape] over `buffers` when they lie back to back in one storage with one shape and
+    dtype (as `stacked_zeros` makes them), else None."""
+    if not buffers:
+        return None
+    first = buffers[0]
+    size, storage = first.numel() * first.element_size(), first.untyped_storage().data_ptr()
+    for i, buffer in enumerate(buffers):
+        if (buffer.shape != first.shape or buffer.dtype != first.dtype or not buffer.is_contiguous()
+                or buffer.untyped_storage().data_ptr() != storage or buffer.data_ptr() != first.data_ptr() + i * size):
+            return None
+    return first.as_strided((len(buffers), *first.shape), (first.numel(), *first.stride()))
+
+
+STACKED_DEVICES = ("cuda",)  # device types whose `take_rows` moves stacked buffers at once
+
+
+def take_rows(mine: list[torch.Tensor], my_stack: torch.Tensor | None, theirs: list[torch.Tensor],
+              their_stack: torch.Tensor | None, index: torch.Tensor) -> None:
+    """mine[i] = theirs[i][index] for every buffer, in place (rows first; `index` [rows]). On CUDA, two kernels
+    when both lists have a stacked view (`stacked_view`); else two per buffer (on the CPU, where a launch costs
+    nothing, one buffer-sized temporary at a time stays in cache instead of one as large as all of them)."""
+    if my_stack is not None and their_stack is not None and index.device.type in STACKED_DEVICES:
+        my_stack.copy_(their_stack.index_select(1, index))
+        return
+    for buffer, source in zip(mine, theirs):
+        buffer.copy_(source.index_select(0, index))
 
 
 def step_inputs(rows: int, max_length: int, device, mask: bool = True) -> dict[str, torch.Tensor]:

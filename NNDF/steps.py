@@ -53,8 +53,11 @@ class GenerativeSteps(Steps, Protocol):
         a static cache allocates them all at once). None when `use_cache` is off."""
         ...
 
-    def reorder_cache(self, cache: Cache, index: torch.Tensor) -> Cache:
-        """Rows of the cache picked by `index` [B'] (beam search reordering and prompt expansion)."""
+    def reorder_cache(self, cache: Cache, index: torch.Tensor, within_inputs: bool = False) -> Cache:
+        """Rows of the cache picked by `index` [B'] (beam search reordering and prompt expansion).
+        `within_inputs`: the caller knows every row stays on its own input (a beam step after the prompt's
+        expansion), so an encoder-decoder's encoder-side state stays as it is, unchecked (a check would wait for
+        the device); decoder-only steps ignore it."""
         ...
 
 
@@ -94,7 +97,7 @@ class ServedGeneration(ABC):
     def new_cache(self, batch: int, max_length: int):
         return None
 
-    def reorder_cache(self, cache, index):
+    def reorder_cache(self, cache, index, within_inputs: bool = False):
         return cache
 
     @abstractmethod

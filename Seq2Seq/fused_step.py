@@ -20,7 +20,7 @@ from typing import Protocol
 import torch
 
 from CausalLM.fused_step import FusedSettings
-from NNDF.slots import KVSlot, step_inputs
+from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_rows
 
 # the reduction form only for one-row steps: at 4 rows (beam search) it measured 3x slower than one row on an H100
 # (flan-T5-XL shapes 6.42 against 2.04 ms of GPU time per step, BART-large 1.245 against 0.58), cuBLAS reads
@@ -39,6 +39,7 @@ class Seq2SeqSlot(KVSlot):
         inputs["encoder_mask"] = encoder_mask
         super().__init__(rows, max_length, past, inputs, logits, graph_id)
         self.cross = cross
+        self._cross_stack = stacked_view(cross)  # [layers x 2, rows, ...] over `cross`, or None
 
     encoder_mask = property(lambda self: self.inputs["encoder_mask"])
 
@@ -53,22 +54,22 @@ class Seq2SeqSlot(KVSlot):
         super().take_rows(source, index)
         if cross:
             self.encoder_mask.copy_(source.encoder_mask.index_select(0, index))
-            for mine, theirs in zip(self.cross, source.cross):
-                mine.copy_(theirs.index_select(0, index))
+            take_rows(self.cross, self._cross_stack, source.cross, source._cross_stack, index)
 
     def close(self) -> None:
         super().close()
-        self.cross = []
+        self.cross, self._cross_stack = [], None
 
 
-def reordered(cache, index: torch.Tensor, fresh):
+def reordered(cache, index: torch.Tensor, fresh, within_inputs: bool = False):
     """`cache` (a `Seq2Seq.torch_steps.Seq2SeqCache` over a `Seq2SeqSlot`) with rows `index` [N]: in place when the
-    row count stays (beam reordering; the cross-attention buffers only when rows change inputs), else into
-    `fresh(rows, max_length, encoder_length)`, the pool's reset slot for N rows."""
+    row count stays (beam reordering; the cross-attention buffers only when rows change inputs, which
+    `within_inputs` rules out without a check), else into `fresh(rows, max_length, encoder_length)`, the pool's
+    reset slot for N rows."""
     slot = cache.kv
     if index.numel() == slot.rows:
-        slot.take_rows(slot, index, cross=cache.moves_inputs(index))
-        return cache.select(index, slot)
+        slot.take_rows(slot, index, cross=cache.moves_inputs(index, within_inputs))
+        return cache.select(index, slot, within_inputs)
     target = fresh(index.numel(), slot.max_length, slot.encoder_length)
     target.take_rows(slot, index)
     return cache.select(index, target)
@@ -78,8 +79,8 @@ def seq2seq_slot(rows: int, max_length: int, encoder_length: int, layers: int, h
                  dtype, device) -> Seq2SeqSlot:
     """A slot of zeroed buffers: `layers` self-attention K/V [rows, heads, max_length, head_dim] and cross-attention
     K/V [rows, heads, encoder_length, head_dim], an all-ones encoder mask."""
-    def buffers(length: int) -> list[torch.Tensor]:
-        return [torch.zeros(rows, heads, length, head_dim, dtype=dtype, device=device) for _ in range(2 * layers)]
+    def buffers(length: int) -> list[torch.Tensor]:  # one allocation each: beam reordering moves them at once
+        return stacked_zeros(2 * layers, (rows, heads, length, head_dim), dtype, device)
 
     mask = torch.ones(rows, encoder_length, dtype=torch.long, device=device)
     return Seq2SeqSlot(rows, max_length, buffers(max_length), buffers(encoder_length), mask, device)

@@ -33,7 +33,7 @@ from NNDF.backends.onnxrt.export import LogitsCheck
 from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.slots import SlotPool
+from NNDF.slots import SlotPool, stacked_zeros
 from Seq2Seq.fused_step import Seq2SeqSlot, reordered
 from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 
@@ -236,9 +236,13 @@ class Seq2SeqOrtFusedSteps:
         [rows, heads, encoder_length, head_dim], and the one-token step's inputs and logits at fixed addresses."""
         device, graph = self.device, self.decoder
 
-        def buffers(names, length):
-            return [torch.zeros(rows, graph.inputs[n].shape[1], length, graph.inputs[n].shape[3],
-                                dtype=graph.dtype(n), device=device) for n in names]
+        def buffers(names, length):  # one allocation where all agree (beam reordering moves them at once)
+            kinds = [(graph.inputs[n].shape[1], graph.inputs[n].shape[3], graph.dtype(n)) for n in names]
+            if len(set(kinds)) == 1:
+                heads, head_dim, dtype = kinds[0]
+                return stacked_zeros(len(names), (rows, heads, length, head_dim), dtype, device)
+            return [torch.zeros(rows, heads, length, head_dim, dtype=dtype, device=device)
+                    for heads, head_dim, dtype in kinds]
 
         mask = torch.ones(rows, encoder_length, dtype=torch.long, device=device)
         vocab = graph.outputs["logits"].shape[-1]
@@ -283,8 +287,8 @@ class Seq2SeqOrtFusedSteps:
                  **dict(zip(self.past_names, slot.past))}
         return self.decoder.run(feeds, outputs=dict(zip(self.present_names, slot.past)))[0]
 
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
-        return reordered(cache, index, lambda *shape: self._slot(*shape).reset())
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
+        return reordered(cache, index, lambda *shape: self._slot(*shape).reset(), within_inputs)
 
     def close(self) -> None:
         for graph in (self.encoder, self.cross_graph, self.decoder):

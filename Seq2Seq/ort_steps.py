@@ -70,14 +70,14 @@ class Seq2SeqOrtSteps:
     def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
         kv = None
         if cache.kv is not None:
             past, cross = cache.kv
-            if cache.moves_inputs(index):  # beam steps keep each input's (identical) cross keys/values
+            if cache.moves_inputs(index, within_inputs):  # beam steps keep each input's (identical) cross keys/values
                 cross = tuple(t.index_select(0, index) for t in cross)
             kv = (tuple(t.index_select(0, index) for t in past), cross)
-        return cache.select(index, kv)
+        return cache.select(index, kv, within_inputs)
 
     def close(self) -> None:
         for graph in (self.encoder, self.decoder, self.cache_generator):

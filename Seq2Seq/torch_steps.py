@@ -50,14 +50,17 @@ class Seq2SeqCache:
     def with_kv(self, kv) -> "Seq2SeqCache":
         return replace(self, kv=kv)
 
-    def moves_inputs(self, index: torch.Tensor) -> bool:
+    def moves_inputs(self, index: torch.Tensor, within_inputs: bool = False) -> bool:
         """Whether reordering by `index` changes which input some row decodes (prompt expansion), so encoder-side
         tensors (encoder output, mask, cross-attention keys/values) must be gathered. Beam search's per-step
-        reordering stays within each input's beams, where those tensors are identical: nothing to copy."""
+        reordering stays within each input's beams, where those tensors are identical: nothing to copy. A caller
+        that knows it (`within_inputs`, the loop's beam steps) spares the check, which waits for the device."""
+        if within_inputs:
+            return False
         return index.numel() != self.items.numel() or not torch.equal(self.items[index], self.items)
 
-    def select(self, index: torch.Tensor, kv) -> "Seq2SeqCache":
-        if not self.moves_inputs(index):
+    def select(self, index: torch.Tensor, kv, within_inputs: bool = False) -> "Seq2SeqCache":
+        if not self.moves_inputs(index, within_inputs):
             return self.with_kv(kv)
         hidden = None if self.encoder_hidden is None else self.encoder_hidden.index_select(0, index)
         return Seq2SeqCache(hidden, self.encoder_mask.index_select(0, index), kv, self.items[index])
@@ -89,11 +92,11 @@ class Seq2SeqTorchSteps:
     def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
         if cache.kv is not None:  # HF's cache, in place; cross-attention keys/values only when inputs move
-            kv = cache.kv if cache.moves_inputs(index) else cache.kv.self_attention_cache
+            kv = cache.kv if cache.moves_inputs(index, within_inputs) else cache.kv.self_attention_cache
             kv.reorder_cache(index)
-        return cache.select(index, cache.kv)
+        return cache.select(index, cache.kv, within_inputs)
 
     def close(self) -> None:
         self.model = None
@@ -144,8 +147,8 @@ class Seq2SeqStaticSteps(Seq2SeqTorchSteps):
         return slot.logits, cache  # valid until the next step (the loop reads it before stepping again)
 
     @torch.inference_mode()
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
-        return reordered(cache, index, lambda *shape: self._slot(*shape).reset())
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
+        return reordered(cache, index, lambda *shape: self._slot(*shape).reset(), within_inputs)
 
     def close(self) -> None:
         super().close()

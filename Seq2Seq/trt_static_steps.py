@@ -79,9 +79,10 @@ class Seq2SeqTrtStaticSteps(Seq2SeqTrtSteps):
         self.kv.swap()
         return logits
 
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
         state: StaticState = cache.kv
         self.kv.reorder(index, state.rows, state.capacity)
-        if cache.moves_inputs(index):  # beam steps keep each input's (identical) cross keys/values
+        if cache.moves_inputs(index, within_inputs):  # beam steps keep each input's (identical) cross keys/values
             self.cross.reorder(index, state.rows, state.encoder_length)
-        return cache.select(index, StaticState(len(index), state.length, state.encoder_length, state.capacity))
+        return cache.select(index, StaticState(len(index), state.length, state.encoder_length, state.capacity),
+                            within_inputs)

@@ -126,13 +126,13 @@ class Seq2SeqTrtSteps:
     def new_cache(self, batch: int, max_length: int):
         raise TypeError("an encoder-decoder cache comes from start(encoder_inputs)")  # internal misuse
 
-    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor) -> Seq2SeqCache:
+    def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:
         state: TrtState = cache.kv
         if self.use_cache:
             self.kv.reorder(index, state.rows, state.length)
-            if cache.moves_inputs(index):  # beam steps keep each input's (identical) cross keys/values
+            if cache.moves_inputs(index, within_inputs):  # beam steps keep each input's (identical) cross keys/values
                 self.cross.reorder(index, state.rows, state.encoder_length)
-        return cache.select(index, TrtState(len(index), state.length, state.encoder_length))
+        return cache.select(index, TrtState(len(index), state.length, state.encoder_length), within_inputs)
 
     def close(self) -> None:
         self.encoder = self.decoder = self.cache_generator = None

@@ -1,4 +1,6 @@
-"""The shared loop's own contracts: sampling determinism, min_new_tokens, no-cache recompute equivalence."""
+"""The shared loop's own contracts: sampling determinism, min_new_tokens, no-cache recompute equivalence, beam
+search's bookkeeping (finished hypotheses, stopping rules, output width and padding) equal to HF `generate`."""
+import pytest
 import torch
 
 from CausalLM.torch_steps import TorchSteps
@@ -37,3 +39,78 @@ def test_min_new_tokens_forbids_eos_and_runs_full_length():
     assert stopped.new_tokens(0, eos) == greedy[:2]
     full = generate(steps, ids, mask, GenerationConfig(max_new_tokens=8, min_new_tokens=8, eos_token_id=eos))
     assert full.sequences.shape[1] == 3 + 8 and eos not in full.sequences[0, 3:].tolist()
+
+
+NEW = 20
+
+
+@pytest.fixture(scope="module")
+def beam_case():
+    """The tiny model, a left-padded batch of 3 and an EOS id (a token of its beams) that ends hypotheses mid-way
+    often enough for every stopping rule to decide something (finished slots fill, items stop early)."""
+    model = _tiny()
+    ids = torch.tensor([[0, 0, 5, 6], [9, 3, 2, 7], [0, 11, 12, 13]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    eos = 24
+    ended = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3, do_sample=False,
+                           eos_token_id=eos, pad_token_id=1)
+    assert any(eos in row[4:-1] for row in ended.tolist())  # a hypothesis ended before the length limit
+    return model, ids, mask, eos
+
+
+@pytest.mark.parametrize("early_stopping,length_penalty,ngram", [
+    (False, 1.0, 0), (True, 1.0, 0), ("never", 1.0, 0), ("never", 2.0, 0), (False, -1.0, 0), (True, 0.5, 2)])
+def test_beam_search_equals_hf_generate(beam_case, early_stopping, length_penalty, ngram):
+    """Whole sequences (width and pad included) equal HF's for every stopping rule and length penalty, with EOS
+    mid-way and a processor over the history (no-repeat n-grams): the finished set, the stop test read a step
+    late and the beam reordering of the cache give HF's choice."""
+    model, ids, mask, eos = beam_case
+    ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=NEW, num_beams=3, do_sample=False,
+                         early_stopping=early_stopping, length_penalty=length_penalty, no_repeat_ngram_size=ngram,
+                         eos_token_id=eos, pad_token_id=1)
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=3, early_stopping=early_stopping,
+                              length_penalty=length_penalty, no_repeat_ngram_size=ngram, eos_token_id=eos,
+                              pad_token_id=1)
+    ours = generate(TorchSteps(model, use_cache=True), ids, mask, config).sequences
+    assert ours.tolist() == ref.tolist()
+
+
+class _FixedLogits:
+    """Steps whose every forward gives the same logits [rows, 1, V]: EOS (id 2) ranks second, so hypotheses
+    finish at every step."""
+
+    device, use_cache, name = torch.device("cpu"), True, "fixed"
+
+    def __init__(self):
+        self.logits = torch.randn(40, generator=torch.Generator().manual_seed(0))
+        self.logits[5], self.logits[2] = 9.0, 8.5
+
+    def forward(self, input_ids, attention_mask, position_ids, cache, last_only=False):
+        return self.logits.expand(input_ids.shape[0], 1, -1), cache
+
+    def new_cache(self, batch, max_length):
+        return None
+
+    def reorder_cache(self, cache, index, within_inputs=False):
+        return cache
+
+
+def test_beam_steps_never_wait_for_the_device():
+    """No op that makes the host wait for the device (`item`/`bool`, `nonzero`, `equal`) runs per beam step: one
+    check of the prompt's padding before the loop and one read of the output width after it, whatever the
+    number of steps."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Syncs(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("_local_scalar_dense", "nonzero", "equal", "is_nonzero"):
+                Syncs.count += 1
+            return func(*args, **(kwargs or {}))
+
+    ids, mask = torch.tensor([[3, 4], [0, 6]]), torch.tensor([[1, 1], [0, 1]])
+    config = GenerationConfig(max_new_tokens=16, num_beams=4, eos_token_id=2, pad_token_id=0)
+    with Syncs():
+        out = generate(_FixedLogits(), ids, mask, config)
+    assert Syncs.count == 2 and out.sequences.shape[1] == 2 + 16

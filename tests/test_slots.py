@@ -1,14 +1,17 @@
 """`NNDF.slots`: the one pool of static slots (reuse per key, numbering, close releases all) and the KV slot's
 reset and in-place beam reordering."""
+import pytest
 import torch
 
-from NNDF.slots import KVSlot, Slot, SlotPool, reordered, step_inputs
+from NNDF import slots
+from NNDF.slots import KVSlot, Slot, SlotPool, reordered, stacked_view, stacked_zeros, step_inputs
 
 
-def _kv(rows: int, length: int, number: int = -1) -> KVSlot:
+def _kv(rows: int, length: int, number: int = -1, stacked: bool = False) -> KVSlot:
     inputs = step_inputs(rows, length, "cpu")
     inputs["cache_position"] = torch.zeros(1, dtype=torch.long)
-    past = [torch.zeros(rows, 2, length, 4) for _ in range(2)]
+    past = (stacked_zeros(3, (rows, 2, length, 4), torch.float32, "cpu") if stacked
+            else [torch.zeros(rows, 2, length, 4) for _ in range(3)])
     return KVSlot(rows, length, past, inputs, graph_id=number)
 
 
@@ -74,3 +77,24 @@ def test_reordered_fills_in_place_or_takes_the_pools_slot_for_the_new_row_count(
     got = reordered(source, torch.tensor([0, 0, 1]), lambda rows, length: wider if (rows, length) == (3, 4) else None)
     assert got is wider and wider.past[0][:, 0, 0, 0].tolist() == [1.0, 1.0, 0.0]
     assert wider.mask[:, 0].tolist() == [0, 0, 1] and wider.write.tolist() == [2]
+
+
+@pytest.mark.parametrize("devices", [("cuda",), ("cuda", "cpu")], ids=["per-buffer", "stacked"])
+def test_stacked_buffers_reorder_like_separate_ones_and_keep_their_addresses(devices, monkeypatch):
+    """Buffers from `stacked_zeros` are views of one allocation (`stacked_view` finds it; separate ones have
+    none), and a reorder over it (as CUDA does it, or buffer by buffer) gives what separate buffers give, in
+    place."""
+    monkeypatch.setattr(slots, "STACKED_DEVICES", devices)
+    stacked, separate = _kv(3, 4, stacked=True), _kv(3, 4)
+    assert stacked_view(stacked.past) is not None and stacked_view(separate.past) is None
+    assert stacked_view(stacked.past[::-1]) is None  # out of order: not one [n, ...] view
+    for slot in (stacked, separate):
+        for i, tensor in enumerate(slot.past):
+            tensor.copy_(torch.arange(3.0)[:, None, None, None] + 10 * i)
+    addresses = [t.data_ptr() for t in stacked.past]
+    index = torch.tensor([2, 2, 0])
+    for slot in (stacked, separate):
+        assert reordered(slot, index, lambda rows, length: None) is slot
+    assert [t.data_ptr() for t in stacked.past] == addresses
+    assert all(torch.equal(a, b) for a, b in zip(stacked.past, separate.past))
+    assert stacked.past[2][:, 0, 0, 0].tolist() == [22.0, 22.0, 20.0]
