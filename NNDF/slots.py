@@ -109,11 +109,15 @@ def stacked_view(buffers: list[torch.Tensor]) -> torch.Tensor | None:
     if not buffers:
         return None
     first = buffers[0]
-    size, storage = first.numel() * first.element_size(), first.untyped_storage().data_ptr()
-    for i, buffer in enumerate(buffers):
-        if (buffer.shape != first.shape or buffer.dtype != first.dtype or not buffer.is_contiguous()
-                or buffer.untyped_storage().data_ptr() != storage or buffer.data_ptr() != first.data_ptr() + i * size):
-            return None
+    try:
+        size, storage = first.numel() * first.element_size(), first.untyped_storage().data_ptr()
+        for i, buffer in enumerate(buffers):
+            if (buffer.shape != first.shape or buffer.dtype != first.dtype or not buffer.is_contiguous()
+                    or buffer.untyped_storage().data_ptr() != storage
+                    or buffer.data_ptr() != first.data_ptr() + i * size):
+                return None
+    except RuntimeError:  # tensors without memory (an exporter's fake tensors): no stacked view
+        return None
     return first.as_strided((len(buffers), *first.shape), (first.numel(), *first.stride()))
 
 
