@@ -50,9 +50,9 @@ def static_dim_names(name: str) -> list | None:
 def step_class(run):
     """The family's `FusedSeq2SeqStep` class for the run's model type (the steps `frameworks --static-cache` runs),
     or UsageError naming the model types that have one."""
-    from NNDF import registry
-
-    fused = (run.bind("frameworks") if run.bind is not None else registry.backend(run.family, "frameworks")).fused
+    if run.bind is None:  # internal misuse: runs are opened through the registry (`open_run` sets `bind`)
+        raise TypeError("the static export needs the run's bound backends (run.bind)")
+    fused = run.bind("frameworks").fused
     kind = run.source.config.model_type
     if kind not in fused:
         raise UsageError(f"--static-cache: trt builds the static decoder from the family's static-cache step, and "

@@ -25,9 +25,15 @@ PROMPTS = ["translate English to German: The house is wonderful.", "summarize: A
 VARIANTS = [("T5", "t5-offline"), ("BART", "mbart-offline")]
 
 
+def _bound(run):
+    """The run with its bound backends, as `open_run` makes it (the static export asks frameworks for the step)."""
+    run.bind = lambda name: registry.backend(run.family, name)
+    return run
+
+
 def _run(family, variant, workdir):
-    return make_context(registry.family(family), ModelOptions(variant=variant, working_dir=str(workdir),
-                                                              static_cache=True, use_mask=True, device="cpu"))
+    return _bound(make_context(registry.family(family), ModelOptions(variant=variant, working_dir=str(workdir),
+                                                                     static_cache=True, use_mask=True, device="cpu")))
 
 
 def _static_paths(run):
@@ -129,6 +135,7 @@ def test_static_steps_give_hf_captions(workdir):
 
     run = make_context(registry.family("BLIP"), ModelOptions(working_dir=str(workdir), static_cache=True,
                                                              device="cpu"))
+    run = _bound(run)
     backend, paths = _static_paths(run)
     assert paths["decoder"].parent.name == "vision2seq-fp32-static" and backend.export_max_diff() < 1e-4
     prompts = [encode(run, items) for items in CASES]
