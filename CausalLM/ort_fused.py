@@ -60,21 +60,19 @@ def fused_artifact(base: GraphArtifact, run: RunContext, builder) -> "FusedDecod
     return FusedDecodeOnnx(base.spec, base.task, builder)
 
 
-class FusedDecodeOnnx(GraphArtifact):
-    """The family's fused decode graph, built from the run's PyTorch model."""
+class BuiltGraphs(GraphArtifact):
+    """Graphs a family's builder makes from the weights (this kind's decoder graph; `Seq2Seq.ort_fused`'s
+    encoder-decoder graphs): fingerprinted by the config, the weights' identity, the precision, device and builder
+    version, and the onnx / onnxruntime versions; built from the checkpoint's safetensors files where the run has
+    them (`source_model` None), else from the loaded PyTorch model; validated against PyTorch at build time."""
 
-    prefix = "decoder"
+    what = "graph"  # in the status line and the refusal of the user's graph files
+    yours = "--no-fused-decode"  # the flag that runs the user's graph files instead
 
     def __init__(self, spec, task, builder):
         super().__init__(spec, task)
         self.builder = builder
         self.record: dict | None = None
-
-    def parts(self, use_cache: bool) -> tuple[str, ...]:
-        return ("decoder",)
-
-    def file_name(self, part: str) -> str:
-        return "model.onnx"
 
     def artifact_name(self, run: RunContext) -> str:
         return f"{self.prefix}-{run.options.precision}-fused"
@@ -83,31 +81,32 @@ class FusedDecodeOnnx(GraphArtifact):
         import onnx
         import onnxruntime
 
+        fused = {"precision": run.options.precision, "device": run.device.type,
+                 "builder": f"{self.builder.build.__module__}@{self.builder.version}"}
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
-                "fused": {"precision": run.options.precision, "device": run.device.type,
-                          "builder": f"{self.builder.build.__module__}@{self.builder.version}"},
+                "fused": {**fused, **self.fingerprint_extra()},
                 "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}}
+
+    def fingerprint_extra(self) -> dict:
+        """What else the graphs depend on (none here)."""
+        return {}
 
     def user_paths(self, run: RunContext) -> dict[str, Path] | None:
         if user_files(run, "onnx", run.options):
-            raise UsageError("--fused-decode builds its graph from the model's weights; leave --decoder-onnx out "
-                             "(or --fused-decode, to run your file)")
+            raise UsageError(f"--static-cache on onnxrt builds the {self.what} from the model's weights; leave the "
+                             f"--*-onnx files out (or use {self.yours}, to run yours)")
         return None
 
     def building(self, run: RunContext) -> str:
-        return f"building {run.source.variant}'s fused decode graph for ONNX Runtime"
+        return f"building {run.source.variant}'s {self.what} for ONNX Runtime"
 
     def read_validation(self, record: dict) -> None:
         self.record, self.max_diff = record, record["max_abs_diff_vs_pytorch"]
 
-    def steps(self, run: RunContext, paths: dict[str, Path], cuda_graph: bool | None = None) -> "OrtFusedSteps":
-        graph = run.options.use_cuda_graph if cuda_graph is None else cuda_graph
-        return OrtFusedSteps(paths["decoder"], run.device, run.options.threads, graph)
-
     def source_model(self, run: RunContext):
-        """None where the checkpoint's safetensors files are at hand (the graph is built from them); else the run's
-        PyTorch model."""
+        """None where the checkpoint's safetensors files are at hand (the graphs are built from them); else the
+        run's PyTorch model."""
         from CausalLM.fused_graph import checkpoint_files
 
         return None if checkpoint_files(run.source.local_dir) else run.torch_model()
@@ -122,6 +121,33 @@ class FusedDecodeOnnx(GraphArtifact):
         files = [SafetensorsFile(path) for path in checkpoint_files(run.source.local_dir)]
         return sum(f.numel(k) for f in files for k in f.keys()) * (2 if run.options.fp16 else 4)
 
+    @staticmethod
+    def weights(run: RunContext, model, arch, dtype):
+        """The checkpoint's tensors for the builder: from `model` when given, else from the safetensors files."""
+        from CausalLM import fused_graph
+
+        if model is not None:
+            return fused_graph.StateDict.of_model(model, run.family.name, dtype)
+        return fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir),
+                                              run.family.name, dtype)
+
+
+class FusedDecodeOnnx(BuiltGraphs):
+    """The family's fused decode graph, built from the weights."""
+
+    prefix = "decoder"
+    what = "fused decode graph"
+
+    def parts(self, use_cache: bool) -> tuple[str, ...]:
+        return ("decoder",)
+
+    def file_name(self, part: str) -> str:
+        return "model.onnx"
+
+    def steps(self, run: RunContext, paths: dict[str, Path], cuda_graph: bool | None = None) -> "OrtFusedSteps":
+        graph = run.options.use_cuda_graph if cuda_graph is None else cuda_graph
+        return OrtFusedSteps(paths["decoder"], run.device, run.options.threads, graph)
+
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
         """Build the graph (from the checkpoint's files when `model` is None, else from `model`), then validate it
         (`validate_fused`) and drop the PyTorch model it loaded for that."""
@@ -130,11 +156,8 @@ class FusedDecodeOnnx(GraphArtifact):
         from CausalLM import fused_graph
 
         start = time.perf_counter()
-        arch, family = run.architecture(), run.family.name
-        dtype = np.float16 if run.options.fp16 else np.float32
-        weights = (fused_graph.StateDict.of_model(model, family, dtype) if model is not None else
-                   fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir), family,
-                                                  dtype))
+        arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
+        weights = self.weights(run, model, arch, dtype)
         g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data")
         try:
             proto = self.builder.build(arch, weights, g)

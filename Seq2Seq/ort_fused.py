@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from NNDF.artifacts import digest, weights_identity
-from NNDF.backends.onnxrt.artifact import GraphArtifact, user_files
+from CausalLM.ort_fused import BuiltGraphs
+from NNDF.backends.onnxrt.artifact import GraphArtifact
 from NNDF.backends.onnxrt.export import LogitsCheck
 from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.context import RunContext
@@ -59,64 +59,30 @@ def fused_artifact(base: GraphArtifact, run: RunContext, builder) -> "Seq2SeqFus
     return Seq2SeqFusedOnnx(base, builder)
 
 
-class Seq2SeqFusedOnnx(GraphArtifact):
+class Seq2SeqFusedOnnx(BuiltGraphs):
     """The family's encoder-decoder graphs built from the weights (`builder`), the encoder exported by `base` where
     the builder does not build it."""
 
+    what = "encoder-decoder graphs"
+    yours = "no --static-cache"
+
     def __init__(self, base: GraphArtifact, builder):
-        super().__init__(base.spec, base.task)
-        self.base, self.builder, self.prefix = base, builder, base.prefix
-        self.record: dict | None = None
+        super().__init__(base.spec, base.task, builder)
+        self.base, self.prefix = base, base.prefix
 
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return PARTS
 
-    def artifact_name(self, run: RunContext) -> str:
-        return f"{self.prefix}-{run.options.precision}-fused"
-
-    def fingerprint(self, run: RunContext) -> dict:
-        import onnx
-        import onnxruntime
-
-        return {"config": digest(run.source.config.to_dict()),
-                "weights": weights_identity(run.source.local_dir, run.source.location),
-                "fused": {"precision": run.options.precision, "device": run.device.type,
-                          "builder": f"{self.builder.build.__module__}@{self.builder.version}",
-                          "parts": list(self.builder.parts)},
-                "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}}
-
-    def user_paths(self, run: RunContext) -> dict[str, Path] | None:
-        if user_files(run, "onnx", run.options):
-            raise UsageError("--static-cache on onnxrt builds the encoder-decoder graphs from the model's weights; "
-                             "leave the --*-onnx files out (or --static-cache, to run yours)")
-        return None
-
-    def building(self, run: RunContext) -> str:
-        return f"building {run.source.variant}'s encoder-decoder graphs for ONNX Runtime"
-
-    def read_validation(self, record: dict) -> None:
-        self.record, self.max_diff = record, record["max_abs_diff_vs_pytorch"]
+    def fingerprint_extra(self) -> dict:
+        return {"parts": list(self.builder.parts)}
 
     def steps(self, run: RunContext, paths: dict[str, Path], cuda_graph: bool | None = None):
         graph = run.options.use_cuda_graph if cuda_graph is None else cuda_graph
         return Seq2SeqOrtFusedSteps(paths, run.device, run.options.threads, graph, self.base.encoder_names)
 
     def source_model(self, run: RunContext):
-        """None where every part is built from the checkpoint's safetensors files; else the run's PyTorch model
-        (an exported encoder, or a model without such files)."""
-        from CausalLM.fused_graph import checkpoint_files
-
-        if "encoder" in self.builder.parts and checkpoint_files(run.source.local_dir):
-            return None
-        return run.torch_model()
-
-    def build_bytes(self, run: RunContext, model) -> int:
-        if model is not None:
-            return super().build_bytes(run, model)
-        from CausalLM.graph_weights import SafetensorsFile, checkpoint_files
-
-        files = [SafetensorsFile(path) for path in checkpoint_files(run.source.local_dir)]
-        return sum(f.numel(k) for f in files for k in f.keys()) * (2 if run.options.fp16 else 4)
+        """As `BuiltGraphs`', but the run's PyTorch model whenever the encoder is the torch.onnx export."""
+        return super().source_model(run) if "encoder" in self.builder.parts else run.torch_model()
 
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
         """Build the parts (from the checkpoint's files when `model` is None, else from `model`), export the encoder
@@ -127,9 +93,7 @@ class Seq2SeqFusedOnnx(GraphArtifact):
 
         start = time.perf_counter()
         arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
-        weights = (fused_graph.StateDict.of_model(model, run.family.name, dtype) if model is not None else
-                   fused_graph.StateDict.of_files(arch, fused_graph.checkpoint_files(run.source.local_dir),
-                                                  run.family.name, dtype))
+        weights = self.weights(run, model, arch, dtype)
         builders: list = []
 
         def make_graph(part: str):
