@@ -15,8 +15,8 @@ $(VENV)/.installed: requirements.txt requirements-triton-server.txt
 demo: $(VENV)/.installed  ## compare the offline GPT2 default on PyTorch and ONNX Runtime
 	$(PY) run.py compare GPT2 --compare frameworks onnxrt --use-cache --working-dir temp
 
-test: $(VENV)/.installed  ## the test suite (CPU, offline, ~13 minutes on 2 cores)
-	$(PY) -m pytest -q tests
+test: $(VENV)/.installed  ## the test suite (CPU, offline, under 20 minutes on 2 cores; the 25 slowest tests listed)
+	$(PY) -m pytest -q tests --durations=25
 
 notebooks: $(VENV)/.installed  ## execute every notebook (the venv's kernel, nbclient) into temp/notebooks/ with outputs
 	$(PY) tests/test_notebooks.py temp/notebooks

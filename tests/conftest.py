@@ -21,6 +21,24 @@ def workdir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("work")
 
 
+@pytest.fixture(scope="session")
+def hf_rows():
+    """HF `generate`'s new ids per row (test_parity.py `_hf`), computed once per session for each (variant, prompt
+    texts, device, beams, KV cache, EOS, pad) and shared by every test that compares with the same reference:
+    test_parity.py's backends and test_seq2seq_static.py's static cache (the same offline model, the same prompts)."""
+    rows = {}
+
+    def get(variant, texts, model, prompt, beams, use_cache, eos, pad):
+        from test_parity import _hf
+
+        key = (tuple(variant), tuple(texts), str(model.device), beams, use_cache, eos, pad)
+        if key not in rows:
+            rows[key] = _hf(model, prompt, beams, use_cache, eos, pad)
+        return rows[key]
+
+    return get
+
+
 def offline_variants(task_type: type | None = None):
     """(family, variant) for every offline variant of every registered family (whose task is a `task_type`)."""
     from NNDF import registry

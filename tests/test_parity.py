@@ -1,5 +1,7 @@
 """Token-for-token parity with HF `generate` (CPU, fp32) for every offline variant of every family, on every
-backend, with and without KV cache: greedy and beam search, padded batches, batch == each row alone, EOS."""
+backend, with and without KV cache: greedy and beam search, padded batches, batch == each row alone (every row
+greedily, the most padded row with beams), EOS. HF's rows come from the session's `hf_rows` (tests/conftest.py),
+shared with test_seq2seq_static.py."""
 import importlib.util
 import os
 from contextlib import contextmanager
@@ -19,6 +21,7 @@ from NNDF.tasks import GenerativeTask
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # tools/bench/cuda_check.sh runs this file on CUDA too
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
 NEW = 10
+ALONE_WITH_BEAMS = 1  # the row whose unpadded beam search is compared with its padded batch row ("A")
 
 
 def _hf(model, prompt, beams, use_cache, eos, pad):
@@ -32,22 +35,6 @@ def _hf(model, prompt, beams, use_cache, eos, pad):
         new = out[r, prompt.input_ids.shape[1]:].tolist()  # encoder-decoder: HF's output starts with the start token
         rows.append(new[: new.index(eos) + 1] if eos in new else new)
     return rows
-
-
-@pytest.fixture(scope="module")
-def hf_reference():
-    """HF generate's rows, computed once per (variant, KV cache, beams, EOS) and shared by the backends' cases:
-    every backend compares with the same reference (the same model and the same padded prompts), so it is
-    generated on the first backend's case and read on the others'."""
-    rows = {}
-
-    def get(variant, model, prompt, beams, use_cache, eos, pad):
-        key = (variant, use_cache, beams, eos, pad)
-        if key not in rows:
-            rows[key] = _hf(model, prompt, beams, use_cache, eos, pad)
-        return rows[key]
-
-    return get
 
 
 def _ours(run, steps, prompt, beams, eos, pad):
@@ -69,7 +56,7 @@ CASES = [(v, kv) for v in TEXT_VARIANTS for kv in (True, False) if kv or v[1] ==
 @pytest.mark.parametrize("variant,use_cache", CASES, ids=lambda p: f"{p[0]}-{p[1]}" if isinstance(p, tuple)
                          else ("kv" if p else "nokv"))
 @pytest.mark.parametrize("backend", ["frameworks", "onnxrt", "trt"])
-def test_generate_parity(variant, backend, use_cache, workdir, hf_reference):
+def test_generate_parity(variant, backend, use_cache, workdir, hf_rows):
     family, name = variant
     _skip_without_tensorrt(backend)
     trt = TRTOptions(dynamic_batch=True, min_dynamic_batch=1, max_dynamic_batch=9)  # rows: 1 .. 3 prompts x 3 beams
@@ -80,12 +67,14 @@ def test_generate_parity(variant, backend, use_cache, workdir, hf_reference):
     assert not padded.all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer
     pad = tok.pad_token_id
-    hf = lambda beams, eos: hf_reference(variant, model, prompt, beams, use_cache, eos, pad)  # noqa: E731
+    hf = lambda beams, eos: hf_rows(variant, PROMPTS, model, prompt, beams, use_cache, eos, pad)  # noqa: E731
     with _steps_or_skip(run, backend) as steps:
         for beams in (1, 3):
             expected = hf(beams, tok.eos_token_id)
             assert _ours(run, steps, prompt, beams, tok.eos_token_id, pad) == expected, f"beams={beams}"
-            for r in range(len(PROMPTS)):  # each row alone, unpadded, gives the same tokens
+            # each row alone, unpadded, gives the same tokens: every row greedily; with beams the shortest row
+            # (the most padded in the batch; one row alone runs the same one-input beam expansion as any other)
+            for r in range(len(PROMPTS)) if beams == 1 else [ALONE_WITH_BEAMS]:
                 alone = _ours(run, steps, encode(run, PROMPTS[r:r + 1]), beams, tok.eos_token_id, pad)
                 assert alone == [expected[r]], f"row {r} alone differs from its padded batch row (beams={beams})"
         # EOS mid-generation: make a token the greedy search emits early the EOS, so rows stop at different steps

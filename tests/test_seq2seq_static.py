@@ -1,15 +1,18 @@
 """Encoder-decoders with `--static-cache` (the family's fused decoder step on frameworks, its graphs built from the
 weights on onnxrt): token-for-token parity with HF `generate` (CPU, fp32) through the shared loop — greedy and 3
 beams on a padded encoder batch, EOS mid-generation, every row alone — and a second generation on the same pooled
-buffers giving the same tokens. Refusals by message."""
+buffers giving the same tokens (the EOS cases run once: their slots are those the cases before them made and
+reused). HF's rows come from the session's `hf_rows` (tests/conftest.py), shared with test_parity.py. Refusals by
+message."""
 import os
 
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode
+from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
 from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
 from conftest import generate_twice
@@ -31,9 +34,18 @@ def _ours(run, steps, prompt, beams, eos):
     return generate_twice(run, steps, prompt, NEW, beams, eos, forced_bos_token_id=forced)
 
 
+def _ours_once(run, steps, prompt, beams, eos):
+    """One generation: for the EOS cases, whose slots the cases before them already made and reused."""
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                              pad_token_id=run.tokenizer.pad_token_id,
+                              forced_bos_token_id=run.source.generation.forced_bos_token_id)
+    result = generate_prompt(steps, prompt, config)
+    return [result.new_tokens(r, eos) for r in range(prompt.batch)]
+
+
 @pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
 @pytest.mark.parametrize("family,variant", VARIANTS)
-def test_static_cache_gives_hf_tokens(family, variant, backend, workdir):
+def test_static_cache_gives_hf_tokens(family, variant, backend, workdir, hf_rows):
     if DEVICE == "cuda" and backend == "onnxrt":
         pytest.skip("onnxrt's built graphs run fp16 only on CUDA (GroupQueryAttention); fp32 parity is the CPU's")
     run = _run(family, variant, workdir)
@@ -41,17 +53,21 @@ def test_static_cache_gives_hf_tokens(family, variant, backend, workdir):
     assert not prompt.encoder["attention_mask"].all(), "the prompts must need padding"
     model, tok = run.torch_model(), run.tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id
+
+    def hf(texts, beams, eos):  # HF's rows, shared with test_parity.py's cases of the same variant
+        return hf_rows((family, variant), texts, model, encode(run, texts), beams, True, eos, pad)
+
     with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
         for beams in (1, 3):
-            expected = _hf(model, prompt, beams, True, eos, pad)
+            expected = hf(PROMPTS, beams, eos)
             assert _ours(run, steps, prompt, beams, eos) == expected, f"beams={beams}"
         for r in range(len(PROMPTS)):  # each row alone (another slot shape) gives its padded batch row's tokens
             alone = _ours(run, steps, encode(run, PROMPTS[r:r + 1]), 1, eos)
-            assert alone == [expected_row(model, run, PROMPTS[r], eos, pad)], f"row {r}"
-        early = _hf(model, prompt, 1, True, None, pad)[0][3]  # a token greedy emits early becomes the EOS
+            assert alone == hf(PROMPTS[r:r + 1], 1, eos), f"row {r}"
+        early = hf(PROMPTS, 1, None)[0][3]  # a token greedy emits early becomes the EOS
         for beams in (1, 3):
-            expected = _hf(model, prompt, beams, True, early, pad)
-            assert _ours(run, steps, prompt, beams, early) == expected, f"EOS case, beams={beams}"
+            expected = hf(PROMPTS, beams, early)
+            assert _ours_once(run, steps, prompt, beams, early) == expected, f"EOS case, beams={beams}"
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA; compiled on the CPU in test_t5_fused.py etc.")
@@ -65,10 +81,6 @@ def test_captured_compiled_step_gives_hf_tokens(family, variant, workdir):
         for beams in (1, 3):
             expected = _hf(model, prompt, beams, True, tok.eos_token_id, tok.pad_token_id)
             assert _ours(run, steps, prompt, beams, tok.eos_token_id) == expected, f"beams={beams}"
-
-
-def expected_row(model, run, text, eos, pad):
-    return _hf(model, encode(run, [text]), 1, True, eos, pad)[0]
 
 
 def test_static_cache_refusals(workdir):

@@ -1,7 +1,8 @@
 """The static KV cache (and, on CUDA, the CUDA-graph step) produces the same tokens as the same backend with its
 plain growing cache (onnxrt: the torch.onnx static-cache export, `--no-fused-decode`; the fused graphs it takes by
 default have their own tests): padded batches, greedy and beam search (prompt expansion to more rows, in-place beam
-reordering), EOS mid-way, and a second generation reusing the pooled buffers (and captured graph).
+reordering), EOS mid-way, and a second generation reusing the pooled buffers (and captured graph). Each path's
+steps are opened once per case and serve all its generations (the reference path's generations run once each).
 
 On the CPU this runs the static cache alone; `tools/bench/speed_check.sh` runs it with HARNESS_TEST_DEVICE=cuda,
 where the CUDA-graph variants (and torch.compile for frameworks) join in.
@@ -13,9 +14,10 @@ import numpy as np
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode
+from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
 from NNDF.errors import UsageError
+from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
 from conftest import generate_twice, offline_variants, run_cli
@@ -57,18 +59,31 @@ def test_static_cache_same_tokens(case, workdir):
             _tokens(static, backend, PROMPTS, 1, None)
         return
     eos = plain.tokenizer.eos_token_id
-    for beams in (1, 3):
-        expected = _tokens(plain, backend, PROMPTS, beams, eos)
-        try:
-            got = _tokens(static, backend, PROMPTS, beams, eos)
-        except UsageError as exc:  # seen on transformers 5.17 (GPT-J, BLOOM: eager attention); 5.23 captures them
-            assert "cannot be captured with transformers" in str(exc)
-            pytest.skip(str(exc))
-        assert got == expected, f"beams={beams}"
-    # EOS mid-generation: a token the greedy search emits early becomes the EOS, so rows stop at different steps
-    early = expected[0][2]
-    for beams in (1, 3):
-        assert _tokens(static, backend, PROMPTS, beams, early) == _tokens(plain, backend, PROMPTS, beams, early)
+    prompt, static_prompt = encode(plain, PROMPTS), encode(static, PROMPTS)
+    # each path's steps are opened once and serve every generation below (their slots pooled across beams and EOS)
+    try:
+        with backend_steps(plain, backend) as (_, plain_steps), backend_steps(static, backend) as (_, static_steps):
+            for beams in (1, 3):
+                expected = _generate(plain, plain_steps, prompt, beams, eos)
+                got = generate_twice(static, static_steps, static_prompt, NEW, beams, eos)
+                assert got == expected, f"beams={beams}"
+            # EOS mid-generation: a token the greedy search emits early becomes the EOS, so rows stop at different
+            # steps
+            early = expected[0][2]
+            for beams in (1, 3):
+                assert generate_twice(static, static_steps, static_prompt, NEW, beams, early) == \
+                    _generate(plain, plain_steps, prompt, beams, early), f"EOS case, beams={beams}"
+    except UsageError as exc:  # seen on transformers 5.17 (GPT-J, BLOOM: eager attention); 5.23 captures them
+        assert "cannot be captured with transformers" in str(exc)
+        pytest.skip(str(exc))
+
+
+def _generate(run, steps, prompt, beams, eos):
+    """One generation on the plain growing cache (the reference)."""
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                              pad_token_id=run.tokenizer.pad_token_id)
+    result = generate_prompt(steps, prompt, config)
+    return [result.new_tokens(r, eos) for r in range(prompt.batch)]
 
 
 def test_static_cache_option_rules(workdir):
