@@ -43,20 +43,26 @@ HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kerne
 VALIDATION_CACHE = 256
 
 
-def device_refusal(precision: str, device: str) -> str | None:
-    """Why the fused graph cannot run at this precision on this device (None: it can)."""
+def device_refusal(precision: str, device: str, what: str = "onnxrt --fused-decode") -> str | None:
+    """Why graphs built on GroupQueryAttention (`what` runs them) cannot run at this precision on this device
+    (None: they can)."""
     if device == "cuda" and precision == "fp32":
-        return ("onnxrt --fused-decode on cuda needs --fp16: ONNX Runtime's GroupQueryAttention CUDA kernel is "
-                "registered for float16 and bfloat16 only (its CPU kernel runs fp32)")
+        return (f"{what} on cuda needs --fp16: ONNX Runtime's GroupQueryAttention CUDA kernel is registered for "
+                "float16 and bfloat16 only (its CPU kernel runs fp32)")
     return None
+
+
+def check_builds(run: RunContext, builder, what: str = "onnxrt --fused-decode") -> None:
+    """UsageError naming why `builder` has no graph for this run's model, precision or device."""
+    why = builder.refusal(run.source.config) or device_refusal(run.options.precision, run.device.type, what)
+    if why:
+        raise UsageError(why)
 
 
 def fused_artifact(base: GraphArtifact, run: RunContext, builder) -> "FusedDecodeOnnx":
     """The fused graph `builder` makes for this run in place of `base` (the model type was checked:
     `Backend.check_fused_decode`), or UsageError naming why this model, precision or device has none."""
-    why = builder.refusal(run.source.config) or device_refusal(run.options.precision, run.device.type)
-    if why:
-        raise UsageError(why)
+    check_builds(run, builder)
     return FusedDecodeOnnx(base.spec, base.task, builder)
 
 

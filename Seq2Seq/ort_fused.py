@@ -27,35 +27,23 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from CausalLM.ort_fused import BuiltGraphs
+from CausalLM.ort_fused import HOST_INPUTS, BuiltGraphs, check_builds
 from NNDF.backends.onnxrt.artifact import GraphArtifact
 from NNDF.backends.onnxrt.export import LogitsCheck
 from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.context import RunContext
-from NNDF.errors import UsageError
 from NNDF.slots import SlotPool, stacked_zeros
 from Seq2Seq.fused_step import Seq2SeqSlot, reordered
 from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
 
-HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kernel reads on the CPU
 VALIDATION_CACHE = 64  # validation's self-attention buffer length (4 columns are written)
 PARTS = ("encoder", "cross", "decoder")
-
-
-def device_refusal(precision: str, device: str) -> str | None:
-    """Why the built graphs cannot run at this precision on this device (None: they can)."""
-    if device == "cuda" and precision == "fp32":
-        return ("onnxrt --static-cache for encoder-decoders on cuda needs --fp16: ONNX Runtime's "
-                "GroupQueryAttention CUDA kernel is registered for float16 and bfloat16 only (its CPU kernel runs fp32)")
-    return None
 
 
 def fused_artifact(base: GraphArtifact, run: RunContext, builder) -> "Seq2SeqFusedOnnx":
     """The built graphs `builder` makes for this run in place of `base` (the kind's export, which still exports
     an encoder the builder leaves out), or UsageError naming why this model, precision or device has none."""
-    why = builder.refusal(run.source.config) or device_refusal(run.options.precision, run.device.type)
-    if why:
-        raise UsageError(why)
+    check_builds(run, builder, "onnxrt --static-cache for encoder-decoders")
     return Seq2SeqFusedOnnx(base, builder)
 
 
