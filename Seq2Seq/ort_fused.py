@@ -34,7 +34,7 @@ from NNDF.backends.onnxrt.steps import OrtGraph
 from NNDF.context import RunContext
 from NNDF.slots import SlotPool, stacked_zeros
 from Seq2Seq.fused_step import Seq2SeqSlot, reordered
-from Seq2Seq.torch_steps import Seq2SeqCache, encoder_mask
+from Seq2Seq.torch_steps import Seq2SeqCache, static_start
 
 VALIDATION_CACHE = 64  # validation's self-attention buffer length (4 columns are written)
 PARTS = ("encoder", "cross", "decoder")
@@ -169,13 +169,9 @@ class Seq2SeqOrtFusedSteps:
         self._slots: SlotPool[Seq2SeqSlot] = SlotPool()
 
     def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
-        if max_length is None:  # internal misuse: the loop and teacher forcing always pass it
-            raise TypeError("a static cache needs the most decoder positions it will hold (max_length)")
         feeds = {name: encoder_inputs[name] for name in self.encoder_names}
         hidden = self.encoder.run(feeds)[0]  # [B, S, D]
-        mask = encoder_mask(encoder_inputs, hidden)
-        slot = self._slot(hidden.shape[0], max_length, hidden.shape[1]).reset()
-        slot.encoder_mask.copy_(mask)
+        slot, mask = static_start(self._slot, hidden, encoder_inputs, max_length)
         self.cross_graph.run({"encoder_hidden_states": hidden}, outputs=dict(zip(self.cross_names, slot.cross)))
         return Seq2SeqCache(None, mask, slot)
 

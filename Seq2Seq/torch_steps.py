@@ -102,6 +102,18 @@ class Seq2SeqTorchSteps:
         self.model = None
 
 
+def static_start(slot_for, hidden: torch.Tensor, encoder_inputs: dict, max_length: int | None):
+    """The start of a static-cache generation on any backend: the pooled slot for this encoder output's rows and
+    length and the generation's `max_length` (`slot_for(rows, max_length, encoder_length)`), reset, with the
+    input's encoder mask copied in; returns (slot, mask). The caller fills the cross-attention buffers."""
+    if max_length is None:  # internal misuse: the loop and teacher forcing always pass it
+        raise TypeError("a static cache needs the most decoder positions it will hold (max_length)")
+    mask = encoder_mask(encoder_inputs, hidden)
+    slot = slot_for(hidden.shape[0], max_length, hidden.shape[1]).reset()
+    slot.encoder_mask.copy_(mask)
+    return slot, mask
+
+
 class Seq2SeqStaticSteps(Seq2SeqTorchSteps):
     """`--static-cache` on frameworks: the family's fused decoder step (`Seq2Seq.fused_step.FusedSeq2SeqStep`) over
     pooled `Seq2SeqSlot`s, one per (rows, max_length, encoder_length). `start` runs HF's encoder, takes the pool's
@@ -117,12 +129,8 @@ class Seq2SeqStaticSteps(Seq2SeqTorchSteps):
 
     @torch.inference_mode()
     def start(self, encoder_inputs: dict, max_length: int | None = None) -> Seq2SeqCache:
-        if max_length is None:  # internal misuse: the loop and teacher forcing always pass it
-            raise TypeError("a static cache needs the most decoder positions it will hold (max_length)")
         hidden = self.model.get_encoder()(**encoder_inputs).last_hidden_state  # [B, S, D]
-        mask = encoder_mask(encoder_inputs, hidden)
-        slot = self._slot(hidden.shape[0], max_length, hidden.shape[1]).reset()
-        slot.encoder_mask.copy_(mask)
+        slot, mask = static_start(self._slot, hidden, encoder_inputs, max_length)
         self.fused.cross(hidden, slot)
         return Seq2SeqCache(None, mask, slot)
 
