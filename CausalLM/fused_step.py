@@ -29,13 +29,20 @@ def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, 
     return KVSlot(rows, max_length, past, inputs)
 
 
-def product(x, weight, bias, reduce: bool):
-    """x [..., in] times a weight stored [out, in] + bias. `reduce`: the reduction form `(x[..., None, :] * W).sum(-1)`
-    accumulated in fp32 (inductor fuses it with its prologue and epilogue and the casts into its loads; eager
-    would materialise the product); else `F.linear` (cuBLAS)."""
-    if not reduce:
+def product(x, weight, bias, form: int):
+    """x [..., in] times a weight stored [out, in] + bias. `form` (`FusedSettings.form`): 0 `F.linear` (cuBLAS);
+    1 the reduction form `(x[..., None, :] * W).sum(-1)` accumulated in fp32 (inductor fuses it with its prologue
+    and epilogue and the casts into its loads; eager would materialise the product); n > 1 the reduction form
+    summed in n parts (each output's sum split over n programs, then one short sum: a long sum into few outputs
+    otherwise leaves most of the GPU idle). A bool is 0 or 1."""
+    if not form:
         return F.linear(x, weight, bias)
-    out = (x[..., None, :].float() * weight.float()).sum(-1)
+    if form > 1:
+        out_features, in_features = weight.shape
+        parts = x.float().unflatten(-1, (form, in_features // form))  # [..., n, in / n]
+        out = (parts[..., None, :, :] * weight.float().view(out_features, form, -1)).sum(-1).sum(-1)
+    else:
+        out = (x[..., None, :].float() * weight.float()).sum(-1)
     return (out if bias is None else out + bias.float()).to(x.dtype)
 
 
@@ -47,9 +54,23 @@ class FusedSettings:
     # ...in models at most this wide: at Llama-3-8B's 4096 cuBLAS's products read the weights faster (measured on
     # an H200: 5.68 against 6.37 ms per token, docs/PERFORMANCE.md)
     reduction_width: int = 2048
+    # products of the reduction form that sum over more than this many features run as `splits` parts
+    # (`product`; 0: never), or as F.linear where `splits` is 0
+    split_above: int = 0
+    splits: int = 8
+    attention: str = "reduction"  # one-query attention: plain ops inductor fuses, or "sdpa" (where a step has both)
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width
+
+    def form(self, rows: int, compiled: bool, width: int, features: int) -> int:
+        """`product`'s form for a product over `features` input features in a step of `rows` rows of a model
+        `width` wide: 0 F.linear, 1 one reduction, n > 1 a reduction in n parts."""
+        if not self.reduces(rows, compiled, width):
+            return 0
+        if self.split_above and features > self.split_above:
+            return self.splits if not self.splits or features % self.splits == 0 else 1
+        return 1
 
 
 def layer_norm(x, norm: tuple, eps: float):

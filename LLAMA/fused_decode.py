@@ -15,7 +15,8 @@ default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query 
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
 `gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows in narrow models use the reduction form
-when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`).
+when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise; `FusedSettings` chooses per product (a long sum
+such as down's may be split in parts) and the attention (plain ops, or SDPA).
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
 same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
@@ -33,6 +34,7 @@ from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
+SETTINGS = FusedSettings()  # the step's internal choices when none are given (the device benchmark A/Bs others)
 
 
 def check_config(config) -> None:
@@ -90,22 +92,33 @@ def attend_one(q, keys, values, valid, scale: float):
     return out.reshape(rows, heads, dim).to(q.dtype)
 
 
+def attend_sdpa(q, keys, values, valid, scale: float):
+    """`attend_one` as one `F.scaled_dot_product_attention` call (the key/value heads repeated for the query
+    heads: SDPA's own grouped-query option has no masked kernel on CUDA)."""
+    groups = q.shape[1] // keys.shape[1]
+    keys, values = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (keys, values))
+    out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=valid[:, None, None, :], scale=scale)
+    return out[:, :, 0]
+
+
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
-               scale: float, reduce: bool):
-    """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+               scale: float, forms: tuple, sdpa: bool = False):
+    """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
+    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
+    qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
     head_dim = keys.shape[-1]
-    qkv = product(rms_norm(x, norm1, eps), qkv_w, qkv_b, reduce)
+    qkv = product(rms_norm(x, norm1, eps), qkv_w, qkv_b, qkv_form)
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
     q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
     k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
     keys[:, :, write] = k
     values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
-    a = attend_one(q, keys, values, valid, scale).reshape(rows, heads * head_dim)
-    x = x + product(a, o_w, o_b, reduce)
-    gate, up = product(rms_norm(x, norm2, eps), gate_up_w, None, reduce).chunk(2, dim=-1)
-    return x + product(F.silu(gate) * up, down_w, None, reduce)
+    a = (attend_sdpa if sdpa else attend_one)(q, keys, values, valid, scale).reshape(rows, heads * head_dim)
+    x = x + product(a, o_w, o_b, o_form)
+    gate, up = product(rms_norm(x, norm2, eps), gate_up_w, None, gate_up_form).chunk(2, dim=-1)
+    return x + product(F.silu(gate) * up, down_w, None, down_form)
 
 
 def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window: int | None):
@@ -119,9 +132,9 @@ def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window:
     return embed[ids[:, 0]], valid, cos_table[at][:, None, None], sin_table[at][:, None, None]
 
 
-def head_step(x, norm, lm_w, eps: float, reduce: bool):
+def head_step(x, norm, lm_w, eps: float, form: int):
     """Final RMSNorm and LM head: logits [R, 1, V]."""
-    return product(rms_norm(x, norm, eps), lm_w, None, reduce)[:, None, :]
+    return product(rms_norm(x, norm, eps), lm_w, None, form)[:, None, :]
 
 
 class FusedLlamaStep:
@@ -130,10 +143,10 @@ class FusedLlamaStep:
     with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = settings or SETTINGS, compile_options is not None
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
@@ -153,13 +166,17 @@ class FusedLlamaStep:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.embed.shape[1])
+        width = self.embed.shape[1]
+        form = lambda features: self.settings.form(slot.rows, self.compiled, width, features)  # noqa: E731
+        _, qkv_w, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
+        forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
         x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.cos,
                                          self.sin, self.window)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
-                            kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, reduce=reduce)
-        return self._head(x, self.norm, self.lm_head, eps=self.eps, reduce=reduce)
+                            kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
+                            sdpa=self.settings.attention == "sdpa")
+        return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width))
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

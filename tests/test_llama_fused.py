@@ -47,6 +47,35 @@ def test_compiled_step_on_cpu(workdir):
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
 
 
+def test_step_settings_give_the_same_tokens(workdir):
+    """The step's other internal choices (`FusedSettings`, which the device benchmark compares), compiled: long
+    products summed in parts (down's 128 features in 4 parts of 32), and SDPA for the one-query attention over the
+    sliding window; greedy and 3 beams (9 rows: F.linear) on mistral-offline, against HF generate."""
+    from CausalLM.fused_step import FusedSettings
+
+    run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=True, graph=DEVICE == "cuda")
+    with backend_steps(run, "frameworks") as (_, steps):
+        steps.fused.settings = FusedSettings(split_above=64, splits=4, attention="sdpa")
+        assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
+        prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        for beams in (1, 3):
+            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+
+
+def test_product_forms_agree():
+    """`product`'s forms give F.linear's result: one reduction, the sum in parts, with and without a bias."""
+    import torch
+
+    from CausalLM.fused_step import product
+
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*shape, generator=gen) for shape in ((3, 96), (40, 96), (40,)))
+    for bias in (b, None):
+        expected = torch.nn.functional.linear(x, w, bias)
+        for form in (1, 4, 8):
+            torch.testing.assert_close(product(x, w, bias, form), expected, rtol=1e-5, atol=1e-5)
+
+
 def _edited_copy(run, folder, **fields):
     """The variant's HF folder copied with these config.json fields changed."""
     shutil.copytree(run.source.location, folder)

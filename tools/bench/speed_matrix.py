@@ -15,6 +15,7 @@ position tables hold 256; BLIP: 16 / 40).
     python tools/bench/speed_matrix.py [OUT] --group quick     # GPT-2 124M shapes, batch 1; OUT: temp/bench
     python tools/bench/speed_matrix.py [OUT] --group gpt2|xl|all|autotune|fused|fused-gpt2|fused-xl|fused-final
     python tools/bench/speed_matrix.py [OUT] --group llama-8b|llama-small|llama-ort --new 128   # LLAMA shapes
+    python tools/bench/speed_matrix.py [OUT] --group llama-ab --new 128 [--variants default,sdpa,...]  # step A/B
     python tools/bench/speed_matrix.py temp/smoke --group quick --device cpu --prompt 8 --new 8   # CPU smoke run
 
 Needs a CUDA GPU with onnxruntime-gpu for the onnxrt rows (or `--backends frameworks`). `autotune` is a
@@ -27,6 +28,7 @@ job and start none after --deadline seconds, so a run cut off by a time limit ke
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -298,11 +300,77 @@ def llama_jobs(shapes: tuple[str, ...]):
     return jobs
 
 
+# LLAMA.fused_decode.SETTINGS fields of each variant of the family's fused step (the llama-ab group)
+LLAMA_VARIANTS = {
+    "default": {},
+    "split8": dict(split_above=2048, splits=8),  # long sums (Qwen2.5-0.5B's down: 4864 features) in 8 parts
+    "split16": dict(split_above=2048, splits=16),
+    "split4": dict(split_above=2048, splits=4),
+    "split-all8": dict(split_above=512, splits=8),  # every product in 8 parts
+    "cublas-long": dict(split_above=2048, splits=0),  # long sums through F.linear (cuBLAS)
+    "sdpa": dict(attention="sdpa"),
+    "sdpa-split8": dict(attention="sdpa", split_above=2048, splits=8),
+    "sdpa-cublas-long": dict(attention="sdpa", split_above=2048, splits=0),
+}
+
+
+@contextlib.contextmanager
+def llama_settings(variant: str):
+    """The LLAMA fused step built with this variant's settings while the block runs."""
+    from LLAMA import fused_decode
+
+    saved = fused_decode.SETTINGS
+    fused_decode.SETTINGS = dataclasses.replace(saved, **LLAMA_VARIANTS[variant])
+    try:
+        yield
+    finally:
+        fused_decode.SETTINGS = saved
+
+
+def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...]):
+    """The llama-ab group, per shape: the captured step's GPU time and kernels of each variant of the LLAMA fused
+    step's settings (LLAMA_VARIANTS; Mistral-7B's products are cuBLAS at any of them, so it times the default and
+    sdpa), then the benchmark rows of the fastest variant and of the default; at Qwen2.5-0.5B shapes HF static and
+    eager beside them, at Mistral-7B shapes (a 64-column window under the 128-token prompt) the fp16 token check."""
+    jobs, times = [("copy", copy_bandwidth)], {}
+
+    def step(shape, variant):
+        with llama_settings(variant):
+            result = step_time(shape, "LLAMA", SHAPES[shape], 1, "fused", WORKDIR)
+        times[(shape, variant)] = result["step_gpu_ms"]
+        return {**result, "variant": variant}
+
+    def rows(shape, variant):
+        with llama_settings(variant):
+            got, report = bench_rows(shape, "LLAMA", SHAPES[shape], 1, "fused", WORKDIR, 5, hf=False)
+        return [{**r, "config": f"fused:{variant}"} for r in got], report
+
+    def fastest(shape):  # of the variants timed (none without CUDA: the default)
+        return min([(t, v) for (s, v), t in times.items() if s == shape] or [(0, "default")])[1]
+
+    for shape in shapes:
+        timed = variants if shape == "qwen2.5-0.5b" else [v for v in ("default", "sdpa") if v in variants]
+        jobs += [("shapes", lambda s=shape: make_shapes(s))]
+        jobs += [("step", lambda s=shape, v=v: step(s, v)) for v in timed]
+        jobs += [("bench", lambda s=shape: rows(s, fastest(s))),
+                 ("bench", lambda s=shape: rows(s, "default"))]
+        if shape == "qwen2.5-0.5b":
+            d = SHAPES[shape]
+            jobs += [("bench", lambda d=d: bench_rows("qwen2.5-0.5b", "LLAMA", d, 1, "compiled", WORKDIR, 5, hf=True)),
+                     ("bench", lambda d=d: bench_rows("qwen2.5-0.5b", "LLAMA", d, 1, "eager", WORKDIR, 2, hf=True,
+                                                      backends=("frameworks",)))]
+        else:
+            jobs += [("check", lambda s=shape: {"model": s, "batch": 1, "config": "fused", "first_difference":
+                                                same_tokens("LLAMA", SHAPES[s], 1, "fused", WORKDIR)})]
+    return jobs
+
+
 def llama_ort_jobs():
-    """The llama-ort group: the LLAMA family's fused ONNX Runtime graph (static cache, CUDA graph) at Qwen2.5-0.5B
-    and Llama-3-8B shapes, batch 1 (the graph is built from the weights on first use: its build time is logged)."""
+    """The llama-ort group: the LLAMA family's fused ONNX Runtime graph (static cache, CUDA graph) at Qwen2.5-0.5B,
+    Mistral-7B (64-column window) and Llama-3-8B shapes, batch 1 (the graph is built from the weights on first
+    use: its build time is logged)."""
     jobs = [("copy", copy_bandwidth)]
-    for shape in ("qwen2.5-0.5b", "llama-3-8b"):
+    for shape in ("qwen2.5-0.5b", "mistral-7b-w64", "llama-3-8b"):
         d = SHAPES[shape]
         jobs += [("shapes", lambda s=shape: make_shapes(s)),
                  ("bench", lambda s=shape, d=d: bench_rows(s, "LLAMA", d, 1, "ort-fused", WORKDIR, 5, hf=False))]
@@ -344,7 +412,7 @@ def make_shapes(shape: str) -> dict:
 # shapes made before a group starts (the job groups make gpt2-xl as a job of their own, after the GPT-2 rows)
 UPFRONT_SHAPES = {"quick": ("gpt2",), "gpt2": ("gpt2",), "xl": ("gpt2-xl",), "all": ("gpt2", "gpt2-xl"),
                   "autotune": ("gpt2",), "fused": ("gpt2",), "fused-gpt2": ("gpt2",), "fused-xl": (),
-                  "fused-final": ("gpt2",), "llama-8b": (), "llama-small": (), "llama-ort": ()}
+                  "fused-final": ("gpt2",), "llama-8b": (), "llama-small": (), "llama-ort": (), "llama-ab": ()}
 
 
 WORKDIR = "/tmp/wd"
@@ -391,7 +459,7 @@ def run_jobs(out: Path, jobs, deadline: float, name: str = "autotune") -> None:
     save()
     print((out / f"speed-{name}.md").read_text())
     for s in doc["step_times"]:
-        print(f"\n{s['model']} b{s['batch']} {s['config']}: step {s['step_gpu_ms']:.4f} ms, "
+        print(f"\n{s['model']} b{s['batch']} {s['config']} {s.get('variant', '')}: step {s['step_gpu_ms']:.4f} ms, "
               f"{s.get('kernels_per_step')} kernels, {s.get('kernel_us_per_step')} us in kernels")
         for k in s.get("top_kernels", []):
             print(f"  {k['us_per_step']:8.1f} us  x{k['per_step']:.0f}  {k['name']}")
@@ -403,7 +471,11 @@ def main() -> None:
     parser.add_argument("out", type=Path, nargs="?", default=ROOT / "temp" / "bench",
                         help="folder for speed-GROUP.json, .md and the plots (default temp/bench)")
     parser.add_argument("--group", choices=("quick", "gpt2", "xl", "all", "autotune", "fused", "fused-gpt2",
-                                            "fused-xl", "fused-final", "llama-8b", "llama-small", "llama-ort"), default="all")
+                                            "fused-xl", "fused-final", "llama-8b", "llama-small", "llama-ort", "llama-ab"),
+                        default="all")
+    parser.add_argument("--variants", default=",".join(LLAMA_VARIANTS),
+                        help=f"llama-ab: the LLAMA step variants to time ({', '.join(LLAMA_VARIANTS)})")
+    parser.add_argument("--ab-shapes", default="qwen2.5-0.5b,mistral-7b-w64", help="llama-ab: the shapes")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
@@ -429,6 +501,10 @@ def main() -> None:
         return run_jobs(args.out, final_jobs(), args.deadline, args.group)
     if args.group == "llama-ort":
         return run_jobs(args.out, llama_ort_jobs(), args.deadline, args.group)
+    if args.group == "llama-ab":
+        BACKENDS = ("frameworks",)
+        jobs = llama_ab_jobs(tuple(args.ab_shapes.split(",")), tuple(args.variants.split(",")))
+        return run_jobs(args.out, jobs, args.deadline, f"{args.group}-{args.ab_shapes.split(',')[0]}")
     if args.group.startswith("llama"):
         BACKENDS = ("frameworks",)
         shapes = {"llama-8b": ("llama-3-8b",), "llama-small": ("qwen2.5-0.5b", "mistral-7b-w64")}[args.group]

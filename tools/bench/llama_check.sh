@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The LLAMA family on CUDA, one mode per device call (each fits 10 minutes on an H100):
+#
+#   bash tools/bench/llama_check.sh ab|mistral|ort|tests   # any CUDA machine with the requirements, plus
+#                                                          # onnxruntime-gpu for ort and the graph tests
+# ab: the fused step's settings A/B at Qwen2.5-0.5B shapes (the captured step's GPU time and kernels per
+#     variant), then the rows of the fastest variant and the default beside HF static and eager
+#     (speed_matrix.py --group llama-ab, prompt 128, 128 new) -> $OUT/speed-llama-ab-qwen2.5-0.5b.{json,md}
+# mistral: the same at Mistral-7B shapes with a 64-column window (default and sdpa), with the fp16 token check
+# ort: the fused ONNX Runtime graph (built from the weights) at Qwen2.5-0.5B, Mistral-7B and Llama-3-8B shapes
+# tests: the family's fused step and graph tests on CUDA (parity with HF generate in fp32; the graph in fp16)
+# TensorRT builds of the family: tools/bench/trt_check.sh llama.
+set -uo pipefail
+. "$(dirname "$0")/common.sh"
+{
+nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
+case "${1:-ab}" in
+  ab) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b --deadline 500 ;;
+  mistral) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes mistral-7b-w64 \
+             --deadline 420 ;;
+  ort) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ort --new 128 --deadline 480 ;;
+  tests) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_llama_fused.py \
+           tests/test_llama_fused_ort.py 2>&1 | tail -15 ;;
+  *) echo "modes: ab, mistral, ort, tests" ; exit 2 ;;
+esac
+} 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"
