@@ -19,11 +19,14 @@ def compiled(functions: tuple, compile_options: dict | None) -> tuple:
     return tuple(torch.compile(fn, dynamic=False, options=compile_options or None) for fn in functions)
 
 
-def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, dtype, device) -> KVSlot:
+def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, dtype, device,
+            transposed_values: bool = False) -> KVSlot:
     """A fused step's static cache: per layer a K and a V buffer [rows, heads, max_length, head_dim] (`past` holds
-    them as K0, V0, K1, V1, ...), the full-width mask, ids, positions and the write position [1] on the device."""
+    them as K0, V0, K1, V1, ...; with `transposed_values` each V is [rows, heads, head_dim, max_length]), the
+    full-width mask, ids, positions and the write position [1] on the device."""
     shape = (rows, heads, max_length, head_dim)
-    past = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(2 * layers)]
+    value_shape = (rows, heads, head_dim, max_length) if transposed_values else shape
+    past = [torch.zeros(value_shape if i % 2 else shape, dtype=dtype, device=device) for i in range(2 * layers)]
     inputs = step_inputs(rows, max_length, device)
     inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=device)
     return KVSlot(rows, max_length, past, inputs)
@@ -59,6 +62,8 @@ class FusedSettings:
     split_above: int = 0
     splits: int = 8
     attention: str = "reduction"  # one-query attention: plain ops inductor fuses, or "sdpa" (where a step has both)
+    # V buffers stored [.., head_dim, length], so p.V sums along contiguous memory (where a step implements it)
+    transposed_values: bool = False
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width

@@ -79,32 +79,36 @@ def rotate(x, cos, sin):
     return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
 
 
-def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] masked by `valid` [R, L]; query
-    heads in groups of H / KVH share a key/value head."""
+def attend_one(q, keys, values, valid, scale: float, transposed: bool = False):
+    """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] (values [R, KVH, D, L] when
+    `transposed`) masked by `valid` [R, L]; query heads in groups of H / KVH share a key/value head."""
     rows, heads, dim = q.shape
     kv_heads = keys.shape[1]
     q = q.reshape(rows, kv_heads, heads // kv_heads, dim)
     scores = (q[:, :, :, None, :].float() * keys[:, :, None].float()).sum(-1) * scale  # [R, KVH, G, L]
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     p = torch.softmax(scores, dim=-1)
-    out = (p[..., None] * values[:, :, None].float()).sum(-2)  # [R, KVH, G, D]
+    if transposed:
+        out = (p[:, :, :, None, :] * values[:, :, None].float()).sum(-1)  # [R, KVH, G, D]
+    else:
+        out = (p[..., None] * values[:, :, None].float()).sum(-2)
     return out.reshape(rows, heads, dim).to(q.dtype)
 
 
-def attend_sdpa(q, keys, values, valid, scale: float):
+def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
     """`attend_one` as one `F.scaled_dot_product_attention` call (the key/value heads repeated for the query
     heads: SDPA's own grouped-query option has no masked kernel on CUDA)."""
     groups = q.shape[1] // keys.shape[1]
+    values = values.transpose(-1, -2) if transposed else values
     keys, values = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (keys, values))
     out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=valid[:, None, None, :], scale=scale)
     return out[:, :, 0]
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
-               scale: float, forms: tuple, sdpa: bool = False):
+               scale: float, forms: tuple, sdpa: bool = False, transposed: bool = False):
     """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down."""
+    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `transposed`: V buffers [R, KVH, D, L]."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
@@ -114,8 +118,12 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
     k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
     keys[:, :, write] = k
-    values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
-    a = (attend_sdpa if sdpa else attend_one)(q, keys, values, valid, scale).reshape(rows, heads * head_dim)
+    if transposed:
+        values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
+    else:
+        values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
+    a = (attend_sdpa if sdpa else attend_one)(q, keys, values, valid, scale, transposed)
+    a = a.reshape(rows, heads * head_dim)
     x = x + product(a, o_w, o_b, o_form)
     gate, up = product(rms_norm(x, norm2, eps), gate_up_w, None, gate_up_form).chunk(2, dim=-1)
     return x + product(F.silu(gate) * up, down_w, None, down_form)
@@ -162,7 +170,8 @@ class FusedLlamaStep:
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
         """Our static cache (`CausalLM.fused_step.kv_slot`), its buffers [rows, kv_heads, max_length, head_dim]."""
-        return kv_slot(rows, max_length, len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device)
+        return kv_slot(rows, max_length, len(self.layers), self.kv_heads, self.head_dim, self.dtype, self.device,
+                       self.settings.transposed_values)
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
@@ -175,7 +184,7 @@ class FusedLlamaStep:
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
-                            sdpa=self.settings.attention == "sdpa")
+                            sdpa=self.settings.attention == "sdpa", transposed=self.settings.transposed_values)
         return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width))
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
@@ -208,7 +217,12 @@ class FusedLlamaStep:
         k = rotate(k.reshape(rows, length, self.kv_heads, d).transpose(1, 2), cos, sin)
         end = start + length
         keys[:, :, start:end] = k
-        values[:, :, start:end] = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)
+        v = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)  # [R, KVH, S, D]
+        if self.settings.transposed_values:
+            values[:, :, :, start:end] = v.transpose(2, 3)
+            values = values.transpose(2, 3)  # a view [R, KVH, L, D]
+        else:
+            values[:, :, start:end] = v
         a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
                                            scale=self.scale, enable_gqa=self.heads != self.kv_heads)
         x = x + F.linear(a.transpose(1, 2).reshape(rows, length, self.heads * d), o_w, o_b)

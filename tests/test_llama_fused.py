@@ -47,19 +47,28 @@ def test_compiled_step_on_cpu(workdir):
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
 
 
-def test_step_settings_give_the_same_tokens(workdir):
-    """The step's other internal choices (`FusedSettings`, which the device benchmark compares), compiled: long
-    products summed in parts (down's 128 features in 4 parts of 32), and SDPA for the one-query attention over the
-    sliding window; greedy and 3 beams (9 rows: F.linear) on mistral-offline, against HF generate."""
+@pytest.mark.parametrize("settings, compiled", [
+    (dict(split_above=64, splits=4, transposed_values=True), True),
+    (dict(attention="sdpa"), False),
+    (dict(attention="sdpa", transposed_values=True), False),
+], ids=["split-transposed-compiled", "sdpa", "sdpa-transposed"])
+def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
+    """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
+    summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), V buffers stored
+    transposed, SDPA for the one-query attention; greedy and 3 beams on mistral-offline (its sliding window
+    exceeded), against HF generate."""
     from CausalLM.fused_step import FusedSettings
 
-    run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=True, graph=DEVICE == "cuda")
+    run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=compiled, graph=DEVICE == "cuda")
     with backend_steps(run, "frameworks") as (_, steps):
-        steps.fused.settings = FusedSettings(split_above=64, splits=4, attention="sdpa")
-        assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
+        steps.fused.settings = FusedSettings(**settings)
+        if compiled:
+            assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
         for beams in (1, 3):
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+        slot = steps.fused.new_slot(1, 16)
+        assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
 
 
 def test_product_forms_agree():

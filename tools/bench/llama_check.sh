@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The LLAMA family on CUDA, one mode per device call (each fits 10 minutes on an H100):
 #
-#   bash tools/bench/llama_check.sh ab|mistral|ort|tests   # any CUDA machine with the requirements, plus
+#   bash tools/bench/llama_check.sh ab|mistral|ort|tests|final   # any CUDA machine with the requirements, plus
 #                                                          # onnxruntime-gpu for ort and the graph tests
 # ab: the fused step's settings A/B at Qwen2.5-0.5B shapes (the captured step's GPU time and kernels per
 #     variant), then the rows of the fastest variant and the default beside HF static and eager
@@ -9,6 +9,7 @@
 # mistral: the same at Mistral-7B shapes with a 64-column window (default and sdpa), with the fp16 token check
 # ort: the fused ONNX Runtime graph (built from the weights) at Qwen2.5-0.5B, Mistral-7B and Llama-3-8B shapes
 # tests: the family's fused step and graph tests on CUDA (parity with HF generate in fp32; the graph in fp16)
+# final: the default step against transposed V buffers at both shapes, rows, then the fused step's CUDA tests
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
@@ -23,6 +24,9 @@ case "${1:-ab}" in
   ort) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ort --new 128 --deadline 480 ;;
   tests) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_llama_fused.py \
            tests/test_llama_fused_ort.py 2>&1 | tail -15 ;;
-  *) echo "modes: ab, mistral, ort, tests" ; exit 2 ;;
+  final) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --variants default,transposed-values \
+           --ab-shapes qwen2.5-0.5b,mistral-7b-w64 --deadline 330
+         HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_llama_fused.py 2>&1 | tail -15 ;;
+  *) echo "modes: ab, mistral, ort, tests, final" ; exit 2 ;;
 esac
 } 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"
