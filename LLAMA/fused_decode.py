@@ -220,7 +220,7 @@ class FusedLlamaStep:
         v = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)  # [R, KVH, S, D]
         if self.settings.transposed_values:
             values[:, :, :, start:end] = v.transpose(2, 3)
-            values = values.transpose(2, 3)  # a view [R, KVH, L, D]
+            values = values[..., :end].transpose(2, 3).contiguous()  # [R, KVH, end, D]: SDPA's kernels want D dense
         else:
             values[:, :, start:end] = v
         a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,

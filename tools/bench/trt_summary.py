@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Summarise the `run.py build ... --json` files of a folder (named 1.json, 2.json, ...) as one markdown table
-(used by trt_check.sh and seq2seq_check.sh).
+"""Summarise the `run.py build ... --json` files of a folder (named 1.json, 2.json, ..., then any other name) as
+one markdown table (used by trt_check.sh and seq2seq_check.sh).
 
     python tools/bench/trt_summary.py temp/bench/builds > trt_builds.md
 """
@@ -11,7 +11,8 @@ from pathlib import Path
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("folder", type=Path, help="the builds' JSON files")
 rows = []
-for path in sorted(parser.parse_args().folder.glob("*.json"), key=lambda p: int(p.stem)):
+for path in sorted(parser.parse_args().folder.glob("*.json"),
+                   key=lambda p: (not p.stem.isdigit(), int(p.stem) if p.stem.isdigit() else p.stem)):
     data = json.loads(path.read_text())
     s = data["settings"]
     batch = "dynamic" if s["dynamic_batch"] else str(s["batch_size"])
