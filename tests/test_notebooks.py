@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
 # Seconds for a whole notebook, kernel start included. Measured on 2 CPU cores with a fresh working dir (exports
-# included): playground 7, T5 19, GPT2 22, BART 40, benchmark_report 10 (98 s in all); the rest is room for a busy
-# machine. A notebook past its budget is interrupted and fails.
+# included): playground 7, T5 19, GPT2 22, BART 40, benchmark_report 10 (98 s in all); LLAMA 38 with the cores
+# shared (load average 3.5; GPT2 took 69 beside it); the rest is room for a busy machine. A notebook past its budget
+# is interrupted and fails.
 BUDGET = {"playground": 90, "T5": 120, "GPT2": 150, "BART": 180, "LLAMA": 150, "benchmark_report": 150}
 
 # What each notebook must print (on a CPU, where TensorRT is always skipped in one line).
