@@ -64,6 +64,9 @@ class FusedSettings:
     attention: str = "reduction"  # one-query attention: plain ops inductor fuses, or "sdpa" (where a step has both)
     # V buffers stored [.., head_dim, length], so p.V sums along contiguous memory (where a step implements it)
     transposed_values: bool = False
+    # a norm's statistics summed beside the reduction-form product that follows it (one kernel, not two; where a
+    # step implements it)
+    fold_norms: bool = False
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width

@@ -69,6 +69,19 @@ def rms_norm(x, weight, eps: float):
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
+def norm_product(x, gain, weight, bias, eps: float, form: int, fold: bool):
+    """rms_norm(x) times the weight + bias (`product`). `fold`, in the one-reduction form: the norm's sum of
+    squares summed beside the product over the same features, out = rsqrt(mean(x^2) + eps) * ((x * gain) . W),
+    so inductor makes one kernel of both (the statistics are repeated per output: free beside the weight reads)."""
+    if not (fold and form == 1):
+        return product(rms_norm(x, gain, eps), weight, bias, form)
+    xf = x.float()
+    out = ((xf * gain.float())[..., None, :] * weight.float()).sum(-1)  # [..., out]
+    squares = (xf * xf)[..., None, :].expand(*out.shape, xf.shape[-1]).sum(-1)  # the same sum for every output
+    out = out * torch.rsqrt(squares / xf.shape[-1] + eps)
+    return (out if bias is None else out + bias.float()).to(x.dtype)
+
+
 def rotate(x, cos, sin):
     """HF's rotary positions on the first cos.shape[-1] features of x [R, heads, S, D] (the rest pass through:
     partial rotary), cos/sin [R, 1, S, rot]."""
@@ -106,14 +119,15 @@ def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
-               scale: float, forms: tuple, sdpa: bool = False, transposed: bool = False):
+               scale: float, forms: tuple, sdpa: bool = False, transposed: bool = False, fold: bool = False):
     """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `transposed`: V buffers [R, KVH, D, L]."""
+    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `transposed`: V buffers [R, KVH, D, L];
+    `fold`: norms folded into their products (`norm_product`)."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
     head_dim = keys.shape[-1]
-    qkv = product(rms_norm(x, norm1, eps), qkv_w, qkv_b, qkv_form)
+    qkv = norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, fold)
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
     q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
     k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
@@ -125,7 +139,7 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     a = (attend_sdpa if sdpa else attend_one)(q, keys, values, valid, scale, transposed)
     a = a.reshape(rows, heads * head_dim)
     x = x + product(a, o_w, o_b, o_form)
-    gate, up = product(rms_norm(x, norm2, eps), gate_up_w, None, gate_up_form).chunk(2, dim=-1)
+    gate, up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold).chunk(2, dim=-1)
     return x + product(F.silu(gate) * up, down_w, None, down_form)
 
 
@@ -140,9 +154,9 @@ def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window:
     return embed[ids[:, 0]], valid, cos_table[at][:, None, None], sin_table[at][:, None, None]
 
 
-def head_step(x, norm, lm_w, eps: float, form: int):
+def head_step(x, norm, lm_w, eps: float, form: int, fold: bool = False):
     """Final RMSNorm and LM head: logits [R, 1, V]."""
-    return product(rms_norm(x, norm, eps), lm_w, None, form)[:, None, :]
+    return norm_product(x, norm, lm_w, None, eps, form, fold)[:, None, :]
 
 
 class FusedLlamaStep:
@@ -184,8 +198,9 @@ class FusedLlamaStep:
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
-                            sdpa=self.settings.attention == "sdpa", transposed=self.settings.transposed_values)
-        return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width))
+                            sdpa=self.settings.attention == "sdpa", transposed=self.settings.transposed_values,
+                            fold=self.settings.fold_norms)
+        return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width), fold=self.settings.fold_norms)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

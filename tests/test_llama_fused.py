@@ -48,14 +48,14 @@ def test_compiled_step_on_cpu(workdir):
 
 
 @pytest.mark.parametrize("settings, compiled", [
-    (dict(split_above=64, splits=4, transposed_values=True), True),
+    (dict(split_above=64, splits=4, transposed_values=True, fold_norms=True), True),
     (dict(attention="sdpa"), False),
     (dict(attention="sdpa", transposed_values=True), False),
-], ids=["split-transposed-compiled", "sdpa", "sdpa-transposed"])
+], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed"])
 def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
-    summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), V buffers stored
-    transposed, SDPA for the one-query attention; greedy and 3 beams on mistral-offline (its sliding window
+    summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), norms folded into the
+    reduction-form products that follow them, V buffers stored transposed, SDPA for the one-query attention; greedy and 3 beams on mistral-offline (its sliding window
     exceeded), against HF generate."""
     from CausalLM.fused_step import FusedSettings
 
@@ -69,6 +69,18 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
         slot = steps.fused.new_slot(1, 16)
         assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
+
+
+def test_folded_norm_product_agrees():
+    """`norm_product` folded (the norm's statistics beside the product) gives rms_norm then the product."""
+    import torch
+
+    from LLAMA.fused_decode import norm_product, product, rms_norm
+
+    gen = torch.Generator().manual_seed(1)
+    x, g, w, b = (torch.randn(*shape, generator=gen) for shape in ((3, 96), (96,), (40, 96), (40,)))
+    expected = product(rms_norm(x, g, 1e-6), w, b, 1)
+    torch.testing.assert_close(norm_product(x, g, w, b, 1e-6, 1, True), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_product_forms_agree():

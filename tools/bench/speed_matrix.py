@@ -311,6 +311,8 @@ LLAMA_VARIANTS = {
     "sdpa": dict(attention="sdpa"),
     "sdpa-split8": dict(attention="sdpa", split_above=2048, splits=8),
     "transposed-values": dict(transposed_values=True),  # p.V sums along contiguous memory
+    "fold-norms": dict(fold_norms=True),  # the RMSNorm statistics inside the product kernels
+    "fold-transposed": dict(fold_norms=True, transposed_values=True),
 }
 
 
@@ -331,7 +333,7 @@ def _products_only(fields: dict) -> bool:
     return bool(fields) and set(fields) <= {"split_above", "splits"}
 
 
-def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...]):
+def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool = True):
     """The llama-ab group, per shape: the captured step's GPU time and kernels of each variant of the LLAMA fused
     step's settings (LLAMA_VARIANTS; Mistral-7B's products are cuBLAS at any of them, so it times the variants
     that change something else), then the benchmark rows of the fastest variant and of the default; at
@@ -361,12 +363,12 @@ def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...]):
         jobs += [("step", lambda s=shape, v=v: step(s, v)) for v in timed]
         jobs += [("bench", lambda s=shape: rows(s, fastest(s))),
                  ("bench", lambda s=shape: rows(s, "default"))]
-        if shape == "qwen2.5-0.5b":
+        if shape == "qwen2.5-0.5b" and hf:
             d = SHAPES[shape]
             jobs += [("bench", lambda d=d: bench_rows("qwen2.5-0.5b", "LLAMA", d, 1, "compiled", WORKDIR, 5, hf=True)),
                      ("bench", lambda d=d: bench_rows("qwen2.5-0.5b", "LLAMA", d, 1, "eager", WORKDIR, 2, hf=True,
                                                       backends=("frameworks",)))]
-        else:
+        elif shape != "qwen2.5-0.5b":
             jobs += [("check", lambda s=shape: {"model": s, "batch": 1, "config": "fused", "first_difference":
                                                 same_tokens("LLAMA", SHAPES[s], 1, "fused", WORKDIR)})]
     return jobs
@@ -483,6 +485,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(LLAMA_VARIANTS),
                         help=f"llama-ab: the LLAMA step variants to time ({', '.join(LLAMA_VARIANTS)})")
     parser.add_argument("--ab-shapes", default="qwen2.5-0.5b,mistral-7b-w64", help="llama-ab: the shapes")
+    parser.add_argument("--no-hf", action="store_true", help="llama-ab: leave out HF's rows")
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backends", nargs="+", help="only these backends (e.g. frameworks: no onnxruntime-gpu)")
@@ -510,7 +513,7 @@ def main() -> None:
         return run_jobs(args.out, llama_ort_jobs(), args.deadline, args.group)
     if args.group == "llama-ab":
         BACKENDS = ("frameworks",)
-        jobs = llama_ab_jobs(tuple(args.ab_shapes.split(",")), tuple(args.variants.split(",")))
+        jobs = llama_ab_jobs(tuple(args.ab_shapes.split(",")), tuple(args.variants.split(",")), not args.no_hf)
         return run_jobs(args.out, jobs, args.deadline, f"{args.group}-{args.ab_shapes.split(',')[0]}")
     if args.group.startswith("llama"):
         BACKENDS = ("frameworks",)
