@@ -15,8 +15,10 @@ default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query 
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
 `gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows in narrow models use the reduction form
-when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise; `FusedSettings` chooses per product (a long sum
-such as down's may be split in parts) and the attention (plain ops, or SDPA).
+when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise. `FusedSettings` holds the other choices the
+device benchmark compares (defaults measured fastest or level, docs/PERFORMANCE.md): a long sum such as down's
+split in parts, SDPA for the attention, V buffers stored [.., head_dim, length], the RMSNorm statistics summed
+inside the next product.
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
 same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
