@@ -12,6 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# The CLI fits its tables to COLUMNS (NNDF/results.py); the tests read whole tables and set COLUMNS where fitting is
+# the point (test_terminal_output.py). GNU readline, which pytest loads, exports COLUMNS=80 and LINES=24 to the
+# processes started after it: pytest-xdist's workers would otherwise fit every table to 80 columns.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from tests.triton_fixtures import triton_server  # noqa: E402,F401 - the session's one Triton server
 
