@@ -21,8 +21,30 @@ for _name in ("COLUMNS", "LINES"):
 from tests.triton_fixtures import triton_server  # noqa: E402,F401 - the session's one Triton server
 
 
+# Files that use the session's Triton server (tests/triton_fixtures.py): one server and one set of deployments.
+TRITON_FILES = ("test_triton.py", "test_triton_encoder.py", "test_triton_generate.py")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (`make test`), with the Triton files as one unit: they run on one process, which starts
+    the one server they share; every other file is its own unit, as loadfile makes it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TritonTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "triton" if Path(scope).name in TRITON_FILES else scope
+
+    return TritonTogether(config, log)
+
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
+    """The session's working dir: offline models and exports built once and shared by the tests (one per process
+    under pytest-xdist: `make test` runs two; tmp_path_factory's folders are the process's own)."""
     return tmp_path_factory.mktemp("work")
 
 
