@@ -14,7 +14,10 @@ when hashed is not hashed again). Cost: docs/PERFORMANCE.md ("Artifact digests")
 Artifacts are built in a temporary sibling folder (a staging folder) and renamed into place, so an interrupted
 build never leaves a partial artifact where a later run would find it. The building process holds a lock on its
 staging folder; a staging folder whose lock is free (its process was killed, even by SIGKILL) is stale, and the
-next build in the same folder removes it. Folders and files get the modes the umask gives ordinary folders and
+next build in the same folder removes it. Processes that share a working dir (two runs, parallel test workers)
+build an artifact once: a builder holds the artifact's build lock (`ArtifactStore.build_lock`) and checks the
+artifact again under it, so a process that waited there finds the artifact current and uses it, and no artifact
+is replaced while another process that found it current reads it. Folders and files get the modes the umask gives ordinary folders and
 files (`tempfile` would leave 0700 / 0600).
 
 The working dir is written only when something must be built: a run whose artifacts are all current works in a
@@ -258,6 +261,23 @@ def _unlocked(folder: Path) -> bool:
         os.close(fd)  # closing releases the lock we may have taken
 
 
+def _lock_file(path: Path) -> int:
+    """An open descriptor of `path` (created if missing) holding its exclusive `flock`: retried when the file
+    was removed (released by its last holder) while this process waited for it."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
 class ArtifactStore:
     """Artifacts of one model variant: `root = <working-dir>/<FAMILY>/<variant>`."""
 
@@ -283,6 +303,22 @@ class ArtifactStore:
         if why not in (None, "missing", "stale"):
             log.warning("cached artifact %s is damaged (%s); %s", self.path(name), why, rebuild)
         return why is None
+
+    @contextmanager
+    def build_lock(self, name: str) -> Iterator[None]:
+        """Hold artifact `name`'s build lock: `flock` on `.<name>.lock` beside it, removed on release (a killed
+        holder's lock is free at once; its file is taken over). Taken only to build, with the artifact checked
+        again under it (another process may have built it while this one waited): a current artifact in a
+        read-only working dir takes no lock. Not reentrant: one build of `name` per process at a time."""
+        final = self.path(name)
+        self._make_folder(final.parent, name, 0)
+        path = final.parent / f".{final.name}.lock"
+        fd = _lock_file(path)
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # before the release: a waiter on this file sees it gone and opens anew
+            os.close(fd)
 
     @contextmanager
     def build(self, name: str, fingerprint: dict, needs: int = 0) -> Iterator[Path]:

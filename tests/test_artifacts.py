@@ -108,3 +108,42 @@ def test_large_files_are_digested_block_by_block(tmp_path):
     assert file_digest(path, block=4) == hashlib.sha256(blocks).hexdigest()
     path.write_bytes(b"012345678")  # truncated by one byte: another digest
     assert file_digest(path, block=4) != hashlib.sha256(blocks).hexdigest()
+
+
+MATERIALIZE = """
+import sys
+from pathlib import Path
+from NNDF import registry
+from NNDF.offline import materialize
+family = registry.family("GPT2")
+variant = next(v for v in family.variants if v.name == "gpt-neo-offline")
+print("started", flush=True)
+print((materialize(family, variant, Path(sys.argv[1])) / "model.safetensors").stat().st_ino, flush=True)
+"""
+
+
+def test_a_process_that_waited_for_a_build_uses_it(tmp_path):
+    """Two processes on one working dir (two runs, two test workers): one finds the offline model missing while the
+    other builds it, waits on its build lock, and then uses that build instead of building and replacing it."""
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+    from NNDF import offline, registry
+
+    family = registry.family("GPT2")
+    variant = next(v for v in family.variants if v.name == "gpt-neo-offline")
+    store = ArtifactStore(tmp_path, family.name, variant.name)
+    fingerprint = {"offline_recipe": offline.digest(offline._recipe(variant))}
+    with store.build_lock("hf-model"):
+        proc = subprocess.Popen([sys.executable, "-c", MATERIALIZE, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                                text=True)
+        assert proc.stdout.readline() == "started\n"
+        time.sleep(1)  # the other process finds the model missing and waits for this lock
+        with store.build("hf-model", fingerprint) as tmp:
+            offline._build_random(family, variant.random, tmp)
+        built = (store.path("hf-model") / "model.safetensors").stat().st_ino
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and int(out) == built  # the model built here, not a second build
+    assert sorted(p.name for p in store.root.iterdir()) == ["hf-model"]  # no lock file or staging folder left

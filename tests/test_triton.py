@@ -391,6 +391,12 @@ def test_serve_refuses_a_folder_that_is_not_a_repository(tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def _sigint_default():
+    """SIGINT's default handling in the child: a suite started in the background (`cmd &` in a script) passes
+    SIGINT on ignored, and Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tmp_path):
     import os
     import shutil
@@ -403,7 +409,8 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(repository), "--http-port",
                                 str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)], cwd=ROOT,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=_sigint_default)  # as in a terminal, where Ctrl-C reaches serve
     try:
         line = process.stdout.readline()  # the first line says it serves (after every model is ready)
         assert f"HTTP http://127.0.0.1:{http}" in line and f"gRPC grpc://127.0.0.1:{grpc}" in line, line

@@ -124,12 +124,18 @@ class GraphArtifact(ABC):
         fresh = (force or not run.store.is_current(name, fingerprint, rebuild="re-exporting")
                  or not (folder / VALIDATION).is_file())
         if fresh:
-            model = self.source_model(run)
-            needs = self.build_bytes(run, model)
-            with run.store.build(name, fingerprint, needs) as tmp, status(self.building(run)):
-                write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
+            with run.store.build_lock(name):
+                fresh = (force or run.store.problem(name, fingerprint) is not None  # or built by another process
+                         or not (folder / VALIDATION).is_file())
+                if fresh:
+                    self._build(run, name, fingerprint)
         self.read_validation(json.loads((folder / VALIDATION).read_text()))
         return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
+
+    def _build(self, run: RunContext, name: str, fingerprint: dict) -> None:
+        model = self.source_model(run)
+        with run.store.build(name, fingerprint, self.build_bytes(run, model)) as tmp, status(self.building(run)):
+            write_json_atomic(tmp / VALIDATION, self.build_into(model, run, tmp))
 
     def building(self, run: RunContext) -> str:
         """The status line while the artifact is built."""

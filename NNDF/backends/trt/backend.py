@@ -170,18 +170,28 @@ class TensorRTBackend(Backend):
         fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
         built, seconds = False, {}
         if force or not run.store.is_current(name, fingerprint):
-            with run.store.build(name, fingerprint, graph_bytes(onnx_paths)) as tmp:  # engines: about the graphs
-                for part, onnx_path in onnx_paths.items():
-                    with status(f"building TensorRT engine {name} ({part})"):
-                        blob, seconds[part] = build_engine(trt, onnx_path, profiles[part], settings)
-                    (tmp / engine_file(part)).write_bytes(blob)
-            built = True
+            with run.store.build_lock(name):
+                if force or run.store.problem(name, fingerprint) is not None:  # or built by another process
+                    seconds = self._build_engines(run, trt, name, fingerprint, onnx_paths, profiles, settings)
+                    built = True
         paths = {part: run.store.path(name) / engine_file(part) for part in onnx_paths}
         gpu = gpu_identity()
         self.last_builds = [EngineBuild(self.name, f"{name}/{engine_file(part)}", built, seconds.get(part),
                                         path.stat().st_size / 2**20, describe(trt), gpu["gpu"],
                                         gpu["compute_capability"]) for part, path in paths.items()]
         return paths
+
+    @staticmethod
+    def _build_engines(run: RunContext, trt, name: str, fingerprint: dict, onnx_paths: dict[str, Path],
+                       profiles: dict, settings: BuildSettings) -> dict[str, float]:
+        """Build artifact `name`'s engines, one per graph; returns the seconds each took."""
+        seconds = {}
+        with run.store.build(name, fingerprint, graph_bytes(onnx_paths)) as tmp:  # engines: about the graphs
+            for part, onnx_path in onnx_paths.items():
+                with status(f"building TensorRT engine {name} ({part})"):
+                    blob, seconds[part] = build_engine(trt, onnx_path, profiles[part], settings)
+                (tmp / engine_file(part)).write_bytes(blob)
+        return seconds
 
     def build(self, run: RunContext) -> list[EngineBuild]:
         """The `build` action: build (or find current) engines and report them; nothing runs."""
