@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The other CPU engines `cpu_compare.py` measures beside ours, one per process, each in the Python environment that
+has it (CTranslate2 and Optimum pin other transformers versions than the harness: give their interpreter with
+`cpu_compare.py --other-python`). Nothing here imports the harness.
+
+A worker loads one model, then answers JSON lines on stdin with JSON lines on stdout:
+`{"call": {...}}` runs one timed call (a generation, or `repeat` encoder forwards) and answers `{"seconds": s,
+...}`; `{"quit": true}` ends it. Inputs are random ids drawn from the request's seed, outside the timer.
+
+    ct2 MODEL_DIR COMPUTE_TYPE THREADS        CTranslate2 Generator (a converted folder): greedy, exactly `new` tokens
+    optimum MODEL_DIR THREADS                 Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import numpy as np
+
+
+class Ct2:
+    """`ctranslate2.Generator.generate_batch` on token strings: greedy (`sampling_topk` 1), the end token
+    suppressed until `new` tokens exist (`min_length` = `max_length` = new, prompt not counted)."""
+
+    def __init__(self, model_dir: str, compute_type: str, threads: str):
+        import ctranslate2
+        from transformers import AutoTokenizer
+
+        self.generator = ctranslate2.Generator(model_dir, device="cpu", compute_type=compute_type,
+                                               intra_threads=int(threads), inter_threads=1)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.vocab = len(self.tokenizer)
+
+    def call(self, request: dict) -> dict:
+        rng = np.random.default_rng(request["seed"])
+        ids = rng.integers(0, self.vocab, request["prompt"]).tolist()
+        tokens = self.tokenizer.convert_ids_to_tokens(ids)
+        new = request["new"]
+        start = time.perf_counter()
+        result = self.generator.generate_batch([tokens], max_length=new, min_length=new, sampling_topk=1,
+                                               beam_size=1, include_prompt_in_result=False)
+        seconds = time.perf_counter() - start
+        return {"seconds": seconds, "new_tokens": len(result[0].sequences_ids[0])}
+
+
+class Optimum:
+    """Optimum's exported model (its own ONNX export of the checkpoint, ONNX Runtime's default session), mean
+    pooling and L2 normalisation as sentence-transformers does them (what our graph's output holds)."""
+
+    def __init__(self, model_dir: str, threads: str):
+        import onnxruntime as ort
+        from optimum.onnxruntime import ORTModelForFeatureExtraction
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads)
+        self.model = ORTModelForFeatureExtraction.from_pretrained(model_dir, export=True, session_options=options,
+                                                                  provider="CPUExecutionProvider")
+        self.vocab = self.model.config.vocab_size
+
+    def call(self, request: dict) -> dict:
+        import torch
+
+        generator = torch.Generator().manual_seed(request["seed"])
+        ids = torch.randint(0, self.vocab, (request["batch"], request["length"]), generator=generator)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+        start = time.perf_counter()
+        for _ in range(request["repeat"]):
+            hidden = self.model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"][:, :, None].to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            torch.nn.functional.normalize(pooled, dim=-1)
+        return {"seconds": (time.perf_counter() - start) / request["repeat"]}
+
+
+def main() -> None:
+    kind, *args = sys.argv[1:]
+    if kind == "optimum":
+        import torch
+
+        torch.set_num_threads(1)  # pooling only: ONNX Runtime's pool runs the model
+    worker = {"ct2": Ct2, "optimum": Optimum}[kind](*args)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("quit"):
+            break
+        print(json.dumps(worker.call(request["call"])), flush=True)
+
+
+if __name__ == "__main__":
+    main()
