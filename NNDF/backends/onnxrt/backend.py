@@ -61,11 +61,13 @@ class OnnxRuntimeBackend(Backend):
         return self.onnx.max_diff
 
     def torch_threads(self, run: RunContext) -> int | None:
-        """On the CPU, unless --threads says otherwise, torch gets one thread while ONNX Runtime runs the model:
-        between two ONNX Runtime calls torch only picks a token ([batch, vocab] vectors), and its thread pool
-        contends with ONNX Runtime's for the cores (measured on 2 cores: 2.6-4 ms per token outside the graph
-        with one torch thread, 75-150 ms with two while the machine was busy; docs/PERFORMANCE.md)."""
-        return 1 if run.device.type == "cpu" and not run.options.threads else None
+        """On the CPU torch gets one thread while ONNX Runtime runs the model (`--threads` sizes ONNX Runtime's
+        pool): between two ONNX Runtime calls torch only picks a token ([batch, vocab] vectors), and a torch pool
+        of more threads contends with ONNX Runtime's for the cores. Measured on 2 cores: 2.6-4 ms per token outside
+        the graph with one torch thread, 75-150 ms with two while the machine was busy; with `--threads 2` (which
+        gave torch two threads too) the two EOS masks of a benchmark's `min_new_tokens` took 15 ms per token
+        (docs/PERFORMANCE.md)."""
+        return 1 if run.device.type == "cpu" else None
 
     def model_bytes(self) -> int | None:
         return None if self.paths is None else graph_bytes(self.paths)
