@@ -29,7 +29,10 @@ Optimum pins transformers < 4.58; ONNX Runtime's default session, spinning on; `
 Every row runs on --threads threads: ONNX Runtime's intra-op pool (torch on one thread beside it: it only picks
 tokens), PyTorch's pool for `frameworks`, CTranslate2's `intra_threads`. A row name may end in `@key=value,...`
 to change ONNX Runtime's CPU session settings for that row only (`NNDF.backends.onnxrt.steps.CPU_SESSION`:
-spinning, mem_pattern, optimization, execution), e.g. `onnxrt@spinning=1`: how the defaults were chosen.
+spinning, mem_pattern, optimization, execution), e.g. `onnxrt@spinning=1`: how the defaults were chosen;
+`onnxrt@torch_threads=2` gives torch two threads beside ONNX Runtime's (what `--threads 2` did before torch was
+kept on one). Our generation rows also report where the end-to-end time goes: prefill (to the first token), the
+time inside ONNX Runtime's session calls, and the rest (the loop's own host work), medians over the rounds.
 """
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ class Row:
     call: Callable[[int], float]
     torch_threads: int = 1
     seconds: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)  # ours, generation: prefill / in ORT / host seconds
 
 
 class Worker:
@@ -92,6 +96,29 @@ def split_name(name: str) -> tuple[str, dict]:
     return base, dict(item.split("=", 1) for item in rest.split(",") if item)
 
 
+class TimedSession:
+    """An ONNX Runtime session whose `run` / `run_with_iobinding` calls add their seconds to `self.seconds`."""
+
+    def __init__(self, session):
+        self._session, self.seconds = session, 0.0
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def _timed(self, method, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def run(self, *args, **kwargs):
+        return self._timed(self._session.run, *args, **kwargs)
+
+    def run_with_iobinding(self, *args, **kwargs):
+        return self._timed(self._session.run_with_iobinding, *args, **kwargs)
+
+
 @contextmanager
 def session_settings(settings: dict):
     """ONNX Runtime CPU session settings changed while sessions are made (a row's `@key=value`)."""
@@ -116,6 +143,7 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, SamplingOptions
     from NNDF.session import generate_prompt
+    from NNDF.timing import GenerationClock
 
     rows = []
     for spec in args.gpt2:
@@ -143,6 +171,7 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
                         "onnxrt-static-int4"):
             raise SystemExit(f"unknown --gpt2 row {name!r}: onnxrt[-int8|-int4], onnxrt-static[-int8|-int4], "
                              "ct2-int8, ct2-float32")
+        torch_threads = int(settings.pop("torch_threads", 1))
         options = ModelOptions(torch_dir=args.torch_dir, working_dir=args.working_dir, use_cache=True, cpu=True,
                                threads=args.threads, static_cache=static)
         run = open_run("GPT2", options, ("onnxrt",), ORTOptions(quantize=(quantize,)))
@@ -150,20 +179,28 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
         _, backend = backend_rows(run, ("onnxrt",))[0]
         with session_settings(settings):
             steps = stack.enter_context(backend_steps(run, backend, threads=False))[1]
+        steps.graph.session = TimedSession(steps.graph.session)
+        row = Row("gpt2", spec, "", None, torch_threads=torch_threads)
 
-        def call(seed, run=run, steps=steps, config=config):
+        def call(seed, run=run, steps=steps, config=config, row=row):
             prompt = run.family.task.random_prompt(run, 1, args.prompt, torch.Generator().manual_seed(seed))
-            start = time.perf_counter()
-            out = generate_prompt(steps, prompt, config)
-            seconds = time.perf_counter() - start
+            clock, session = GenerationClock(run.device), steps.graph.session
+            session.seconds = 0.0
+            out = generate_prompt(steps, prompt, config, clock)
+            seconds = clock.seconds()
             assert out.sequences.shape[1] == args.prompt + args.new
-            return seconds
+            for part, value in (("prefill", seconds["prefill"]), ("ort", session.seconds),
+                                ("host", seconds["e2e"] - session.seconds)):
+                row.parts.setdefault(part, []).append(value)
+            return seconds["e2e"]
 
         flags = (" --static-cache" if static else "") + (f" --quantize {quantize}" if quantize != "none" else "")
-        rows.append(Row("gpt2", spec, f"run.py benchmark GPT2 onnxrt --torch-dir {args.torch_dir} --use-cache "
-                                      f"--threads {args.threads}{flags} --input-seq-len {args.prompt} "
-                                      f"--output-seq-len {args.new}" + (f" (session {settings})" if settings else ""),
-                        call))
+        row.call = call
+        row.command = (f"run.py benchmark GPT2 onnxrt --torch-dir {args.torch_dir} --use-cache --threads "
+                       f"{args.threads}{flags} --input-seq-len {args.prompt} --output-seq-len {args.new}"
+                       + (f" (session {settings})" if settings else "")
+                       + (f" (torch threads {torch_threads})" if torch_threads != 1 else ""))
+        rows.append(row)
     return rows
 
 
@@ -251,15 +288,24 @@ def summarize(rows: list[Row], args) -> list[dict]:
             out.append({"group": group, "row": r.name, "median_ms": median * 1e3, "best_ms": min(r.seconds) * 1e3,
                         "rate": rate, "unit": "tokens/s" if group == "gpt2" else "sequences/s",
                         "vs": reference.name, "speedup": ref / median, "command": r.command,
-                        "samples_ms": [s * 1e3 for s in r.seconds]})
+                        "samples_ms": [s * 1e3 for s in r.seconds],
+                        "parts_ms": {k: statistics.median(v) * 1e3 for k, v in r.parts.items()}})
     return out
 
 
-def markdown(summary: list[dict], header: str) -> str:
+def markdown(summary: list[dict], header: str, new: int) -> str:
     lines = [header, "", "| group | row | p50 ms | best ms | rate | vs reference | command |", "|---|---|---|---|---|---|---|"]
     for s in summary:
         lines.append(f"| {s['group']} | {s['row']} | {s['median_ms']:.2f} | {s['best_ms']:.2f} | "
                      f"{s['rate']:.1f} {s['unit']} | {s['speedup']:.2f}x {s['vs']} | `{s['command']}` |")
+    parts = [s for s in summary if s["parts_ms"]]
+    if parts:  # where an end-to-end generation of ours goes (medians of each part over the rounds)
+        lines += ["", f"| row | end to end ms | prefill ms | in ONNX Runtime ms (per token, {new} calls) | "
+                      "outside it ms (per token): the loop, token choice, feeds and outputs |", "|---|---|---|---|---|"]
+        for s in parts:
+            p = s["parts_ms"]
+            lines.append(f"| {s['row']} | {s['median_ms']:.1f} | {p['prefill']:.1f} | {p['ort']:.1f} "
+                         f"({p['ort'] / new:.2f}) | {p['host']:.1f} ({p['host'] / new:.2f}) |")
     return "\n".join(lines) + "\n"
 
 
@@ -309,7 +355,7 @@ def main() -> None:
               f"after, {info['date']}; ours: onnxruntime {info['machine']['onnxruntime']}, torch "
               f"{info['machine']['torch']}, transformers {info['machine']['transformers']}; others: "
               + ", ".join(f"{k} {v}" for k, v in info["other_python"].items()))
-    table = markdown(summary, header)
+    table = markdown(summary, header, args.new)
     print(table)
     if args.json:
         Path(args.json).write_text(json.dumps({**info, "rows": summary}, indent=1))
