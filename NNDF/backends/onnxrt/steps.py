@@ -43,7 +43,11 @@ class TensorMeta:
 # - mem_pattern: plan the memory of repeated shapes ("1", the default) or not ("0")
 # - optimization: the graph optimization level (all, extended, basic, disable)
 # - execution: sequential or parallel (an inter-op pool besides the intra-op one)
-CPU_SESSION = {"spinning": "0", "mem_pattern": "1", "optimization": "all", "execution": "sequential"}
+# - spin_us: with spinning, how long a thread spins before it sleeps ("": ONNX Runtime's default)
+# - dynamic_block: `session.dynamic_block_base`, parallel loops split into shrinking blocks threads take as they
+#   come ("0": off, the default: equal static blocks)
+CPU_SESSION = {"spinning": "0", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
+               "dynamic_block": "0"}
 
 
 def _graph_level(ort, name: str):
@@ -67,6 +71,10 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
         options.add_session_config_entry("session.inter_op.allow_spinning", cpu["spinning"])
         options.enable_mem_pattern = cpu["mem_pattern"] == "1"
         options.graph_optimization_level = _graph_level(ort, cpu["optimization"])
+        if cpu["spin_us"]:
+            options.add_session_config_entry("session.intra_op.spin_duration_us", cpu["spin_us"])
+        if cpu["dynamic_block"] != "0":
+            options.add_session_config_entry("session.dynamic_block_base", cpu["dynamic_block"])
         if cpu["execution"] == "parallel":
             options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     if device.type == "cuda":
