@@ -44,7 +44,7 @@ class DeviceOptions(OptionGroup):
     device: str | None = flag(None, "--device", choices=("cpu", "cuda"), help="cpu or cuda (default: cuda if available, else cpu)")
     cpu: bool = flag(False, "--cpu", help="same as --device cpu")
     fp16: bool = flag(False, "--fp16", help="fp16 weights and activations (CUDA only)")
-    threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
+    threads: int = flag(0, "--threads", help="CPU threads for ONNX Runtime (its intra-op pool) and torch (onnxrt on the CPU keeps torch on one: it only picks tokens; 0: library default)")
 
     def check(self):
         _positive("--threads", self.threads, 0)
