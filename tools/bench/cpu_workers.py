@@ -11,6 +11,12 @@ A worker loads one model, then answers JSON lines on stdin with JSON lines on st
     convert MODEL_DIR OUT_DIR TYPE...         CTranslate2 folders OUT_DIR/gpt2-TYPE of a GPT-2 checkpoint (once)
     optimum MODEL_DIR THREADS [SPINNING]      Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling;
                                               SPINNING 0 turns ONNX Runtime's thread spinning off (default: on)
+
+By hand, with the interpreter that has CTranslate2 (`cpu_compare.py` starts these itself):
+
+    /work/venv-optimum/bin/python tools/bench/cpu_workers.py convert temp/shapes/gpt2 temp/ct2 int8 float32
+    echo '{"call": {"seed": 0, "prompt": 32, "new": 64}}' | \
+        /work/venv-optimum/bin/python tools/bench/cpu_workers.py ct2 temp/ct2/gpt2-int8 int8 2
 """
 from __future__ import annotations
 
@@ -110,7 +116,9 @@ def convert(model_dir: str, out_dir: str, *compute_types: str) -> None:
 
 
 def main() -> None:
-    kind, *args = sys.argv[1:]
+    kind, *args = sys.argv[1:] or [""]
+    if kind not in ("ct2", "convert", "optimum"):
+        raise SystemExit(f"cpu_workers.py: first argument {kind!r} is not a worker; valid: ct2, convert, optimum")
     if kind == "convert":
         convert(*args)
         return
