@@ -44,7 +44,7 @@ class DeviceOptions(OptionGroup):
     device: str | None = flag(None, "--device", choices=("cpu", "cuda"), help="cpu or cuda (default: cuda if available, else cpu)")
     cpu: bool = flag(False, "--cpu", help="same as --device cpu")
     fp16: bool = flag(False, "--fp16", help="fp16 weights and activations (CUDA only)")
-    threads: int = flag(0, "--threads", help="CPU threads for torch and ONNX Runtime (0: library default)")
+    threads: int = flag(0, "--threads", help="CPU threads for ONNX Runtime (its intra-op pool) and torch (onnxrt on the CPU keeps torch on one: it only picks tokens; 0: library default)")
 
     def check(self):
         _positive("--threads", self.threads, 0)
@@ -114,7 +114,7 @@ class FusedStepOptions(OptionGroup):
     title = "fused decode step (generative models)"
     owner = "generative models"
     by_kind = True
-    fused_decode: bool | None = flag(None, "--fused-decode", action=argparse.BooleanOptionalAction, help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph built from the weights out of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it. Default: onnxrt with --static-cache builds it wherever the family has one for the model type and it runs at the run's precision and device (without --quantize or --decoder-onnx), else the torch.onnx export; frameworks runs the model's own code. --no-fused-decode: the export / the model's own code")
+    fused_decode: bool | None = flag(None, "--fused-decode", action=argparse.BooleanOptionalAction, help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph built from the weights out of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it. Default: onnxrt with --static-cache builds it wherever the family has one for the model type and it runs at the run's precision and device (without --decoder-onnx; with --quantize only for decoder-only models on the CPU, quantized too), else the torch.onnx export; frameworks runs the model's own code. --no-fused-decode: the export / the model's own code")
 
 
 # --- what one kind alone reads ---

@@ -220,7 +220,9 @@ def test_built_from_checkpoint_files_without_torch_model(workdir, monkeypatch):
 
 def test_static_cache_takes_the_fused_graph_by_default(workdir):
     """onnxrt --static-cache without --fused-decode builds the fused graph where the model type has one;
-    --no-fused-decode and quantized graphs take the torch.onnx export; the notes say which graph ran."""
+    --no-fused-decode takes the torch.onnx export, and so do quantized graphs except on the CPU, where they take the
+    fused graph quantized; the notes say which graph ran."""
+    from NNDF.backends.onnxrt.quantized import QuantizedOnnx
     from CausalLM.onnxrt import DecoderOnnx
 
     for fused, kind, note in ((None, FusedDecodeOnnx, "fused decode graph built from the weights (default)"),
@@ -233,4 +235,8 @@ def test_static_cache_takes_the_fused_graph_by_default(workdir):
                        use_cache=True, static_cache=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("int4" if FP16 else "int8",)))
     (quantized,) = registry.backend(run.family, "onnxrt").variants(run)
     quantized.use_fused(run)
-    assert quantized.choice == "the torch.onnx static-cache export (quantized graphs)"
+    if DEVICE == "cpu":
+        assert quantized.choice == "the fused decode graph built from the weights, int8 (default)"
+        assert isinstance(quantized.onnx, QuantizedOnnx) and isinstance(quantized.onnx.base, FusedDecodeOnnx)
+    else:
+        assert quantized.choice == "the torch.onnx static-cache export (quantized graphs)"

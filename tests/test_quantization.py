@@ -139,6 +139,24 @@ def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir)
     assert torch.get_num_threads() == before
 
 
+def test_threads_size_ort_pool_and_torch_stays_on_one(gpt2_accuracy, workdir):
+    """--threads sizes ONNX Runtime's pool; torch, which only picks tokens between its calls, keeps one thread."""
+    import torch
+
+    from NNDF.actions.common import backend_steps, open_run
+    from NNDF.options import ModelOptions
+
+    before = torch.get_num_threads()
+    try:
+        run = open_run("GPT2", ModelOptions(working_dir=str(workdir), use_cache=True, cpu=True, threads=2),
+                       ("onnxrt",))
+        with backend_steps(run, "onnxrt") as (_, steps):
+            assert torch.get_num_threads() == 1
+            assert steps.graph.session.get_session_options().intra_op_num_threads == 2
+    finally:
+        torch.set_num_threads(before)  # --threads set torch's count for the run
+
+
 def test_chat_gives_each_open_backend_its_own_threads(gpt2_accuracy, workdir, monkeypatch):
     """chat keeps every backend open at once: frameworks answers with torch's own threads, onnxrt with one."""
     import torch

@@ -61,11 +61,13 @@ class OnnxRuntimeBackend(Backend):
         return self.onnx.max_diff
 
     def torch_threads(self, run: RunContext) -> int | None:
-        """On the CPU, unless --threads says otherwise, torch gets one thread while ONNX Runtime runs the model:
-        between two ONNX Runtime calls torch only picks a token ([batch, vocab] vectors), and its thread pool
-        contends with ONNX Runtime's for the cores (measured on 2 cores: 2.6-4 ms per token outside the graph
-        with one torch thread, 75-150 ms with two while the machine was busy; docs/PERFORMANCE.md)."""
-        return 1 if run.device.type == "cpu" and not run.options.threads else None
+        """On the CPU torch gets one thread while ONNX Runtime runs the model (`--threads` sizes ONNX Runtime's
+        pool): between two ONNX Runtime calls torch only picks a token ([batch, vocab] vectors), and a torch pool
+        of more threads contends with ONNX Runtime's for the cores. Measured on 2 cores: 2.6-4 ms per token outside
+        the graph with one torch thread, 75-150 ms with two while the machine was busy; with `--threads 2` (which
+        gave torch two threads too) the two EOS masks of a benchmark's `min_new_tokens` took 15 ms per token
+        (docs/PERFORMANCE.md)."""
+        return 1 if run.device.type == "cpu" else None
 
     def model_bytes(self) -> int | None:
         return None if self.paths is None else graph_bytes(self.paths)
@@ -99,7 +101,8 @@ class OnnxRuntimeBackend(Backend):
         an artifact by the kind's: `OnnxArtifact.fused`), or UsageError when the family, model, precision or device
         has none (`variants` refuses --quantize with it). --no-fused-decode: the export. Neither: the fused graph
         wherever it builds and runs here without a refusal, else the export, the note saying why. A kind without a
-        static-cache export (`OnnxArtifact.static_export` False) refuses, in one line, what has no built graph."""
+        static-cache export (`OnnxArtifact.static_export` False) refuses, in one line, what has no built graph.
+        Quantized rows of a decoder-only model on the CPU take the fused graph quantized (`fused_quantized`)."""
         self.onnx, self.choice = self.plain, None
         asked, options = getattr(run.options, "fused_decode", None), run.options
         if not options.static_cache:
@@ -109,6 +112,10 @@ class OnnxRuntimeBackend(Backend):
             model_type = run.source.config.model_type
             self.check_fused_decode(model_type)
             try:
+                if self.quantization is not None:
+                    self.onnx = self.fused_quantized(self.fused[model_type], run)
+                    self.choice = f"the fused decode graph built from the weights, {self.quantization.name} (default)"
+                    return
                 self.onnx = self.plain.fused(self.fused[model_type], run)
                 self.choice = ("the fused decode graph built from the weights "
                                f"({'--fused-decode' if asked else 'default'})")
@@ -126,7 +133,7 @@ class OnnxRuntimeBackend(Backend):
         """Why a static-cache run takes no fused graph without trying one (None: try it)."""
         if asked is False:
             return "--no-fused-decode"
-        if asked is None and self.quantization is not None:
+        if asked is None and self.quantization is not None and not self._quantized_fused(run):
             return "quantized graphs"
         model_type = run.source.config.model_type
         if asked is None and model_type not in self.fused:
@@ -134,6 +141,18 @@ class OnnxRuntimeBackend(Backend):
         if asked is None and getattr(run.options, "decoder_onnx", None):
             return "--decoder-onnx given"
         return None
+
+    def _quantized_fused(self, run: RunContext) -> bool:
+        """Whether a quantized static-cache run takes the fused graph quantized: decoder-only models on the CPU,
+        where it was measured faster than the quantized torch.onnx export (GPT-2 124M shapes, 2 cores: int8 +13%,
+        int4 +27% tokens/s; ~110 nodes a step against ~550; docs/PERFORMANCE.md). Not measured on CUDA."""
+        return run.device.type == "cpu" and self.task.kind == "decoder"
+
+    def fused_quantized(self, builder, run: RunContext):
+        """The fused decode graph `builder` makes, its weights quantized as this row's (`QuantizedOnnx` over it)."""
+        from NNDF.backends.onnxrt.quantized import QuantizedOnnx
+
+        return QuantizedOnnx(self.plain.base.fused(builder, run), self.quantization)
 
     def check_options(self, run: RunContext) -> None:
         """Refuse flags this kind cannot honour on ONNX Runtime (its artifact's `check_options`)."""

@@ -89,7 +89,10 @@ class Int8(Quantization):
             save(model, source)
             quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
                              per_channel=True, nodes_to_exclude=sorted(keep_float),
-                             use_external_data_format=_large(model), extra_options={"MatMulConstBOnly": True})
+                             use_external_data_format=_large(model),
+                             # DefaultTensorType: the type of tensors shape inference cannot type (the outputs of
+                             # ONNX Runtime's own operators, e.g. a fused graph's SkipLayerNormalization)
+                             extra_options={"MatMulConstBOnly": True, "DefaultTensorType": onnx.TensorProto.FLOAT})
             return onnx.load(target)
 
     def refusal(self, precision: str, device: str) -> str | None:

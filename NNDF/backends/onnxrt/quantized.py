@@ -100,4 +100,4 @@ class QuantizedOnnx(GraphArtifact):
             found = (f"max |diff| = {record.get('max_abs_diff_vs_float', nan):.3g}, top-1 agreement = "
                      f"{100 * top1:.1f}%, least cosine = {record.get('min_cosine_vs_float', nan):.4f}")
         return (f"{self.quantization.name} graphs ({quantized}; kept float: {', '.join(floats) or 'nothing'}) vs the "
-                f"float export on {record.get('rows_compared')} validation rows: {found} (validated at quantization)",)
+                f"float graphs on {record.get('rows_compared')} validation rows: {found} (validated at quantization)",)

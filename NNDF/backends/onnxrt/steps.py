@@ -36,6 +36,26 @@ class TensorMeta:
     type: str
 
 
+# ONNX Runtime's settings for CPU sessions (the values are strings: `tools/bench/cpu_compare.py` changes them per
+# row, `row@key=value`, which is how they were chosen; docs/PERFORMANCE.md):
+# - spinning: the intra-op pool's threads busy-wait for work after each parallel section ("1", ONNX Runtime's
+#   default) or sleep ("0")
+# - mem_pattern: plan the memory of repeated shapes ("1", the default) or not ("0")
+# - optimization: the graph optimization level (all, extended, basic, disable)
+# - execution: sequential or parallel (an inter-op pool besides the intra-op one)
+# - spin_us: with spinning, how long a thread spins before it sleeps ("": ONNX Runtime's default)
+# - dynamic_block: `session.dynamic_block_base`, parallel loops split into shrinking blocks threads take as they
+#   come ("0": off, the default: equal static blocks)
+CPU_SESSION = {"spinning": "0", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
+               "dynamic_block": "0"}
+
+
+def _graph_level(ort, name: str):
+    levels = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+              "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+    return levels[name]
+
+
 def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_stream=None):
     import onnxruntime as ort
 
@@ -45,6 +65,18 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
     ort.set_default_logger_severity(3)  # ORT warns about plugin EP discovery on every session otherwise
     if threads:
         options.intra_op_num_threads = threads
+    if device.type == "cpu":
+        cpu = CPU_SESSION
+        options.add_session_config_entry("session.intra_op.allow_spinning", cpu["spinning"])
+        options.add_session_config_entry("session.inter_op.allow_spinning", cpu["spinning"])
+        options.enable_mem_pattern = cpu["mem_pattern"] == "1"
+        options.graph_optimization_level = _graph_level(ort, cpu["optimization"])
+        if cpu["spin_us"]:
+            options.add_session_config_entry("session.intra_op.spin_duration_us", cpu["spin_us"])
+        if cpu["dynamic_block"] != "0":
+            options.add_session_config_entry("session.dynamic_block_base", cpu["dynamic_block"])
+        if cpu["execution"] == "parallel":
+            options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise BackendUnavailable(
