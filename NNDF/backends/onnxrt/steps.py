@@ -39,14 +39,15 @@ class TensorMeta:
 # ONNX Runtime's settings for CPU sessions (the values are strings: `tools/bench/cpu_compare.py` changes them per
 # row, `row@key=value`, which is how they were chosen; docs/PERFORMANCE.md):
 # - spinning: the intra-op pool's threads busy-wait for work after each parallel section ("1", ONNX Runtime's
-#   default) or sleep ("0")
+#   default: faster on an idle machine, GPT-2 124M fp32 +7%, MiniLM +20%) or sleep ("0": 1.5x faster on 2 cores
+#   that other processes share)
 # - mem_pattern: plan the memory of repeated shapes ("1", the default) or not ("0")
 # - optimization: the graph optimization level (all, extended, basic, disable)
 # - execution: sequential or parallel (an inter-op pool besides the intra-op one)
 # - spin_us: with spinning, how long a thread spins before it sleeps ("": ONNX Runtime's default)
 # - dynamic_block: `session.dynamic_block_base`, parallel loops split into shrinking blocks threads take as they
 #   come ("0": off, the default: equal static blocks)
-CPU_SESSION = {"spinning": "0", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
+CPU_SESSION = {"spinning": "1", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
                "dynamic_block": "0"}
 
 
