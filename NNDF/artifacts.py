@@ -15,8 +15,8 @@ Artifacts are built in a temporary sibling folder (a staging folder) and renamed
 build never leaves a partial artifact where a later run would find it. The building process holds a lock on its
 staging folder; a staging folder whose lock is free (its process was killed, even by SIGKILL) is stale, and the
 next build in the same folder removes it. Processes that share a working dir (two runs, parallel test workers)
-build an artifact once: a builder holds the artifact's build lock (`ArtifactStore.build_lock`) and checks the
-artifact again under it, so a process that waited there finds the artifact current and uses it, and no artifact
+build an artifact once: a builder holds the artifact's build lock and checks the artifact again under it
+(`ArtifactStore.must_build`), so a process that waited there finds the artifact current and uses it, and no artifact
 is replaced while another process that found it current reads it. Folders and files get the modes the umask gives ordinary folders and
 files (`tempfile` would leave 0700 / 0600).
 
@@ -319,6 +319,23 @@ class ArtifactStore:
         finally:
             path.unlink(missing_ok=True)  # before the release: a waiter on this file sees it gone and opens anew
             os.close(fd)
+
+    @contextmanager
+    def must_build(self, name: str, fingerprint: dict, rebuild: str = "rebuilding it", force: bool = False,
+                   incomplete=None) -> Iterator[bool]:
+        """Whether artifact `name` must be built now: `force`, or not current (`is_current`), or `incomplete()`
+        says so. When it may have to be, the build lock is held for the block and the answer is checked again under
+        it (another process may have built it meanwhile); a current artifact takes no lock."""
+        def needed(under_lock: bool) -> bool:
+            current = (self.problem(name, fingerprint) is None if under_lock
+                       else self.is_current(name, fingerprint, rebuild=rebuild))
+            return force or not current or (incomplete is not None and incomplete())
+
+        if not needed(under_lock=False):
+            yield False
+            return
+        with self.build_lock(name):
+            yield needed(under_lock=True)
 
     @contextmanager
     def build(self, name: str, fingerprint: dict, needs: int = 0) -> Iterator[Path]:

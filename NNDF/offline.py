@@ -58,10 +58,9 @@ def _packaged_model(family: Family, variant: Variant, working_dir: Path) -> Path
     store = ArtifactStore(working_dir, family.name, variant.name)
     stat = archive.stat()
     fingerprint = {"archive": archive.name, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    if not store.is_current("hf-model", fingerprint):
-        with store.build_lock("hf-model"):
-            if store.problem("hf-model", fingerprint) is not None:  # not extracted meanwhile by another process
-                _extract(archive, store, fingerprint)
+    with store.must_build("hf-model", fingerprint) as needed:
+        if needed:
+            _extract(archive, store, fingerprint)
     return store.path("hf-model")
 
 
@@ -87,11 +86,10 @@ def _recipe(variant: Variant) -> dict:
 def _random_model(family: Family, variant: Variant, working_dir: Path) -> Path:
     store = ArtifactStore(working_dir, family.name, variant.name)
     fingerprint = {"offline_recipe": digest(_recipe(variant))}
-    if not store.is_current("hf-model", fingerprint):  # checks every file's digest (~2 MB: milliseconds)
-        with store.build_lock("hf-model"):
-            if store.problem("hf-model", fingerprint) is not None:  # not built meanwhile by another process
-                with store.build("hf-model", fingerprint) as tmp:
-                    _build_random(family, variant.random, tmp)
+    with store.must_build("hf-model", fingerprint) as needed:  # checks every file's digest (~2 MB: milliseconds)
+        if needed:
+            with store.build("hf-model", fingerprint) as tmp:
+                _build_random(family, variant.random, tmp)
     return store.path("hf-model")
 
 

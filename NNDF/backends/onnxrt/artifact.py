@@ -121,14 +121,10 @@ class GraphArtifact(ABC):
             return user, False
         name, fingerprint = self.artifact_name(run), self.fingerprint(run)
         folder = run.store.path(name)
-        fresh = (force or not run.store.is_current(name, fingerprint, rebuild="re-exporting")
-                 or not (folder / VALIDATION).is_file())
-        if fresh:
-            with run.store.build_lock(name):
-                fresh = (force or run.store.problem(name, fingerprint) is not None  # or built by another process
-                         or not (folder / VALIDATION).is_file())
-                if fresh:
-                    self._build(run, name, fingerprint)
+        with run.store.must_build(name, fingerprint, "re-exporting", force,
+                                  incomplete=lambda: not (folder / VALIDATION).is_file()) as fresh:
+            if fresh:
+                self._build(run, name, fingerprint)
         self.read_validation(json.loads((folder / VALIDATION).read_text()))
         return {part: folder / self.file_name(part) for part in self.parts(run.options.use_cache)}, fresh
 

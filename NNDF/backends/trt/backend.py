@@ -168,12 +168,10 @@ class TensorRTBackend(Backend):
                                  flags.disable_preview_dynamic_shapes, flags.nvtx_verbose)
         name = self.engine_name(run, shapes)
         fingerprint = self._fingerprint(trt, onnx_paths, profiles, settings)
-        built, seconds = False, {}
-        if force or not run.store.is_current(name, fingerprint):
-            with run.store.build_lock(name):
-                if force or run.store.problem(name, fingerprint) is not None:  # or built by another process
-                    seconds = self._build_engines(run, trt, name, fingerprint, onnx_paths, profiles, settings)
-                    built = True
+        seconds = {}
+        with run.store.must_build(name, fingerprint, force=force) as built:
+            if built:
+                seconds = self._build_engines(run, trt, name, fingerprint, onnx_paths, profiles, settings)
         paths = {part: run.store.path(name) / engine_file(part) for part in onnx_paths}
         gpu = gpu_identity()
         self.last_builds = [EngineBuild(self.name, f"{name}/{engine_file(part)}", built, seconds.get(part),
