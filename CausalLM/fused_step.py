@@ -32,12 +32,26 @@ def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, 
     return KVSlot(rows, max_length, past, inputs)
 
 
+GEMV = -1  # `product`'s form through our Triton GEMV kernel
+
+
+def triton_kernels():
+    """`NNDF.backends.torch.kernels` (our Triton kernels), imported where a step first uses them: Triton comes with
+    torch's CUDA builds; on the CPU only the tests run the kernels, under Triton's interpreter."""
+    from NNDF.backends.torch import kernels
+
+    return kernels
+
+
 def product(x, weight, bias, form: int):
     """x [..., in] times a weight stored [out, in] + bias. `form` (`FusedSettings.form`): 0 `F.linear` (cuBLAS);
     1 the reduction form `(x[..., None, :] * W).sum(-1)` accumulated in fp32 (inductor fuses it with its prologue
     and epilogue and the casts into its loads; eager would materialise the product); n > 1 the reduction form
     summed in n parts (each output's sum split over n programs, then one short sum: a long sum into few outputs
-    otherwise leaves most of the GPU idle). A bool is 0 or 1."""
+    otherwise leaves most of the GPU idle); `GEMV` our Triton kernel (`kernels.gemv`: split sums too, summed in
+    what inductor makes of the caller). A bool is 0 or 1."""
+    if form == GEMV:
+        return triton_kernels().gemv(x, weight, bias)
     if not form:
         return F.linear(x, weight, bias)
     if form > 1:
@@ -61,7 +75,14 @@ class FusedSettings:
     # (`product`; 0: never), or as F.linear where `splits` is 0
     split_above: int = 0
     splits: int = 8
-    attention: str = "reduction"  # one-query attention: plain ops inductor fuses, or "sdpa" (where a step has both)
+    # products that would take the reduction form run our Triton GEMV kernel instead (compiled or not), where
+    # `kernels_on` the step's device
+    gemv: bool = False
+    # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", or "kernel": our Triton kernel where
+    # `kernels_on` the step's device, else "reduction" (where a step implements them)
+    attention: str = "reduction"
+    # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
+    kernels_everywhere: bool = False
     # V buffers stored [.., head_dim, length], so p.V sums along contiguous memory (where a step implements it)
     transposed_values: bool = False
     # a norm's statistics summed beside the reduction-form product that follows it (one kernel, not two; where a
@@ -71,9 +92,20 @@ class FusedSettings:
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
-    def form(self, rows: int, compiled: bool, width: int, features: int) -> int:
+    def kernels_on(self, device: torch.device) -> bool:
+        """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""
+        return device.type == "cuda" or self.kernels_everywhere
+
+    def attention_on(self, device: torch.device) -> str:
+        """The one-query attention a step on this device runs ("kernel" falls back to "reduction" off CUDA)."""
+        return "reduction" if self.attention == "kernel" and not self.kernels_on(device) else self.attention
+
+    def form(self, rows: int, compiled: bool, width: int, features: int,
+             device: torch.device = torch.device("cpu")) -> int:
         """`product`'s form for a product over `features` input features in a step of `rows` rows of a model
-        `width` wide: 0 F.linear, 1 one reduction, n > 1 a reduction in n parts."""
+        `width` wide on `device`: 0 F.linear, 1 one reduction, n > 1 a reduction in n parts, `GEMV` our kernel."""
+        if self.gemv and self.kernels_on(device) and self.reduces(rows, True, width):
+            return GEMV
         if not self.reduces(rows, compiled, width):
             return 0
         if self.split_above and features > self.split_above:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, kv_slot, product
+from CausalLM.fused_step import FusedSettings, compiled, kv_slot, product, triton_kernels
 from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -120,11 +120,20 @@ def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
     return out[:, :, 0]
 
 
+def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool, window: int | None):
+    """The one query's attention [R, H, D] by `attention` ("reduction", "sdpa" or "kernel": ours, which reads
+    only the columns up to `write` inside the `window`)."""
+    if attention == "kernel":
+        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window)
+    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
+
+
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
-               scale: float, forms: tuple, sdpa: bool = False, transposed: bool = False, fold: bool = False):
+               scale: float, forms: tuple, attention: str = "reduction", transposed: bool = False,
+               fold: bool = False, window: int | None = None):
     """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `transposed`: V buffers [R, KVH, D, L];
-    `fold`: norms folded into their products (`norm_product`)."""
+    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: `attend`'s; `transposed`: V
+    buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`)."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
@@ -138,7 +147,7 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
         values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
     else:
         values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
-    a = (attend_sdpa if sdpa else attend_one)(q, keys, values, valid, scale, transposed)
+    a = attend(attention, q, keys, values, write, valid, scale, transposed, window)
     a = a.reshape(rows, heads * head_dim)
     x = x + product(a, o_w, o_b, o_form)
     gate, up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold).chunk(2, dim=-1)
@@ -171,6 +180,8 @@ class FusedLlamaStep:
         config = model.config
         check_config(config)
         self.settings, self.compiled = settings or SETTINGS, compile_options is not None
+        if self.settings.attention == "kernel" and self.settings.transposed_values:
+            raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
@@ -192,7 +203,7 @@ class FusedLlamaStep:
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
         width = self.embed.shape[1]
-        form = lambda features: self.settings.form(slot.rows, self.compiled, width, features)  # noqa: E731
+        form = lambda features: self.settings.form(slot.rows, self.compiled, width, features, self.device)  # noqa: E731
         _, qkv_w, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
         forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
         x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.cos,
@@ -200,8 +211,9 @@ class FusedLlamaStep:
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
-                            sdpa=self.settings.attention == "sdpa", transposed=self.settings.transposed_values,
-                            fold=self.settings.fold_norms)
+                            attention=self.settings.attention_on(self.device),
+                            transposed=self.settings.transposed_values, fold=self.settings.fold_norms,
+                            window=self.window)
         return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width), fold=self.settings.fold_norms)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:

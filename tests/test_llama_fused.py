@@ -20,6 +20,8 @@ from conftest import offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+if DEVICE != "cuda":  # our Triton kernels (the "triton-kernels" settings) run under Triton's interpreter on the CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 VARIANTS = [name for family, name in offline_variants() if family == "LLAMA"]
 
 
@@ -51,18 +53,22 @@ def test_compiled_step_on_cpu(workdir):
     (dict(split_above=64, splits=4, transposed_values=True, fold_norms=True), True),
     (dict(attention="sdpa"), False),
     (dict(attention="sdpa", transposed_values=True), False),
-], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed"])
+    (dict(gemv=True, attention="kernel", kernels_everywhere=True), True),
+], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels"])
 def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
     summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), norms folded into the
-    reduction-form products that follow them, V buffers stored transposed, SDPA for the one-query attention; greedy and 3 beams on mistral-offline (its sliding window
-    exceeded), against HF generate."""
-    from CausalLM.fused_step import FusedSettings
+    reduction-form products that follow them, V buffers stored transposed, SDPA for the one-query attention, our
+    Triton GEMV and attention kernels (`NNDF.backends.torch.kernels`; on the CPU under Triton's interpreter);
+    greedy and 3 beams on mistral-offline (its sliding window exceeded), against HF generate."""
+    from CausalLM.fused_step import GEMV, FusedSettings
 
     run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=compiled, graph=DEVICE == "cuda")
     with backend_steps(run, "frameworks") as (_, steps):
         steps.fused.settings = FusedSettings(**settings)
-        if compiled:
+        if settings.get("gemv"):  # our GEMV kernel for every product of 3 rows, compiled or not
+            assert steps.fused.settings.form(3, compiled, 64, 128, run.device) == GEMV
+        elif compiled:
             assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
         for beams in (1, 3):

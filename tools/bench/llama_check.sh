@@ -10,6 +10,9 @@
 # ort: the fused ONNX Runtime graph (built from the weights) at Qwen2.5-0.5B, Mistral-7B and Llama-3-8B shapes
 # tests: the family's fused step and graph tests on CUDA (parity with HF generate in fp32; the graph in fp16)
 # final: the default step against transposed V buffers at both shapes, rows, then the fused step's CUDA tests
+# kernels: our Triton kernels (NNDF/backends/torch/kernels.py): their CUDA tests, the fused step with them at
+#     Qwen2.5-0.5B shapes (variants gemv, attention-kernel, kernels against the default; no HF rows), then each
+#     kernel alone against cuBLAS / inductor / SDPA over a grid of tilings (kernel_bench.py -> $OUT/kernel_bench.json)
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
@@ -27,6 +30,11 @@ case "${1:-ab}" in
   final) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --variants default,transposed-values \
            --ab-shapes qwen2.5-0.5b,mistral-7b-w64 --deadline 330
          HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_llama_fused.py 2>&1 | tail -15 ;;
-  *) echo "modes: ab, mistral, ort, tests, final" ; exit 2 ;;
+  kernels) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
+             tests/test_llama_fused.py -k "kernels or triton or settings" 2>&1 | tail -15
+           python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b --no-hf \
+             --variants default,gemv,attention-kernel,kernels --deadline 240
+           timeout 300 python3 tools/bench/kernel_bench.py "$OUT" ;;
+  *) echo "modes: ab, mistral, ort, tests, final, kernels" ; exit 2 ;;
 esac
 } 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"

@@ -313,6 +313,9 @@ LLAMA_VARIANTS = {
     "transposed-values": dict(transposed_values=True),  # p.V sums along contiguous memory
     "fold-norms": dict(fold_norms=True),  # the RMSNorm statistics inside the product kernels
     "fold-transposed": dict(fold_norms=True, transposed_values=True),
+    "gemv": dict(gemv=True),  # our Triton GEMV kernel for the products of the reduction form
+    "attention-kernel": dict(attention="kernel"),  # our Triton one-query attention kernel
+    "kernels": dict(gemv=True, attention="kernel"),
 }
 
 
@@ -330,7 +333,7 @@ def llama_settings(variant: str):
 
 
 def _products_only(fields: dict) -> bool:
-    return bool(fields) and set(fields) <= {"split_above", "splits"}
+    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv"}
 
 
 def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool = True):

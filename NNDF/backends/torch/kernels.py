@@ -1,0 +1,183 @@
+"""Our own Triton kernels for the fused decode steps on CUDA (`CausalLM.fused_step`): the two places where a
+one-token step of a small model leaves the card's bandwidth unused whatever inductor generates.
+
+- `gemv`: a product of few rows with a weight stored [out, in] (nn.Linear's layout). Each program reads a tile
+  of `block_n` weight rows (contiguous along `in`, so every load is a wide coalesced read) over one of `splits`
+  slices of the input features and keeps elementwise fp32 sums, reduced once at its end; the partial sums
+  [splits, rows, out] go back to the caller, whose sum over `splits` inductor fuses with what follows (bias,
+  activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
+  reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
+  per-output reduction reads it at ~1 TB/s on an H100).
+- `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
+  reading only the columns that can count (up to the write position held on the device, from the window's start)
+  in one kernel (one program per row and query head: scores, online softmax and p.V).
+
+Both are opaque custom ops (`torch.library.custom_op`, with their output shapes for tracing), so `torch.compile`
+keeps them inside its graph (its own kernels around them) and a CUDA graph captures them; both run under Triton's interpreter (`TRITON_INTERPRET=1`) on CPU tensors, which is how
+the CPU tests check them against plain torch. Imported only where a step uses them (Triton is CUDA-only otherwise).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+from torch.library import custom_op
+
+# programs a product is spread over on CUDA, ~4 per SM of an H100 or H200 (132 SMs; a GEMV is memory-bound: many
+# programs keep enough loads in flight)
+PROGRAMS = 512
+# the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
+INTERPRETED = dict(programs=1, block_n=256, block_k=128)
+
+
+class GemvConfig(NamedTuple):
+    """How `gemv` tiles one product: `block_n` weight rows per program, `block_k` features per load, the input
+    features cut into `splits` slices of `k_per_split` (a multiple of `block_k`), `warps` per program."""
+
+    block_n: int
+    block_k: int
+    splits: int
+    k_per_split: int
+    warps: int
+
+
+def gemv_config(rows: int, out_features: int, in_features: int, programs: int = PROGRAMS, block_n: int = 8,
+                block_k: int = 512, warps: int = 4) -> GemvConfig:
+    """The tiling of a [rows, in] x [out, in]^T product: `block_n` rows of the weight a program, the features
+    split so that there are about `programs` programs."""
+    block_k = min(block_k, triton.next_power_of_2(in_features))
+    tiles = triton.cdiv(out_features, block_n)
+    k_blocks = triton.cdiv(in_features, block_k)
+    splits = max(1, min(k_blocks, round(programs / tiles)))
+    k_per_split = triton.cdiv(k_blocks, splits) * block_k
+    return GemvConfig(block_n, block_k, triton.cdiv(in_features, k_per_split), k_per_split, warps)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
+                 BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr):
+    tile, split = tl.program_id(0), tl.program_id(1)
+    r = tl.arange(0, BLOCK_R)  # [BR]
+    n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    acc = tl.zeros((BLOCK_R, BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for start in tl.range(split * K_PER_SPLIT, (split + 1) * K_PER_SPLIT, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)  # [BK]
+        in_k = k < in_features
+        w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
+                    other=0.0)  # [BN, BK]
+        x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
+                    other=0.0)  # [BR, BK]
+        acc += x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
+    out = tl.sum(acc, axis=2)  # [BR, BN]
+    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
+    tl.store(out_ptr + offsets, out, mask=(r[:, None] < rows) & (n[None, :] < out_features))
+
+
+@custom_op("nndf::gemv_partials", mutates_args=())
+def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
+                  warps: int) -> torch.Tensor:
+    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T in `splits` partial sums: fp32
+    [splits, rows, out]."""
+    rows, in_features = x.shape
+    out_features = weight.shape[0]
+    out = torch.empty((splits, rows, out_features), dtype=torch.float32, device=x.device)
+    grid = (triton.cdiv(out_features, block_n), splits)
+    _gemv_kernel[grid](x, weight, out, rows, out_features, in_features, x.stride(0), weight.stride(0),
+                                    BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
+                                    K_PER_SPLIT=k_per_split, num_warps=warps)
+    return out
+
+
+@gemv_partials.register_fake
+def _(x, weight, block_n, block_k, splits, k_per_split, warps):
+    return x.new_empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+         config: GemvConfig | None = None) -> torch.Tensor:
+    """x [..., in] times weight [out, in]^T + bias, in x's dtype, summed in fp32 (the same products as the
+    reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default."""
+    lead, in_features = x.shape[:-1], x.shape[-1]
+    flat = x.reshape(-1, in_features)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    if config is None:
+        tiling = {} if x.is_cuda else INTERPRETED
+        config = gemv_config(flat.shape[0], weight.shape[0], in_features, **tiling)
+    partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
+                             config.warps)
+    out = partials.sum(0)
+    if bias is not None:
+        out = out + bias.float()
+    return out.to(x.dtype).reshape(*lead, weight.shape[0])
+
+
+@triton.jit
+def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length, scale,
+                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, out_row_stride,
+                      GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+                      WINDOW: tl.constexpr):
+    row, head = tl.program_id(0), tl.program_id(1)
+    d = tl.arange(0, BLOCK_D)
+    in_d = d < DIM
+    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
+    end = tl.load(write_ptr) + 1  # columns up to the write position
+    first = 0
+    if WINDOW > 0:
+        first = tl.maximum(end - WINDOW, 0)
+    base = row * k_row_stride + (head // GROUP) * k_head_stride
+    m = tl.full((), float("-inf"), tl.float32)  # running max, sum of exp and p.V so far (online softmax)
+    total = tl.zeros((), tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for start in tl.range((first // BLOCK_L) * BLOCK_L, end, BLOCK_L):
+        c = start + tl.arange(0, BLOCK_L)  # [BL]
+        keep = (c >= first) & (c < end) & (c < length)
+        keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
+        kv_mask = keep[:, None] & in_d[None, :]
+        keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
+        values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no column kept yet: nothing to rescale
+        p = tl.exp(s - m_safe)
+        correction = tl.exp(m - m_safe)
+        acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
+        total = total * correction + tl.sum(p, axis=0)
+        m = m_new
+    tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
+
+
+@custom_op("nndf::decode_attention", mutates_args=())
+def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                        write: torch.Tensor, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
+    """See `decode_attention`."""
+    rows, heads, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    out = torch.empty_like(q)
+    _attention_kernel[(rows, heads)](
+        q, keys, values, valid, write, out, length, scale, q.stride(0), keys.stride(0), keys.stride(1),
+        valid.stride(0), out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
+        BLOCK_L=block_l, WINDOW=window, num_warps=warps)
+    return out
+
+
+@decode_attention_op.register_fake
+def _(q, keys, values, valid, write, scale, window, block_l, warps):
+    return torch.empty_like(q)
+
+
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                     write: torch.Tensor, scale: float, window: int | None = None, block_l: int = 64,
+                     warps: int = 4) -> torch.Tensor:
+    """One query per row and head, q [R, H, D], over the buffers keys / values [R, KVH, L, D] (contiguous), the
+    columns `valid` [R, L] keeps among those up to `write` [1] (and, with a `window`, after write - window):
+    [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. A row with
+    no column kept gives NaN, as a softmax over nothing does."""
+    assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
+    valid = valid if valid.dtype != torch.bool else valid.view(torch.uint8)
+    return decode_attention_op(q.contiguous(), keys, values, valid, write, float(scale), window or 0, block_l,
+                               warps)
+

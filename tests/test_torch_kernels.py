@@ -1,0 +1,92 @@
+"""Our Triton kernels (`NNDF.backends.torch.kernels`) against plain torch: the GEMV in every tiling shape (split
+sums, ragged edges, 1-8 rows, a bias) and the one-query attention (grouped heads, padding, a window, the write
+position), in fp32 on the CPU under Triton's interpreter; with HARNESS_TEST_DEVICE=cuda compiled for the GPU, in
+fp32 and fp16, and inside a torch.compile'd function."""
+import os
+
+import pytest
+import torch
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+if DEVICE != "cuda":
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton sees the kernels
+from NNDF.backends.torch import kernels  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16] if DEVICE == "cuda" else [torch.float32]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows, out_features, in_features, tiling", [
+    (1, 96, 200, dict(programs=1, block_n=32, block_k=64)),  # one split, a ragged last block of features
+    (1, 50, 1000, dict(programs=64, block_n=8, block_k=64)),  # split sums, a ragged last tile of outputs
+    (3, 130, 1536, dict(programs=32, block_n=16, block_k=128)),
+    (8, 37, 64, dict(programs=40, block_n=4, block_k=32)),
+])
+def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(rows, in_features, device=DEVICE).to(dtype)
+    weight = torch.randn(out_features, in_features, device=DEVICE).to(dtype)
+    bias = torch.randn(out_features, device=DEVICE).to(dtype)
+    config = kernels.gemv_config(rows, out_features, in_features, **tiling)
+    assert config.splits * config.k_per_split >= in_features > (config.splits - 1) * config.k_per_split
+    expected = (x.double() @ weight.double().T + bias.double())
+    got = kernels.gemv(x, weight, bias, config)
+    assert got.dtype == dtype and got.shape == (rows, out_features)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.double(), expected, rtol=tolerance, atol=tolerance * in_features ** 0.5)
+    if tiling["programs"] > 1:
+        assert config.splits > 1  # the case exercises the partial sums
+    leading = kernels.gemv(x[None], weight, None, config)  # any leading shape, no bias
+    assert leading.shape == (1, rows, out_features)
+    assert torch.allclose(leading[0].double(), expected - bias.double(), rtol=tolerance,
+                          atol=tolerance * in_features ** 0.5)
+
+
+def _attention_reference(q, keys, values, kept):
+    groups = q.shape[1] // keys.shape[1]
+    keys, values = (t.double().repeat_interleave(groups, 1) for t in (keys, values))
+    scores = (q.double()[:, :, None] * keys).sum(-1) * q.shape[-1] ** -0.5  # [R, H, L]
+    scores = scores.masked_fill(~kept[:, None], float("-inf"))
+    return (scores.softmax(-1)[..., None] * values).sum(-2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("write, window, block_l", [(0, None, 16), (37, None, 16), (63, None, 64), (50, 20, 16),
+                                                     (12, 20, 8)])
+def test_decode_attention_matches_torch(write, window, block_l, dtype):
+    """Columns up to `write` that the padding keeps, inside the window; 6 query heads over 2 key/value heads."""
+    torch.manual_seed(1)
+    rows, heads, kv_heads, length, dim = 3, 6, 2, 64, 24  # a head size that is not a power of two
+    q = torch.randn(rows, heads, dim, device=DEVICE).to(dtype)
+    keys, values = (torch.randn(rows, kv_heads, length, dim, device=DEVICE).to(dtype) for _ in range(2))
+    columns = torch.arange(length, device=DEVICE)
+    valid = torch.ones(rows, length, dtype=torch.bool, device=DEVICE)
+    valid[1, :5] = False  # left padding
+    valid[2, 3:9] = False
+    valid &= columns <= write
+    if window:
+        valid &= columns > write - window
+    valid[:, write] = True  # the token being written always sees itself
+    got = kernels.decode_attention(q, keys, values, valid, torch.tensor([write], device=DEVICE), dim ** -0.5,
+                                   window, block_l=block_l)
+    assert got.dtype == dtype and got.shape == q.shape
+    tolerance = 1e-5 if dtype == torch.float32 else 5e-3
+    assert torch.allclose(got.double(), _attention_reference(q, keys, values, valid), atol=tolerance)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="torch.compile around the kernels needs CUDA")
+def test_kernels_inside_a_compiled_function():
+    """inductor keeps both custom ops in its graph (the fused steps compile them with their neighbours)."""
+    torch.manual_seed(2)
+    x, weight = torch.randn(1, 896, device="cuda").half(), torch.randn(4864, 896, device="cuda").half()
+    q, keys = torch.randn(1, 14, 64, device="cuda").half(), torch.randn(1, 2, 256, 64, device="cuda").half()
+    valid, write = torch.ones(1, 256, dtype=torch.bool, device="cuda"), torch.tensor([200], device="cuda")
+
+    def step(x, weight, q, keys, valid, write):
+        h = torch.nn.functional.silu(kernels.gemv(x, weight))
+        return h, kernels.decode_attention(q, keys, keys, valid, write, 0.125)
+
+    eager = step(x, weight, q, keys, valid, write)
+    compiled = torch.compile(step, fullgraph=True)(x, weight, q, keys, valid, write)
+    for a, b in zip(eager, compiled):
+        assert torch.allclose(a.float(), b.float(), atol=1e-2)

@@ -1,0 +1,179 @@
+"""Our Triton kernels (`NNDF.backends.torch.kernels`) against what a fused step would run otherwise, one product or
+one attention at a time, on one CUDA card:
+
+    python tools/bench/kernel_bench.py OUT [--shapes qwen2.5-0.5b,mistral-7b] [--quick]
+
+- GEMV: each product of a batch-1 step at the model's shapes (q/k/v, o_proj, gate/up, down, the LM head) through
+  cuBLAS (`F.linear`), inductor's reduction form (`CausalLM.fused_step.product` form 1, compiled) and our kernel
+  at every tiling of a grid (block_n x block_k x programs x warps); GB/s = weight bytes / time.
+- attention: one query per head over a 256-column static cache (write position 200; Mistral: a 64-column
+  window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps.
+
+Every time is the median over 20 CUDA-graph replays of a graph that runs the operation once per copy of its inputs
+(copies enough to exceed 4x the card's L2, so weights come from memory, as in a step), divided by the copies.
+Writes OUT/kernel_bench.json and a markdown table to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from CausalLM.fused_step import product  # noqa: E402
+from LLAMA.fused_decode import attend_one, attend_sdpa  # noqa: E402
+from NNDF.backends.torch import kernels  # noqa: E402
+
+L2_BYTES = 50 * 2**20  # H100 / H200
+# (name, out_features, in_features) of the products of a batch-1 step; attention (heads, kv heads, head_dim, window)
+SHAPES = {
+    "qwen2.5-0.5b": {"products": [("qkv", 1152, 896), ("o_proj", 896, 896), ("gate_up", 9728, 896),
+                                  ("down", 896, 4864), ("lm_head", 151936, 896)],
+                     "attention": (14, 2, 64, None)},
+    "mistral-7b": {"products": [("qkv", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up", 28672, 4096),
+                                ("down", 4096, 14336)],
+                   "attention": (32, 8, 128, 64)},
+}
+GRID = dict(block_n=(4, 8, 16), block_k=(256, 512), programs=(256, 512, 1024), warps=(4, 8))
+QUICK = dict(block_n=(8, 16), block_k=(512,), programs=(512, 1024), warps=(4,))
+
+
+def graph_time(fn, copies: int, replays: int = 20) -> float:
+    """Seconds per call of fn(i) for i in range(copies), from CUDA-graph replays (median)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(copies):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(copies):
+            fn(i)
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / copies)
+    return sorted(times)[len(times) // 2]
+
+
+def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> list[dict]:
+    nbytes = out_features * in_features * 2
+    copies = max(2, min(64, 4 * L2_BYTES // nbytes + 1))
+    weights = [torch.randn(out_features, in_features, device="cuda", dtype=torch.float16) * 0.02
+               for _ in range(copies)]
+    x = torch.randn(1, in_features, device="cuda", dtype=torch.float16)
+    reference = F.linear(x.float(), weights[0].float())
+    reduction = torch.compile(lambda x, w: product(x, w, None, 1), dynamic=False)
+    rows = []
+
+    def row(variant, fn, **config):
+        error = (fn(0).float() - reference).abs().max().item()
+        seconds = graph_time(fn, copies)
+        rows.append({"product": name, "out": out_features, "in": in_features, "variant": variant, **config,
+                     "us": seconds * 1e6, "gb_s": nbytes / seconds / 1e9, "max_error": error})
+
+    row("cublas", lambda i: F.linear(x, weights[i]))
+    row("inductor-reduction", lambda i: reduction(x, weights[i]))
+    for block_n, block_k, programs, warps in itertools.product(*grid.values()):
+        config = kernels.gemv_config(1, out_features, in_features, programs, block_n, block_k, warps)
+        if config.block_k != block_k and block_k != min(GRID["block_k"]):
+            continue  # narrower than block_k: the same tiling as the smallest block_k
+        try:
+            row("gemv", lambda i, c=config: kernels.gemv(x, weights[i], None, c), block_n=block_n,
+                block_k=config.block_k, programs=programs, warps=warps, splits=config.splits)
+        except Exception as exc:  # e.g. out of registers / shared memory at the largest tiles
+            rows.append({"product": name, "variant": "gemv", "block_n": block_n, "block_k": block_k,
+                         "programs": programs, "warps": warps, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
+    default = kernels.gemv_config(1, out_features, in_features)
+    row("gemv-default", lambda i: kernels.gemv(x, weights[i]), block_n=default.block_n, block_k=default.block_k,
+        splits=default.splits, warps=default.warps)
+    return rows
+
+
+def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, layers: int = 32) -> list[dict]:
+    length, write = 256, 200
+    keys = [torch.randn(1, kv_heads, length, dim, device="cuda", dtype=torch.float16) for _ in range(layers)]
+    values = [torch.randn_like(k) for k in keys]
+    q = torch.randn(1, heads, dim, device="cuda", dtype=torch.float16)
+    columns = torch.arange(length, device="cuda")
+    valid = (columns <= write)[None]
+    if window:
+        valid &= columns > write - window
+    at = torch.tensor([write], device="cuda")
+    scale = dim ** -0.5
+    reference = attend_one(q.float(), keys[0].float(), values[0].float(), valid, scale)
+    plain = torch.compile(lambda q, k, v: attend_one(q, k, v, valid, scale), dynamic=False)
+    rows = []
+
+    def row(variant, fn, **config):
+        error = (fn(0).float() - reference).abs().max().item()
+        rows.append({"attention": shape, "variant": variant, **config, "us": graph_time(fn, layers) * 1e6,
+                     "max_error": error})
+
+    row("reduction (compiled)", lambda i: plain(q, keys[i], values[i]))
+    row("sdpa", lambda i: attend_sdpa(q, keys[i], values[i], valid, scale))
+    for block_l, warps in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
+        row("kernel", lambda i, b=block_l, w=warps: kernels.decode_attention(q, keys[i], values[i], valid, at, scale,
+                                                                            window, b, w), block_l=block_l, warps=warps)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    keys = ["product", "attention", "out", "in", "variant", "block_n", "block_k", "programs", "splits", "block_l",
+            "warps", "us", "gb_s", "max_error"]
+    keys = [k for k in keys if any(k in r for r in rows)]
+    fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(fmt(r.get(k, "")) for k in keys) + " |" for r in rows if "error" not in r]
+    return "\n".join(lines)
+
+
+def best(rows: list[dict]) -> list[dict]:
+    """Per product: cuBLAS, inductor, our default tiling and our fastest tiling; per attention: each variant's
+    fastest."""
+    out, groups = [], {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault((r.get("product") or r.get("attention"), r["variant"]), []).append(r)
+    for group in groups.values():
+        out.append(min(group, key=lambda r: r["us"]))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--quick", action="store_true", help="a small tiling grid")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import triton
+
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
+    rows = []
+    for shape in args.shapes.split(","):
+        for name, out_features, in_features in SHAPES[shape]["products"]:
+            rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID)
+            print(table(best([r for r in rows if r.get("product") == f"{shape}:{name}"])), flush=True)
+        rows += attention_rows(shape, *SHAPES[shape]["attention"])
+        print(table(best([r for r in rows if r.get("attention") == shape])), flush=True)
+        (args.out / "kernel_bench.json").write_text(json.dumps(rows, indent=1))
+    print("\nall rows:\n" + table(rows))
+
+
+if __name__ == "__main__":
+    main()
