@@ -75,9 +75,9 @@ class FusedSettings:
     # (`product`; 0: never), or as F.linear where `splits` is 0
     split_above: int = 0
     splits: int = 8
-    # products that would take the reduction form run our Triton GEMV kernel instead (compiled or not), where
-    # `kernels_on` the step's device
-    gemv: bool = False
+    # products of few rows in a narrow model (as for the reduction form) that sum over more than this many features
+    # run our Triton GEMV kernel, compiled or not, where `kernels_on` the step's device (None: none; 0: all)
+    gemv_above: int | None = None
     # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", or "kernel": our Triton kernel where
     # `kernels_on` the step's device, else "reduction" (where a step implements them)
     attention: str = "reduction"
@@ -104,7 +104,8 @@ class FusedSettings:
              device: torch.device = torch.device("cpu")) -> int:
         """`product`'s form for a product over `features` input features in a step of `rows` rows of a model
         `width` wide on `device`: 0 F.linear, 1 one reduction, n > 1 a reduction in n parts, `GEMV` our kernel."""
-        if self.gemv and self.kernels_on(device) and self.reduces(rows, True, width):
+        if (self.gemv_above is not None and features > self.gemv_above and self.kernels_on(device)
+                and self.reduces(rows, True, width)):
             return GEMV
         if not self.reduces(rows, compiled, width):
             return 0

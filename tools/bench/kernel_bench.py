@@ -4,8 +4,10 @@ one attention at a time, on one CUDA card:
     python tools/bench/kernel_bench.py OUT [--shapes qwen2.5-0.5b,mistral-7b] [--quick]
 
 - GEMV: each product of a batch-1 step at the model's shapes (q/k/v, o_proj, gate/up, down, the LM head) through
-  cuBLAS (`F.linear`), inductor's reduction form (`CausalLM.fused_step.product` form 1, compiled) and our kernel
-  at every tiling of a grid (block_n x block_k x programs x warps); GB/s = weight bytes / time.
+  cuBLAS (`F.linear`), inductor's reduction form (`CausalLM.fused_step.product` form 1, compiled), our kernel
+  alone (its partial sums, which a step's next inductor kernel sums) at every tiling of a grid (block_n x block_k x
+  programs x warps), and our kernel at its default tiling compiled with the sum and the cast (two kernels);
+  GB/s = weight bytes / time.
 - attention: one query per head over a 256-column static cache (write position 200; Mistral: a 64-column
   window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps.
 
@@ -41,7 +43,7 @@ SHAPES = {
                                 ("down", 4096, 14336)],
                    "attention": (32, 8, 128, 64)},
 }
-GRID = dict(block_n=(4, 8, 16), block_k=(256, 512), programs=(256, 512, 1024), warps=(4, 8))
+GRID = dict(block_n=(2, 4, 8), block_k=(512, 1024), programs=(512, 1024, 2048), warps=(2, 4, 8))
 QUICK = dict(block_n=(8, 16), block_k=(512,), programs=(512, 1024), warps=(4,))
 
 
@@ -77,11 +79,13 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> lis
                for _ in range(copies)]
     x = torch.randn(1, in_features, device="cuda", dtype=torch.float16)
     reference = F.linear(x.float(), weights[0].float())
+    torch._dynamo.reset()
     reduction = torch.compile(lambda x, w: product(x, w, None, 1), dynamic=False)
+    ours = torch.compile(lambda x, w: kernels.gemv(x, w), dynamic=False)
     rows = []
 
-    def row(variant, fn, **config):
-        error = (fn(0).float() - reference).abs().max().item()
+    def row(variant, fn, check=None, **config):  # check: fn's result as the product (fn's own by default)
+        error = ((check or fn)(0).float() - reference).abs().max().item()
         seconds = graph_time(fn, copies)
         rows.append({"product": name, "out": out_features, "in": in_features, "variant": variant, **config,
                      "us": seconds * 1e6, "gb_s": nbytes / seconds / 1e9, "max_error": error})
@@ -93,13 +97,14 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> lis
         if config.block_k != block_k and block_k != min(GRID["block_k"]):
             continue  # narrower than block_k: the same tiling as the smallest block_k
         try:
-            row("gemv", lambda i, c=config: kernels.gemv(x, weights[i], None, c), block_n=block_n,
+            row("gemv kernel", lambda i, c=config: kernels.gemv_partials(x, weights[i], *c),
+                lambda i, c=config: kernels.gemv_partials(x, weights[i], *c).sum(0), block_n=block_n,
                 block_k=config.block_k, programs=programs, warps=warps, splits=config.splits)
         except Exception as exc:  # e.g. out of registers / shared memory at the largest tiles
             rows.append({"product": name, "variant": "gemv", "block_n": block_n, "block_k": block_k,
                          "programs": programs, "warps": warps, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
     default = kernels.gemv_config(1, out_features, in_features)
-    row("gemv-default", lambda i: kernels.gemv(x, weights[i]), block_n=default.block_n, block_k=default.block_k,
+    row("gemv compiled", lambda i: ours(x, weights[i]), block_n=default.block_n, block_k=default.block_k,
         splits=default.splits, warps=default.warps)
     return rows
 

@@ -11,8 +11,9 @@
 # tests: the family's fused step and graph tests on CUDA (parity with HF generate in fp32; the graph in fp16)
 # final: the default step against transposed V buffers at both shapes, rows, then the fused step's CUDA tests
 # kernels: our Triton kernels (NNDF/backends/torch/kernels.py): their CUDA tests, the fused step with them at
-#     Qwen2.5-0.5B shapes (variants gemv, attention-kernel, kernels against the default; no HF rows), then each
-#     kernel alone against cuBLAS / inductor / SDPA over a grid of tilings (kernel_bench.py -> $OUT/kernel_bench.json)
+#     Qwen2.5-0.5B shapes (variants attention-kernel, gemv-long, kernels-long against the default; no HF rows),
+#     then each kernel alone against cuBLAS / inductor / SDPA over a grid of tilings (kernel_bench.py)
+# kernels-mistral: the default step against attention-kernel at Mistral-7B shapes (64-column window), token check
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
@@ -33,8 +34,10 @@ case "${1:-ab}" in
   kernels) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
              tests/test_llama_fused.py -k "kernels or triton or settings" 2>&1 | tail -15
            python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b --no-hf \
-             --variants default,gemv,attention-kernel,kernels --deadline 240
-           timeout 300 python3 tools/bench/kernel_bench.py "$OUT" ;;
-  *) echo "modes: ab, mistral, ort, tests, final, kernels" ; exit 2 ;;
+             --variants default,attention-kernel,gemv-long,kernels-long --deadline 240
+           timeout 240 python3 tools/bench/kernel_bench.py "$OUT" --shapes qwen2.5-0.5b ;;
+  kernels-mistral) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes mistral-7b-w64 \
+             --variants default,attention-kernel --deadline 400 ;;
+  *) echo "modes: ab, mistral, ort, tests, final, kernels, kernels-mistral" ; exit 2 ;;
 esac
 } 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"

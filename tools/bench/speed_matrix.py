@@ -313,9 +313,11 @@ LLAMA_VARIANTS = {
     "transposed-values": dict(transposed_values=True),  # p.V sums along contiguous memory
     "fold-norms": dict(fold_norms=True),  # the RMSNorm statistics inside the product kernels
     "fold-transposed": dict(fold_norms=True, transposed_values=True),
-    "gemv": dict(gemv=True),  # our Triton GEMV kernel for the products of the reduction form
+    "gemv": dict(gemv_above=0),  # our Triton GEMV kernel for the products of the reduction form
+    "gemv-long": dict(gemv_above=2048),  # ... for the long sums only (Qwen2.5-0.5B's down: 4864 features)
     "attention-kernel": dict(attention="kernel"),  # our Triton one-query attention kernel
-    "kernels": dict(gemv=True, attention="kernel"),
+    "kernels": dict(gemv_above=0, attention="kernel"),
+    "kernels-long": dict(gemv_above=2048, attention="kernel"),
 }
 
 
@@ -333,7 +335,7 @@ def llama_settings(variant: str):
 
 
 def _products_only(fields: dict) -> bool:
-    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv"}
+    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv_above"}
 
 
 def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool = True):
