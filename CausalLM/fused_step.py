@@ -78,6 +78,8 @@ class FusedSettings:
     # products of few rows in a narrow model (as for the reduction form) that sum over more than this many features
     # run our Triton GEMV kernel, compiled or not, where `kernels_on` the step's device (None: none; 0: all)
     gemv_above: int | None = None
+    # the LM head through our GEMV kernel whatever its width (its many outputs: where a step implements it)
+    gemv_head: bool = False
     # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", or "kernel": our Triton kernel where
     # `kernels_on` the step's device, else "reduction" (where a step implements them)
     attention: str = "reduction"
@@ -92,6 +94,15 @@ class FusedSettings:
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width
 
+    def head_form(self, rows: int, compiled: bool, width: int, device: torch.device) -> int:
+        """`product`'s form for the LM head ([out, width]): `GEMV` with `gemv_head`, else `form`'s."""
+        return GEMV if self.gemv_head and self._gemv(rows, width, device) else self.form(rows, compiled, width,
+                                                                                          width, device)
+
+    def _gemv(self, rows: int, width: int, device: torch.device) -> bool:
+        """Our GEMV kernel serves this step (few rows, narrow model, kernels on the device)."""
+        return self.kernels_on(device) and self.reduces(rows, True, width)
+
     def kernels_on(self, device: torch.device) -> bool:
         """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""
         return device.type == "cuda" or self.kernels_everywhere
@@ -104,8 +115,7 @@ class FusedSettings:
              device: torch.device = torch.device("cpu")) -> int:
         """`product`'s form for a product over `features` input features in a step of `rows` rows of a model
         `width` wide on `device`: 0 F.linear, 1 one reduction, n > 1 a reduction in n parts, `GEMV` our kernel."""
-        if (self.gemv_above is not None and features > self.gemv_above and self.kernels_on(device)
-                and self.reduces(rows, True, width)):
+        if self.gemv_above is not None and features > self.gemv_above and self._gemv(rows, width, device):
             return GEMV
         if not self.reduces(rows, compiled, width):
             return 0

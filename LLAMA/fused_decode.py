@@ -214,7 +214,8 @@ class FusedLlamaStep:
                             attention=self.settings.attention_on(self.device),
                             transposed=self.settings.transposed_values, fold=self.settings.fold_norms,
                             window=self.window)
-        return self._head(x, self.norm, self.lm_head, eps=self.eps, form=form(width), fold=self.settings.fold_norms)
+        head = self.settings.head_form(slot.rows, self.compiled, width, self.device)
+        return self._head(x, self.norm, self.lm_head, eps=self.eps, form=head, fold=self.settings.fold_norms)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

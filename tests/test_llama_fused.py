@@ -53,7 +53,7 @@ def test_compiled_step_on_cpu(workdir):
     (dict(split_above=64, splits=4, transposed_values=True, fold_norms=True), True),
     (dict(attention="sdpa"), False),
     (dict(attention="sdpa", transposed_values=True), False),
-    (dict(gemv_above=0, attention="kernel", kernels_everywhere=True), True),
+    (dict(gemv_above=0, gemv_head=True, attention="kernel", kernels_everywhere=True), True),
 ], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels"])
 def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
@@ -68,6 +68,7 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
         steps.fused.settings = FusedSettings(**settings)
         if "gemv_above" in settings:  # our GEMV kernel for every product of 3 rows, compiled or not
             assert steps.fused.settings.form(3, compiled, 64, 128, run.device) == GEMV
+            assert steps.fused.settings.head_form(3, compiled, 64, run.device) == GEMV
         elif compiled:
             assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id

@@ -13,6 +13,8 @@
 # kernels: our Triton kernels (NNDF/backends/torch/kernels.py): their CUDA tests, the fused step with them at
 #     Qwen2.5-0.5B shapes (variants attention-kernel, gemv-long, kernels-long against the default; no HF rows),
 #     then each kernel alone against cuBLAS / inductor / SDPA over a grid of tilings (kernel_bench.py)
+# kernels-qwen: the rows at Qwen2.5-0.5B shapes with HF's beside them: the default step against kernels-long
+#     (down and attention through our kernels), kernels-long-head (and the LM head) and kernels (every product)
 # kernels-mistral: the default step against attention-kernel at Mistral-7B shapes (64-column window), token check
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
 set -uo pipefail
@@ -36,8 +38,10 @@ case "${1:-ab}" in
            python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b --no-hf \
              --variants default,attention-kernel,gemv-long,kernels-long --deadline 240
            timeout 240 python3 tools/bench/kernel_bench.py "$OUT" --shapes qwen2.5-0.5b ;;
+  kernels-qwen) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b \
+             --variants default,kernels-long,kernels-long-head,kernels --deadline 480 ;;
   kernels-mistral) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes mistral-7b-w64 \
              --variants default,attention-kernel --deadline 400 ;;
-  *) echo "modes: ab, mistral, ort, tests, final, kernels, kernels-mistral" ; exit 2 ;;
+  *) echo "modes: ab, mistral, ort, tests, final, kernels, kernels-qwen, kernels-mistral" ; exit 2 ;;
 esac
 } 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"

@@ -318,6 +318,7 @@ LLAMA_VARIANTS = {
     "attention-kernel": dict(attention="kernel"),  # our Triton one-query attention kernel
     "kernels": dict(gemv_above=0, attention="kernel"),
     "kernels-long": dict(gemv_above=2048, attention="kernel"),
+    "kernels-long-head": dict(gemv_above=2048, gemv_head=True, attention="kernel"),
 }
 
 
@@ -335,7 +336,7 @@ def llama_settings(variant: str):
 
 
 def _products_only(fields: dict) -> bool:
-    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv_above"}
+    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv_above", "gemv_head"}
 
 
 def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool = True):

@@ -25,9 +25,10 @@ import triton
 import triton.language as tl
 from torch.library import custom_op
 
-# programs a product is spread over on CUDA, ~4 per SM of an H100 or H200 (132 SMs; a GEMV is memory-bound: many
-# programs keep enough loads in flight)
-PROGRAMS = 512
+# the default tiling on CUDA: the fastest measured for every product of Qwen2.5-0.5B's step on an H200 (kernel
+# alone, tools/bench/kernel_bench.py; within ~5% of the best at each product): 4 weight rows a program, the
+# features in loads of 1024 (one load for 896), 2 warps, split to ~1024 programs (~8 per SM of 132)
+TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 
@@ -43,11 +44,13 @@ class GemvConfig(NamedTuple):
     warps: int
 
 
-def gemv_config(rows: int, out_features: int, in_features: int, programs: int = PROGRAMS, block_n: int = 8,
-                block_k: int = 512, warps: int = 4) -> GemvConfig:
-    """The tiling of a [rows, in] x [out, in]^T product: `block_n` rows of the weight a program, the features
-    split so that there are about `programs` programs."""
-    block_k = min(block_k, triton.next_power_of_2(in_features))
+def gemv_config(rows: int, out_features: int, in_features: int, programs: int = TILING["programs"],
+                block_n: int = TILING["block_n"], block_k: int = TILING["block_k"],
+                warps: int = TILING["warps"]) -> GemvConfig:
+    """The tiling of a [rows, in] x [out, in]^T product: `block_n` rows of the weight a program, loads of
+    `block_k` features (over the rows: each program keeps rows x block_n x block_k running sums), the features split
+    so that there are about `programs` programs."""
+    block_k = max(32, min(block_k // triton.next_power_of_2(rows), triton.next_power_of_2(in_features)))
     tiles = triton.cdiv(out_features, block_n)
     k_blocks = triton.cdiv(in_features, block_k)
     splits = max(1, min(k_blocks, round(programs / tiles)))
@@ -104,7 +107,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     if config is None:
-        tiling = {} if x.is_cuda else INTERPRETED
+        tiling = TILING if x.is_cuda else INTERPRETED
         config = gemv_config(flat.shape[0], weight.shape[0], in_features, **tiling)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
                              config.warps)
