@@ -41,6 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from CausalLM.fused_step import FusedSettings  # noqa: E402
 from NNDF.actions.benchmark import benchmark  # noqa: E402
 from NNDF.actions.common import backend_steps, generate_prompt, open_run  # noqa: E402
 from NNDF.generation import GenerationConfig  # noqa: E402
@@ -300,9 +301,11 @@ def llama_jobs(shapes: tuple[str, ...]):
     return jobs
 
 
-# LLAMA.fused_decode.SETTINGS fields of each variant of the family's fused step (the llama-ab group)
+# each variant of the LLAMA family's fused step (the llama-ab group): `default` is LLAMA.fused_decode.SETTINGS, the
+# others FusedSettings' own defaults (inductor's kernels throughout: `inductor`) with these fields
 LLAMA_VARIANTS = {
-    "default": {},
+    "default": None,
+    "inductor": {},
     "split8": dict(split_above=2048, splits=8),  # long sums (Qwen2.5-0.5B's down: 4864 features) in 8 parts
     "split16": dict(split_above=2048, splits=16),
     "split4": dict(split_above=2048, splits=4),
@@ -327,8 +330,8 @@ def llama_settings(variant: str):
     """The LLAMA fused step built with this variant's settings while the block runs."""
     from LLAMA import fused_decode
 
-    saved = fused_decode.SETTINGS
-    fused_decode.SETTINGS = dataclasses.replace(saved, **LLAMA_VARIANTS[variant])
+    saved, fields = fused_decode.SETTINGS, LLAMA_VARIANTS[variant]
+    fused_decode.SETTINGS = saved if fields is None else FusedSettings(**fields)
     try:
         yield
     finally:
@@ -336,7 +339,7 @@ def llama_settings(variant: str):
 
 
 def _products_only(fields: dict) -> bool:
-    return bool(fields) and set(fields) <= {"split_above", "splits", "gemv_above", "gemv_head"}
+    return fields is not None and bool(fields) and set(fields) <= {"split_above", "splits", "gemv_above", "gemv_head"}
 
 
 def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool = True):
