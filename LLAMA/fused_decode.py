@@ -124,13 +124,20 @@ def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
     return out[:, :, 0]
 
 
+def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool, window: int | None):
+    """The one query's attention [R, H, D] by `attention` ("reduction", "sdpa" or "kernel": ours, which reads
+    only the columns up to `write` inside the `window`)."""
+    if attention == "kernel":
+        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window)
+    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
+
+
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
                scale: float, forms: tuple, attention: str = "reduction", transposed: bool = False,
                fold: bool = False, window: int | None = None):
     """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: plain ops ("reduction"), "sdpa", or
-    "kernel" (our Triton kernel writes the K/V and attends over the written columns of the `window`, in one);
-    `transposed`: V buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`)."""
+    `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: `attend`'s; `transposed`: V
+    buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`)."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
@@ -139,16 +146,12 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
     q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
     k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
-    if attention == "kernel":
-        a = triton_kernels().decode_attention(q, k[:, :, 0], v.reshape(rows, kv_heads, head_dim), keys, values, valid,
-                                              write, scale, window)
+    keys[:, :, write] = k
+    if transposed:
+        values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
     else:
-        keys[:, :, write] = k
-        if transposed:
-            values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
-        else:
-            values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
-        a = (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
+        values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
+    a = attend(attention, q, keys, values, write, valid, scale, transposed, window)
     a = a.reshape(rows, heads * head_dim)
     x = x + product(a, o_w, o_b, o_form)
     gate, up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold).chunk(2, dim=-1)

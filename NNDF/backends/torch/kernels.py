@@ -8,10 +8,9 @@ one-token step of a small model leaves the card's bandwidth unused whatever indu
   activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
   reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
   per-output reduction reads it at ~1 TB/s on an H100).
-- `decode_attention`: this token's key and value written into a static K/V cache [rows, kv heads, length, dim] at
-  the write position held on the device, and one query per row and query head attending over it, reading only the
-  columns that can count (up to the write position, from the window's start), in one kernel (one program per row
-  and query head: scores, online softmax and p.V).
+- `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
+  reading only the columns that can count (up to the write position held on the device, from the window's start)
+  in one kernel (one program per row and query head: scores, online softmax and p.V).
 
 Both are opaque custom ops (`torch.library.custom_op`, with their output shapes for tracing), so `torch.compile`
 keeps them inside its graph (its own kernels around them) and a CUDA graph captures them; both run under Triton's interpreter (`TRITON_INTERPRET=1`) on CPU tensors, which is how
@@ -119,34 +118,25 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 @triton.jit
-def _attention_kernel(q_ptr, new_k_ptr, new_v_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length, scale,
-                      q_row_stride, new_row_stride, k_row_stride, k_head_stride, valid_row_stride, out_row_stride,
+def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length, scale,
+                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, out_row_stride,
                       GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
                       WINDOW: tl.constexpr):
     row, head = tl.program_id(0), tl.program_id(1)
-    kv_head = head // GROUP
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
     q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
-    write = tl.load(write_ptr)
-    base = row * k_row_stride + kv_head * k_head_stride
-    # this token's key and value: written to the buffers by the group's first head, used from registers by all
-    # (so no program reads the column another one writes)
-    new_k = tl.load(new_k_ptr + row * new_row_stride + kv_head * DIM + d, mask=in_d, other=0.0)
-    new_v = tl.load(new_v_ptr + row * new_row_stride + kv_head * DIM + d, mask=in_d, other=0.0)
-    leader = in_d & ((d * 0 + head % GROUP) == 0)
-    tl.store(k_ptr + base + write * DIM + d, new_k, mask=leader)
-    tl.store(v_ptr + base + write * DIM + d, new_v, mask=leader)
+    end = tl.load(write_ptr) + 1  # columns up to the write position
     first = 0
     if WINDOW > 0:
-        first = tl.maximum(write + 1 - WINDOW, 0)
-    # online softmax over the earlier columns, then this token's: running max, sum of exp and p.V
-    m = tl.full((), float("-inf"), tl.float32)
+        first = tl.maximum(end - WINDOW, 0)
+    base = row * k_row_stride + (head // GROUP) * k_head_stride
+    m = tl.full((), float("-inf"), tl.float32)  # running max, sum of exp and p.V so far (online softmax)
     total = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start in tl.range(first, write, BLOCK_L):
+    for start in tl.range((first // BLOCK_L) * BLOCK_L, end, BLOCK_L):
         c = start + tl.arange(0, BLOCK_L)  # [BL]
-        keep = (c < write) & (c < length)
+        keep = (c >= first) & (c < end) & (c < length)
         keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
         kv_mask = keep[:, None] & in_d[None, :]
         keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
@@ -160,52 +150,42 @@ def _attention_kernel(q_ptr, new_k_ptr, new_v_ptr, k_ptr, v_ptr, valid_ptr, writ
         acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
         total = total * correction + tl.sum(p, axis=0)
         m = m_new
-    own = tl.load(valid_ptr + row * valid_row_stride + write) != 0
-    s = tl.where(own, tl.sum(q * new_k.to(tl.float32), axis=0) * scale, float("-inf"))
-    m_new = tl.maximum(m, s)
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    p = tl.exp(s - m_safe)
-    correction = tl.exp(m - m_safe)
-    acc = acc * correction + p * new_v.to(tl.float32)
-    total = total * correction + p
     tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
 
-@custom_op("nndf::decode_attention", mutates_args=("keys", "values"))
-def decode_attention_op(q: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor, keys: torch.Tensor,
-                        values: torch.Tensor, valid: torch.Tensor, write: torch.Tensor, scale: float, window: int,
-                        block_l: int, warps: int) -> torch.Tensor:
+@custom_op("nndf::decode_attention", mutates_args=())
+def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                        write: torch.Tensor, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
     """See `decode_attention`."""
     rows, heads, dim = q.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     out = torch.empty_like(q)
     _attention_kernel[(rows, heads)](
-        q, new_keys, new_values, keys, values, valid, write, out, length, scale, q.stride(0), new_keys.stride(0),
-        keys.stride(0), keys.stride(1), valid.stride(0), out.stride(0), GROUP=heads // kv_heads, DIM=dim,
-        BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l, WINDOW=window, num_warps=warps)
+        q, keys, values, valid, write, out, length, scale, q.stride(0), keys.stride(0), keys.stride(1),
+        valid.stride(0), out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
+        BLOCK_L=block_l, WINDOW=window, num_warps=warps)
     return out
 
 
 @decode_attention_op.register_fake
-def _(q, new_keys, new_values, keys, values, valid, write, scale, window, block_l, warps):
+def _(q, keys, values, valid, write, scale, window, block_l, warps):
     return torch.empty_like(q)
 
 
-def decode_attention(q: torch.Tensor, new_keys: torch.Tensor, new_values: torch.Tensor, keys: torch.Tensor,
-                     values: torch.Tensor, valid: torch.Tensor, write: torch.Tensor, scale: float,
-                     window: int | None = None, block_l: int = 0, warps: int = 0) -> torch.Tensor:
-    """This token's key and value written into the static cache and its attention, in one kernel: one query per
-    row and head, q [R, H, D]; new_keys / new_values [R, KVH, D] written at column `write` [1] of keys / values
-    [R, KVH, L, D] (contiguous; in place); the attention over the columns `valid` [R, L] keeps among those up to
-    `write` (and, with a `window`, after write - window): [R, H, D] in q's dtype, softmax in fp32. Query heads in
-    groups of H / KVH share a key/value head. A row with no column kept gives NaN, as a softmax over nothing does.
-    `block_l` columns a load and `warps` per program (0: by head size, the fastest measured at Qwen2.5-0.5B's 64
-    and Mistral-7B's 128 on an H100; one program walks the written columns in blocks, so its time grows with the
-    written length: fine at a few hundred columns, a split over the length would serve thousands)."""
+def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                     write: torch.Tensor, scale: float, window: int | None = None, block_l: int = 0,
+                     warps: int = 0) -> torch.Tensor:
+    """One query per row and head, q [R, H, D], over the buffers keys / values [R, KVH, L, D] (contiguous), the
+    columns `valid` [R, L] keeps among those up to `write` [1] (and, with a `window`, after write - window):
+    [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. A row with
+    no column kept gives NaN, as a softmax over nothing does. `block_l` columns a load and `warps` per program
+    (0: by head size, the fastest measured at Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks
+    the written columns in blocks, so its time grows with the written length: fine at a few hundred columns, a
+    split over the length would serve thousands)."""
     assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
     dim = q.shape[-1]
     block_l = block_l or (256 if dim <= 64 else 128)
     warps = warps or (4 if dim <= 64 else 8)
-    new_keys, new_values = (t.to(keys.dtype).contiguous() for t in (new_keys, new_values))
-    return decode_attention_op(q.contiguous(), new_keys, new_values, keys, values, valid, write, float(scale),
-                               window or 0, block_l, warps)
+    return decode_attention_op(q.contiguous(), keys, values, valid, write, float(scale), window or 0, block_l,
+                               warps)
+
