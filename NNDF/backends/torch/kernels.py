@@ -134,7 +134,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length
     m = tl.full((), float("-inf"), tl.float32)  # running max, sum of exp and p.V so far (online softmax)
     total = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start in tl.range((first // BLOCK_L) * BLOCK_L, end, BLOCK_L):
+    for start in tl.range(first, end, BLOCK_L):  # from the window's first column: one block covers a window
         c = start + tl.arange(0, BLOCK_L)  # [BL]
         keep = (c >= first) & (c < end) & (c < length)
         keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
