@@ -14,11 +14,12 @@ position (so rope_theta and the rope scalings whose frequencies do not depend on
 default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query attention of the one query over
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
-`gate_up_proj` as stored), SiLU(gate) * up, down. Products of few rows in narrow models use the reduction form
-when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise. `FusedSettings` holds the other choices the
-device benchmark compares (defaults measured fastest or level, docs/PERFORMANCE.md): a long sum such as down's
-split in parts, SDPA for the attention, V buffers stored [.., head_dim, length], the RMSNorm statistics summed
-inside the next product.
+`gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, products of few rows in narrow models (and the LM
+head) run our Triton GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere
+the products take the reduction form when compiled (`CausalLM.fused_step.product`), and wider models cuBLAS.
+`FusedSettings` holds the other choices the device benchmark compares (defaults measured fastest or level,
+docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the attention, V buffers stored
+[.., head_dim, length], the RMSNorm statistics summed inside the next product.
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
 same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
