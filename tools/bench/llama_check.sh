@@ -16,6 +16,8 @@
 # kernels-qwen: the rows at Qwen2.5-0.5B shapes with HF's beside them: the default step against kernels-long
 #     (down and attention through our kernels), kernels-long-head (and the LM head) and kernels (every product)
 # kernels-mistral: the default step against inductor's kernels at Mistral-7B shapes (64-column window), token check
+# kernels-wide: the default step against our GEMV for every product (kernels-wide) at Mistral-7B and Llama-3-8B
+#     shapes, then each kernel alone at Mistral-7B shapes (kernel_bench.py)
 # kernels-final: the CUDA tests of the kernels and of the family's fused step, then the Qwen2.5-0.5B rows (the
 #     default step against inductor's kernels) with HF static and eager beside them
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
@@ -44,10 +46,13 @@ case "${1:-ab}" in
              --variants default,kernels-long,kernels-long-head,kernels --deadline 480 ;;
   kernels-mistral) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes mistral-7b-w64 \
              --variants default,inductor --deadline 400 ;;
+  kernels-wide) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 \
+             --ab-shapes mistral-7b-w64,llama-3-8b --variants default,kernels-wide --deadline 360
+           timeout 200 python3 tools/bench/kernel_bench.py "$OUT" --shapes mistral-7b ;;
   kernels-final) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
              tests/test_llama_fused.py 2>&1 | tail -15
            python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes qwen2.5-0.5b \
              --variants default,inductor --deadline 400 ;;
-  *) echo "modes: ab, mistral, ort, tests, final, kernels, kernels-qwen, kernels-mistral, kernels-final" ; exit 2 ;;
+  *) echo "modes: ab, mistral, ort, tests, final, kernels, kernels-qwen, kernels-mistral, kernels-wide, kernels-final" ; exit 2 ;;
 esac
 } 2>&1 | tee "$OUT/llama_check-${1:-ab}.log"

@@ -7,6 +7,7 @@ computes it (new tokens / median end to end, prefill included), and the ratios t
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline    # a family's offline variant
+    python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache
 
 `benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
 only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
@@ -35,6 +36,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--static-cache", action="store_true",
+                        help="the static-cache rows (on the CPU: the graph built from the weights, quantized)")
     args = parser.parse_args()
 
     import torch
@@ -45,7 +48,7 @@ def main() -> None:
     from NNDF.timing import GenerationClock
 
     options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
-                           use_cache=True, cpu=True)
+                           use_cache=True, static_cache=args.static_cache, cpu=True)
     run = open_run(args.family, options, ("onnxrt",),
                    ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
     config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
