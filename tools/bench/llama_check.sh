@@ -16,8 +16,8 @@
 # kernels-qwen: the rows at Qwen2.5-0.5B shapes with HF's beside them: the default step against kernels-long
 #     (down and attention through our kernels), kernels-long-head (and the LM head) and kernels (every product)
 # kernels-mistral: the default step against inductor's kernels at Mistral-7B shapes (64-column window), token check
-# kernels-wide: the default step against our GEMV for every product (kernels-wide) at Mistral-7B and Llama-3-8B
-#     shapes, then each kernel alone at Mistral-7B shapes (kernel_bench.py)
+# kernels-wide: the default step (our GEMV for every product) against kernels-narrow (cuBLAS at 4096 features) and
+#     inductor's kernels at Mistral-7B and Llama-3-8B shapes, then each kernel alone at Mistral-7B shapes
 # kernels-final: the CUDA tests of the kernels and of the family's fused step, then the Qwen2.5-0.5B rows (the
 #     default step against inductor's kernels) with HF static and eager beside them
 # TensorRT builds of the family: tools/bench/trt_check.sh llama.
@@ -47,7 +47,7 @@ case "${1:-ab}" in
   kernels-mistral) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 --ab-shapes mistral-7b-w64 \
              --variants default,inductor --deadline 400 ;;
   kernels-wide) python3 tools/bench/speed_matrix.py "$OUT" --group llama-ab --new 128 \
-             --ab-shapes mistral-7b-w64,llama-3-8b --variants default,kernels-wide --deadline 360
+             --ab-shapes mistral-7b-w64,llama-3-8b --variants default,kernels-narrow,inductor --deadline 360
            timeout 200 python3 tools/bench/kernel_bench.py "$OUT" --shapes mistral-7b ;;
   kernels-final) HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
              tests/test_llama_fused.py 2>&1 | tail -15

@@ -322,8 +322,8 @@ LLAMA_VARIANTS = {
     "kernels": dict(gemv_above=0, attention="kernel"),
     "kernels-long": dict(gemv_above=2048, attention="kernel"),
     "kernels-long-head": dict(gemv_above=2048, gemv_head=True, attention="kernel"),
-    # our GEMV for the products of wide models too (Mistral-7B's and Llama-3-8B's 4096 features: cuBLAS otherwise)
-    "kernels-wide": dict(gemv_above=0, attention="kernel", reduction_width=16384),
+    # our GEMV for the products of narrow models only (Mistral-7B's and Llama-3-8B's 4096 features: cuBLAS)
+    "kernels-narrow": dict(gemv_above=0, attention="kernel", gemv_width=2048),
 }
 
 
