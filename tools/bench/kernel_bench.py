@@ -9,7 +9,9 @@ one attention at a time, on one CUDA card:
   programs x warps), and our kernel at its default tiling compiled with the sum and the cast (two kernels);
   GB/s = weight bytes / time.
 - attention: one query per head over a 256-column static cache (write position 200; Mistral: a 64-column
-  window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps.
+  window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps;
+  then over a `--long` buffer (4096 columns, 96 before its end): our kernel in one program per row and head
+  against its default (chunks over programs, combined).
 
 Every time is the median over 20 CUDA-graph replays of a graph that runs the operation once per copy of its inputs
 (copies enough to exceed 4x the card's L2, so weights come from memory, as in a step), divided by the copies.
@@ -42,6 +44,9 @@ SHAPES = {
     "mistral-7b": {"products": [("qkv", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up", 28672, 4096),
                                 ("down", 4096, 14336)],
                    "attention": (32, 8, 128, 64)},
+    "llama-3-8b": {"products": [("qkv", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up", 28672, 4096),
+                                ("down", 4096, 14336)],
+                   "attention": (32, 8, 128, None)},
 }
 GRID = dict(block_n=(2, 4, 8), block_k=(512, 1024), programs=(512, 1024, 2048), warps=(2, 4, 8))
 QUICK = dict(block_n=(8, 16), block_k=(512,), programs=(512, 1024), warps=(4,))
@@ -109,8 +114,8 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> lis
     return rows
 
 
-def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, layers: int = 32) -> list[dict]:
-    length, write = 256, 200
+def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, layers: int = 32, length: int = 256,
+                   write: int = 200) -> list[dict]:
     keys = [torch.randn(1, kv_heads, length, dim, device="cuda", dtype=torch.float16) for _ in range(layers)]
     values = [torch.randn_like(k) for k in keys]
     q = torch.randn(1, heads, dim, device="cuda", dtype=torch.float16)
@@ -123,17 +128,24 @@ def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, laye
     reference = attend_one(q.float(), keys[0].float(), values[0].float(), valid, scale)
     plain = torch.compile(lambda q, k, v: attend_one(q, k, v, valid, scale), dynamic=False)
     rows = []
+    label = f"{shape} ({write + 1} of {length} columns)"
 
     def row(variant, fn, **config):
         error = (fn(0).float() - reference).abs().max().item()
-        rows.append({"attention": shape, "variant": variant, **config, "us": graph_time(fn, layers) * 1e6,
+        rows.append({"attention": label, "variant": variant, **config, "us": graph_time(fn, layers) * 1e6,
                      "max_error": error})
 
+    torch._dynamo.reset()
     row("reduction (compiled)", lambda i: plain(q, keys[i], values[i]))
     row("sdpa", lambda i: attend_sdpa(q, keys[i], values[i], valid, scale))
-    for block_l, warps in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
-        row("kernel", lambda i, b=block_l, w=warps: kernels.decode_attention(q, keys[i], values[i], valid, at, scale,
-                                                                            window, b, w), block_l=block_l, warps=warps)
+    if length <= 256:  # the tiling grid, one program per row and head
+        for block_l, warps in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
+            row("kernel", lambda i, b=block_l, w=warps: kernels.decode_attention(
+                q, keys[i], values[i], valid, at, scale, window, b, w, chunk=length), block_l=block_l, warps=warps)
+    else:  # one program walking the whole buffer against chunks over programs (the default)
+        row("kernel, one program", lambda i: kernels.decode_attention(q, keys[i], values[i], valid, at, scale, window,
+                                                                     chunk=length))
+    row("kernel (defaults)", lambda i: kernels.decode_attention(q, keys[i], values[i], valid, at, scale, window))
     return rows
 
 
@@ -164,6 +176,8 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--quick", action="store_true", help="a small tiling grid")
+    parser.add_argument("--attention-only", action="store_true", help="the attention rows only")
+    parser.add_argument("--long", type=int, default=4096, help="the long buffer's columns for the attention rows")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     import triton
@@ -171,11 +185,13 @@ def main() -> None:
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     rows = []
     for shape in args.shapes.split(","):
-        for name, out_features, in_features in SHAPES[shape]["products"]:
+        for name, out_features, in_features in [] if args.attention_only else SHAPES[shape]["products"]:
             rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID)
             print(table(best([r for r in rows if r.get("product") == f"{shape}:{name}"])), flush=True)
-        rows += attention_rows(shape, *SHAPES[shape]["attention"])
-        print(table(best([r for r in rows if r.get("attention") == shape])), flush=True)
+        for length, write in ((256, 200), (args.long, args.long - 96)):
+            got = attention_rows(shape, *SHAPES[shape]["attention"], length=length, write=write)
+            print(table(best(got)), flush=True)
+            rows += got
         (args.out / "kernel_bench.json").write_text(json.dumps(rows, indent=1))
     print("\nall rows:\n" + table(rows))
 
