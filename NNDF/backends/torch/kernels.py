@@ -119,12 +119,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 @triton.jit
-def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, stats_ptr, length, scale,
-                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
+def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length, scale,
+                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, out_row_stride,
                       GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-                      WINDOW: tl.constexpr, CHUNK: tl.constexpr, SPLITS: tl.constexpr):
-    row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    heads = tl.num_programs(1)
+                      WINDOW: tl.constexpr):
+    row, head = tl.program_id(0), tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
     q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
@@ -132,15 +131,13 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, stats_
     first = 0
     if WINDOW > 0:
         first = tl.maximum(end - WINDOW, 0)
-    lo = tl.maximum(first, split * CHUNK)  # this program's columns: its chunk of the buffer
-    hi = tl.minimum(end, (split + 1) * CHUNK)
     base = row * k_row_stride + (head // GROUP) * k_head_stride
     m = tl.full((), float("-inf"), tl.float32)  # running max, sum of exp and p.V so far (online softmax)
     total = tl.zeros((), tl.float32)
     acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start in tl.range(lo, hi, BLOCK_L):  # from the window's first column: one block covers a window
+    for start in tl.range(first, end, BLOCK_L):  # from the window's first column: one block covers a window
         c = start + tl.arange(0, BLOCK_L)  # [BL]
-        keep = (c < hi) & (c < length)
+        keep = (c >= first) & (c < end) & (c < length)
         keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
         kv_mask = keep[:, None] & in_d[None, :]
         keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
@@ -154,31 +151,62 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, stats_
         acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
         total = total * correction + tl.sum(p, axis=0)
         m = m_new
-    at = (row * heads + head) * SPLITS + split
-    if SPLITS == 1:  # the output itself, in q's dtype
-        tl.store(out_ptr + at * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
-    else:  # this chunk's sums for `_combine`: p.V [.., D] and (max, sum of exp), fp32
-        tl.store(out_ptr + at * DIM + d, acc, mask=in_d)
-        tl.store(stats_ptr + at * 2, m)
-        tl.store(stats_ptr + at * 2 + 1, total)
+    tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
 
-def _launch(q, keys, values, valid, write, out, stats, scale: float, window: int, block_l: int, warps: int,
-            chunk: int, splits: int) -> None:
-    rows, heads, dim = q.shape
-    kv_heads, length = keys.shape[1], keys.shape[2]
-    _attention_kernel[(rows, heads, splits)](
-        q, keys, values, valid, write, out, stats, length, scale, q.stride(0), keys.stride(0), keys.stride(1),
-        valid.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l,
-        WINDOW=window, CHUNK=chunk, SPLITS=splits, num_warps=warps)
+@triton.jit
+def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, stats_ptr, length, scale,
+                            q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
+                            GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+                            WINDOW: tl.constexpr, CHUNK: tl.constexpr):
+    # `_attention_kernel` over one chunk of the buffer per program (axis 2), writing its sums for `_combine`. The
+    # loop is `_attention_kernel`'s, repeated: one kernel for both ran the one-program case at half the speed (H100)
+    row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    d = tl.arange(0, BLOCK_D)
+    in_d = d < DIM
+    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
+    end = tl.load(write_ptr) + 1
+    first = 0
+    if WINDOW > 0:
+        first = tl.maximum(end - WINDOW, 0)
+    lo = tl.maximum(first, split * CHUNK)  # this program's columns
+    hi = tl.minimum(end, (split + 1) * CHUNK)
+    base = row * k_row_stride + (head // GROUP) * k_head_stride
+    m = tl.full((), float("-inf"), tl.float32)
+    total = tl.zeros((), tl.float32)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    for start in tl.range(lo, hi, BLOCK_L):
+        c = start + tl.arange(0, BLOCK_L)  # [BL]
+        keep = (c < hi) & (c < length)
+        keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
+        kv_mask = keep[:, None] & in_d[None, :]
+        keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
+        values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
+        s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.exp(s - m_safe)
+        correction = tl.exp(m - m_safe)
+        acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
+        total = total * correction + tl.sum(p, axis=0)
+        m = m_new
+    at = (row * tl.num_programs(1) + head) * tl.num_programs(2) + split  # [R, H, S] position
+    tl.store(out_ptr + at * DIM + d, acc, mask=in_d)
+    tl.store(stats_ptr + at * 2, m)
+    tl.store(stats_ptr + at * 2 + 1, total)
 
 
 @custom_op("nndf::decode_attention", mutates_args=())
 def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                         write: torch.Tensor, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
     """See `decode_attention`: one program per row and head, [R, H, D] in q's dtype."""
+    rows, heads, dim = q.shape
     out = torch.empty_like(q)
-    _launch(q, keys, values, valid, write, out, out, scale, window, block_l, warps, keys.shape[2], 1)
+    _attention_kernel[(rows, heads)](
+        q, keys, values, valid, write, out, keys.shape[2], scale, q.stride(0), keys.stride(0), keys.stride(1),
+        valid.stride(0), out.stride(0), GROUP=heads // keys.shape[1], DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
+        BLOCK_L=block_l, WINDOW=window, num_warps=warps)
     return out
 
 
@@ -197,7 +225,10 @@ def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     splits = triton.cdiv(keys.shape[2], chunk)
     out = torch.empty((rows, heads, splits, dim), dtype=torch.float32, device=q.device)
     stats = torch.empty((rows, heads, splits, 2), dtype=torch.float32, device=q.device)
-    _launch(q, keys, values, valid, write, out, stats, scale, window, block_l, warps, chunk, splits)
+    _attention_split_kernel[(rows, heads, splits)](
+        q, keys, values, valid, write, out, stats, keys.shape[2], scale, q.stride(0), keys.stride(0), keys.stride(1),
+        valid.stride(0), GROUP=heads // keys.shape[1], DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
+        BLOCK_L=block_l, WINDOW=window, CHUNK=chunk, num_warps=warps)
     return out, stats
 
 
