@@ -127,9 +127,13 @@ def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
 
 def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool, window: int | None):
     """The one query's attention [R, H, D] by `attention` ("reduction", "sdpa" or "kernel": ours, which reads
-    only the columns up to `write` inside the `window`)."""
+    only the columns up to `write` inside the `window`, for buffers up to `kernels.attention_columns`)."""
     if attention == "kernel":
-        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window)
+        kernels = triton_kernels()
+        read = keys.shape[2] if window is None else min(window, keys.shape[2])  # the most columns it reads
+        if read <= kernels.attention_columns(q.shape[-1]):
+            return kernels.decode_attention(q, keys, values, valid, write, scale, window)
+        attention = "reduction"  # longer: inductor's plain-op form reads the columns in parallel
     return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
 
 

@@ -78,6 +78,28 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
         assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
 
 
+def test_attention_kernel_leaves_long_buffers_to_inductors_form(monkeypatch):
+    """Our attention kernel walks its columns in one program: beyond `attention_columns` (the buffer, or the
+    window where it is shorter) the step takes the plain-op form, which reads them in parallel."""
+    import torch
+
+    from CausalLM.fused_step import triton_kernels
+    from LLAMA.fused_decode import attend, attend_one
+
+    kernels = triton_kernels()
+    calls = []
+    monkeypatch.setattr(kernels, "decode_attention", lambda *args: calls.append(args) or args[0])
+    dim = 16
+    long = kernels.attention_columns(dim) + 1
+    q, keys = torch.randn(1, 4, dim), torch.randn(1, 2, long, dim)
+    valid, write = torch.ones(1, long, dtype=torch.bool), torch.tensor([long - 1])
+    expected = attend_one(q, keys, keys, valid, 0.25)
+    assert torch.equal(attend("kernel", q, keys, keys, write, valid, 0.25, False, None), expected) and not calls
+    attend("kernel", q, keys, keys, write, valid, 0.25, False, 64)  # a window shorter than the limit
+    attend("kernel", q, keys[:, :, :64], keys[:, :, :64], write, valid[:, :64], 0.25, False, None)
+    assert len(calls) == 2
+
+
 def test_folded_norm_product_agrees():
     """`norm_product` folded (the norm's statistics beside the product) gives rms_norm then the product."""
     import torch

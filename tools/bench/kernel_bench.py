@@ -10,8 +10,8 @@ one attention at a time, on one CUDA card:
   GB/s = weight bytes / time.
 - attention: one query per head over a 256-column static cache (write position 200; Mistral: a 64-column
   window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps;
-  then over a `--long` buffer (4096 columns, 96 before its end): our kernel in one program per row and head
-  against its default (chunks over programs, combined).
+  then over a `--long` buffer (4096 columns, 96 before its end), where one program per row and head walks far
+  (`kernels.attention_columns`: the steps leave such buffers to inductor's form).
 
 Every time is the median over 20 CUDA-graph replays of a graph that runs the operation once per copy of its inputs
 (copies enough to exceed 4x the card's L2, so weights come from memory, as in a step), divided by the copies.
@@ -141,10 +141,7 @@ def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, laye
     if length <= 256:  # the tiling grid, one program per row and head
         for block_l, warps in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
             row("kernel", lambda i, b=block_l, w=warps: kernels.decode_attention(
-                q, keys[i], values[i], valid, at, scale, window, b, w, chunk=length), block_l=block_l, warps=warps)
-    else:  # one program walking the whole buffer against chunks over programs (the default)
-        row("kernel, one program", lambda i: kernels.decode_attention(q, keys[i], values[i], valid, at, scale, window,
-                                                                     chunk=length))
+                q, keys[i], values[i], valid, at, scale, window, b, w), block_l=block_l, warps=warps)
     row("kernel (defaults)", lambda i: kernels.decode_attention(q, keys[i], values[i], valid, at, scale, window))
     return rows
 

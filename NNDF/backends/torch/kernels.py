@@ -10,8 +10,7 @@ one-token step of a small model leaves the card's bandwidth unused whatever indu
   per-output reduction reads it at ~1 TB/s on an H100).
 - `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
   reading only the columns that can count (up to the write position held on the device, from the window's start)
-  in one kernel (one program per row and query head: scores, online softmax and p.V; a long buffer in chunks over
-  more programs, combined by one more kernel).
+  in one kernel (one program per row and query head: scores, online softmax and p.V).
 
 Both are opaque custom ops (`torch.library.custom_op`, with their output shapes for tracing), so `torch.compile`
 keeps them inside its graph (its own kernels around them) and a CUDA graph captures them; both run under Triton's interpreter (`TRITON_INTERPRET=1`) on CPU tensors, which is how
@@ -154,58 +153,16 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length
     tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
 
-@triton.jit
-def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, stats_ptr, length, scale,
-                            q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
-                            GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-                            WINDOW: tl.constexpr, CHUNK: tl.constexpr):
-    # `_attention_kernel` over one chunk of the buffer per program (axis 2), writing its sums for `_combine`. The
-    # loop is `_attention_kernel`'s, repeated: one kernel for both ran the one-program case at half the speed (H100)
-    row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    d = tl.arange(0, BLOCK_D)
-    in_d = d < DIM
-    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
-    end = tl.load(write_ptr) + 1
-    first = 0
-    if WINDOW > 0:
-        first = tl.maximum(end - WINDOW, 0)
-    lo = tl.maximum(first, split * CHUNK)  # this program's columns
-    hi = tl.minimum(end, (split + 1) * CHUNK)
-    base = row * k_row_stride + (head // GROUP) * k_head_stride
-    m = tl.full((), float("-inf"), tl.float32)
-    total = tl.zeros((), tl.float32)
-    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
-    for start in tl.range(lo, hi, BLOCK_L):
-        c = start + tl.arange(0, BLOCK_L)  # [BL]
-        keep = (c < hi) & (c < length)
-        keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
-        kv_mask = keep[:, None] & in_d[None, :]
-        keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
-        values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
-        s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
-        s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.exp(s - m_safe)
-        correction = tl.exp(m - m_safe)
-        acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
-        total = total * correction + tl.sum(p, axis=0)
-        m = m_new
-    at = (row * tl.num_programs(1) + head) * tl.num_programs(2) + split  # [R, H, S] position
-    tl.store(out_ptr + at * DIM + d, acc, mask=in_d)
-    tl.store(stats_ptr + at * 2, m)
-    tl.store(stats_ptr + at * 2 + 1, total)
-
-
 @custom_op("nndf::decode_attention", mutates_args=())
 def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                         write: torch.Tensor, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
-    """See `decode_attention`: one program per row and head, [R, H, D] in q's dtype."""
+    """See `decode_attention`."""
     rows, heads, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
     out = torch.empty_like(q)
     _attention_kernel[(rows, heads)](
-        q, keys, values, valid, write, out, keys.shape[2], scale, q.stride(0), keys.stride(0), keys.stride(1),
-        valid.stride(0), out.stride(0), GROUP=heads // keys.shape[1], DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
+        q, keys, values, valid, write, out, length, scale, q.stride(0), keys.stride(0), keys.stride(1),
+        valid.stride(0), out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
         BLOCK_L=block_l, WINDOW=window, num_warps=warps)
     return out
 
@@ -215,57 +172,27 @@ def _(q, keys, values, valid, write, scale, window, block_l, warps):
     return torch.empty_like(q)
 
 
-@custom_op("nndf::decode_attention_split", mutates_args=())
-def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
-                           write: torch.Tensor, scale: float, window: int, block_l: int, warps: int,
-                           chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """See `decode_attention`: `chunk` columns a program; per row, head and chunk p.V [R, H, S, D] and (max, sum
-    of exp) [R, H, S, 2], fp32."""
-    rows, heads, dim = q.shape
-    splits = triton.cdiv(keys.shape[2], chunk)
-    out = torch.empty((rows, heads, splits, dim), dtype=torch.float32, device=q.device)
-    stats = torch.empty((rows, heads, splits, 2), dtype=torch.float32, device=q.device)
-    _attention_split_kernel[(rows, heads, splits)](
-        q, keys, values, valid, write, out, stats, keys.shape[2], scale, q.stride(0), keys.stride(0), keys.stride(1),
-        valid.stride(0), GROUP=heads // keys.shape[1], DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
-        BLOCK_L=block_l, WINDOW=window, CHUNK=chunk, num_warps=warps)
-    return out, stats
-
-
-@decode_attention_split.register_fake
-def _(q, keys, values, valid, write, scale, window, block_l, warps, chunk):
-    splits = triton.cdiv(keys.shape[2], chunk)
-    return (q.new_empty((*q.shape[:2], splits, q.shape[2]), dtype=torch.float32),
-            q.new_empty((*q.shape[:2], splits, 2), dtype=torch.float32))
-
-
-def _combine(out: torch.Tensor, stats: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The chunks' sums of `decode_attention_split` as one softmax: [R, H, D] (a chunk with no column kept has max
-    -inf and weighs nothing; a row with none at all gives NaN)."""
-    top = stats[..., 0].amax(-1, keepdim=True)  # [R, H, 1]
-    weight = torch.exp(stats[..., 0] - top)  # [R, H, S]
-    return ((out * weight[..., None]).sum(-2) / (stats[..., 1] * weight).sum(-1, keepdim=True)).to(dtype)
+def attention_columns(dim: int) -> int:
+    """The longest buffer `decode_attention` serves a step well for this head size: four loads of its default
+    block. One program walks the columns one load after another, so its time grows with the length: on an H100,
+    over 4096 columns it took 45 us (head size 64) and 124 us (128) against 18 and 69 for inductor's plain-op
+    form, and a version in chunks over programs was no better at 64 (tools/bench/kernel_bench.py)."""
+    return 4 * (256 if dim <= 64 else 128)
 
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                      write: torch.Tensor, scale: float, window: int | None = None, block_l: int = 0,
-                     warps: int = 0, chunk: int = 0) -> torch.Tensor:
+                     warps: int = 0) -> torch.Tensor:
     """One query per row and head, q [R, H, D], over the buffers keys / values [R, KVH, L, D] (contiguous), the
     columns `valid` [R, L] keeps among those up to `write` [1] (and, with a `window`, after write - window):
     [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. A row with
     no column kept gives NaN, as a softmax over nothing does. `block_l` columns a load and `warps` per program
-    (0: by head size, the fastest measured at Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100). Each program
-    walks its columns in blocks of `block_l`; buffers longer than `chunk` columns (0: four blocks) are split in
-    chunks over programs, whose sums one more (inductor) kernel combines, so a long buffer costs programs, not a
-    longer walk."""
+    (0: by head size, the fastest measured at Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks
+    the written columns in blocks, so its time grows with the written length: `attention_columns`)."""
     assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
     dim = q.shape[-1]
     block_l = block_l or (256 if dim <= 64 else 128)
     warps = warps or (4 if dim <= 64 else 8)
-    chunk = chunk or 4 * block_l
-    q = q.contiguous()
-    if keys.shape[2] <= chunk:
-        return decode_attention_op(q, keys, values, valid, write, float(scale), window or 0, block_l, warps)
-    out, stats = decode_attention_split(q, keys, values, valid, write, float(scale), window or 0, block_l, warps,
-                                        chunk)
-    return _combine(out, stats, q.dtype)
+    return decode_attention_op(q.contiguous(), keys, values, valid, write, float(scale), window or 0, block_l,
+                               warps)
+
