@@ -74,6 +74,26 @@ def test_decode_attention_matches_torch(write, window, block_l, dtype):
     assert torch.allclose(got.double(), _attention_reference(q, keys, values, valid), atol=tolerance)
 
 
+def test_kernels_trace_into_one_graph():
+    """torch.compile traces through both custom ops without a graph break (aot_eager: the kernels themselves run
+    as they are; on the CPU under Triton's interpreter), as the fused steps compile them."""
+    from CausalLM.fused_step import GEMV, product
+
+    torch.manual_seed(3)
+    x, weight = torch.randn(1, 96, device=DEVICE), torch.randn(200, 96, device=DEVICE)
+    q, keys = torch.randn(1, 4, 16, device=DEVICE), torch.randn(1, 2, 32, 16, device=DEVICE)
+    valid, write = torch.ones(1, 32, dtype=torch.bool, device=DEVICE), torch.tensor([20], device=DEVICE)
+
+    def step(x, weight, q, keys, valid, write):
+        return (torch.nn.functional.silu(product(x, weight, None, GEMV)),
+                kernels.decode_attention(q, keys, keys, valid, write, 0.25, 8))
+
+    eager = step(x, weight, q, keys, valid, write)
+    traced = torch.compile(step, backend="aot_eager", fullgraph=True)(x, weight, q, keys, valid, write)
+    for a, b in zip(eager, traced):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="torch.compile around the kernels needs CUDA")
 def test_kernels_inside_a_compiled_function():
     """inductor keeps both custom ops in its graph (the fused steps compile them with their neighbours)."""
