@@ -49,7 +49,7 @@ SHAPES = {
                    "attention": (32, 8, 128, None)},
 }
 GRID = dict(block_n=(2, 4, 8), block_k=(512, 1024), programs=(512, 1024, 2048), warps=(2, 4, 8))
-QUICK = dict(block_n=(8, 16), block_k=(512,), programs=(512, 1024), warps=(4,))
+QUICK = dict(block_n=(4,), block_k=(1024,), programs=(1024,), warps=(2,))  # the default tiling
 
 
 def graph_time(fn, copies: int, replays: int = 20) -> float:
@@ -77,12 +77,12 @@ def graph_time(fn, copies: int, replays: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> list[dict]:
+def gemv_rows(name: str, out_features: int, in_features: int, grid: dict, rows_in: int = 1) -> list[dict]:
     nbytes = out_features * in_features * 2
     copies = max(2, min(64, 4 * L2_BYTES // nbytes + 1))
     weights = [torch.randn(out_features, in_features, device="cuda", dtype=torch.float16) * 0.02
                for _ in range(copies)]
-    x = torch.randn(1, in_features, device="cuda", dtype=torch.float16)
+    x = torch.randn(rows_in, in_features, device="cuda", dtype=torch.float16)
     reference = F.linear(x.float(), weights[0].float())
     torch._dynamo.reset()
     reduction = torch.compile(lambda x, w: product(x, w, None, 1), dynamic=False)
@@ -92,13 +92,14 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> lis
     def row(variant, fn, check=None, **config):  # check: fn's result as the product (fn's own by default)
         error = ((check or fn)(0).float() - reference).abs().max().item()
         seconds = graph_time(fn, copies)
-        rows.append({"product": name, "out": out_features, "in": in_features, "variant": variant, **config,
+        rows.append({"product": name, "rows": rows_in, "out": out_features, "in": in_features, "variant": variant,
+                     **config,
                      "us": seconds * 1e6, "gb_s": nbytes / seconds / 1e9, "max_error": error})
 
     row("cublas", lambda i: F.linear(x, weights[i]))
     row("inductor-reduction", lambda i: reduction(x, weights[i]))
     for block_n, block_k, programs, warps in itertools.product(*grid.values()):
-        config = kernels.gemv_config(1, out_features, in_features, programs, block_n, block_k, warps)
+        config = kernels.gemv_config(rows_in, out_features, in_features, programs, block_n, block_k, warps)
         if config.block_k != block_k and block_k != min(GRID["block_k"]):
             continue  # narrower than block_k: the same tiling as the smallest block_k
         try:
@@ -108,7 +109,7 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict) -> lis
         except Exception as exc:  # e.g. out of registers / shared memory at the largest tiles
             rows.append({"product": name, "variant": "gemv", "block_n": block_n, "block_k": block_k,
                          "programs": programs, "warps": warps, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
-    default = kernels.gemv_config(1, out_features, in_features)
+    default = kernels.gemv_config(rows_in, out_features, in_features)
     row("gemv compiled", lambda i: ours(x, weights[i]), block_n=default.block_n, block_k=default.block_k,
         splits=default.splits, warps=default.warps)
     return rows
@@ -147,7 +148,7 @@ def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, laye
 
 
 def table(rows: list[dict]) -> str:
-    keys = ["product", "attention", "out", "in", "variant", "block_n", "block_k", "programs", "splits", "block_l",
+    keys = ["product", "attention", "rows", "out", "in", "variant", "block_n", "block_k", "programs", "splits", "block_l",
             "warps", "us", "gb_s", "max_error"]
     keys = [k for k in keys if any(k in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
@@ -172,8 +173,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--shapes", default=",".join(SHAPES))
-    parser.add_argument("--quick", action="store_true", help="a small tiling grid")
+    parser.add_argument("--quick", action="store_true", help="the default tiling only")
     parser.add_argument("--attention-only", action="store_true", help="the attention rows only")
+    parser.add_argument("--products-only", action="store_true", help="the GEMV rows only")
+    parser.add_argument("--rows", type=int, default=1, help="rows of the products (beams x batch, at most 8)")
     parser.add_argument("--long", type=int, default=4096, help="the long buffer's columns for the attention rows")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,9 +186,9 @@ def main() -> None:
     rows = []
     for shape in args.shapes.split(","):
         for name, out_features, in_features in [] if args.attention_only else SHAPES[shape]["products"]:
-            rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID)
+            rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID, args.rows)
             print(table(best([r for r in rows if r.get("product") == f"{shape}:{name}"])), flush=True)
-        for length, write in ((256, 200), (args.long, args.long - 96)):
+        for length, write in () if args.products_only else ((256, 200), (args.long, args.long - 96)):
             got = attention_rows(shape, *SHAPES[shape]["attention"], length=length, write=write)
             print(table(best(got)), flush=True)
             rows += got
