@@ -75,10 +75,11 @@ class FusedSettings:
     # (`product`; 0: never), or as F.linear where `splits` is 0
     split_above: int = 0
     splits: int = 8
-    # products of at most `reduction_rows` rows in a model at most `gemv_width` wide that sum over more than this
-    # many features run our Triton GEMV kernel, compiled or not, where `kernels_on` the step's device (None: none;
-    # 0: all)
+    # products of at most `gemv_rows` rows in a model at most `gemv_width` wide that sum over more than this many
+    # features run our Triton GEMV kernel, compiled or not, where `kernels_on` the step's device (None: none; 0:
+    # all). One row: at 2 and 4 rows cuBLAS read Mistral-7B's and Qwen2.5-0.5B's large products faster (H100)
     gemv_above: int | None = None
+    gemv_rows: int = 1
     gemv_width: int = 16384
     # the LM head through our GEMV kernel whatever its width (its many outputs: where a step implements it)
     gemv_head: bool = False
@@ -102,8 +103,8 @@ class FusedSettings:
                                                                                           width, device)
 
     def _gemv(self, rows: int, width: int, device: torch.device) -> bool:
-        """Our GEMV kernel serves this step (few rows, a model at most `gemv_width` wide, kernels on the device)."""
-        return self.kernels_on(device) and rows <= self.reduction_rows and width <= self.gemv_width
+        """Our GEMV kernel serves this step (`gemv_rows`, a model at most `gemv_width` wide, kernels on the device)."""
+        return self.kernels_on(device) and rows <= self.gemv_rows and width <= self.gemv_width
 
     def kernels_on(self, device: torch.device) -> bool:
         """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""

@@ -14,9 +14,9 @@ position (so rope_theta and the rope scalings whose frequencies do not depend on
 default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query attention of the one query over
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
-`gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, products of few rows (and the LM head) run our Triton
-GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere the products take the
-reduction form when compiled in narrow models (`CausalLM.fused_step.product`), cuBLAS otherwise.
+`gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, a one-row step's products (the LM head included) run
+our Triton GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere the products take the
+reduction form when compiled in narrow models with few rows (`CausalLM.fused_step.product`), cuBLAS otherwise.
 `FusedSettings` holds the other choices the device benchmark compares (defaults measured fastest or level,
 docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the attention, V buffers stored
 [.., head_dim, length], the RMSNorm statistics summed inside the next product.
@@ -38,7 +38,7 @@ from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
 # the step's internal choices when none are given (the device benchmark A/Bs others): on CUDA our Triton kernels
-# for every product of few rows (the LM head included) and for the attention (H100 steps: Qwen2.5-0.5B 0.917 ms
+# for a one-row step's products (the LM head included) and for the attention (H100 steps: Qwen2.5-0.5B 0.917 ms
 # against 1.017 on inductor's kernels, Mistral-7B 5.50 against 6.14 with cuBLAS products, Llama-3-8B 5.84
 # against 6.47; docs/PERFORMANCE.md); elsewhere inductor's reduction form or cuBLAS
 SETTINGS = FusedSettings(gemv_above=0, attention="kernel")

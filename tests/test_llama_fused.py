@@ -54,7 +54,7 @@ def test_compiled_step_on_cpu(workdir):
     (dict(attention="sdpa"), False),
     (dict(attention="sdpa", transposed_values=True), False),
     # compiled on CUDA; eager on the CPU (test_torch_kernels checks that they trace without graph breaks)
-    (dict(gemv_above=0, gemv_head=True, attention="kernel", kernels_everywhere=True), DEVICE == "cuda"),
+    (dict(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel", kernels_everywhere=True), DEVICE == "cuda"),
 ], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels"])
 def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
@@ -67,7 +67,7 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=compiled, graph=DEVICE == "cuda")
     with backend_steps(run, "frameworks") as (_, steps):
         steps.fused.settings = FusedSettings(**settings)
-        if "gemv_above" in settings:  # our GEMV kernel for every product of 3 rows, compiled or not
+        if "gemv_above" in settings:  # our GEMV kernel for every product of 3 rows (gemv_rows 4), compiled or not
             assert steps.fused.settings.form(3, compiled, 64, 128, run.device) == GEMV
             assert steps.fused.settings.head_form(3, compiled, 64, run.device) == GEMV
         elif compiled:
