@@ -1,5 +1,5 @@
 """Our own Triton kernels for the fused decode steps on CUDA (`CausalLM.fused_step`): the two places where a
-one-token step of a small model leaves the card's bandwidth unused whatever inductor generates.
+one-token step leaves the card's bandwidth unused with inductor's kernels and cuBLAS.
 
 - `gemv`: a product of few rows with a weight stored [out, in] (nn.Linear's layout). Each program reads a tile
   of `block_n` weight rows (contiguous along `in`, so every load is a wide coalesced read) over one of `splits`
@@ -7,14 +7,16 @@ one-token step of a small model leaves the card's bandwidth unused whatever indu
   [splits, rows, out] go back to the caller, whose sum over `splits` inductor fuses with what follows (bias,
   activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
   reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
-  per-output reduction reads it at ~1 TB/s on an H100).
+  per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
 - `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
   reading only the columns that can count (up to the write position held on the device, from the window's start)
-  in one kernel (one program per row and query head: scores, online softmax and p.V).
+  in one kernel (one program per row and query head: scores, online softmax and p.V), for buffers up to
+  `attention_columns`.
 
 Both are opaque custom ops (`torch.library.custom_op`, with their output shapes for tracing), so `torch.compile`
-keeps them inside its graph (its own kernels around them) and a CUDA graph captures them; both run under Triton's interpreter (`TRITON_INTERPRET=1`) on CPU tensors, which is how
-the CPU tests check them against plain torch. Imported only where a step uses them (Triton is CUDA-only otherwise).
+keeps them inside its graph (its own kernels around them) and a CUDA graph captures them. Both run under Triton's
+interpreter (`TRITON_INTERPRET=1`) on CPU tensors, which is how the CPU tests check them against plain torch.
+Imported only where a step uses them (Triton is CUDA-only otherwise).
 """
 from __future__ import annotations
 
