@@ -15,8 +15,9 @@ default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query 
 the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
 (Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
 `gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, a one-row step's products (the LM head included) run
-our Triton GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere the products take the
-reduction form when compiled in narrow models with few rows (`CausalLM.fused_step.product`), cuBLAS otherwise.
+our Triton GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere the
+products take the reduction form when compiled in narrow models with few rows (`CausalLM.fused_step.product`),
+cuBLAS otherwise.
 `FusedSettings` holds the other choices the device benchmark compares (defaults measured fastest or level,
 docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the attention, V buffers stored
 [.., head_dim, length], the RMSNorm statistics summed inside the next product.

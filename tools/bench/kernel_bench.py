@@ -148,8 +148,8 @@ def attention_rows(shape: str, heads: int, kv_heads: int, dim: int, window, laye
 
 
 def table(rows: list[dict]) -> str:
-    keys = ["product", "attention", "rows", "out", "in", "variant", "block_n", "block_k", "programs", "splits", "block_l",
-            "warps", "us", "gb_s", "max_error"]
+    keys = ["product", "attention", "rows", "out", "in", "variant", "block_n", "block_k", "programs", "splits",
+            "block_l", "warps", "us", "gb_s", "max_error"]
     keys = [k for k in keys if any(k in r for r in rows)]
     fmt = lambda v: f"{v:.2f}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
