@@ -85,7 +85,7 @@ class FusedSettings:
     # the LM head through our GEMV kernel whatever its width (its many outputs: where a step implements it)
     gemv_head: bool = False
     # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", or "kernel": our Triton kernel where
-    # `kernels_on` the step's device, else "reduction" (where a step implements them)
+    # `attention_on` says it serves, else "reduction" (where a step implements them)
     attention: str = "reduction"
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
@@ -94,6 +94,10 @@ class FusedSettings:
     # a norm's statistics summed beside the reduction-form product that follows it (one kernel, not two; where a
     # step implements it)
     fold_norms: bool = False
+
+    def __post_init__(self):
+        if self.attention == "kernel" and self.transposed_values:
+            raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width
@@ -111,9 +115,14 @@ class FusedSettings:
         """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""
         return device.type == "cuda" or self.kernels_everywhere
 
-    def attention_on(self, device: torch.device) -> str:
-        """The one-query attention a step on this device runs ("kernel" falls back to "reduction" off CUDA)."""
-        return "reduction" if self.attention == "kernel" and not self.kernels_on(device) else self.attention
+    def attention_on(self, device: torch.device, columns: int, head_dim: int) -> str:
+        """The one-query attention a step runs on this device when it reads at most `columns` cache columns (its
+        buffer, or its window where shorter): "kernel" only where our kernels run and its one program per head
+        walks them quickly (`kernels.attention_columns`), else "reduction" (inductor reads them in parallel)."""
+        if self.attention != "kernel":
+            return self.attention
+        serves = self.kernels_on(device) and columns <= triton_kernels().attention_columns(head_dim)
+        return "kernel" if serves else "reduction"
 
     def form(self, rows: int, compiled: bool, width: int, features: int,
              device: torch.device = torch.device("cpu")) -> int:

@@ -128,13 +128,9 @@ def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
 
 def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool, window: int | None):
     """The one query's attention [R, H, D] by `attention` ("reduction", "sdpa" or "kernel": ours, which reads
-    only the columns up to `write` inside the `window`, for buffers up to `kernels.attention_columns`)."""
+    only the columns up to `write` inside the `window`; `FusedSettings.attention_on` says where it serves)."""
     if attention == "kernel":
-        kernels = triton_kernels()
-        read = keys.shape[2] if window is None else min(window, keys.shape[2])  # the most columns it reads
-        if read <= kernels.attention_columns(q.shape[-1]):
-            return kernels.decode_attention(q, keys, values, valid, write, scale, window)
-        attention = "reduction"  # longer: inductor's plain-op form reads the columns in parallel
+        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window)
     return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
 
 
@@ -190,8 +186,6 @@ class FusedLlamaStep:
         config = model.config
         check_config(config)
         self.settings, self.compiled = settings or SETTINGS, compile_options is not None
-        if self.settings.attention == "kernel" and self.settings.transposed_values:
-            raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
@@ -216,12 +210,14 @@ class FusedLlamaStep:
         form = lambda features: self.settings.form(slot.rows, self.compiled, width, features, self.device)  # noqa: E731
         _, qkv_w, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
         forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
+        columns = slot.max_length if self.window is None else min(self.window, slot.max_length)  # read at most
+        attention = self.settings.attention_on(self.device, columns, self.head_dim)
         x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.cos,
                                          self.sin, self.window)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads,
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
-                            attention=self.settings.attention_on(self.device),
+                            attention=attention,
                             transposed=self.settings.transposed_values, fold=self.settings.fold_norms,
                             window=self.window)
         head = self.settings.head_form(slot.rows, self.compiled, width, self.device)

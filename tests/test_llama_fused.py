@@ -79,26 +79,43 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
         assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
 
 
-def test_attention_kernel_leaves_long_buffers_to_inductors_form(monkeypatch):
+def test_attention_kernel_leaves_long_buffers_to_inductors_form():
     """Our attention kernel walks its columns in one program: beyond `attention_columns` (the buffer, or the
-    window where it is shorter) the step takes the plain-op form, which reads them in parallel."""
+    window where it is shorter) the step takes the plain-op form, which reads them in parallel; off CUDA too,
+    unless the kernels run everywhere (the CPU tests)."""
     import torch
 
-    from CausalLM.fused_step import triton_kernels
-    from LLAMA.fused_decode import attend, attend_one
+    from CausalLM.fused_step import FusedSettings, triton_kernels
 
-    kernels = triton_kernels()
+    limit = triton_kernels().attention_columns(16)
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    settings = FusedSettings(attention="kernel")
+    assert settings.attention_on(cuda, limit, 16) == "kernel"
+    assert settings.attention_on(cuda, limit + 1, 16) == "reduction"
+    assert settings.attention_on(cpu, limit, 16) == "reduction"
+    assert FusedSettings(attention="kernel", kernels_everywhere=True).attention_on(cpu, limit, 16) == "kernel"
+    assert FusedSettings(attention="sdpa").attention_on(cuda, limit + 1, 16) == "sdpa"
+    assert triton_kernels().attention_columns(128) < limit  # wider heads: shorter loads
+    with pytest.raises(ValueError, match="transposed_values"):
+        FusedSettings(attention="kernel", transposed_values=True)
+
+
+def test_long_buffer_steps_take_the_plain_attention(workdir, monkeypatch):
+    """A slot longer than the kernel serves: the step (kernels everywhere, on the CPU) never calls it and still
+    gives HF generate's tokens."""
+    from CausalLM.fused_step import FusedSettings, triton_kernels
+
     calls = []
-    monkeypatch.setattr(kernels, "decode_attention", lambda *args: calls.append(args) or args[0])
-    dim = 16
-    long = kernels.attention_columns(dim) + 1
-    q, keys = torch.randn(1, 4, dim), torch.randn(1, 2, long, dim)
-    valid, write = torch.ones(1, long, dtype=torch.bool), torch.tensor([long - 1])
-    expected = attend_one(q, keys, keys, valid, 0.25)
-    assert torch.equal(attend("kernel", q, keys, keys, write, valid, 0.25, False, None), expected) and not calls
-    attend("kernel", q, keys, keys, write, valid, 0.25, False, 64)  # a window shorter than the limit
-    attend("kernel", q, keys[:, :, :64], keys[:, :, :64], write, valid[:, :64], 0.25, False, None)
-    assert len(calls) == 2
+    kernels = triton_kernels()
+    attend = kernels.decode_attention
+    monkeypatch.setattr(kernels, "decode_attention", lambda *a, **k: calls.append(1) or attend(*a, **k))
+    monkeypatch.setattr(kernels, "attention_columns", lambda dim: 8)  # shorter than any of these generations
+    run = _run(workdir, variant="llama-offline", family="LLAMA", compiled=False, graph=False)
+    with backend_steps(run, "frameworks") as (_, steps):
+        steps.fused.settings = FusedSettings(attention="kernel", kernels_everywhere=True)
+        prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        assert _fused_tokens(run, steps, prompt, 1, eos) == _hf_tokens(run, prompt, 1, eos)
+    assert not calls
 
 
 def test_folded_norm_product_agrees():
