@@ -16,9 +16,9 @@ build never leaves a partial artifact where a later run would find it. The build
 staging folder; a staging folder whose lock is free (its process was killed, even by SIGKILL) is stale, and the
 next build in the same folder removes it. Processes that share a working dir (two runs, parallel test workers)
 build an artifact once: a builder holds the artifact's build lock and checks the artifact again under it
-(`ArtifactStore.must_build`), so a process that waited there finds the artifact current and uses it, and no artifact
-is replaced while another process that found it current reads it. Folders and files get the modes the umask gives ordinary folders and
-files (`tempfile` would leave 0700 / 0600).
+(`ArtifactStore.must_build`), so a process that waited there finds the artifact current and uses it, and no
+artifact is replaced while another process that found it current reads it. Folders and files get the modes the
+umask gives ordinary folders and files (`tempfile` would leave 0700 / 0600).
 
 The working dir is written only when something must be built: a run whose artifacts are all current works in a
 read-only working dir (a shared cache); a build there is refused in one line. A full disk during a build is one

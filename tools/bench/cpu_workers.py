@@ -12,11 +12,12 @@ A worker loads one model, then answers JSON lines on stdin with JSON lines on st
     optimum MODEL_DIR THREADS [SPINNING]      Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling;
                                               SPINNING 0 turns ONNX Runtime's thread spinning off (default: on)
 
-By hand, with the interpreter that has CTranslate2 (`cpu_compare.py` starts these itself):
+By hand, with the interpreter of the separate venv that has CTranslate2 and Optimum (`cpu_compare.py
+--other-python`; it starts these itself):
 
-    /work/venv-optimum/bin/python tools/bench/cpu_workers.py convert temp/shapes/gpt2 temp/ct2 int8 float32
+    OTHER/bin/python tools/bench/cpu_workers.py convert temp/shapes/gpt2 temp/ct2 int8 float32
     echo '{"call": {"seed": 0, "prompt": 32, "new": 64}}' | \
-        /work/venv-optimum/bin/python tools/bench/cpu_workers.py ct2 temp/ct2/gpt2-int8 int8 2
+        OTHER/bin/python tools/bench/cpu_workers.py ct2 temp/ct2/gpt2-int8 int8 2
 """
 from __future__ import annotations
 

@@ -100,8 +100,8 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict, rows_i
     row("inductor-reduction", lambda i: reduction(x, weights[i]))
     for block_n, block_k, programs, warps in itertools.product(*grid.values()):
         config = kernels.gemv_config(rows_in, out_features, in_features, programs, block_n, block_k, warps)
-        if config.block_k != block_k and block_k != min(GRID["block_k"]):
-            continue  # narrower than block_k: the same tiling as the smallest block_k
+        if config.block_k != block_k and block_k != min(grid["block_k"]):
+            continue  # narrowed by the features or the rows: the same tiling as the grid's smallest block_k
         try:
             row("gemv kernel", lambda i, c=config: kernels.gemv_partials(x, weights[i], *c),
                 lambda i, c=config: kernels.gemv_partials(x, weights[i], *c).sum(0), block_n=block_n,
