@@ -18,11 +18,13 @@ apply_residual_connection_post_layernorm); `ln_f` and the LM head (tied to the e
 ALiBi: HF adds slope_h * j to the scores, j a key's position among its row's unpadded tokens (the mask's cumsum,
 so left padding shifts nothing). Softmax is unchanged by a constant per query, so the step adds slope_h * (j - i),
 i the query's position: the same probabilities, and the biases of the keys that matter (the recent ones) stay
-small, so fp16 rounds them little. The slopes are HF's (`BLOOM.attention.alibi_slopes`, any head count), made once; the
-relative positions come from the slot's mask on the device (a cumsum per step: no host work). The embedding
-function returns the bias [rows, heads, length] in fp32, -inf at masked columns, and every layer adds it.
-Products of few rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS
-otherwise (`FusedSettings`). `pretraining_tp` with `slow_but_exact` only splits HF's products into slices (the same
+small, so fp16 rounds them little. The slopes are HF's (`BLOOM.attention.alibi_slopes`, any head count), made
+once; the relative positions come from the slot's mask on the device (a cumsum per step: no host work): the
+embedding function returns them [rows, length] in fp32 with the columns each row attends to, and every layer's
+attention adds slope_h x them to its scores (`CausalLM.fused_step.attend`, our Triton kernel's `alibi` on CUDA).
+On CUDA a one-row step's products run our Triton GEMV kernel (`NNDF.backends.torch.kernels`); elsewhere, and for
+more rows, products of few rows in narrow models use the reduction form when compiled
+(`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`, `decoder_settings`). `pretraining_tp` with `slow_but_exact` only splits HF's products into slices (the same
 sums in another order): the step does one product.
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with the ALiBi bias as the additive part of a
@@ -35,7 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from BLOOM.attention import alibi_slopes
-from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
+                                 prompt_mask)
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
@@ -64,42 +67,39 @@ def alibi_bias(slopes, keys_before, valid):
     return bias.masked_fill(~valid[:, None], float("-inf"))
 
 
-def attend_one(q, keys, values, bias, scale: float):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] plus `bias` [R, H, L]."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale + bias  # [R, H, L]
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
-
-
-def layer_step(x, w: tuple, keys, values, write, bias, *, heads: int, eps: float, scale: float, post: bool,
-               reduce: bool):
-    """One BLOOM block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+def layer_step(x, w: tuple, keys, values, write, valid, alibi: tuple, *, heads: int, eps: float, scale: float,
+               post: bool, forms: tuple, attention: str):
+    """One BLOOM block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
+    `alibi`: (slopes [H], key position - query position [R, L]); `forms`: `product`'s form for query_key_value,
+    dense, dense_h_to_4h and dense_4h_to_h; `attention`: `attend`'s."""
     norm1, qkv_w, qkv_b, dense_w, dense_b, norm2, up_w, up_b, down_w, down_b = w
+    qkv_form, dense_form, up_form, down_form = forms
     rows, embed = x.shape
     h = layer_norm(x, norm1, eps)
-    qkv = product(h, qkv_w, qkv_b, reduce).reshape(rows, heads, 3, embed // heads)  # HF's per-head layout
+    qkv = product(h, qkv_w, qkv_b, qkv_form).reshape(rows, heads, 3, embed // heads)  # HF's per-head layout
     q, k, v = qkv.unbind(2)  # [R, H, D] each
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    attn = attend_one(q, keys, values, bias, scale).reshape(rows, embed)
-    x = (h if post else x) + product(attn, dense_w, dense_b, reduce)
+    attn = attend(attention, q, keys, values, write, valid, scale, alibi=alibi).reshape(rows, embed)
+    x = (h if post else x) + product(attn, dense_w, dense_b, dense_form)
     h = layer_norm(x, norm2, eps)
-    return (h if post else x) + product(bloom_gelu(product(h, up_w, up_b, reduce)), down_w, down_b, reduce)
+    up = bloom_gelu(product(h, up_w, up_b, up_form))
+    return (h if post else x) + product(up, down_w, down_b, down_form)
 
 
-def embed_step(ids, mask, write, embed, norm: tuple, slopes, eps: float):
-    """The step's embedding [R, E] (through word_embeddings_layernorm) and the attention bias [R, H, L]: ALiBi over
-    the columns each row attends to (its unpadded ones up to the write position), -inf elsewhere."""
+def embed_step(ids, mask, write, embed, norm: tuple, eps: float):
+    """The step's embedding [R, E] (through word_embeddings_layernorm), the columns each row attends to [R, L]
+    (its unpadded ones up to the write position) and ALiBi's relative positions there [R, L] fp32 (a key's
+    position minus the query's, among the row's unpadded tokens)."""
     columns = torch.arange(mask.shape[1], device=mask.device)
     valid = (columns[None, :] <= write) & (mask != 0)  # [R, L]
     counted = valid.long().cumsum(-1)  # a key's position + 1; the last column: the query's position + 1
-    bias = alibi_bias(slopes, (counted - counted[:, -1:])[:, None, :], valid[:, None, :])[:, :, 0]
-    return layer_norm(embed[ids[:, 0]], norm, eps), bias
+    return layer_norm(embed[ids[:, 0]], norm, eps), valid, (counted - counted[:, -1:]).float()
 
 
-def head_step(x, norm: tuple, lm_w, eps: float, reduce: bool):
+def head_step(x, norm: tuple, lm_w, eps: float, form: int):
     """The step's logits [R, 1, V]."""
-    return product(layer_norm(x, norm, eps), lm_w, None, reduce)[:, None, :]
+    return product(layer_norm(x, norm, eps), lm_w, None, form)[:, None, :]
 
 
 class FusedBloomStep:
@@ -108,10 +108,10 @@ class FusedBloomStep:
     functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = decoder_settings(settings), compile_options is not None
         self.heads, self.post = config.n_head, config.apply_residual_connection_post_layernorm
         self.head_dim = config.hidden_size // config.n_head
         self.width, self.scale = config.hidden_size, self.head_dim ** -0.5
@@ -131,13 +131,16 @@ class FusedBloomStep:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
-        x, bias = self._embed(slot.ids, slot.mask, slot.write, self.embed, self.embed_norm, self.slopes,
-                              eps=self.eps)
+        rows, settings = slot.rows, self.settings
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[3], w[6], w[8])
+        attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
+        x, valid, offsets = self._embed(slot.ids, slot.mask, slot.write, self.embed, self.embed_norm, eps=self.eps)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
-            x = self._layer(x, weights, keys, values, slot.write, bias, heads=self.heads, eps=self.eps,
-                            scale=self.scale, post=self.post, reduce=reduce)
-        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, reduce=reduce)
+            x = self._layer(x, weights, keys, values, slot.write, valid, (self.slopes, offsets), heads=self.heads,
+                            eps=self.eps, scale=self.scale, post=self.post, forms=forms, attention=attention)
+        head = settings.head_form(rows, self.compiled, self.width, self.device)
+        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, form=head)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

@@ -34,6 +34,7 @@ def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, 
 
 
 GEMV = -1  # `product`'s form through our Triton GEMV kernel
+ATTENTIONS = ("reduction", "sdpa", "kernel")  # `FusedSettings.attention`: `attend`'s forms
 
 
 def triton_kernels():
@@ -96,6 +97,8 @@ class FusedSettings:
     fold_norms: bool = False
 
     def __post_init__(self):
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"attention {self.attention!r}: one of {', '.join(ATTENTIONS)}")
         if self.attention == "kernel" and self.transposed_values:
             raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
 
@@ -124,6 +127,10 @@ class FusedSettings:
         serves = self.kernels_on(device) and columns <= triton_kernels().attention_columns(head_dim)
         return "kernel" if serves else "reduction"
 
+    def forms(self, rows: int, compiled: bool, width: int, device: torch.device, *weights) -> tuple:
+        """`form` of each product of a layer, by its weight [out, in] (None: no such product, form 0)."""
+        return tuple(0 if w is None else self.form(rows, compiled, width, w.shape[1], device) for w in weights)
+
     def form(self, rows: int, compiled: bool, width: int, features: int,
              device: torch.device = torch.device("cpu")) -> int:
         """`product`'s form for a product over `features` input features in a step of `rows` rows of a model
@@ -135,6 +142,63 @@ class FusedSettings:
         if self.split_above and features > self.split_above:
             return self.splits if not self.splits or features % self.splits == 0 else 1
         return 1
+
+
+# the decoder-only families' default: on CUDA our Triton GEMV for a one-row step's products (the LM head
+# included) and our attention kernel; elsewhere, and for more rows, inductor's reduction form or cuBLAS
+# (docs/PERFORMANCE.md: on an H100 Llama-3-8B's step 5.84 ms against 6.47 on cuBLAS and inductor's kernels)
+DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="kernel")
+
+
+def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:
+    """`settings`, else the decoder families' default, read when a step is made (the device benchmark swaps
+    `DECODER_SETTINGS` to time other choices: tools/bench/speed_matrix.py)."""
+    return settings or DECODER_SETTINGS
+
+
+def attend_one(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None):
+    """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] (values [R, KVH, D, L] when
+    `transposed`) masked by `valid` [R, L]; query heads in groups of H / KVH share a key/value head. `alibi`:
+    (slopes [H], offsets [R, L]), each score plus slope_h * offsets[r, column] (BLOOM)."""
+    rows, heads, dim = q.shape
+    kv_heads = keys.shape[1]
+    q = q.reshape(rows, kv_heads, heads // kv_heads, dim)
+    scores = (q[:, :, :, None, :].float() * keys[:, :, None].float()).sum(-1) * scale  # [R, KVH, G, L]
+    if alibi is not None:
+        slopes, offsets = alibi
+        scores = scores + (slopes[None, :, None] * offsets[:, None, :]).reshape(rows, kv_heads, -1, offsets.shape[1])
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    if transposed:
+        out = (p[:, :, :, None, :] * values[:, :, None].float()).sum(-1)  # [R, KVH, G, D]
+    else:
+        out = (p[..., None] * values[:, :, None].float()).sum(-2)
+    return out.reshape(rows, heads, dim).to(q.dtype)
+
+
+def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None):
+    """`attend_one` as one `F.scaled_dot_product_attention` call (the key/value heads repeated for the query
+    heads: SDPA's own grouped-query option has no masked kernel on CUDA; ALiBi as an additive mask)."""
+    groups = q.shape[1] // keys.shape[1]
+    values = values.transpose(-1, -2) if transposed else values
+    keys, values = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (keys, values))
+    mask = valid[:, None, None, :]
+    if alibi is not None:
+        slopes, offsets = alibi
+        bias = slopes[None, :, None] * offsets[:, None, :]  # [R, H, L]
+        mask = bias.masked_fill(~valid[:, None, :], float("-inf"))[:, :, None].to(q.dtype)
+    out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask, scale=scale)
+    return out[:, :, 0]
+
+
+def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool = False,
+           window: int | None = None, alibi: tuple | None = None):
+    """The one query's attention [R, H, D] by `attention` (ATTENTIONS: "kernel" is ours, which reads only the
+    columns up to `write` inside the `window`; `FusedSettings.attention_on` says where it serves). `valid` [R, L]
+    already holds the window; `alibi`: `attend_one`'s."""
+    if attention == "kernel":
+        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window, alibi=alibi)
+    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed, alibi)
 
 
 def layer_norm(x, norm: tuple, eps: float):

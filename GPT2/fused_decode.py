@@ -1,22 +1,21 @@
 """GPT-2's fused decode step (`--fused-decode` on `frameworks`): the one-token step in plain torch ops, for inductor.
 
 HF's modeling code runs ~150 small kernels per GPT-2 step; this step is written so that inductor can fuse the
-work around each weight product into the product (measured on an H100 in docs/PERFORMANCE.md: 12 kernels per
-layer remain, and the time is in the one-row products). The step is three functions: the embedding (token + position, and the row's attention validity),
-ONE layer function called for every layer with that layer's weights as arguments (same shapes, so
-`torch.compile(dynamic=False)` compiles it once: gpt2-xl's 48 layers compile as fast as 12), and the head
-(final layer norm + tied LM head). The cache is our own: one K and one V buffer [rows, heads, length, head_dim]
-per layer, written in place at a write position held on the device, so the step replays from a CUDA graph
-without host work (the capture is `CausalLM.torch_steps.TorchSteps`'s).
+work around each weight product into its neighbours. The step is three functions: the embedding (token + position,
+and the row's attention validity), ONE layer function called for every layer with that layer's weights as
+arguments (same shapes, so `torch.compile(dynamic=False)` compiles it once: gpt2-xl's 48 layers compile as fast as
+12), and the head (final layer norm + tied LM head). The cache is our own: one K and one V buffer
+[rows, heads, length, head_dim] per layer, written in place at a write position held on the device, so the step
+replays from a CUDA graph without host work (the capture is `CausalLM.torch_steps.TorchSteps`'s).
 
-Weight products of few rows use the reduction form `(x[:, None, :] * W).sum(-1)`, which inductor fuses with its
-prologue (layer norm) and epilogue (bias, GELU, residual); above `FusedSettings.reduction_rows` rows (and always
-when not compiled: eager would materialise the product) they are `F.linear` (cuBLAS). inductor's own
-`decompose_mem_bound_mm` (torch 2.11 and 2.13, off by default) does not cover this: on CUDA it rewrites
-tall-skinny products (>= 10240 rows, <= 32 columns).
-Attention for the one query reads the whole static buffer masked by (column <= write position) & the row's
-padding mask: `reduction` (q.K, masked softmax, p.V as plain ops inductor fuses) or `sdpa`
-(`F.scaled_dot_product_attention` with that mask); `FusedSettings.attention` selects it.
+The step's choices are `CausalLM.fused_step.FusedSettings` (the decoder families' default,
+`decoder_settings`): on CUDA a one-row step's products (the LM head included) run our Triton GEMV kernel and the
+one-query attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere, and for more rows, products
+of few rows take the reduction form `(x[:, None, :] * W).sum(-1)` when compiled, which inductor fuses with its
+prologue (layer norm) and epilogue (bias, GELU, residual), and `F.linear` (cuBLAS) otherwise; the attention reads
+the whole static buffer masked by (column <= write position) & the row's padding mask, as plain ops inductor
+fuses or as `F.scaled_dot_product_attention`. `fold_norms` folds each layer norm's gain into the product that
+follows it.
 
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
 buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]:
@@ -25,34 +24,17 @@ a copy, so the layers' weights are held twice while the step lives).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import compiled, kv_slot, product, prompt_mask
+from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask
 from NNDF.slots import KVSlot
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
 ACTIVATIONS = FUSED_GELUS  # activation_function -> F.gelu's `approximate`
-ATTENTIONS = ("reduction", "sdpa")  # FlexAttention was measured slower and did not compile everywhere
-
-
-@dataclass(frozen=True)
-class FusedSettings:
-    """The step's internal choices (not user flags: the device benchmark A/Bs them)."""
-
-    attention: str = "reduction"  # one-query attention: "reduction" (plain fused ops) or "sdpa"
-    reduction_rows: int = 4  # compiled steps of at most this many rows use the reduction form for products
-    # fold each layer norm's gain into the product that follows it (W * g, with the row sums of W * g and W @ b
-    # kept): the norm's statistics then become sibling reductions of the product, one kernel instead of two
-    fold_norms: bool = False
-
-    def reduces(self, rows: int, compiled: bool) -> bool:
-        """Whether a product of `rows` rows is the reduction form (memory-bound) rather than F.linear (cuBLAS)."""
-        return compiled and rows <= self.reduction_rows
 
 
 def check_config(config) -> None:
@@ -74,21 +56,22 @@ def check_config(config) -> None:
                          f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
 
 
-def _norm_product(x, norm: tuple, weight, bias, eps: float, reduce: bool, folded: bool):
-    """layer_norm(x) times the weight + bias. `norm` is the norm's (gain, bias), or when `folded` (`fold_norm`)
-    the weight's (row sums, constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) + constant, x's sum
-    and sum of squares reduced over the same range as the product (in the reduction form: one kernel)."""
+def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: bool):
+    """layer_norm(x) times the weight + bias (`product`'s `form`). `norm` is the norm's (gain, bias), or when
+    `folded` (`fold_norm`) the weight's (row sums, constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) +
+    constant, x's sum and sum of squares reduced over the same range as the product (in the reduction form: one
+    kernel)."""
     if not folded:
-        return product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, reduce)
+        return product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, form)
     rowsum, const = norm
     xf = x.float()
-    if reduce:
+    if form == 1:
         wide = xf[..., None, :].expand(*xf.shape[:-1], weight.shape[0], xf.shape[-1])
         total, squares = wide.sum(-1), (wide * wide).sum(-1)
         dot = (xf[..., None, :] * weight.float()).sum(-1)
     else:
         total, squares = xf.sum(-1, keepdim=True), (xf * xf).sum(-1, keepdim=True)
-        dot = F.linear(x, weight).float()
+        dot = product(x, weight, None, form).float()
     mean = total / x.shape[-1]
     rstd = torch.rsqrt(squares / x.shape[-1] - mean * mean + eps)
     return (rstd * (dot - mean * rowsum) + const).to(x.dtype)
@@ -101,31 +84,21 @@ def fold_norm(gain, shift, weight, bias) -> tuple:
     return folded, (folded.float().sum(-1), const)
 
 
-def _attend(q, keys, values, valid, scale: float, kind: str):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] masked by `valid` [R, L]."""
-    if kind == "sdpa":
-        out = F.scaled_dot_product_attention(q[:, :, None, :], keys, values, attn_mask=valid[:, None, None, :],
-                                             scale=scale)
-        return out[:, :, 0, :]
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)
-
-
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, gelu: str, scale: float,
-               reduce: bool, attention: str, folded: bool):
-    """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+               forms: tuple, attention: str, folded: bool):
+    """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
+    `forms`: `product`'s form for c_attn, attn.c_proj, c_fc and mlp.c_proj; `attention`: `attend`'s."""
     norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
+    qkv_form, proj_form, fc_form, out_form = forms
     rows, embed = x.shape
-    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, reduce, folded)
+    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded)
     q, k, v = (t.reshape(rows, heads, embed // heads) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    a = _attend(q, keys, values, valid, scale, attention).reshape(rows, embed)
-    x = x + product(a, proj_w, proj_b, reduce)
-    h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, eps, reduce, folded), approximate=gelu)
-    return x + product(h, out_w, out_b, reduce)
+    a = attend(attention, q, keys, values, write, valid, scale).reshape(rows, embed)
+    x = x + product(a, proj_w, proj_b, proj_form)
+    h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, eps, fc_form, folded), approximate=gelu)
+    return x + product(h, out_w, out_b, out_form)
 
 
 def embed_step(ids, positions, mask, write, wte, wpe):
@@ -140,9 +113,9 @@ def token_embed(ids, positions, wte, wpe):
     return wte[ids[:, 0]] + wpe[positions[:, 0]]
 
 
-def head_step(x, norm: tuple, lm_w, eps: float, reduce: bool, folded: bool):
+def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool):
     """Final layer norm and LM head: logits [R, 1, V]."""
-    return _norm_product(x, norm, lm_w, None, eps, reduce, folded)[:, None, :]
+    return _norm_product(x, norm, lm_w, None, eps, form, folded)[:, None, :]
 
 
 class FusedGPT2Step:
@@ -151,12 +124,10 @@ class FusedGPT2Step:
     functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        if settings.attention not in ATTENTIONS:
-            raise ValueError(f"attention {settings.attention!r}: one of {', '.join(ATTENTIONS)}")
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = decoder_settings(settings), compile_options is not None
         self.heads, self.eps = config.n_head, config.layer_norm_epsilon
         self.head_dim = config.n_embd // config.n_head
         self.scale = 1.0 / math.sqrt(self.head_dim) if config.scale_attn_weights else 1.0
@@ -178,13 +149,16 @@ class FusedGPT2Step:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        reduce = self.settings.reduces(slot.rows, self.compiled)
+        rows, settings, width = slot.rows, self.settings, self.wte.shape[1]
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, width, self.device, w[1], w[3], w[6], w[8])
+        attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
-                            gelu=self.gelu, scale=self.scale, reduce=reduce, attention=self.settings.attention,
-                            folded=self.folded)
-        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, reduce=reduce, folded=self.folded)
+                            gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded)
+        head = settings.head_form(rows, self.compiled, width, self.device)
+        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -197,12 +171,12 @@ class FusedGPT2Step:
             x = self._prompt_layer(x, weights, keys, values, start, allowed)
         if last_only:
             x = x[:, -1:]
-        return _norm_product(x, self.ln_f, self.lm_head, None, self.eps, False, self.folded)
+        return _norm_product(x, self.ln_f, self.lm_head, None, self.eps, 0, self.folded)
 
     def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed):
         norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
         rows, length, embed = x.shape
-        qkv = _norm_product(x, norm1, qkv_w, qkv_b, self.eps, False, self.folded)
+        qkv = _norm_product(x, norm1, qkv_w, qkv_b, self.eps, 0, self.folded)
         q, k, v = (t.reshape(rows, length, self.heads, self.head_dim).transpose(1, 2)
                    for t in qkv.split(embed, dim=-1))
         end = start + length
@@ -211,7 +185,7 @@ class FusedGPT2Step:
         a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
                                            scale=self.scale)
         x = x + F.linear(a.transpose(1, 2).reshape(rows, length, embed), proj_w, proj_b)
-        h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, self.eps, False, self.folded), approximate=self.gelu)
+        h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, self.eps, 0, self.folded), approximate=self.gelu)
         return x + F.linear(h, out_w, out_b)
 
 

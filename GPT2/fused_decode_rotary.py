@@ -26,9 +26,10 @@ are head by head ([H, 3, D]: each head's q, k and v), split per head after the p
 20B). The rotary cos/sin tables [positions, rotary_dim] are computed once at load by HF's own code on the model's
 device: GPT-J's `embed_positions` buffer (sin then cos, per pair), GPT-NeoX's rotary module (rope types whose
 frequencies change with the sequence length are refused); the rows are indexed by the position ids the loop
-passes (which skip left padding). Attention is computed in fp32 (HF's GPT-J does too). Products of few rows in
-narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise
-(`FusedSettings`).
+passes (which skip left padding). Attention is computed in fp32 (HF's GPT-J does too). On CUDA a one-row step's
+products and its attention run our Triton kernels (`NNDF.backends.torch.kernels`); elsewhere, and for more rows,
+products of few rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS
+otherwise (`FusedSettings`, `decoder_settings`).
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding mask, writing the same
 buffers.
@@ -40,7 +41,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
+                                 prompt_mask)
 from GPT2.config import FUSED_GELUS
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -93,45 +95,40 @@ def split_qkv(qkv, heads: int, per_head: bool):
     return (t.reshape(*lead, heads, -1) for t in qkv.chunk(3, dim=-1))
 
 
-def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] masked by `valid` [R, L]."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
+def mlp(h, fc_w, fc_b, proj_w, proj_b, gelu: str, forms: tuple):
+    """The MLP's two products around the GELU; `forms`: `product`'s form for each."""
+    return product(F.gelu(product(h, fc_w, fc_b, forms[0]), approximate=gelu), proj_w, proj_b, forms[1])
 
 
-def mlp(h, fc_w, fc_b, proj_w, proj_b, gelu: str, reduce: bool):
-    return product(F.gelu(product(h, fc_w, fc_b, reduce), approximate=gelu), proj_w, proj_b, reduce)
-
-
-def residual_block(x, w: tuple, attention, *, eps: float, gelu: str, residual: str, reduce: bool):
+def residual_block(x, w: tuple, attention, *, eps: float, gelu: str, residual: str, forms: tuple = (0, 0, 0)):
     """The layer around its attention (`attention`: normed input -> the branch's output before out_proj):
-    x [..., E] -> [..., E] with the residual form `residual` (RESIDUALS)."""
+    x [..., E] -> [..., E] with the residual form `residual` (RESIDUALS). `forms`: `product`'s form for the
+    output projection and the MLP's two products."""
     norm1, norm2, _, _, out_w, out_b, fc_w, fc_b, proj_w, proj_b = w
     h = layer_norm(x, norm1, eps)
-    a = product(attention(h), out_w, out_b, reduce)
+    a = product(attention(h), out_w, out_b, forms[0])
     if residual == "shared":
-        return x + a + mlp(h, fc_w, fc_b, proj_w, proj_b, gelu, reduce)
+        return x + a + mlp(h, fc_w, fc_b, proj_w, proj_b, gelu, forms[1:])
     if residual == "parallel":
-        return x + a + mlp(layer_norm(x, norm2, eps), fc_w, fc_b, proj_w, proj_b, gelu, reduce)
+        return x + a + mlp(layer_norm(x, norm2, eps), fc_w, fc_b, proj_w, proj_b, gelu, forms[1:])
     y = x + a
-    return y + mlp(layer_norm(y, norm2, eps), fc_w, fc_b, proj_w, proj_b, gelu, reduce)
+    return y + mlp(layer_norm(y, norm2, eps), fc_w, fc_b, proj_w, proj_b, gelu, forms[1:])
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, eps: float, gelu: str,
-               scale: float, residual: str, per_head: bool, reduce: bool):
-    """One layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+               scale: float, residual: str, per_head: bool, forms: tuple, attention: str):
+    """One layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]. `forms`:
+    `product`'s form for query_key_value, the output projection and the MLP's two; `attention`: `attend`'s."""
     qkv_w, qkv_b = w[2], w[3]
 
-    def attention(h):
-        q, k, v = split_qkv(product(h, qkv_w, qkv_b, reduce), heads, per_head)  # each [R, H, D]
+    def attend_branch(h):
+        q, k, v = split_qkv(product(h, qkv_w, qkv_b, forms[0]), heads, per_head)  # each [R, H, D]
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         keys[:, :, write] = k[:, :, None, :]
         values[:, :, write] = v[:, :, None, :]
-        return attend_one(q, keys, values, valid, scale).reshape(h.shape)
+        return attend(attention, q, keys, values, write, valid, scale).reshape(h.shape)
 
-    return residual_block(x, w, attention, eps=eps, gelu=gelu, residual=residual, reduce=reduce)
+    return residual_block(x, w, attend_branch, eps=eps, gelu=gelu, residual=residual, forms=forms[1:])
 
 
 def embed_step(ids, positions, mask, write, embed, cos_table, sin_table):
@@ -143,9 +140,9 @@ def embed_step(ids, positions, mask, write, embed, cos_table, sin_table):
     return embed[ids[:, 0]], valid, cos_table[at][:, None], sin_table[at][:, None]
 
 
-def head_step(x, norm: tuple, lm_w, lm_b, eps: float, reduce: bool):
+def head_step(x, norm: tuple, lm_w, lm_b, eps: float, form: int):
     """Final layer norm and LM head: logits [R, 1, V]."""
-    return product(layer_norm(x, norm, eps), lm_w, lm_b, reduce)[:, None, :]
+    return product(layer_norm(x, norm, eps), lm_w, lm_b, form)[:, None, :]
 
 
 class Parts(NamedTuple):
@@ -168,10 +165,10 @@ class FusedRotaryStep:
     options to compile the step's three functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = decoder_settings(settings), compile_options is not None
         self.heads, self.width = config.num_attention_heads, config.hidden_size
         self.head_dim = self.width // self.heads
         self.scale, self.gelu = self.head_dim ** -0.5, FUSED_GELUS[activation(config)]
@@ -185,14 +182,17 @@ class FusedRotaryStep:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        p = self.parts
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
+        p, rows, settings = self.parts, slot.rows, self.settings
+        w = p.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[2], w[4], w[6], w[8])
+        attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
         x, valid, cos, sin = self._embed(slot.ids, slot.positions, slot.mask, slot.write, p.embed, p.cos, p.sin)
         for weights, keys, values in zip(p.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, cos, sin, heads=self.heads, eps=p.eps,
                             gelu=self.gelu, scale=self.scale, residual=p.residual, per_head=p.per_head,
-                            reduce=reduce)
-        return self._head(x, p.final_norm, *p.lm_head, eps=p.eps, reduce=reduce)
+                            forms=forms, attention=attention)
+        head = settings.head_form(rows, self.compiled, self.width, self.device)
+        return self._head(x, p.final_norm, *p.lm_head, eps=p.eps, form=head)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -221,8 +221,7 @@ class FusedRotaryStep:
                                                scale=self.scale)
             return a.transpose(1, 2).reshape(h.shape)
 
-        return residual_block(x, w, attention, eps=self.parts.eps, gelu=self.gelu, residual=self.parts.residual,
-                              reduce=False)
+        return residual_block(x, w, attention, eps=self.parts.eps, gelu=self.gelu, residual=self.parts.residual)
 
 
 def _detach(t):

@@ -32,17 +32,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, kv_slot, product, triton_kernels
+from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product
 from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
-# the step's internal choices when none are given (the device benchmark A/Bs others): on CUDA our Triton kernels
-# for a one-row step's products (the LM head included) and for the attention (H100 steps: Qwen2.5-0.5B 0.917 ms
-# against 1.017 on inductor's kernels, Mistral-7B 5.50 against 6.14 with cuBLAS products, Llama-3-8B 5.84
-# against 6.47; docs/PERFORMANCE.md); elsewhere inductor's reduction form or cuBLAS
-SETTINGS = FusedSettings(gemv_above=0, attention="kernel")
 
 
 def check_config(config) -> None:
@@ -100,40 +95,6 @@ def rotate(x, cos, sin):
     return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
 
 
-def attend_one(q, keys, values, valid, scale: float, transposed: bool = False):
-    """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] (values [R, KVH, D, L] when
-    `transposed`) masked by `valid` [R, L]; query heads in groups of H / KVH share a key/value head."""
-    rows, heads, dim = q.shape
-    kv_heads = keys.shape[1]
-    q = q.reshape(rows, kv_heads, heads // kv_heads, dim)
-    scores = (q[:, :, :, None, :].float() * keys[:, :, None].float()).sum(-1) * scale  # [R, KVH, G, L]
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    if transposed:
-        out = (p[:, :, :, None, :] * values[:, :, None].float()).sum(-1)  # [R, KVH, G, D]
-    else:
-        out = (p[..., None] * values[:, :, None].float()).sum(-2)
-    return out.reshape(rows, heads, dim).to(q.dtype)
-
-
-def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False):
-    """`attend_one` as one `F.scaled_dot_product_attention` call (the key/value heads repeated for the query
-    heads: SDPA's own grouped-query option has no masked kernel on CUDA)."""
-    groups = q.shape[1] // keys.shape[1]
-    values = values.transpose(-1, -2) if transposed else values
-    keys, values = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (keys, values))
-    out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=valid[:, None, None, :], scale=scale)
-    return out[:, :, 0]
-
-
-def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool, window: int | None):
-    """The one query's attention [R, H, D] by `attention` ("reduction", "sdpa" or "kernel": ours, which reads
-    only the columns up to `write` inside the `window`; `FusedSettings.attention_on` says where it serves)."""
-    if attention == "kernel":
-        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window)
-    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed)
-
-
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
                scale: float, forms: tuple, attention: str = "reduction", transposed: bool = False,
                fold: bool = False, window: int | None = None):
@@ -185,7 +146,7 @@ class FusedLlamaStep:
                  settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings or SETTINGS, compile_options is not None
+        self.settings, self.compiled = decoder_settings(settings), compile_options is not None
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5

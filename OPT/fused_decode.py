@@ -13,9 +13,10 @@ the loop passes, which skip left padding); per layer a layer norm before attenti
 (`do_layer_norm_before`), or after each residual add (opt-350m's post-norm); one product for q, k and v (the three
 weights and biases concatenated once at load), the query scaled by head_dim ** -0.5, attention of the one query
 over the whole buffer masked by (column <= write position) and the row's padding mask, out_proj, fc1, ReLU, fc2;
-the final layer norm (pre-norm models only), `project_out` where present, and the tied LM head. Products of few
-rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise
-(`FusedSettings`).
+the final layer norm (pre-norm models only), `project_out` where present, and the tied LM head. On CUDA a one-row
+step's products and its attention run our Triton kernels (`NNDF.backends.torch.kernels`); elsewhere, and for
+more rows, products of few rows in narrow models use the reduction form when compiled
+(`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`, `decoder_settings`).
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding mask, writing the same
 buffers. The concatenated q/k/v weights are copies: they are held twice while the step lives.
@@ -26,7 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, kv_slot, layer_norm, product, prompt_mask
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
+                                 prompt_mask)
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
@@ -44,54 +46,50 @@ def check_config(config) -> None:
                          "step implements; drop --fused-decode")
 
 
-def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] masked by `valid` [R, L]."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
-
-
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, scale: float, pre_norm: bool,
-               reduce: bool):
-    """One OPT decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+               forms: tuple, attention: str):
+    """One OPT decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
+    `forms`: `product`'s form for q/k/v, out_proj, fc1 and fc2; `attention`: `attend`'s."""
     norm1, qkv_w, qkv_b, out_w, out_b, norm2, fc1_w, fc1_b, fc2_w, fc2_b = w
+    qkv_form, out_form, fc1_form, fc2_form = forms
     rows, embed = x.shape
     head_dim = embed // heads
-    qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, reduce)
+    qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, qkv_form)
     q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    x = x + product(attend_one(q, keys, values, valid, scale).reshape(rows, embed), out_w, out_b, reduce)
+    a = attend(attention, q, keys, values, write, valid, scale)
+    x = x + product(a.reshape(rows, embed), out_w, out_b, out_form)
     if not pre_norm:
         x = layer_norm(x, norm1, eps)
-    h = F.relu(product(layer_norm(x, norm2, eps) if pre_norm else x, fc1_w, fc1_b, reduce))
-    x = x + product(h, fc2_w, fc2_b, reduce)
+    h = F.relu(product(layer_norm(x, norm2, eps) if pre_norm else x, fc1_w, fc1_b, fc1_form))
+    x = x + product(h, fc2_w, fc2_b, fc2_form)
     return x if pre_norm else layer_norm(x, norm2, eps)
 
 
-def embed_step(ids, positions, mask, write, embed, project_in, pos_table, reduce: bool):
+def embed_step(ids, positions, mask, write, embed, project_in, pos_table, form: int):
     """The step's token + position embedding [R, E], and which columns each row attends to [R, L]."""
     columns = torch.arange(mask.shape[1], device=mask.device)
     valid = (columns[None, :] <= write) & (mask != 0)
     x = embed[ids[:, 0]]
     if project_in is not None:
-        x = product(x, project_in, None, reduce)
+        x = product(x, project_in, None, form)
     return x + pos_table[positions[:, 0] + POSITION_OFFSET], valid
 
 
-def head_step(x, norm: tuple | None, project_out, lm_w, eps: float, reduce: bool):
+def head_step(x, norm: tuple | None, project_out, lm_w, eps: float, forms: tuple):
     """The step's logits [R, 1, V] (`head`)."""
-    return head(x, norm, project_out, lm_w, eps, reduce)[:, None, :]
+    return head(x, norm, project_out, lm_w, eps, forms)[:, None, :]
 
 
-def head(x, norm: tuple | None, project_out, lm_w, eps: float, reduce: bool):
-    """Final layer norm (pre-norm models), project_out (where present) and the LM head: [..., E] -> [..., V]."""
+def head(x, norm: tuple | None, project_out, lm_w, eps: float, forms: tuple = (0, 0)):
+    """Final layer norm (pre-norm models), project_out (where present) and the LM head: [..., E] -> [..., V].
+    `forms`: `product`'s form for project_out and the LM head."""
     if norm is not None:
         x = layer_norm(x, norm, eps)
     if project_out is not None:
-        x = product(x, project_out, None, reduce)
-    return product(x, lm_w, None, reduce)
+        x = product(x, project_out, None, forms[0])
+    return product(x, lm_w, None, forms[1])
 
 
 class FusedOPTStep:
@@ -100,10 +98,10 @@ class FusedOPTStep:
     functions with (`{}`: inductor's defaults), or None to run them eagerly."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = FusedSettings()):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = decoder_settings(settings), compile_options is not None
         self.heads, self.pre_norm = config.num_attention_heads, config.do_layer_norm_before
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.width, self.scale = config.hidden_size, self.head_dim ** -0.5
@@ -124,13 +122,20 @@ class FusedOPTStep:
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
+        rows, settings = slot.rows, self.settings
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[3], w[6], w[8])
+        project_in, project_out = settings.forms(rows, self.compiled, self.width, self.device, self.project_in,
+                                                 self.project_out)
+        head_form = settings.head_form(rows, self.compiled, self.width, self.device)
+        attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed, self.project_in,
-                               self.positions, reduce=reduce)
+                               self.positions, form=project_in)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
-                            scale=self.scale, pre_norm=self.pre_norm, reduce=reduce)
-        return self._head(x, self.final_norm, self.project_out, self.lm_head, eps=self.eps, reduce=reduce)
+                            scale=self.scale, pre_norm=self.pre_norm, forms=forms, attention=attention)
+        return self._head(x, self.final_norm, self.project_out, self.lm_head, eps=self.eps,
+                          forms=(project_out, head_form))
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -146,7 +151,7 @@ class FusedOPTStep:
             x = self._prompt_layer(x, weights, keys, values, start, allowed)
         if last_only:
             x = x[:, -1:]
-        return head(x, self.final_norm, self.project_out, self.lm_head, self.eps, False)
+        return head(x, self.final_norm, self.project_out, self.lm_head, self.eps)
 
     def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed):
         norm1, qkv_w, qkv_b, out_w, out_b, norm2, fc1_w, fc1_b, fc2_w, fc2_b = w

@@ -17,6 +17,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 # processes started after it: pytest-xdist's workers would otherwise fit every table to 80 columns.
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+# Off CUDA, the tests run our Triton kernels (NNDF/backends/torch/kernels.py) under Triton's interpreter: set before
+# Triton first sees them.
+if os.environ.get("HARNESS_TEST_DEVICE", "cpu") != "cuda":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from tests.triton_fixtures import triton_server  # noqa: E402,F401 - the session's one Triton server
 

@@ -17,7 +17,8 @@ import torch
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 
-from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _run
+from test_fused_decode import (MODES, PROMPTS, _check_kernels, _check_parity, _fused_tokens, _hf_tokens, _mode_id,
+                               _run)
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 TINY = ("odd-heads", "post-norm")
@@ -65,6 +66,15 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
         _check_parity(run, steps)
 
 
+@pytest.mark.parametrize("model", TINY)
+def test_step_on_our_kernels(model, tiny, workdir, monkeypatch):
+    """BLOOM's step on our Triton GEMV and attention kernels (the default on CUDA; ALiBi inside the attention
+    kernel) gives HF generate's tokens."""
+    run = _run(workdir, variant="bloom-offline", torch_dir=tiny[model], family="BLOOM")
+    with backend_steps(run, "frameworks") as (_, steps):
+        _check_kernels(run, steps, monkeypatch)
+
+
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
 def test_compiled_step_on_cpu(tiny, workdir):
     """torch.compile of the three step functions on the CPU, greedy (3 rows: the reduction form of the products),
@@ -103,8 +113,9 @@ def test_long_prompt_logits_match_hf(tiny):
 
 
 def test_attention_bias_is_hf_alibi_up_to_a_constant_per_query():
-    """The one-token step's bias [R, H, L] minus HF's alibi (build_alibi_tensor over a left-padded mask) is the same
-    for every unpadded column of a row and head; padded and future columns are -inf."""
+    """The one-token step's ALiBi (slope_h x the relative positions embed_step gives) minus HF's alibi
+    (build_alibi_tensor over a left-padded mask) is the same for every unpadded column of a row and head; padded
+    and future columns are not attended to."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     from BLOOM.fused_decode import alibi_slopes, embed_step
@@ -114,14 +125,15 @@ def test_attention_bias_is_hf_alibi_up_to_a_constant_per_query():
     mask[1, :2] = 0
     mask[2, :5] = 0
     norm = (torch.ones(4), torch.zeros(4))
-    _, bias = embed_step(torch.zeros(3, 1, dtype=torch.long), mask, torch.tensor([write]), torch.randn(5, 4),
-                         norm, alibi_slopes(heads, "cpu"), 1e-5)
+    _, valid, offsets = embed_step(torch.zeros(3, 1, dtype=torch.long), mask, torch.tensor([write]),
+                                   torch.randn(5, 4), norm, 1e-5)
+    bias = alibi_slopes(heads, "cpu")[None, :, None] * offsets[:, None, :]  # [R, H, L]
     hf = build_alibi_tensor(mask[:, : write + 1], heads, torch.float32).reshape(3, heads, write + 1)
     for row in range(3):
         kept = mask[row, : write + 1].bool()
+        assert torch.equal(valid[row, : write + 1], kept) and not valid[row, write + 1:].any()
         shift = bias[row, :, : write + 1][:, kept] - hf[row][:, kept]  # [H, kept]
         assert torch.allclose(shift, shift[:, :1].expand_as(shift), atol=1e-6)
-        assert torch.isinf(bias[row, :, : write + 1][:, ~kept]).all() and torch.isinf(bias[row, :, write + 1:]).all()
 
 
 def test_every_model_type_of_the_family_has_the_step():

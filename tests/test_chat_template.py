@@ -7,7 +7,6 @@ any of several EOS ids, and `--system` where it cannot apply is one line, exit 2
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import torch

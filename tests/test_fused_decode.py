@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from GPT2.fused_decode import FusedSettings
+from CausalLM.fused_step import DECODER_SETTINGS, FusedSettings
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode, open_run
 from CausalLM.torch_steps import TorchSteps
@@ -79,6 +79,30 @@ def _fused_tokens(run, steps, prompt, beams, eos):
     return generate_twice(run, steps, prompt, NEW, beams, eos)
 
 
+# our Triton kernels for every product of up to 4 rows (the LM head included) and the attention, on any device:
+# off CUDA under Triton's interpreter (conftest.py)
+KERNELS_EVERYWHERE = FusedSettings(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True)
+
+
+def _check_kernels(run, steps, monkeypatch):
+    """The step on our Triton kernels (`NNDF.backends.torch.kernels`) gives HF generate's tokens: greedy (3 rows:
+    every product through our GEMV, the attention through our kernel) and 3 beams (9 rows: F.linear, our
+    attention); both kernels counted, so a step that bypassed them fails."""
+    import collections
+
+    from CausalLM.fused_step import triton_kernels
+
+    kernels, calls = triton_kernels(), collections.Counter()
+    for name in ("gemv", "decode_attention"):
+        monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
+                            calls.update([_name]) or _real(*a, **k))
+    steps.fused.settings = KERNELS_EVERYWHERE
+    prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+    for beams in (1, 3):
+        assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos), f"beams={beams}"
+    assert calls["gemv"] and calls["decode_attention"], calls
+
+
 def _check_parity(run, steps):
     prompt = encode(run, PROMPTS)
     assert len(set(prompt.attention_mask.sum(1).tolist())) == 3  # left-padded rows of three lengths
@@ -97,7 +121,7 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
     run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=mode[0], compiled=mode[1])
     with backend_steps(run, "frameworks") as (_, steps):
         assert type(steps.fused).__name__ == "FusedGPT2Step"
-        assert steps.fused.settings == FusedSettings()  # the default settings everywhere
+        assert steps.fused.settings == DECODER_SETTINGS  # the decoder families' default settings
         _check_parity(run, steps)
 
 
@@ -113,6 +137,13 @@ def test_step_settings_match_hf_generate(settings, mode, tiny, workdir):
     options = COMPILE_OPTIONS["default"] if mode[1] else None
     fused = FusedGPT2Step(model, options, FusedSettings(**settings))
     _check_parity(run, TorchSteps(model, True, static_cache=True, cuda_graph=mode[0], fused=fused))
+
+
+def test_step_on_our_kernels(tiny, workdir, monkeypatch):
+    """GPT-2's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF generate's tokens."""
+    run = _run(workdir, torch_dir=tiny)
+    with backend_steps(run, "frameworks") as (_, steps):
+        _check_kernels(run, steps, monkeypatch)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")

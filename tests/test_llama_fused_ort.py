@@ -29,7 +29,6 @@ from NNDF.actions.common import backend_steps
 from CausalLM.ort_fused import FusedDecodeOnnx
 from NNDF.context import make_context
 from NNDF.errors import UsageError
-from NNDF.generation import GenerationConfig, generate
 from NNDF.options import ModelOptions
 
 from conftest import ROOT, random_model, run_cli

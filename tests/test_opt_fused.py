@@ -14,7 +14,8 @@ from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 from NNDF.errors import UsageError
 
-from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _run
+from test_fused_decode import (MODES, PROMPTS, _check_kernels, _check_parity, _fused_tokens, _hf_tokens, _mode_id,
+                               _run)
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 
@@ -61,6 +62,15 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
             fused = steps.fused
             assert not fused.pre_norm and fused.final_norm is None and fused.project_in is not None
         _check_parity(run, steps)
+
+
+@pytest.mark.parametrize("model", ["pre-norm", "post-norm"])
+def test_step_on_our_kernels(model, tiny, workdir, monkeypatch):
+    """OPT's step on our Triton GEMV and attention kernels (the default on CUDA; project_in / project_out too)
+    gives HF generate's tokens."""
+    run = _run(workdir, variant="opt-offline", torch_dir=tiny[model], family="OPT")
+    with backend_steps(run, "frameworks") as (_, steps):
+        _check_kernels(run, steps, monkeypatch)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")

@@ -18,7 +18,8 @@ from NNDF.actions.common import backend_steps, encode
 from NNDF.errors import UsageError
 
 from conftest import random_model
-from test_fused_decode import MODES, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _run
+from test_fused_decode import (MODES, PROMPTS, _check_kernels, _check_parity, _fused_tokens, _hf_tokens, _mode_id,
+                               _run)
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 TINY = {"gptj-wide": "gptj-offline", "neox-sequential": "gpt-neox-offline"}  # tiny model -> its variant
@@ -67,6 +68,15 @@ def test_fused_step_matches_hf_generate(name, mode, tiny, workdir):
                     "neox-sequential": "sequential"}[name]
         assert steps.fused.parts.residual == expected
         _check_parity(run, steps)
+
+
+@pytest.mark.parametrize("name", ["gptj-wide", "neox-sequential"])
+def test_step_on_our_kernels(name, tiny, workdir, monkeypatch):
+    """GPT-J's and GPT-NeoX's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF
+    generate's tokens."""
+    run = _model_run(workdir, name, tiny)
+    with backend_steps(run, "frameworks") as (_, steps):
+        _check_kernels(run, steps, monkeypatch)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")

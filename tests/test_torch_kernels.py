@@ -7,10 +7,9 @@ import os
 import pytest
 import torch
 
+from NNDF.backends.torch import kernels  # under Triton's interpreter off CUDA (conftest.py)
+
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
-if DEVICE != "cuda":
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton sees the kernels
-from NNDF.backends.torch import kernels  # noqa: E402
 
 DTYPES = [torch.float32, torch.float16] if DEVICE == "cuda" else [torch.float32]
 
@@ -42,21 +41,27 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
                           atol=tolerance * in_features ** 0.5)
 
 
-def _attention_reference(q, keys, values, kept):
+def _attention_reference(q, keys, values, kept, alibi=None):
     groups = q.shape[1] // keys.shape[1]
     keys, values = (t.double().repeat_interleave(groups, 1) for t in (keys, values))
     scores = (q.double()[:, :, None] * keys).sum(-1) * q.shape[-1] ** -0.5  # [R, H, L]
+    if alibi is not None:
+        slopes, offsets = alibi
+        scores = scores + slopes.double()[None, :, None] * offsets.double()[:, None, :]
     scores = scores.masked_fill(~kept[:, None], float("-inf"))
     return (scores.softmax(-1)[..., None] * values).sum(-2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("write, window, block_l", [(0, None, 16), (37, None, 16), (63, None, 64), (50, 20, 16),
-                                                     (12, 20, 8)])
-def test_decode_attention_matches_torch(write, window, block_l, dtype):
-    """Columns up to `write` that the padding keeps, inside the window; 6 query heads over 2 key/value heads."""
+@pytest.mark.parametrize("write, window, block_l, kv_heads, alibi", [
+    (0, None, 16, 2, False), (37, None, 16, 2, False), (63, None, 64, 2, False), (50, 20, 16, 2, False),
+    (12, 20, 8, 2, False), (37, None, 16, 6, True), (63, None, 0, 6, True)])
+def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi, dtype):
+    """Columns up to `write` that the padding keeps, inside the window; 6 query heads over 2 key/value heads; with
+    ALiBi (BLOOM: 6 heads, each score plus slope_h * (key position - query position) among the row's kept
+    columns)."""
     torch.manual_seed(1)
-    rows, heads, kv_heads, length, dim = 3, 6, 2, 64, 24  # a head size that is not a power of two
+    rows, heads, length, dim = 3, 6, 64, 24  # a head size that is not a power of two
     q = torch.randn(rows, heads, dim, device=DEVICE).to(dtype)
     keys, values = (torch.randn(rows, kv_heads, length, dim, device=DEVICE).to(dtype) for _ in range(2))
     columns = torch.arange(length, device=DEVICE)
@@ -67,11 +72,19 @@ def test_decode_attention_matches_torch(write, window, block_l, dtype):
     if window:
         valid &= columns > write - window
     valid[:, write] = True  # the token being written always sees itself
+    biases = None
+    if alibi:
+        counted = valid.long().cumsum(-1)  # a kept column's position among the row's kept ones, + 1
+        slopes = torch.rand(heads, 2, device=DEVICE)[:, 1] + 0.1  # a strided view, as HF's slopes come
+        biases = (slopes, (counted - counted[:, -1:]).float())
     got = kernels.decode_attention(q, keys, values, valid, torch.tensor([write], device=DEVICE), dim ** -0.5,
-                                   window, block_l=block_l)
+                                   window, block_l=block_l, alibi=biases)
     assert got.dtype == dtype and got.shape == q.shape
     tolerance = 1e-5 if dtype == torch.float32 else 5e-3
-    assert torch.allclose(got.double(), _attention_reference(q, keys, values, valid), atol=tolerance)
+    expected = _attention_reference(q, keys, values, valid, biases)
+    assert torch.allclose(got.double(), expected, atol=tolerance)
+    if alibi:  # the biases change the result
+        assert not torch.allclose(expected, _attention_reference(q, keys, values, valid), atol=1e-2)
 
 
 def test_kernels_trace_into_one_graph():

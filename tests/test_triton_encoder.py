@@ -15,7 +15,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import torch
 
 from tests.conftest import run_cli
 

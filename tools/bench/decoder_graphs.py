@@ -14,6 +14,10 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            kernels per step, the top kernels
   frameworks  `benchmark ... frameworks --static-cache --use-cuda-graph --torch-compile` (HF's model under our
            static cache; `--fused-decode` too where the family has a fused torch step), batch 1
+  frameworks-inductor  the same with the fused step's products and attention on inductor's kernels and cuBLAS
+           instead of our Triton kernels (speed_matrix.LLAMA_VARIANTS["inductor"])
+  step     the frameworks fused step alone, replayed from its CUDA graph: GPU time per step, kernels per step, the
+           top kernels (speed_matrix.step_time)
   batch8   the onnxrt row at batch 8
 Prompt 128, 128 new tokens, fp16. Every row is saved as it comes (OUT/decoder-graphs.json, .md); no job starts
 after --deadline seconds; each model's folder and artifacts are deleted after its jobs unless --keep (a 20B
@@ -102,8 +106,9 @@ def _kernels(shape: str, folder: str, workdir: str) -> dict:
         steps.close()
 
 
-def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool) -> tuple:
-    """One benchmark row set (speed_matrix's), fused torch step where the family has one for frameworks."""
+def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool, variant: str = "default") -> tuple:
+    """One benchmark row set (speed_matrix's), fused torch step where the family has one for frameworks (built with
+    `variant`'s settings, speed_matrix.LLAMA_VARIANTS: `inductor` is the step without our Triton kernels)."""
     from NNDF import registry
 
     config = "static-graph" if backend == "onnxrt" else "compiled"
@@ -111,8 +116,12 @@ def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: b
     fused = model_type in registry.backend(registry.family(family_of(folder)), "frameworks").fused_decode_types()
     if backend == "frameworks" and fused:
         config = "fused"
-    return sm.bench_rows(shape, family_of(folder), folder, batch, config, workdir, 5, lengths=(128, NEW), hf=hf,
-                         backends=(backend,))
+    with sm.step_settings(variant):
+        rows, report = sm.bench_rows(shape, family_of(folder), folder, batch, config, workdir, 5, lengths=(128, NEW),
+                                     hf=hf, backends=(backend,))
+    if variant != "default":
+        rows = [{**row, "config": f"{row['config']}-{variant}"} for row in rows]
+    return rows, report
 
 
 def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
@@ -124,6 +133,9 @@ def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
             ("kernels", lambda: kernels(shape, folder, workdir)),
             ("flash", lambda: kernels(shape, folder, workdir, xqa=False)),
             ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
+            ("frameworks-inductor", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False,
+                                                  variant="inductor")),
+            ("step", lambda: sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     if not keep:
         done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
@@ -131,7 +143,7 @@ def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
     return done
 
 
-BENCH = ("onnxrt", "frameworks", "batch8")
+BENCH = ("onnxrt", "frameworks", "frameworks-inductor", "batch8")
 
 
 def main() -> None:
@@ -139,7 +151,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
-                        "flash, frameworks, batch8)")
+                        "flash, frameworks, frameworks-inductor, step, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
@@ -162,7 +174,7 @@ def main() -> None:
                  if kind not in skip or kind in ("shapes", "cleanup")]
     doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
     torch.cuda.empty_cache()  # the copy's buffers: the build's child process needs the card to itself
-    todo = [("bench" if k in BENCH else "other", _collect(doc, k, j)) for k, j in todo]
+    todo = [(k if k == "step" else "bench" if k in BENCH else "other", _collect(doc, k, j)) for k, j in todo]
     sm.run_jobs(args.out, todo, args.deadline, "decoder-graphs")
     (args.out / "decoder-graphs-extra.json").write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(doc, indent=1, default=str)[:6000])
@@ -170,7 +182,7 @@ def main() -> None:
 
 def _collect(doc: dict, kind: str, job):
     """Jobs other than benchmarks keep their result in `doc` (written beside speed_matrix's JSON)."""
-    if kind in BENCH:
+    if kind in BENCH or kind == "step":
         return job
 
     def run():

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from CausalLM.fused_step import product  # noqa: E402
-from LLAMA.fused_decode import attend_one, attend_sdpa  # noqa: E402
+from CausalLM.fused_step import attend_one, attend_sdpa  # noqa: E402
 from NNDF.backends.torch import kernels  # noqa: E402
 
 L2_BYTES = 50 * 2**20  # H100 / H200

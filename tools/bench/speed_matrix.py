@@ -301,8 +301,9 @@ def llama_jobs(shapes: tuple[str, ...]):
     return jobs
 
 
-# each variant of the LLAMA family's fused step (the llama-ab group): `default` is LLAMA.fused_decode.SETTINGS, the
-# others FusedSettings' own defaults (inductor's kernels throughout: `inductor`) with these fields
+# each variant of a decoder family's fused step (the llama-ab group, decoder_graphs.py): `default` is
+# CausalLM.fused_step.DECODER_SETTINGS, the others FusedSettings' own defaults (inductor's kernels throughout:
+# `inductor`) with these fields
 LLAMA_VARIANTS = {
     "default": None,
     "inductor": {},
@@ -328,16 +329,16 @@ LLAMA_VARIANTS = {
 
 
 @contextlib.contextmanager
-def llama_settings(variant: str):
-    """The LLAMA fused step built with this variant's settings while the block runs."""
-    from LLAMA import fused_decode
+def step_settings(variant: str):
+    """The decoder families' fused steps built with this variant's settings (LLAMA_VARIANTS) while the block runs."""
+    from CausalLM import fused_step
 
-    saved, fields = fused_decode.SETTINGS, LLAMA_VARIANTS[variant]
-    fused_decode.SETTINGS = saved if fields is None else FusedSettings(**fields)
+    saved, fields = fused_step.DECODER_SETTINGS, LLAMA_VARIANTS[variant]
+    fused_step.DECODER_SETTINGS = saved if fields is None else FusedSettings(**fields)
     try:
         yield
     finally:
-        fused_decode.SETTINGS = saved
+        fused_step.DECODER_SETTINGS = saved
 
 
 def _products_only(fields: dict) -> bool:
@@ -354,13 +355,13 @@ def llama_ab_jobs(shapes: tuple[str, ...], variants: tuple[str, ...], hf: bool =
 
     def step(shape, variant):
         torch._dynamo.reset()  # each variant compiles afresh (past 8 recompiles dynamo would run the layer eagerly)
-        with llama_settings(variant):
+        with step_settings(variant):
             result = step_time(shape, "LLAMA", SHAPES[shape], 1, "fused", WORKDIR)
         times[(shape, variant)] = result["step_gpu_ms"]
         return {**result, "variant": variant}
 
     def rows(shape, variant):
-        with llama_settings(variant):
+        with step_settings(variant):
             got, report = bench_rows(shape, "LLAMA", SHAPES[shape], 1, "fused", WORKDIR, 5, hf=False)
         return [{**r, "config": f"fused:{variant}"} for r in got], report
 

@@ -120,10 +120,10 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 @triton.jit
-def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length, scale,
-                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, out_row_stride,
-                      GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-                      WINDOW: tl.constexpr):
+def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, out_ptr, length, scale,
+                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
+                      out_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
     row, head = tl.program_id(0), tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
@@ -144,6 +144,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length
         keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
         values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
         s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
+        if ALIBI:  # + slope_h * (key position - query position)
+            s += tl.load(slopes_ptr + head) * tl.load(offsets_ptr + row * offsets_row_stride + c, mask=keep, other=0.0)
         s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no column kept yet: nothing to rescale
@@ -157,21 +159,31 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, out_ptr, length
 
 @custom_op("nndf::decode_attention", mutates_args=())
 def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
-                        write: torch.Tensor, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
+                        write: torch.Tensor, slopes: torch.Tensor | None, offsets: torch.Tensor | None, scale: float,
+                        window: int, block_l: int, warps: int) -> torch.Tensor:
     """See `decode_attention`."""
     rows, heads, dim = q.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     out = torch.empty_like(q)
+    alibi = slopes is not None
     _attention_kernel[(rows, heads)](
-        q, keys, values, valid, write, out, length, scale, q.stride(0), keys.stride(0), keys.stride(1),
-        valid.stride(0), out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim),
-        BLOCK_L=block_l, WINDOW=window, num_warps=warps)
+        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, out, length, scale,
+        q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0), offsets.stride(0) if alibi else 0,
+        out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l,
+        WINDOW=window, ALIBI=alibi, num_warps=warps)
     return out
 
 
 @decode_attention_op.register_fake
-def _(q, keys, values, valid, write, scale, window, block_l, warps):
+def _(q, keys, values, valid, write, slopes, offsets, scale, window, block_l, warps):
     return torch.empty_like(q)
+
+
+def attention_block(dim: int) -> int:
+    """Columns a load of `decode_attention` takes by default for this head size: 256 at 64, 128 at 128 (the
+    fastest measured at Qwen2.5-0.5B's and Mistral-7B's head sizes on an H100), about 16k values a load above
+    (64 at GPT-J's 256)."""
+    return min(256, max(16, 16384 // triton.next_power_of_2(dim)))
 
 
 def attention_columns(dim: int) -> int:
@@ -179,22 +191,24 @@ def attention_columns(dim: int) -> int:
     block. One program walks the columns one load after another, so its time grows with the length: on an H100,
     over 4096 columns it took 45 us (head size 64) and 124 us (128) against 18 and 69 for inductor's plain-op
     form, and a version in chunks over programs was no better at 64 (tools/bench/kernel_bench.py)."""
-    return 4 * (256 if dim <= 64 else 128)
+    return 4 * attention_block(dim)
 
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                      write: torch.Tensor, scale: float, window: int | None = None, block_l: int = 0,
-                     warps: int = 0) -> torch.Tensor:
+                     warps: int = 0, alibi: tuple | None = None) -> torch.Tensor:
     """One query per row and head, q [R, H, D], over the buffers keys / values [R, KVH, L, D] (contiguous), the
     columns `valid` [R, L] keeps among those up to `write` [1] (and, with a `window`, after write - window):
-    [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. A row with
-    no column kept gives NaN, as a softmax over nothing does. `block_l` columns a load and `warps` per program
-    (0: by head size, the fastest measured at Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks
-    the written columns in blocks, so its time grows with the written length: `attention_columns`)."""
+    [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. `alibi`:
+    (slopes [H], offsets [R, L]) fp32, each score plus slope_h * offsets[r, column] (BLOOM's ALiBi: a key's
+    position minus the query's). A row with no column kept gives NaN, as a softmax over nothing does. `block_l`
+    columns a load and `warps` per program (0: by head size, `attention_block`, the fastest measured at
+    Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks the written columns in blocks, so its
+    time grows with the written length: `attention_columns`)."""
     assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
     dim = q.shape[-1]
-    block_l = block_l or (256 if dim <= 64 else 128)
+    block_l = block_l or attention_block(dim)
     warps = warps or (4 if dim <= 64 else 8)
-    return decode_attention_op(q.contiguous(), keys, values, valid, write, float(scale), window or 0, block_l,
-                               warps)
-
+    slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
+    return decode_attention_op(q.contiguous(), keys, values, valid, write, slopes, offsets, float(scale),
+                               window or 0, block_l, warps)
