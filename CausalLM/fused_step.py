@@ -34,7 +34,7 @@ def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, 
 
 
 GEMV = -1  # `product`'s form through our Triton GEMV kernel
-ATTENTIONS = ("reduction", "sdpa", "kernel")  # `FusedSettings.attention`: `attend`'s forms
+ATTENTIONS = ("reduction", "sdpa", "kernel", "split")  # `FusedSettings.attention`: `attend`'s forms
 
 
 def triton_kernels():
@@ -85,8 +85,9 @@ class FusedSettings:
     gemv_width: int = 16384
     # the LM head through our GEMV kernel whatever its width (its many outputs: where a step implements it)
     gemv_head: bool = False
-    # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", or "kernel": our Triton kernel where
-    # `attention_on` says it serves, else "reduction" (where a step implements them)
+    # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", "kernel": our Triton kernel (one
+    # program per row and head) where `attention_on` says it serves, else "reduction", or "split": our Triton
+    # kernel over column chunks (flash decoding) where our kernels run
     attention: str = "reduction"
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
@@ -99,7 +100,7 @@ class FusedSettings:
     def __post_init__(self):
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention {self.attention!r}: one of {', '.join(ATTENTIONS)}")
-        if self.attention == "kernel" and self.transposed_values:
+        if self.attention in ("kernel", "split") and self.transposed_values:
             raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
@@ -122,6 +123,8 @@ class FusedSettings:
         """The one-query attention a step runs on this device when it reads at most `columns` cache columns (its
         buffer, or its window where shorter): "kernel" only where our kernels run and its one program per head
         walks them quickly (`kernels.attention_columns`), else "reduction" (inductor reads them in parallel)."""
+        if self.attention == "split":
+            return "split" if self.kernels_on(device) else "reduction"
         if self.attention != "kernel":
             return self.attention
         serves = self.kernels_on(device) and columns <= triton_kernels().attention_columns(head_dim)
@@ -198,6 +201,8 @@ def attend(attention: str, q, keys, values, write, valid, scale: float, transpos
     already holds the window; `alibi`: `attend_one`'s."""
     if attention == "kernel":
         return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window, alibi=alibi)
+    if attention == "split":
+        return triton_kernels().decode_attention_split(q, keys, values, valid, write, scale, window, alibi=alibi)
     return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed, alibi)
 
 

@@ -134,12 +134,12 @@ class FusedGPT2Step:
         self.gelu = ACTIVATIONS[config.activation_function]
         core = model.transformer
         self.wte, self.wpe = core.wte.weight.detach(), core.wpe.weight.detach()
-        self.folded = settings.fold_norms
+        self.folded = self.settings.fold_norms
         self.ln_f = (core.ln_f.weight.detach(), core.ln_f.bias.detach())
         self.lm_head = model.lm_head.weight.detach()
         if self.folded:  # a folded copy of the LM head (the embedding keeps the tied original)
             self.lm_head, self.ln_f = fold_norm(*self.ln_f, self.lm_head, None)
-        self.layers = [_block_weights(block, settings.fold_norms) for block in core.h]
+        self.layers = [_block_weights(block, self.settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 

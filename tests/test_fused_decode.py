@@ -86,21 +86,24 @@ KERNELS_EVERYWHERE = FusedSettings(gemv_above=0, gemv_rows=4, attention="kernel"
 
 def _check_kernels(run, steps, monkeypatch):
     """The step on our Triton kernels (`NNDF.backends.torch.kernels`) gives HF generate's tokens: greedy (3 rows:
-    every product through our GEMV, the attention through our kernel) and 3 beams (9 rows: F.linear, our
-    attention); both kernels counted, so a step that bypassed them fails."""
+    every product through our GEMV) and 3 beams (9 rows: F.linear), with each attention kernel (one program per
+    head, and split over column chunks); every kernel counted, so a step that bypassed one fails."""
     import collections
+    import dataclasses
 
     from CausalLM.fused_step import triton_kernels
 
     kernels, calls = triton_kernels(), collections.Counter()
-    for name in ("gemv", "decode_attention"):
+    for name in ("gemv", "decode_attention", "decode_attention_split"):
         monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
                             calls.update([_name]) or _real(*a, **k))
-    steps.fused.settings = KERNELS_EVERYWHERE
     prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
-    for beams in (1, 3):
-        assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos), f"beams={beams}"
-    assert calls["gemv"] and calls["decode_attention"], calls
+    for attention in ("kernel", "split"):
+        steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, attention=attention)
+        for beams in (1, 3):
+            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos), \
+                f"{attention}, beams={beams}"
+    assert calls["gemv"] and calls["decode_attention"] and calls["decode_attention_split"], calls
 
 
 def _check_parity(run, steps):

@@ -53,7 +53,8 @@ def test_compiled_step_on_cpu(workdir):
     (dict(attention="sdpa", transposed_values=True), False),
     # compiled on CUDA; eager on the CPU (test_torch_kernels checks that they trace without graph breaks)
     (dict(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel", kernels_everywhere=True), DEVICE == "cuda"),
-], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels"])
+    (dict(attention="split", kernels_everywhere=True), DEVICE == "cuda"),
+], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels", "split-attention"])
 def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
     summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), norms folded into the

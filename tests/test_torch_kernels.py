@@ -56,10 +56,12 @@ def _attention_reference(q, keys, values, kept, alibi=None):
 @pytest.mark.parametrize("write, window, block_l, kv_heads, alibi", [
     (0, None, 16, 2, False), (37, None, 16, 2, False), (63, None, 64, 2, False), (50, 20, 16, 2, False),
     (12, 20, 8, 2, False), (37, None, 16, 6, True), (63, None, 0, 6, True)])
-def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi, dtype):
+@pytest.mark.parametrize("split", [False, True], ids=["one-program", "split"])
+def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi, split, dtype):
     """Columns up to `write` that the padding keeps, inside the window; 6 query heads over 2 key/value heads; with
     ALiBi (BLOOM: 6 heads, each score plus slope_h * (key position - query position) among the row's kept
-    columns)."""
+    columns); one program per row and head walking `block_l` columns a load, or (`split`) one per chunk of
+    `block_l` columns, combined after (0: the default block or chunk)."""
     torch.manual_seed(1)
     rows, heads, length, dim = 3, 6, 64, 24  # a head size that is not a power of two
     q = torch.randn(rows, heads, dim, device=DEVICE).to(dtype)
@@ -77,8 +79,12 @@ def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi,
         counted = valid.long().cumsum(-1)  # a kept column's position among the row's kept ones, + 1
         slopes = torch.rand(heads, 2, device=DEVICE)[:, 1] + 0.1  # a strided view, as HF's slopes come
         biases = (slopes, (counted - counted[:, -1:]).float())
-    got = kernels.decode_attention(q, keys, values, valid, torch.tensor([write], device=DEVICE), dim ** -0.5,
-                                   window, block_l=block_l, alibi=biases)
+    at = torch.tensor([write], device=DEVICE)
+    if split:
+        got = kernels.decode_attention_split(q, keys, values, valid, at, dim ** -0.5, window, chunk=block_l,
+                                             alibi=biases)
+    else:
+        got = kernels.decode_attention(q, keys, values, valid, at, dim ** -0.5, window, block_l=block_l, alibi=biases)
     assert got.dtype == dtype and got.shape == q.shape
     tolerance = 1e-5 if dtype == torch.float32 else 5e-3
     expected = _attention_reference(q, keys, values, valid, biases)
@@ -99,7 +105,8 @@ def test_kernels_trace_into_one_graph():
 
     def step(x, weight, q, keys, valid, write):
         return (torch.nn.functional.silu(product(x, weight, None, GEMV)),
-                kernels.decode_attention(q, keys, keys, valid, write, 0.25, 8))
+                kernels.decode_attention(q, keys, keys, valid, write, 0.25, 8),
+                kernels.decode_attention_split(q, keys, keys, valid, write, 0.25, 8, chunk=16) * 2)
 
     eager = step(x, weight, q, keys, valid, write)
     traced = torch.compile(step, backend="aot_eager", fullgraph=True)(x, weight, q, keys, valid, write)
@@ -117,7 +124,8 @@ def test_kernels_inside_a_compiled_function():
 
     def step(x, weight, q, keys, valid, write):
         h = torch.nn.functional.silu(kernels.gemv(x, weight))
-        return h, kernels.decode_attention(q, keys, keys, valid, write, 0.125)
+        return (h, kernels.decode_attention(q, keys, keys, valid, write, 0.125),
+                kernels.decode_attention_split(q, keys, keys, valid, write, 0.125))
 
     eager = step(x, weight, q, keys, valid, write)
     compiled = torch.compile(step, fullgraph=True)(x, weight, q, keys, valid, write)

@@ -14,10 +14,12 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            kernels per step, the top kernels
   frameworks  `benchmark ... frameworks --static-cache --use-cuda-graph --torch-compile` (HF's model under our
            static cache; `--fused-decode` too where the family has a fused torch step), batch 1
-  frameworks-inductor  the same with the fused step's products and attention on inductor's kernels and cuBLAS
-           instead of our Triton kernels (speed_matrix.LLAMA_VARIANTS["inductor"])
+  frameworks-<variant>  the same with the fused step built with each of --row-variants' settings (default
+           `inductor`: the products and attention on inductor's kernels and cuBLAS, not our Triton kernels)
   step     the frameworks fused step alone, replayed from its CUDA graph: GPU time per step, kernels per step, the
-           top kernels (speed_matrix.step_time)
+           top kernels (speed_matrix.step_time); with --variants, the same for each fused-step variant
+  loop     each backend's whole generation loop profiled (loop_profile.py): per token the GPU's busy and idle
+           time and the kernels the loop runs around the step
   batch8   the onnxrt row at batch 8
 Prompt 128, 128 new tokens, fp16. Every row is saved as it comes (OUT/decoder-graphs.json, .md); no job starts
 after --deadline seconds; each model's folder and artifacts are deleted after its jobs unless --keep (a 20B
@@ -124,7 +126,29 @@ def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: b
     return rows, report
 
 
-def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
+def variant_step(shape: str, folder: str, workdir: str, variant: str) -> dict:
+    """The frameworks fused step's GPU time and kernels (speed_matrix.step_time) built with `variant`'s settings."""
+    with sm.step_settings(variant):
+        return {**sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir), "config": f"fused-{variant}"}
+
+
+def loops(shape: str, folder: str, workdir: str) -> dict:
+    """Each backend's generation loop around its step, profiled (loop_profile.py): frameworks' fused step, onnxrt's
+    graph, both from CUDA graphs."""
+    from tools.bench.loop_profile import loop_profile
+
+    got = {}
+    for backend, config in (("frameworks", "fused"), ("onnxrt", "static-graph")):
+        try:
+            got[backend] = loop_profile(shape, family_of(folder), sm.options(folder, 1, sm.CONFIGS[config]["options"],
+                                                                            workdir), backend)
+        except Exception as exc:  # one backend's failure keeps the other's profile
+            got[backend] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return got
+
+
+def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
+         row_variants: tuple[str, ...] = ("inductor",)) -> list[tuple[str, object]]:
     """(name, job) in order; the benchmark jobs' names are onnxrt, frameworks and batch8 (`--skip` takes any)."""
     folder = sm.SHAPES[shape]
     done = [("shapes", lambda: sm.make_shapes(shape)),
@@ -133,17 +157,20 @@ def jobs(shape: str, keep: bool, workdir: str) -> list[tuple[str, object]]:
             ("kernels", lambda: kernels(shape, folder, workdir)),
             ("flash", lambda: kernels(shape, folder, workdir, xqa=False)),
             ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
-            ("frameworks-inductor", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False,
-                                                  variant="inductor")),
             ("step", lambda: sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir)),
+            ("loop", lambda: loops(shape, folder, workdir)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
+    at = [name for name, _ in done].index("frameworks") + 1  # each variant's row after the default's
+    done[at:at] = [(f"frameworks-{v}", lambda v=v: bench(shape, folder, workdir, "frameworks", 1, hf=False, variant=v))
+                   for v in row_variants]
+    done += [("step", lambda v=v: variant_step(shape, folder, workdir, v)) for v in variants]
     if not keep:
         done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
                                                      for p in (Path(folder), Path(workdir))]}))
     return done
 
 
-BENCH = ("onnxrt", "frameworks", "frameworks-inductor", "batch8")
+BENCH = ("onnxrt", "frameworks", "batch8")
 
 
 def main() -> None:
@@ -151,11 +178,16 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
-                        "flash, frameworks, frameworks-inductor, step, batch8)")
+                        "flash, frameworks, frameworks-<variant>, step, loop, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
     parser.add_argument("--keep", action="store_true", help="keep the shapes folders and artifacts")
+    parser.add_argument("--row-variants", default="inductor", help="comma-separated fused-step settings "
+                        "(speed_matrix.LLAMA_VARIANTS) benchmarked beside the default frameworks row, each a "
+                        "`frameworks-<variant>` job")
+    parser.add_argument("--variants", default="", help="comma-separated fused-step settings (speed_matrix."
+                        "LLAMA_VARIANTS) whose captured step is timed after the rows, each a `step` job")
     parser.add_argument("--xqa", choices=("on", "off"), help="ONNX Runtime's XQA decode attention for every onnxrt "
                         "row (ORT_ENABLE_XQA; default: ONNX Runtime's own choice, on for fp16)")
     args = parser.parse_args()
@@ -170,24 +202,31 @@ def main() -> None:
     todo = []
     for shape in args.models.split(","):
         workdir = f"{args.workdir}/{shape}"
-        todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir)
+        variants = tuple(filter(None, args.variants.split(",")))
+        rows = tuple(filter(None, args.row_variants.split(",")))
+        todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir, variants, rows)
                  if kind not in skip or kind in ("shapes", "cleanup")]
     doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
     torch.cuda.empty_cache()  # the copy's buffers: the build's child process needs the card to itself
-    todo = [(k if k == "step" else "bench" if k in BENCH else "other", _collect(doc, k, j)) for k, j in todo]
+    todo = [(k if k == "step" else "bench" if _bench(k) else "other", _collect(doc, k, j)) for k, j in todo]
     sm.run_jobs(args.out, todo, args.deadline, "decoder-graphs")
     (args.out / "decoder-graphs-extra.json").write_text(json.dumps(doc, indent=1, default=str))
     print(json.dumps(doc, indent=1, default=str)[:6000])
 
 
+def _bench(kind: str) -> bool:
+    return kind in BENCH or kind.startswith("frameworks-")
+
+
 def _collect(doc: dict, kind: str, job):
     """Jobs other than benchmarks keep their result in `doc` (written beside speed_matrix's JSON)."""
-    if kind in BENCH or kind == "step":
+    if _bench(kind) or kind == "step":
         return job
 
     def run():
         got = job()
-        doc.setdefault({"build": "builds", "kernels": "kernels", "flash": "kernels"}.get(kind, "other"), []).append(got)
+        doc.setdefault({"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops"}.get(kind, "other"),
+                       []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)
         return got
     return run

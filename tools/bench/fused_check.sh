@@ -3,9 +3,10 @@
 #
 #   bash tools/bench/fused_check.sh kernels-tests  # every decoder family's step on our Triton kernels (the default on
 #                                                  # CUDA): the kernels' and the steps' CUDA tests (fp32 parity with HF)
-#   bash tools/bench/fused_check.sh kernels-rows MODELS  # decoder_graphs.py rows for comma-separated shapes: onnxrt
-#       # (the graph built from the weights), frameworks (the fused step on our kernels) and frameworks-inductor
-#       # (the same step without them), the captured step's GPU time and kernels; HF static beside onnxrt
+#   bash tools/bench/fused_check.sh kernels-rows MODELS [ARGS]  # decoder_graphs.py rows for comma-separated
+#       # shapes: onnxrt (the graph built from the weights), frameworks (the fused step on our kernels) and
+#       # frameworks-inductor (the same step without them), the captured step's GPU time and kernels, both loops
+#       # profiled; HF static beside onnxrt; ARGS go to decoder_graphs.py (--row-variants, --variants, ...)
 #
 #   bash tools/bench/fused_check.sh ort-gpt2    # onnxrt: CUDA tests + fused/static/growing one-token step, GPT-2 124M
 #   bash tools/bench/fused_check.sh ort-xl      # the same bench for gpt2-xl shapes (two full exports: minutes)
@@ -31,7 +32,7 @@ case $MODE in
       tests/test_llama_fused.py 2>&1 | tail -30;;
   kernels-rows)
     python3 tools/bench/decoder_graphs.py "$OUT/kernels-rows" --models "${2:?kernels-rows MODELS}" \
-      --skip build,kernels,flash,batch8 --shapes-dir /tmp/shapes --deadline 500;;
+      --skip build,kernels,flash,batch8 --shapes-dir /tmp/shapes --deadline 500 "${@:3}";;
   ort-gpt2)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -s -p no:cacheprovider tests/test_fused_decode_ort.py 2>&1 | tail -25
     python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir "$SHAPES" --working-dir /tmp/wd;;

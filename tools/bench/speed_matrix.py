@@ -325,6 +325,8 @@ LLAMA_VARIANTS = {
     "kernels-long-head": dict(gemv_above=2048, gemv_head=True, attention="kernel"),
     # our GEMV for the products of narrow models only (Mistral-7B's and Llama-3-8B's 4096 features: cuBLAS)
     "kernels-narrow": dict(gemv_above=0, attention="kernel", gemv_width=2048),
+    "kernels-split": dict(gemv_above=0, attention="split"),  # our attention kernel over column chunks
+    "gemv-sdpa": dict(gemv_above=0, attention="sdpa"),
 }
 
 

@@ -179,6 +179,97 @@ def _(q, keys, values, valid, write, slopes, offsets, scale, window, block_l, wa
     return torch.empty_like(q)
 
 
+@triton.jit
+def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, part_ptr, stats_ptr,
+                            length, scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
+                            offsets_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                            CHUNK: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
+    row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    rows, heads = tl.num_programs(0), tl.num_programs(1)
+    d = tl.arange(0, BLOCK_D)
+    in_d = d < DIM
+    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
+    end = tl.load(write_ptr) + 1  # columns up to the write position
+    first = 0
+    if WINDOW > 0:
+        first = tl.maximum(end - WINDOW, 0)
+    c = split * CHUNK + tl.arange(0, CHUNK)  # this program's columns [C]
+    keep = (c >= first) & (c < end) & (c < length)
+    keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
+    base = row * k_row_stride + (head // GROUP) * k_head_stride
+    kv_mask = keep[:, None] & in_d[None, :]
+    keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [C, BD]
+    values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
+    s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [C]
+    if ALIBI:  # + slope_h * (key position - query position)
+        s += tl.load(slopes_ptr + head) * tl.load(offsets_ptr + row * offsets_row_stride + c, mask=keep, other=0.0)
+    s = tl.where(keep, s, float("-inf"))
+    m = tl.max(s, axis=0)
+    p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # 0 at every column not kept
+    at = (split * rows + row) * heads + head
+    tl.store(part_ptr + at * DIM + d, tl.sum(p[:, None] * values.to(tl.float32), axis=0), mask=in_d)
+    tl.store(stats_ptr + at * 2, m)
+    tl.store(stats_ptr + at * 2 + 1, tl.sum(p, axis=0))
+
+
+@custom_op("nndf::decode_attention_split", mutates_args=())
+def decode_attention_split_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                              write: torch.Tensor, slopes: torch.Tensor | None, offsets: torch.Tensor | None,
+                              scale: float, window: int, chunk: int, warps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """See `decode_attention_split`: the partial sums p.V [S, R, H, D] and (max score, sum of exp) [S, R, H, 2],
+    fp32, of the S column chunks."""
+    rows, heads, dim = q.shape
+    kv_heads, length = keys.shape[1], keys.shape[2]
+    splits = triton.cdiv(length, chunk)
+    part = torch.empty((splits, rows, heads, dim), dtype=torch.float32, device=q.device)
+    stats = torch.empty((splits, rows, heads, 2), dtype=torch.float32, device=q.device)
+    alibi = slopes is not None
+    _attention_split_kernel[(rows, heads, splits)](
+        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, part, stats, length, scale,
+        q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0), offsets.stride(0) if alibi else 0,
+        GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim), CHUNK=chunk, WINDOW=window,
+        ALIBI=alibi, num_warps=warps)
+    return part, stats
+
+
+@decode_attention_split_op.register_fake
+def _(q, keys, values, valid, write, slopes, offsets, scale, window, chunk, warps):
+    splits = -(-keys.shape[2] // chunk)
+    shape = (splits, *q.shape[:2])
+    return q.new_empty((*shape, q.shape[2]), dtype=torch.float32), q.new_empty((*shape, 2), dtype=torch.float32)
+
+
+# programs `decode_attention_split` aims at by default: two per SM of an H100 (132)
+SPLIT_PROGRAMS = 264
+
+
+def attention_chunk(rows: int, heads: int, length: int, programs: int = SPLIT_PROGRAMS) -> int:
+    """Columns a program of `decode_attention_split` takes: a power of two from 16 to 256, about `programs`
+    programs over the rows, heads and the buffer's columns."""
+    return min(256, max(16, triton.next_power_of_2(triton.cdiv(rows * heads * length, programs))))
+
+
+def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
+                           write: torch.Tensor, scale: float, window: int | None = None, chunk: int = 0,
+                           warps: int = 0, alibi: tuple | None = None) -> torch.Tensor:
+    """`decode_attention` with the buffer's columns cut into chunks of `chunk` (0: `attention_chunk`), one program
+    per row, query head and chunk (flash decoding: a head's columns read by many programs at once, where one
+    program per head leaves most of the GPU idle: few heads, long buffers). Each program's partial softmax sums
+    are combined here in plain ops, which inductor fuses with what follows. Chunks past the write position do no
+    reads."""
+    assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
+    rows, heads, dim = q.shape
+    chunk = chunk or attention_chunk(rows, heads, keys.shape[2])
+    warps = warps or (4 if chunk * triton.next_power_of_2(dim) <= 8192 else 8)
+    slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
+    part, stats = decode_attention_split_op(q.contiguous(), keys, values, valid, write, slopes, offsets, float(scale),
+                                            window or 0, chunk, warps)
+    best, total = stats[..., 0], stats[..., 1]  # [S, R, H]
+    weight = torch.exp(best - best.max(0).values)  # 0 for chunks with no column kept
+    out = (weight[..., None] * part).sum(0) / (weight * total).sum(0)[..., None]
+    return out.to(q.dtype)
+
+
 def attention_block(dim: int) -> int:
     """Columns a load of `decode_attention` takes by default for this head size: 256 at 64, 128 at 128 (the
     fastest measured at Qwen2.5-0.5B's and Mistral-7B's head sizes on an H100), about 16k values a load above
