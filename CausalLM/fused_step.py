@@ -34,7 +34,7 @@ def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, 
 
 
 GEMV = -1  # `product`'s form through our Triton GEMV kernel
-ATTENTIONS = ("reduction", "sdpa", "kernel", "split")  # `FusedSettings.attention`: `attend`'s forms
+ATTENTIONS = ("reduction", "sdpa", "kernel", "split", "auto")  # `FusedSettings.attention` (`attention_on`)
 
 
 def triton_kernels():
@@ -86,8 +86,8 @@ class FusedSettings:
     # the LM head through our GEMV kernel whatever its width (its many outputs: where a step implements it)
     gemv_head: bool = False
     # one-query attention: plain ops inductor fuses ("reduction"), "sdpa", "kernel": our Triton kernel (one
-    # program per row and head) where `attention_on` says it serves, else "reduction", or "split": our Triton
-    # kernel over column chunks (flash decoding) where our kernels run
+    # program per row and head), "split": our Triton kernel over column chunks (flash decoding), or "auto": one
+    # of our two by head size; each where `attention_on` says it serves, else "reduction"
     attention: str = "reduction"
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
@@ -100,7 +100,7 @@ class FusedSettings:
     def __post_init__(self):
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention {self.attention!r}: one of {', '.join(ATTENTIONS)}")
-        if self.attention in ("kernel", "split") and self.transposed_values:
+        if self.attention not in ("reduction", "sdpa") and self.transposed_values:
             raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
@@ -120,15 +120,22 @@ class FusedSettings:
         return device.type == "cuda" or self.kernels_everywhere
 
     def attention_on(self, device: torch.device, columns: int, head_dim: int) -> str:
-        """The one-query attention a step runs on this device when it reads at most `columns` cache columns (its
-        buffer, or its window where shorter): "kernel" only where our kernels run and its one program per head
-        walks them quickly (`kernels.attention_columns`), else "reduction" (inductor reads them in parallel)."""
-        if self.attention == "split":
-            return "split" if self.kernels_on(device) else "reduction"
-        if self.attention != "kernel":
+        """The one-query attention (`attend`'s) a step runs on this device when it reads at most `columns` cache
+        columns (its buffer, or its window where shorter). Our kernels only where they run: "split" at any length;
+        "kernel" where its one program per head walks the columns quickly (`kernels.attention_columns`); "auto"
+        within the same limit, "kernel" at head sizes up to 64 and "split" above (H100, 256 columns: gpt2-xl's
+        25 heads of 64 took 4.2 us a layer in one program, 6.5 split; GPT-J's 16 of 256 took 19.7 in one, the
+        step 0.28 ms faster split; docs/PERFORMANCE.md). Elsewhere "reduction" (inductor reads long buffers in
+        parallel)."""
+        if self.attention in ("reduction", "sdpa"):
             return self.attention
-        serves = self.kernels_on(device) and columns <= triton_kernels().attention_columns(head_dim)
-        return "kernel" if serves else "reduction"
+        if not self.kernels_on(device):
+            return "reduction"
+        if self.attention == "split":
+            return "split"
+        if columns > triton_kernels().attention_columns(head_dim):
+            return "reduction"
+        return "split" if self.attention == "auto" and head_dim > 64 else "kernel"
 
     def forms(self, rows: int, compiled: bool, width: int, device: torch.device, *weights) -> tuple:
         """`form` of each product of a layer, by its weight [out, in] (None: no such product, form 0)."""
@@ -148,9 +155,11 @@ class FusedSettings:
 
 
 # the decoder-only families' default: on CUDA our Triton GEMV for a one-row step's products (the LM head
-# included) and our attention kernel; elsewhere, and for more rows, inductor's reduction form or cuBLAS
-# (docs/PERFORMANCE.md: on an H100 Llama-3-8B's step 5.84 ms against 6.47 on cuBLAS and inductor's kernels)
-DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="kernel")
+# included) and our attention kernels; elsewhere, and for more rows, inductor's reduction form or cuBLAS
+# (docs/PERFORMANCE.md, H100: Llama-3-8B's step 5.84 ms against 6.47 on cuBLAS and inductor's kernels; gpt2-xl
+# 2.52 ms a token against 3.23; GPT-J-6B's step 4.59 ms with the split attention against 4.87 with one program
+# per head)
+DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto")
 
 
 def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:

@@ -94,6 +94,12 @@ def test_attention_kernel_leaves_long_buffers_to_inductors_form():
     assert settings.attention_on(cpu, limit, 16) == "reduction"
     assert FusedSettings(attention="kernel", kernels_everywhere=True).attention_on(cpu, limit, 16) == "kernel"
     assert FusedSettings(attention="sdpa").attention_on(cuda, limit + 1, 16) == "sdpa"
+    auto, split = FusedSettings(attention="auto"), FusedSettings(attention="split")
+    wide = triton_kernels().attention_columns(128)
+    assert auto.attention_on(cuda, limit, 16) == auto.attention_on(cuda, 64, 64) == "kernel"  # one program a head
+    assert auto.attention_on(cuda, wide, 128) == "split" and auto.attention_on(cuda, wide + 1, 128) == "reduction"
+    assert auto.attention_on(cpu, 64, 128) == split.attention_on(cpu, 64, 128) == "reduction"
+    assert split.attention_on(cuda, 10 * wide, 128) == "split"
     assert triton_kernels().attention_columns(128) < limit  # wider heads: shorter loads
     with pytest.raises(ValueError, match="transposed_values"):
         FusedSettings(attention="kernel", transposed_values=True)
