@@ -89,6 +89,13 @@ class FusedSettings:
     # program per row and head), "split": our Triton kernel over column chunks (flash decoding), or "auto": one
     # of our two by head size; each where `attention_on` says it serves, else "reduction"
     attention: str = "reduction"
+    # "auto": the split kernel above this head size. One program per head walks a head's columns alone, which
+    # leaves the GPU idle where heads are few and wide: H100 steps at 256 columns, GPT-J-6B's 16 heads of 256
+    # 4.59 ms split against 4.87; one program was faster at gpt2-xl's 25 heads of 64 (2.47 against 2.58),
+    # GPT-NeoX-20B's 64 of 96 (14.89 against 15.00), Llama-3-8B's 32 of 128 over 8 key/value heads (5.80
+    # against 5.84), Mistral-7B's with its 64-column window (5.47 against 5.60), level at OPT-6.7B's 32 of 128
+    # (5.36 and 5.35); split was faster at BLOOM-7B1's 32 of 128 with ALiBi (5.57 against 5.64)
+    split_head_dim: int = 128
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
     # V buffers stored [.., head_dim, length], so p.V sums along contiguous memory (where a step implements it)
@@ -123,10 +130,8 @@ class FusedSettings:
         """The one-query attention (`attend`'s) a step runs on this device when it reads at most `columns` cache
         columns (its buffer, or its window where shorter). Our kernels only where they run: "split" at any length;
         "kernel" where its one program per head walks the columns quickly (`kernels.attention_columns`); "auto"
-        within the same limit, "kernel" at head sizes up to 64 and "split" above (H100, 256 columns: gpt2-xl's
-        25 heads of 64 took 4.2 us a layer in one program, 6.5 split; GPT-J's 16 of 256 took 19.7 in one, the
-        step 0.28 ms faster split; docs/PERFORMANCE.md). Elsewhere "reduction" (inductor reads long buffers in
-        parallel)."""
+        within the same limit, "split" at head sizes above `split_head_dim` and "kernel" at the others. Elsewhere
+        "reduction" (inductor reads long buffers in parallel)."""
         if self.attention in ("reduction", "sdpa"):
             return self.attention
         if not self.kernels_on(device):
@@ -135,7 +140,7 @@ class FusedSettings:
             return "split"
         if columns > triton_kernels().attention_columns(head_dim):
             return "reduction"
-        return "split" if self.attention == "auto" and head_dim > 64 else "kernel"
+        return "split" if self.attention == "auto" and head_dim > self.split_head_dim else "kernel"
 
     def forms(self, rows: int, compiled: bool, width: int, device: torch.device, *weights) -> tuple:
         """`form` of each product of a layer, by its weight [out, in] (None: no such product, form 0)."""

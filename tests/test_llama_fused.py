@@ -97,8 +97,11 @@ def test_attention_kernel_leaves_long_buffers_to_inductors_form():
     auto, split = FusedSettings(attention="auto"), FusedSettings(attention="split")
     wide = triton_kernels().attention_columns(128)
     assert auto.attention_on(cuda, limit, 16) == auto.attention_on(cuda, 64, 64) == "kernel"  # one program a head
-    assert auto.attention_on(cuda, wide, 128) == "split" and auto.attention_on(cuda, wide + 1, 128) == "reduction"
-    assert auto.attention_on(cpu, 64, 128) == split.attention_on(cpu, 64, 128) == "reduction"
+    assert auto.attention_on(cuda, wide, 128) == "kernel" and auto.attention_on(cuda, wide + 1, 128) == "reduction"
+    widest = triton_kernels().attention_columns(256)
+    assert auto.attention_on(cuda, widest, 256) == "split"  # above split_head_dim
+    assert auto.attention_on(cuda, widest + 1, 256) == "reduction"
+    assert auto.attention_on(cpu, 64, 256) == split.attention_on(cpu, 64, 256) == "reduction"
     assert split.attention_on(cuda, 10 * wide, 128) == "split"
     assert triton_kernels().attention_columns(128) < limit  # wider heads: shorter loads
     with pytest.raises(ValueError, match="transposed_values"):
