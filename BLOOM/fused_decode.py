@@ -24,8 +24,9 @@ embedding function returns them [rows, length] in fp32 with the columns each row
 attention adds slope_h x them to its scores (`CausalLM.fused_step.attend`, our Triton kernel's `alibi` on CUDA).
 On CUDA a one-row step's products run our Triton GEMV kernel (`NNDF.backends.torch.kernels`); elsewhere, and for
 more rows, products of few rows in narrow models use the reduction form when compiled
-(`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`, `decoder_settings`). `pretraining_tp` with `slow_but_exact` only splits HF's products into slices (the same
-sums in another order): the step does one product.
+(`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`, `decoder_settings`). `pretraining_tp` with
+`slow_but_exact` only splits HF's products into slices (the same sums in another order): the step does one
+product.
 
 The prompt pass (left-padded rows) is eager: F.linear and SDPA with the ALiBi bias as the additive part of a
 causal + padding mask, writing the same buffers.

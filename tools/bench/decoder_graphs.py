@@ -225,8 +225,8 @@ def _collect(doc: dict, kind: str, job):
 
     def run():
         got = job()
-        doc.setdefault({"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops"}.get(kind, "other"),
-                       []).append(got)
+        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops"}.get(kind, "other")
+        doc.setdefault(key, []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)
         return got
     return run
