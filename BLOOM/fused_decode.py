@@ -135,7 +135,7 @@ class FusedBloomStep:
         rows, settings = slot.rows, self.settings
         w = self.layers[0]
         forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[3], w[6], w[8])
-        attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
+        attention = settings.attention_on(self.device, slot.max_length, self.head_dim, alibi=True)
         x, valid, offsets = self._embed(slot.ids, slot.mask, slot.write, self.embed, self.embed_norm, eps=self.eps)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, (self.slopes, offsets), heads=self.heads,

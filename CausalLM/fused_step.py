@@ -94,7 +94,8 @@ class FusedSettings:
     # 4.59 ms split against 4.87; one program was faster at gpt2-xl's 25 heads of 64 (2.47 against 2.58),
     # GPT-NeoX-20B's 64 of 96 (14.89 against 15.00), Llama-3-8B's 32 of 128 over 8 key/value heads (5.80
     # against 5.84), Mistral-7B's with its 64-column window (5.47 against 5.60), level at OPT-6.7B's 32 of 128
-    # (5.36 and 5.35); split was faster at BLOOM-7B1's 32 of 128 with ALiBi (5.57 against 5.64)
+    # (5.36 and 5.35); split was faster at BLOOM-7B1's 32 of 128 with ALiBi (5.57 against 5.64: `attention_on`
+    # takes it wherever a step has ALiBi)
     split_head_dim: int = 128
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
@@ -126,11 +127,12 @@ class FusedSettings:
         """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""
         return device.type == "cuda" or self.kernels_everywhere
 
-    def attention_on(self, device: torch.device, columns: int, head_dim: int) -> str:
+    def attention_on(self, device: torch.device, columns: int, head_dim: int, alibi: bool = False) -> str:
         """The one-query attention (`attend`'s) a step runs on this device when it reads at most `columns` cache
         columns (its buffer, or its window where shorter). Our kernels only where they run: "split" at any length;
         "kernel" where its one program per head walks the columns quickly (`kernels.attention_columns`); "auto"
-        within the same limit, "split" at head sizes above `split_head_dim` and "kernel" at the others. Elsewhere
+        within the same limit, "split" at head sizes above `split_head_dim` and with ALiBi (`alibi`: a bias
+        loaded per column, which one program per head walks alone), "kernel" at the others. Elsewhere
         "reduction" (inductor reads long buffers in parallel)."""
         if self.attention in ("reduction", "sdpa"):
             return self.attention
@@ -140,7 +142,8 @@ class FusedSettings:
             return "split"
         if columns > triton_kernels().attention_columns(head_dim):
             return "reduction"
-        return "split" if self.attention == "auto" and head_dim > self.split_head_dim else "kernel"
+        split = head_dim > self.split_head_dim or alibi
+        return "split" if self.attention == "auto" and split else "kernel"
 
     def forms(self, rows: int, compiled: bool, width: int, device: torch.device, *weights) -> tuple:
         """`form` of each product of a layer, by its weight [out, in] (None: no such product, form 0)."""

@@ -100,6 +100,7 @@ def test_attention_kernel_leaves_long_buffers_to_inductors_form():
     assert auto.attention_on(cuda, wide, 128) == "kernel" and auto.attention_on(cuda, wide + 1, 128) == "reduction"
     widest = triton_kernels().attention_columns(256)
     assert auto.attention_on(cuda, widest, 256) == "split"  # above split_head_dim
+    assert auto.attention_on(cuda, wide, 128, alibi=True) == "split"  # ALiBi (BLOOM)
     assert auto.attention_on(cuda, widest + 1, 256) == "reduction"
     assert auto.attention_on(cpu, 64, 256) == split.attention_on(cpu, 64, 256) == "reduction"
     assert split.attention_on(cuda, 10 * wide, 128) == "split"
