@@ -20,6 +20,8 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            top kernels (speed_matrix.step_time); with --variants, the same for each fused-step variant
   loop     each backend's whole generation loop profiled (loop_profile.py): per token the GPU's busy and idle
            time and the kernels the loop runs around the step
+  tokens   fp16 greedy tokens (64) of the frameworks fused step from its CUDA graph against the step uncaptured
+           and against HF's model with its growing cache: the first difference per row
   batch8   the onnxrt row at batch 8
 Prompt 128, 128 new tokens, fp16. Every row is saved as it comes (OUT/decoder-graphs.json, .md); no job starts
 after --deadline seconds; each model's folder and artifacts are deleted after its jobs unless --keep (a 20B
@@ -132,6 +134,18 @@ def variant_step(shape: str, folder: str, workdir: str, variant: str) -> dict:
         return {**sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir), "config": f"fused-{variant}"}
 
 
+def tokens(shape: str, folder: str, workdir: str, new: int = 64) -> dict:
+    """fp16 greedy tokens of the frameworks fused step (our kernels) from its CUDA graph against the same step
+    uncaptured and against HF's model with its growing cache (speed_matrix.same_tokens): the first difference per
+    row, None where equal."""
+    saved, sm.BACKENDS = sm.BACKENDS, ("frameworks",)
+    try:
+        return {"model": shape, "new_tokens": new,
+                "first_difference": sm.same_tokens(family_of(folder), folder, 1, "fused", workdir, new=new)}
+    finally:
+        sm.BACKENDS = saved
+
+
 def loops(shape: str, folder: str, workdir: str) -> dict:
     """Each backend's generation loop around its step, profiled (loop_profile.py): frameworks' fused step, onnxrt's
     graph, both from CUDA graphs."""
@@ -159,6 +173,7 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
             ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
             ("step", lambda: sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir)),
             ("loop", lambda: loops(shape, folder, workdir)),
+            ("tokens", lambda: tokens(shape, folder, workdir)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     at = [name for name, _ in done].index("frameworks") + 1  # each variant's row after the default's
     done[at:at] = [(f"frameworks-{v}", lambda v=v: bench(shape, folder, workdir, "frameworks", 1, hf=False, variant=v))
@@ -178,7 +193,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
-                        "flash, frameworks, frameworks-<variant>, step, loop, batch8)")
+                        "flash, frameworks, frameworks-<variant>, step, loop, tokens, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)
@@ -225,7 +240,8 @@ def _collect(doc: dict, kind: str, job):
 
     def run():
         got = job()
-        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops"}.get(kind, "other")
+        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops",
+               "tokens": "tokens"}.get(kind, "other")
         doc.setdefault(key, []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)
         return got
