@@ -86,8 +86,9 @@ KERNELS_EVERYWHERE = FusedSettings(gemv_above=0, gemv_rows=4, attention="kernel"
 
 def _check_kernels(run, steps, monkeypatch):
     """The step on our Triton kernels (`NNDF.backends.torch.kernels`) gives HF generate's tokens: greedy (3 rows:
-    every product through our GEMV) and 3 beams (9 rows: F.linear), with each attention kernel (one program per
-    head, and split over column chunks); every kernel counted, so a step that bypassed one fails."""
+    every product through our GEMV) with each attention kernel (one program per head, and split over column
+    chunks), and 3 beams (9 rows: F.linear) with the first; every kernel counted, so a step that bypassed one
+    fails. (Under Triton's interpreter on the CPU each generation takes seconds: the cases are few.)"""
     import collections
     import dataclasses
 
@@ -98,9 +99,9 @@ def _check_kernels(run, steps, monkeypatch):
         monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
                             calls.update([_name]) or _real(*a, **k))
     prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
-    for attention in ("kernel", "split"):
+    for attention, searches in (("kernel", (1, 3)), ("split", (1,))):
         steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, attention=attention)
-        for beams in (1, 3):
+        for beams in searches:
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos), \
                 f"{attention}, beams={beams}"
     assert calls["gemv"] and calls["decode_attention"] and calls["decode_attention_split"], calls

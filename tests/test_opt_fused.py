@@ -64,11 +64,10 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
         _check_parity(run, steps)
 
 
-@pytest.mark.parametrize("model", ["pre-norm", "post-norm"])
-def test_step_on_our_kernels(model, tiny, workdir, monkeypatch):
-    """OPT's step on our Triton GEMV and attention kernels (the default on CUDA; project_in / project_out too)
-    gives HF generate's tokens."""
-    run = _run(workdir, variant="opt-offline", torch_dir=tiny[model], family="OPT")
+def test_step_on_our_kernels(tiny, workdir, monkeypatch):
+    """OPT's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF generate's tokens, on the
+    post-norm model (project_in / project_out through the GEMV too)."""
+    run = _run(workdir, variant="opt-offline", torch_dir=tiny["post-norm"], family="OPT")
     with backend_steps(run, "frameworks") as (_, steps):
         _check_kernels(run, steps, monkeypatch)
 
