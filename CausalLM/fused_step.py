@@ -1,7 +1,9 @@
 """Pieces the families' fused decode steps (`--fused-decode` on frameworks: GPT2/fused_decode.py,
-LLAMA/fused_decode.py, OPT/fused_decode.py) share: the weight product in the form inductor fuses best for few rows
-(or through our Triton GEMV kernel, `NNDF.backends.torch.kernels`), the step's internal settings, its functions
-compiled once, and the slot over the step's own K/V buffers."""
+GPT2/fused_decode_rotary.py, OPT/, BLOOM/, LLAMA/fused_decode.py; the encoder-decoders' through Seq2Seq/) share:
+the weight product in the form inductor fuses best for few rows (or through our Triton GEMV kernel,
+`NNDF.backends.torch.kernels`), the one-query attention (plain ops, SDPA or our Triton kernels), the step's
+internal settings and the decoder families' default ones, its functions compiled once, and the slot over the
+step's own K/V buffers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
