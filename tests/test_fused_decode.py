@@ -14,7 +14,7 @@ import pytest
 
 from CausalLM.fused_step import DECODER_SETTINGS, FusedSettings
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode, open_run
+from NNDF.actions.common import backend_steps, encode, generate_prompt, open_run
 from CausalLM.torch_steps import TorchSteps
 from NNDF.backends.torch.compile import COMPILE_OPTIONS
 from NNDF.context import make_context
@@ -98,12 +98,17 @@ def _check_kernels(run, steps, monkeypatch):
     for name in ("gemv", "decode_attention", "decode_attention_split"):
         monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
                             calls.update([_name]) or _real(*a, **k))
+    from NNDF.generation import GenerationConfig
+
     prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
     for attention, searches in (("kernel", (1, 3)), ("split", (1,))):
         steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, attention=attention)
-        for beams in searches:
-            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos), \
-                f"{attention}, beams={beams}"
+        for beams in searches:  # one generation each (the buffers' reuse is checked on the default step)
+            config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                                      pad_token_id=run.tokenizer.pad_token_id)
+            result = generate_prompt(steps, prompt, config)
+            got = [result.new_tokens(r, eos) for r in range(prompt.batch)]
+            assert got == _hf_tokens(run, prompt, beams, eos), f"{attention}, beams={beams}"
     assert calls["gemv"] and calls["decode_attention"] and calls["decode_attention_split"], calls
 
 
