@@ -15,7 +15,9 @@ product, over the encoder columns the encoder mask keeps), the FFN (fc1, the con
 residual add; BART normalises after each add (post-norm), mBART before each block (pre-norm) and once more at the
 end (the decoder's `layer_norm`). Then the LM head plus `final_logits_bias`. HF clamps fp16 hidden states only in
 the encoder's layers (which run as HF's module), never in the decoder's, so this step does not clamp either.
-Products of few rows in narrow models use the reduction form when compiled (`CausalLM.fused_step.product`).
+The products and both attentions take the forms the step's settings give
+(`Seq2Seq.fused_step.seq2seq_settings`: on CUDA our Triton GEMV for one row's products and our attention
+kernels; the reduction form, plain-op attention or cuBLAS elsewhere: `CausalLM.fused_step`).
 
 The decoder prompt pass (`prefill`, never padded: every row starts at position 0) is eager: F.linear and SDPA,
 writing the same buffers. The concatenated q/k/v and cross k/v weights are copies, held twice while the step lives.
@@ -27,9 +29,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, layer_norm, product
+from CausalLM.fused_step import FusedSettings, attend, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
 
 MODEL_TYPES = ("bart", "mbart")  # HF model types this step runs
 PRE_NORM = ("mbart",)  # model types whose layers normalise before each block and whose decoder ends in a layer norm
@@ -54,34 +56,30 @@ def check_config(config) -> None:
                          f"implements ({', '.join(ACTIVATIONS)}); drop --static-cache")
 
 
-def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over a buffer [R, H, L, D] masked by `valid` [R, L]: [R, H, D].
-    Masked scores are the lowest float, as HF's masks make them (a row with no valid column stays finite)."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], torch.finfo(scores.dtype).min)
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)
-
-
-def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, valid, cross_valid, *, heads: int,
-               eps: float, scale: float, pre_norm: bool, activation: str, reduce: bool):
-    """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]."""
+def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encoder_last, valid, cross_valid, *,
+               heads: int, eps: float, scale: float, pre_norm: bool, activation: str, forms: tuple, attention: tuple):
+    """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1]. valid
+    [R, L]: the columns up to the write position; cross_valid [R, T]: the encoder's real columns (up to
+    `encoder_last` [1]). `forms`: `product`'s form for q/k/v, out_proj, the cross-attention's q and out_proj, fc1
+    and fc2; `attention`: `CausalLM.fused_step.attend`'s for the self- and the cross-attention."""
     (norm1, qkv_w, qkv_b, out_w, out_b, norm2, cq_w, cq_b, cout_w, cout_b,
      norm3, fc1_w, fc1_b, fc2_w, fc2_b) = w
+    qkv_form, out_form, cq_form, cout_form, fc1_form, fc2_form = forms
     rows, embed = x.shape
     head_dim = embed // heads
-    qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, reduce)  # [R, 3E]
+    qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, qkv_form)  # [R, 3E]
     q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    x = x + product(attend_one(q, keys, values, valid, scale).reshape(rows, embed), out_w, out_b, reduce)
+    a = attend(attention[0], q, keys, values, write, valid, scale)
+    x = x + product(a.reshape(rows, embed), out_w, out_b, out_form)
     x = x if pre_norm else layer_norm(x, norm1, eps)
-    q = product(layer_norm(x, norm2, eps) if pre_norm else x, cq_w, cq_b, reduce).reshape(rows, heads, head_dim)
-    x = x + product(attend_one(q, cross_keys, cross_values, cross_valid, scale).reshape(rows, embed), cout_w,
-                    cout_b, reduce)
+    q = product(layer_norm(x, norm2, eps) if pre_norm else x, cq_w, cq_b, cq_form).reshape(rows, heads, head_dim)
+    a = attend(attention[1], q, cross_keys, cross_values, encoder_last, cross_valid, scale)
+    x = x + product(a.reshape(rows, embed), cout_w, cout_b, cout_form)
     x = x if pre_norm else layer_norm(x, norm2, eps)
-    h = ACTIVATIONS[activation](product(layer_norm(x, norm3, eps) if pre_norm else x, fc1_w, fc1_b, reduce))
-    x = x + product(h, fc2_w, fc2_b, reduce)
+    h = ACTIVATIONS[activation](product(layer_norm(x, norm3, eps) if pre_norm else x, fc1_w, fc1_b, fc1_form))
+    x = x + product(h, fc2_w, fc2_b, fc2_form)
     return x if pre_norm else layer_norm(x, norm3, eps)
 
 
@@ -94,30 +92,31 @@ def embed_step(ids, write, encoder_mask, embed, embed_scale: float, pos_table, n
     return layer_norm(x, norm, eps), valid, encoder_mask != 0
 
 
-def head_step(x, norm: tuple | None, lm_w, bias, eps: float, reduce: bool):
+def head_step(x, norm: tuple | None, lm_w, bias, eps: float, form: int):
     """The step's logits [R, 1, V] (`head`)."""
-    return head(x, norm, lm_w, bias, eps, reduce)[:, None, :]
+    return head(x, norm, lm_w, bias, eps, form)[:, None, :]
 
 
-def head(x, norm: tuple | None, lm_w, bias, eps: float, reduce: bool):
-    """The decoder's final layer norm (mBART) and the LM head plus final_logits_bias [1, V]: [..., E] -> [..., V]
-    (in HF's dtype: the bias's type promotion applies as in HF)."""
+def head(x, norm: tuple | None, lm_w, bias, eps: float, form: int = 0):
+    """The decoder's final layer norm (mBART) and the LM head (`product`'s `form`) plus final_logits_bias [1, V]:
+    [..., E] -> [..., V] (in HF's dtype: the bias's type promotion applies as in HF)."""
     if norm is not None:
         x = layer_norm(x, norm, eps)
-    return product(x, lm_w, None, reduce) + bias
+    return product(x, lm_w, None, form) + bias
 
 
 class FusedBartStep:
     """The static-cache decoder step of a loaded HF BART or mBART (`BartForConditionalGeneration`,
     `MBartForConditionalGeneration`): `new_slot`, `cross`, `prefill` and `one_token` (what a CUDA graph captures),
     as `Seq2Seq.fused_step.FusedSeq2SeqStep` states them. `compile_options`: inductor options to compile the step's
-    three functions with (`{}`: inductor's defaults), or None to run them eagerly."""
+    three functions with (`{}`: inductor's defaults), or None to run them eagerly; `settings`: the step's internal
+    choices (`Seq2Seq.fused_step.seq2seq_settings`)."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = seq2seq_settings(settings), compile_options is not None
         self.pre_norm, self.activation = config.model_type in PRE_NORM, config.activation_function
         self.heads, self.width = config.decoder_attention_heads, config.d_model
         self.head_dim = self.width // self.heads
@@ -149,15 +148,20 @@ class FusedBartStep:
 
     def one_token(self, slot: Seq2SeqSlot) -> torch.Tensor:
         """Logits [R, 1, V] of slot.ids at decoder position slot.write, its K/V written there."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
+        rows, settings = slot.rows, self.settings
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[3], w[6], w[8], w[11], w[13])
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
         x, valid, cross_valid = self._embed(slot.ids, slot.write, slot.encoder_mask, self.embed, self.embed_scale,
                                             self.positions, self.embed_norm, self.eps, slot.max_length)
         buffers = zip(self.layers, slot.past[0::2], slot.past[1::2], slot.cross[0::2], slot.cross[1::2])
         for weights, keys, values, cross_keys, cross_values in buffers:
-            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, valid, cross_valid,
-                            heads=self.heads, eps=self.eps, scale=self.scale, pre_norm=self.pre_norm,
-                            activation=self.activation, reduce=reduce)
-        return self._head(x, self.final_norm, self.lm_head, self.bias, eps=self.eps, reduce=reduce)
+            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
+                            cross_valid, heads=self.heads, eps=self.eps, scale=self.scale, pre_norm=self.pre_norm,
+                            activation=self.activation, forms=forms, attention=attention)
+        return self._head(x, self.final_norm, self.lm_head, self.bias, eps=self.eps,
+                          form=settings.head_form(rows, self.compiled, self.width, self.device))
 
     def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:
         """The decoder prompt's logits [R, S, V] ([R, 1, V] when `last_only`), eager: input_ids [R, S] at decoder
@@ -171,7 +175,7 @@ class FusedBartStep:
             x = self._prompt_layer(x, weights, (keys, values), (cross_keys, cross_values), cross_bias)
         if last_only:
             x = x[:, -1:]
-        return head(x, self.final_norm, self.lm_head, self.bias, self.eps, False)
+        return head(x, self.final_norm, self.lm_head, self.bias, self.eps)
 
     def _prompt_layer(self, x, w: tuple, past: tuple, cross: tuple, cross_bias):
         (norm1, qkv_w, qkv_b, out_w, out_b, norm2, cq_w, cq_b, cout_w, cout_b,

@@ -17,8 +17,9 @@ column <= write) -> dense -> add -> layer norm, cross-attention over the image (
 the vision width, `encoder_hidden_size`; masked by `slot.encoder_mask`) -> dense -> add -> layer norm, then
 intermediate dense -> activation -> output dense -> add -> layer norm; the LM head is HF's prediction head: dense ->
 activation -> layer norm -> the (tied) vocabulary product with its bias. Dropout is off (inference), and the
-decoder's `label_smoothing` only concerns the training loss. Products of few rows in narrow models use the
-reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`).
+decoder's `label_smoothing` only concerns the training loss. The products and both attentions take the forms
+the step's settings give (`Seq2Seq.fused_step.seq2seq_settings`: on CUDA our Triton GEMV for one row's products and
+our attention kernels; the reduction form, plain-op attention or cuBLAS elsewhere: `CausalLM.fused_step`).
 
 The prompt pass is eager (F.linear and SDPA with a causal mask, writing the same buffers). The concatenated q/k/v
 weights are copies: they are held twice while the step lives.
@@ -28,9 +29,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, layer_norm, product
+from CausalLM.fused_step import FusedSettings, attend, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
 from Vision2Seq.model import ImageTextAdapter
 
 MODEL_TYPES = ("blip",)  # HF model types this step runs (BlipForConditionalGeneration)
@@ -59,67 +60,66 @@ def check_config(config) -> None:
                          f"{text.num_attention_heads} heads; drop --static-cache")
 
 
-def attend_one(q, keys, values, valid, scale: float):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D] masked by `valid` [R or 1, L]."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) * scale  # [R, H, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
-
-
-def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, valid, image, *, heads: int, eps: float,
-               scale: float, act: str, reduce: bool):
+def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, image_last, valid, image, *, heads: int,
+               eps: float, scale: float, act: str, forms: tuple, attention: tuple):
     """One BLIP text layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    cross_keys/values [R, H, image_tokens, D]; valid [1, L] (columns <= write); image [R, image_tokens] (bool)."""
+    cross_keys/values [R, H, image_tokens, D]; valid [R, L] (columns <= write); image [R, image_tokens] (bool; up
+    to `image_last` [1]). `forms`: `product`'s form for q/k/v, the self-attention's output dense, the
+    cross-attention's query and output dense, the intermediate and output dense; `attention`:
+    `CausalLM.fused_step.attend`'s for the self- and the cross-attention."""
     (qkv_w, qkv_b, self_w, self_b, norm1, query_w, query_b, cross_w, cross_b, norm2, up_w, up_b, down_w, down_b,
      norm3) = w
+    qkv_form, self_form, query_form, cross_form, up_form, down_form = forms
     rows, embed = x.shape
     head_dim = embed // heads
-    q, k, v = (t.reshape(rows, heads, head_dim) for t in product(x, qkv_w, qkv_b, reduce).split(embed, dim=-1))
+    qkv = product(x, qkv_w, qkv_b, qkv_form)
+    q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    a = attend_one(q, keys, values, valid, scale).reshape(rows, embed)
-    x = layer_norm(product(a, self_w, self_b, reduce) + x, norm1, eps)
-    q = product(x, query_w, query_b, reduce).reshape(rows, heads, head_dim)
-    a = attend_one(q, cross_keys, cross_values, image, scale).reshape(rows, embed)
-    x = layer_norm(product(a, cross_w, cross_b, reduce) + x, norm2, eps)
-    h = ACTIVATIONS[act](product(x, up_w, up_b, reduce))
-    return layer_norm(product(h, down_w, down_b, reduce) + x, norm3, eps)
+    a = attend(attention[0], q, keys, values, write, valid, scale).reshape(rows, embed)
+    x = layer_norm(product(a, self_w, self_b, self_form) + x, norm1, eps)
+    q = product(x, query_w, query_b, query_form).reshape(rows, heads, head_dim)
+    a = attend(attention[1], q, cross_keys, cross_values, image_last, image, scale).reshape(rows, embed)
+    x = layer_norm(product(a, cross_w, cross_b, cross_form) + x, norm2, eps)
+    h = ACTIVATIONS[act](product(x, up_w, up_b, up_form))
+    return layer_norm(product(h, down_w, down_b, down_form) + x, norm3, eps)
 
 
 def embed_step(ids, write, encoder_mask, words, positions, norm: tuple, eps: float, max_length: int):
     """The step's embedding [R, E] (word + position at `write`, layer norm), which decoder columns it attends to
-    [1, L] and which image tokens [R, image_tokens]."""
+    [R, L] and which image tokens [R, image_tokens]."""
     columns = torch.arange(max_length, device=ids.device)
     x = layer_norm(words[ids[:, 0]] + positions[write], norm, eps)
-    return x, (columns <= write)[None, :], encoder_mask != 0
+    return x, (columns <= write).expand(ids.shape[0], max_length), encoder_mask != 0
 
 
-def head_step(x, w: tuple, eps: float, act: str, reduce: bool):
+def head_step(x, w: tuple, eps: float, act: str, forms: tuple):
     """The step's logits [R, 1, V] (`head`)."""
-    return head(x, w, eps, act, reduce)[:, None, :]
+    return head(x, w, eps, act, forms)[:, None, :]
 
 
-def head(x, w: tuple, eps: float, act: str, reduce: bool):
-    """HF's prediction head: dense -> activation -> layer norm -> vocabulary product + bias: [..., E] -> [..., V]."""
+def head(x, w: tuple, eps: float, act: str, forms: tuple = (0, 0)):
+    """HF's prediction head: dense -> activation -> layer norm -> vocabulary product + bias: [..., E] -> [..., V].
+    `forms`: `product`'s form for the dense and the vocabulary product."""
     dense_w, dense_b, norm, vocab_w, vocab_b = w
-    h = layer_norm(ACTIVATIONS[act](product(x, dense_w, dense_b, reduce)), norm, eps)
-    return product(h, vocab_w, vocab_b, reduce)
+    h = layer_norm(ACTIVATIONS[act](product(x, dense_w, dense_b, forms[0])), norm, eps)
+    return product(h, vocab_w, vocab_b, forms[1])
 
 
 class FusedBlipStep:
     """The static-cache decoder step of a loaded HF `BlipForConditionalGeneration` (`Seq2Seq.fused_step.
     FusedSeq2SeqStep`): `new_slot`, `cross` (the image's cross-attention K/V), `prefill` (the decoder prompt) and
     `one_token` (the step a CUDA graph captures). `compile_options`: inductor options to compile the step's three
-    functions with (`{}`: inductor's defaults), or None to run them eagerly."""
+    functions with (`{}`: inductor's defaults), or None to run them eagerly; `settings`: the step's internal
+    choices (`Seq2Seq.fused_step.seq2seq_settings`)."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
+                 settings: FusedSettings | None = None):
         if isinstance(model, ImageTextAdapter):  # the kind's wrapper: the HF model inside
             model = model.model
         check_config(model.config)
         text = model.config.text_config
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = seq2seq_settings(settings), compile_options is not None
         self.heads, self.width, self.act = text.num_attention_heads, text.hidden_size, text.hidden_act
         self.head_dim = text.hidden_size // text.num_attention_heads
         self.scale, self.eps = self.head_dim ** -0.5, text.layer_norm_eps
@@ -156,14 +156,20 @@ class FusedBlipStep:
 
     def one_token(self, slot: Seq2SeqSlot) -> torch.Tensor:
         """Logits [R, 1, V] of `slot.ids` at decoder position `slot.write`, its K/V written there."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
+        rows, settings = slot.rows, self.settings
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[0], w[2], w[5], w[7], w[10], w[12])
+        head_forms = (settings.form(rows, self.compiled, self.width, self.width, self.device),
+                      settings.head_form(rows, self.compiled, self.width, self.device))
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
         x, valid, image = self._embed(slot.ids, slot.write, slot.encoder_mask, self.words, self.positions,
                                       self.embed_norm, eps=self.embed_eps, max_length=slot.max_length)
         for i, weights in enumerate(self.layers):
             x = self._layer(x, weights, slot.past[2 * i], slot.past[2 * i + 1], slot.cross[2 * i],
-                            slot.cross[2 * i + 1], slot.write, valid, image, heads=self.heads, eps=self.eps,
-                            scale=self.scale, act=self.act, reduce=reduce)
-        return self._head(x, self.head_weights, eps=self.eps, act=self.act, reduce=reduce)
+                            slot.cross[2 * i + 1], slot.write, slot.encoder_last, valid, image, heads=self.heads,
+                            eps=self.eps, scale=self.scale, act=self.act, forms=forms, attention=attention)
+        return self._head(x, self.head_weights, eps=self.eps, act=self.act, forms=head_forms)
 
     def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:
         """The decoder prompt input_ids [R, S] at positions 0..S-1, eager: logits [R, S or 1, V]; its K/V written
@@ -176,7 +182,7 @@ class FusedBlipStep:
             x = self._prompt_layer(x, weights, slot.past[2 * i:2 * i + 2], slot.cross[2 * i:2 * i + 2], image)
         if last_only:
             x = x[:, -1:]
-        return head(x, self.head_weights, self.eps, self.act, False)
+        return head(x, self.head_weights, self.eps, self.act)
 
     def _prompt_layer(self, x, w: tuple, past: list, cross: list, image):
         (qkv_w, qkv_b, self_w, self_b, norm1, query_w, query_b, cross_w, cross_b, norm2, up_w, up_b, down_w,

@@ -178,10 +178,12 @@ def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:
     return settings or DECODER_SETTINGS
 
 
-def attend_one(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None):
+def attend_one(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None,
+               bias=None):
     """One query per row and head, q [R, H, D], over the buffers [R, KVH, L, D] (values [R, KVH, D, L] when
     `transposed`) masked by `valid` [R, L]; query heads in groups of H / KVH share a key/value head. `alibi`:
-    (slopes [H], offsets [R, L]), each score plus slope_h * offsets[r, column] (BLOOM)."""
+    (slopes [H], offsets [R, L]), each score plus slope_h * offsets[r, column] (BLOOM); `bias` [1 or R, H, L]
+    fp32, added to the scores (T5's relative positions)."""
     rows, heads, dim = q.shape
     kv_heads = keys.shape[1]
     q = q.reshape(rows, kv_heads, heads // kv_heads, dim)
@@ -189,6 +191,8 @@ def attend_one(q, keys, values, valid, scale: float, transposed: bool = False, a
     if alibi is not None:
         slopes, offsets = alibi
         scores = scores + (slopes[None, :, None] * offsets[:, None, :]).reshape(rows, kv_heads, -1, offsets.shape[1])
+    if bias is not None:
+        scores = scores + bias.reshape(bias.shape[0], kv_heads, -1, bias.shape[-1])
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     p = torch.softmax(scores, dim=-1)
     if transposed:
@@ -198,31 +202,34 @@ def attend_one(q, keys, values, valid, scale: float, transposed: bool = False, a
     return out.reshape(rows, heads, dim).to(q.dtype)
 
 
-def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None):
+def attend_sdpa(q, keys, values, valid, scale: float, transposed: bool = False, alibi: tuple | None = None,
+                bias=None):
     """`attend_one` as one `F.scaled_dot_product_attention` call (the key/value heads repeated for the query
-    heads: SDPA's own grouped-query option has no masked kernel on CUDA; ALiBi as an additive mask)."""
+    heads: SDPA's own grouped-query option has no masked kernel on CUDA; ALiBi and `bias` as an additive mask)."""
     groups = q.shape[1] // keys.shape[1]
     values = values.transpose(-1, -2) if transposed else values
     keys, values = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (keys, values))
     mask = valid[:, None, None, :]
-    if alibi is not None:
-        slopes, offsets = alibi
-        bias = slopes[None, :, None] * offsets[:, None, :]  # [R, H, L]
-        mask = bias.masked_fill(~valid[:, None, :], float("-inf"))[:, :, None].to(q.dtype)
+    if alibi is not None or bias is not None:
+        slopes, offsets = alibi or (None, None)
+        added = (0 if alibi is None else slopes[None, :, None] * offsets[:, None, :]) + (0 if bias is None else bias)
+        mask = added.masked_fill(~valid[:, None, :], float("-inf"))[:, :, None].to(q.dtype)  # [R, H, 1, L]
     out = F.scaled_dot_product_attention(q[:, :, None], keys, values, attn_mask=mask, scale=scale)
     return out[:, :, 0]
 
 
 def attend(attention: str, q, keys, values, write, valid, scale: float, transposed: bool = False,
-           window: int | None = None, alibi: tuple | None = None):
-    """The one query's attention [R, H, D] by `attention` (ATTENTIONS: "kernel" is ours, which reads only the
-    columns up to `write` inside the `window`; `FusedSettings.attention_on` says where it serves). `valid` [R, L]
-    already holds the window; `alibi`: `attend_one`'s."""
+           window: int | None = None, alibi: tuple | None = None, bias=None):
+    """The one query's attention [R, H, D] by `attention` (ATTENTIONS: "kernel" and "split" are ours, which read
+    only the columns up to `write` inside the `window`; `FusedSettings.attention_on` says where they serve).
+    `valid` [R, L] already holds the window; `alibi` and `bias`: `attend_one`'s."""
     if attention == "kernel":
-        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window, alibi=alibi)
+        return triton_kernels().decode_attention(q, keys, values, valid, write, scale, window, alibi=alibi, bias=bias)
     if attention == "split":
-        return triton_kernels().decode_attention_split(q, keys, values, valid, write, scale, window, alibi=alibi)
-    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed, alibi)
+        return triton_kernels().decode_attention_split(q, keys, values, valid, write, scale, window, alibi=alibi,
+                                                       bias=bias)
+    return (attend_sdpa if attention == "sdpa" else attend_one)(q, keys, values, valid, scale, transposed, alibi,
+                                                                bias)
 
 
 def layer_norm(x, norm: tuple, eps: float):

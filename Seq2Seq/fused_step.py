@@ -9,7 +9,7 @@ A `Seq2SeqSlot` is a `NNDF.slots.KVSlot` for `rows` x `max_length` decoder posit
 - `cross`: every layer's cross-attention keys and values, K0, V0, ... each [rows, heads, encoder_length,
   head_dim], computed once per input from the encoder's output (`FusedSeq2SeqStep.cross`);
 - `encoder_mask`: the encoder input's padding mask [rows, encoder_length] (int64, 1 = real), read by every
-  cross-attention.
+  cross-attention (and `encoder_last`, its last column's index [1], where our attention kernels read it).
 All are allocated once per (rows, max_length, encoder_length), so the one-token step has fixed shapes and
 addresses: a CUDA graph captures it and replays it for every later generation of that shape.
 """
@@ -22,10 +22,17 @@ import torch
 from CausalLM.fused_step import FusedSettings
 from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_rows
 
-# the reduction form only for one-row steps: at 4 rows (beam search) it measured 3x slower than one row on an H100
-# (flan-T5-XL shapes 6.42 against 2.04 ms of GPU time per step, BART-large 1.245 against 0.58), cuBLAS reads
-# the weights once for every row (docs/PERFORMANCE.md)
-SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1)
+# the encoder-decoder steps' default: on CUDA our Triton GEMV for a one-row step's products (the LM head included)
+# and our attention kernels for the self- and cross-attention at any row count; elsewhere inductor's reduction
+# form for one row only (at 4 rows, beam search, it measured 3x slower than one row on an H100: flan-T5-XL shapes
+# 6.42 against 2.04 ms of GPU time per step, BART-large 1.245 against 0.58) and cuBLAS above (docs/PERFORMANCE.md)
+SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, attention="auto")
+
+
+def seq2seq_settings(settings: FusedSettings | None = None) -> FusedSettings:
+    """`settings`, else the encoder-decoder steps' default, read when a step is made (the device benchmark swaps
+    `SEQ2SEQ_SETTINGS` to time other choices: tools/bench/seq2seq_speed.py)."""
+    return settings or SEQ2SEQ_SETTINGS
 
 
 class Seq2SeqSlot(KVSlot):
@@ -40,6 +47,9 @@ class Seq2SeqSlot(KVSlot):
         super().__init__(rows, max_length, past, inputs, logits, graph_id)
         self.cross = cross
         self._cross_stack = stacked_view(cross)  # [layers x 2, rows, ...] over `cross`, or None
+        # the cross-attention's last column [1] (our attention kernels read the columns up to a position held on
+        # the device: for the encoder's, all of them, those the mask keeps)
+        self.encoder_last = torch.full((1,), encoder_mask.shape[1] - 1, dtype=torch.long, device=device)
 
     encoder_mask = property(lambda self: self.inputs["encoder_mask"])
 

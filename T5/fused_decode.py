@@ -16,9 +16,10 @@ What it computes, as HF's modeling_t5 does:
   HF's own unidirectional bucketing of the distance (write position - column), shared by every layer. Distances
   past `relative_attention_max_distance` all fall in the last bucket, so the bias is precomputed once per
   distance 0..max_distance + 1 ([heads, max_distance + 2]) and each step gathers it by the clamped distance. One
-  query per row over the whole buffer, masked by (column <= write position);
+  query per row over the columns up to the write position;
 - cross-attention (query projection from the cross-attention norm; keys and values from the slot; no position
-  bias, no scaling) with the encoder's padding columns given the score dtype's minimum, as HF's additive mask;
+  bias, no scaling) over the encoder's real columns (HF gives its padding columns the score dtype's minimum: the
+  same softmax, since every encoder row has a real column; the prompt pass does as HF);
 - the feed-forward: ReLU (`feed_forward_proj="relu"`, T5) or gated-GELU (`gelu_new(wi_0 x) * wi_1 x`, flan-T5,
   wi_0 and wi_1 one product); `wo`'s input cast to wo's dtype (HF keeps `wo` in fp32 in half-precision models);
 - HF's fp16 clamp of the hidden states after each sub-layer (max - 1000 where any value overflowed);
@@ -26,8 +27,9 @@ What it computes, as HF's modeling_t5 does:
   LM head.
 Where `wo` is fp32 in a half-precision model HF's residual stream turns fp32 after the first layer's feed-forward;
 ours is fp32 from the embedding on (one dtype for every call of the layer function, so it compiles once), which
-differs from HF only by layer 0's half-precision roundings. Products of few rows in narrow models use the
-reduction form when compiled (`CausalLM.fused_step.product`), cuBLAS otherwise (`FusedSettings`).
+differs from HF only by layer 0's half-precision roundings. The products and both attentions take the forms
+the step's settings give (`Seq2Seq.fused_step.seq2seq_settings`: on CUDA our Triton GEMV for one row's
+products and our attention kernels; the reduction form, plain-op attention or cuBLAS elsewhere: `CausalLM.fused_step`).
 
 The decoder prompt pass is eager (F.linear and matmul attention), writing the same buffers. The concatenated
 weights are copies: they are held twice while the step lives.
@@ -37,9 +39,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, compiled, product
+from CausalLM.fused_step import FusedSettings, attend, compiled, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import SEQ2SEQ_SETTINGS, Seq2SeqSlot, seq2seq_slot
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
 
 MODEL_TYPES = ("t5",)  # HF model types this step runs
 ACTIVATIONS = {"relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}  # HF's dense_act_fn -> ours
@@ -75,59 +77,55 @@ def clamp_fp16(x):
     return torch.clamp(x, min=-limit, max=limit)
 
 
-def attend_one(q, keys, values, bias):
-    """One query per row and head, q [R, H, D], over the whole buffer [R, H, L, D], no scaling; `bias` [R or 1, H,
-    L] fp32 is added to the scores (position bias and mask)."""
-    scores = (q[:, :, None, :].float() * keys.float()).sum(-1) + bias  # [R, H, L]
-    p = torch.softmax(scores, dim=-1)
-    return (p[..., None] * values.float()).sum(-2).to(q.dtype)  # [R, H, D]
-
-
-def attend(q, keys, values, bias):
+def attend_prompt(q, keys, values, bias):
     """Several queries q [R, H, S, D] over keys/values [R, H, L, D], no scaling, plus `bias` [.., S, L] fp32."""
     scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) + bias  # [R, H, S, L]
     return torch.matmul(torch.softmax(scores, dim=-1), values.float()).to(q.dtype)
 
 
-def feed_forward(x, norm, wi, wo, eps: float, gated: bool, act: str, reduce: bool):
+def feed_forward(x, norm, wi, wo, eps: float, gated: bool, act: str, forms: tuple = (0, 0)):
     """T5LayerFF's residual branch: norm, wi (wi_0 and wi_1 as one product where gated), activation, wo (its input
-    cast to wo's dtype)."""
-    h = product(rms_norm(x, norm, eps), wi, None, reduce)
+    cast to wo's dtype). `forms`: `product`'s form for wi and wo."""
+    h = product(rms_norm(x, norm, eps), wi, None, forms[0])
     if gated:
         gate, linear = h.chunk(2, dim=-1)
         h = ACTIVATIONS[act](gate) * linear
     else:
         h = ACTIVATIONS[act](h)
-    return product(h.to(wo.dtype), wo, None, reduce)
+    return product(h.to(wo.dtype), wo, None, forms[1])
 
 
-def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, self_bias, cross_bias, *, heads: int,
-               eps: float, gated: bool, act: str, reduce: bool):
+def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encoder_last, valid, self_bias,
+               cross_valid, *, heads: int, eps: float, gated: bool, act: str, forms: tuple, attention: tuple):
     """One T5 decoder block for one token per row: x [R, D] -> [R, D]; writes this token's K/V at `write` [1].
-    self_bias [1, H, L] (position bias, -inf after the write position), cross_bias [R, 1, E] (padding mask)."""
+    valid [R, L] (the columns up to the write position), self_bias [1, H, L] (the position bias), cross_valid
+    [R, E] (the encoder's real columns, up to `encoder_last` [1]). `forms`: `product`'s form for q/k/v, o, the
+    cross-attention's q and o, wi and wo; `attention`: `CausalLM.fused_step.attend`'s for the self- and the
+    cross-attention (no scaling in either)."""
     norm1, qkv_w, o_w, norm2, cq_w, co_w, norm3, wi, wo = w
+    qkv_form, o_form, cq_form, co_form, wi_form, wo_form = forms
     rows = x.shape[0]
     inner = qkv_w.shape[0] // 3
-    qkv = product(rms_norm(x, norm1, eps), qkv_w, None, reduce)
+    qkv = product(rms_norm(x, norm1, eps), qkv_w, None, qkv_form)
     q, k, v = (t.reshape(rows, heads, inner // heads) for t in qkv.split(inner, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
-    a = attend_one(q, keys, values, self_bias).reshape(rows, inner)
-    x = clamp_fp16(x + product(a, o_w, None, reduce).to(x.dtype))
-    q = product(rms_norm(x, norm2, eps), cq_w, None, reduce).reshape(rows, heads, inner // heads)
-    a = attend_one(q, cross_keys, cross_values, cross_bias).reshape(rows, inner)
-    x = clamp_fp16(x + product(a, co_w, None, reduce).to(x.dtype))
-    return clamp_fp16(x + feed_forward(x, norm3, wi, wo, eps, gated, act, reduce).to(x.dtype))
+    a = attend(attention[0], q, keys, values, write, valid, 1.0, bias=self_bias).reshape(rows, inner)
+    x = clamp_fp16(x + product(a, o_w, None, o_form).to(x.dtype))
+    q = product(rms_norm(x, norm2, eps), cq_w, None, cq_form).reshape(rows, heads, inner // heads)
+    a = attend(attention[1], q, cross_keys, cross_values, encoder_last, cross_valid, 1.0).reshape(rows, inner)
+    x = clamp_fp16(x + product(a, co_w, None, co_form).to(x.dtype))
+    return clamp_fp16(x + feed_forward(x, norm3, wi, wo, eps, gated, act, (wi_form, wo_form)).to(x.dtype))
 
 
 def embed_step(ids, encoder_mask, write, embed, bias_table, length: int, stream):
-    """The step's token embedding [R, D] in the residual stream's dtype, the self-attention bias [1, H, L]
-    (position bias by distance, -inf past the write position) and the cross-attention mask bias [R, 1, E]."""
+    """The step's token embedding [R, D] in the residual stream's dtype, the self-attention columns it reads
+    [R, L] (up to the write position) and their position bias [1, H, L] (by distance), and the encoder columns the
+    cross-attention reads [R, E]."""
     columns = torch.arange(length, device=write.device)
     distance = (write - columns).clamp(0, bias_table.shape[1] - 1)  # [L]
-    self_bias = bias_table[:, distance].float().masked_fill(columns > write, float("-inf"))[None]
-    cross_bias = padding_bias(encoder_mask)[:, None, :]
-    return embed[ids[:, 0]].to(stream), self_bias, cross_bias
+    valid = (columns <= write).expand(ids.shape[0], length)
+    return embed[ids[:, 0]].to(stream), valid, bias_table[:, distance].float()[None], encoder_mask != 0
 
 
 def padding_bias(encoder_mask):
@@ -135,31 +133,32 @@ def padding_bias(encoder_mask):
     return (encoder_mask == 0).float() * torch.finfo(torch.float32).min
 
 
-def head_step(x, norm, lm_w, eps: float, scale: float, reduce: bool):
+def head_step(x, norm, lm_w, eps: float, scale: float, form: int):
     """The step's logits [R, 1, V] (`head`)."""
-    return head(x, norm, lm_w, eps, scale, reduce)[:, None, :]
+    return head(x, norm, lm_w, eps, scale, form)[:, None, :]
 
 
-def head(x, norm, lm_w, eps: float, scale: float, reduce: bool):
-    """Final layer norm, the tied head's rescale (scale 1.0 where there is none) and the LM head: [..., D] ->
-    [..., V]."""
+def head(x, norm, lm_w, eps: float, scale: float, form: int = 0):
+    """Final layer norm, the tied head's rescale (scale 1.0 where there is none) and the LM head (`product`'s
+    `form`): [..., D] -> [..., V]."""
     x = rms_norm(x, norm, eps)
     if scale != 1.0:
         x = x * scale
-    return product(x.to(lm_w.dtype), lm_w, None, reduce)
+    return product(x.to(lm_w.dtype), lm_w, None, form)
 
 
 class FusedT5Step:
     """The static-cache decoder step of a loaded HF T5 (`T5ForConditionalGeneration`): `new_slot`, `cross` (the
     cross-attention keys and values from the encoder's output), `prefill` (the decoder prompt pass) and `one_token`
     (the step a CUDA graph captures). `compile_options`: inductor options to compile the step's three functions
-    with (`{}`: inductor's defaults), or None to run them eagerly."""
+    with (`{}`: inductor's defaults), or None to run them eagerly; `settings`: the step's internal choices
+    (`Seq2Seq.fused_step.seq2seq_settings`)."""
 
     def __init__(self, model: torch.nn.Module, compile_options: dict | None = None,
-                 settings: FusedSettings = SEQ2SEQ_SETTINGS):
+                 settings: FusedSettings | None = None):
         config = model.config
         check_config(config)
-        self.settings, self.compiled = settings, compile_options is not None
+        self.settings, self.compiled = seq2seq_settings(settings), compile_options is not None
         self.heads, self.head_dim, self.width = config.num_heads, config.d_kv, config.d_model
         self.gated, self.act = config.is_gated_act, config.dense_act_fn
         self.scale = config.d_model ** -0.5 if _scales_head(config) else 1.0
@@ -191,14 +190,20 @@ class FusedT5Step:
 
     def one_token(self, slot: Seq2SeqSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids` at decoder position `slot.write`, its K/V written there."""
-        reduce = self.settings.reduces(slot.rows, self.compiled, self.width)
-        x, self_bias, cross_bias = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed, self.bias_table,
-                                               length=slot.max_length, stream=self.stream)
+        rows, settings = slot.rows, self.settings
+        w = self.layers[0]
+        forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[2], w[4], w[5], w[7], w[8])
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
+        x, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
+                                                       self.bias_table, length=slot.max_length, stream=self.stream)
         for weights, keys, values, cross_keys, cross_values in zip(self.layers, slot.past[0::2], slot.past[1::2],
                                                                    slot.cross[0::2], slot.cross[1::2]):
-            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, self_bias, cross_bias,
-                            heads=self.heads, eps=self.eps, gated=self.gated, act=self.act, reduce=reduce)
-        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, scale=self.scale, reduce=reduce)
+            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
+                            self_bias, cross_valid, heads=self.heads, eps=self.eps, gated=self.gated, act=self.act,
+                            forms=forms, attention=attention)
+        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, scale=self.scale,
+                          form=settings.head_form(rows, self.compiled, self.width, self.device))
 
     def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:
         """The decoder prompt pass, eager: input_ids [R, S] at decoder positions 0..S-1, their K/V written to
@@ -215,7 +220,7 @@ class FusedT5Step:
             x = self._prompt_layer(x, weights, keys, values, cross_keys, cross_values, self_bias, cross_bias)
         if last_only:
             x = x[:, -1:]
-        return head(x, self.final_norm, self.lm_head, self.eps, self.scale, False)
+        return head(x, self.final_norm, self.lm_head, self.eps, self.scale)
 
     def _prompt_layer(self, x, w: tuple, keys, values, cross_keys, cross_values, self_bias, cross_bias):
         """One decoder block over the prompt x [R, S, D]: its K/V written to columns 0..S-1."""
@@ -232,11 +237,11 @@ class FusedT5Step:
         q, k, v = (split(t) for t in F.linear(rms_norm(x, norm1, self.eps), qkv_w).split(inner, dim=-1))
         keys[:, :, :length] = k
         values[:, :, :length] = v
-        a = attend(q, keys[:, :, :length], values[:, :, :length], self_bias)
+        a = attend_prompt(q, keys[:, :, :length], values[:, :, :length], self_bias)
         x = clamp_fp16(x + F.linear(merge(a), o_w).to(x.dtype))
         q = split(F.linear(rms_norm(x, norm2, self.eps), cq_w))
-        x = clamp_fp16(x + F.linear(merge(attend(q, cross_keys, cross_values, cross_bias)), co_w).to(x.dtype))
-        ff = feed_forward(x, norm3, wi, wo, self.eps, self.gated, self.act, False)
+        x = clamp_fp16(x + F.linear(merge(attend_prompt(q, cross_keys, cross_values, cross_bias)), co_w).to(x.dtype))
+        ff = feed_forward(x, norm3, wi, wo, self.eps, self.gated, self.act)
         return clamp_fp16(x + ff.to(x.dtype))
 
 

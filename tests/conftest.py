@@ -101,6 +101,20 @@ def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
     return out[0]
 
 
+def counted_kernels(monkeypatch):
+    """A Counter of the calls of our Triton kernels (`NNDF.backends.torch.kernels`: gemv, decode_attention,
+    decode_attention_split) from here on, each still run: a step that bypassed one shows a zero."""
+    import collections
+
+    from CausalLM.fused_step import triton_kernels
+
+    kernels, calls = triton_kernels(), collections.Counter()
+    for name in ("gemv", "decode_attention", "decode_attention_split"):
+        monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
+                            calls.update([_name]) or _real(*a, **k))
+    return calls
+
+
 def random_model(config, folder: Path, seed: int, tokenizer_dir: Path, std: float = 0.2) -> str:
     """A random causal LM of `config` saved in `folder` with `tokenizer_dir`'s tokenizer files: its matrices redrawn
     with std `std` (`NNDF.offline.redraw_weights`) and every 1-D parameter (norms and biases, which HF initialises

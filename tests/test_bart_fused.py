@@ -26,6 +26,7 @@ from NNDF.options import ModelOptions
 from BART.fused_decode import MODEL_TYPES, FusedBartStep
 from NNDF.actions.common import backend_steps, encode
 
+from conftest import counted_kernels
 from test_fused_decode import DEVICE, MODES, _mode_id
 from test_parity import _hf, _ours
 
@@ -110,6 +111,27 @@ def test_step_logits_match_hf(case):
     with torch.no_grad():
         last = step.prefill(ids, slot, last_only=True)  # [2, 1, V]
     torch.testing.assert_close(last, ours[:, -1:], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("case, attention", [("bart-offline", "kernel"), ("mbart-offline", "split")],
+                         indirect=["case"])
+def test_step_on_our_kernels(case, attention, monkeypatch):
+    """The step on our Triton kernels (on the CPU under Triton's interpreter: one attention kernel per variant):
+    every product of its two rows through our GEMV (the LM head included), the self- and the cross-attention (over
+    the right-padded encoder row) through our attention kernel, one program per head or split over column chunks;
+    HF's logits at every position. With HARNESS_TEST_DEVICE=cuda on the GPU (the kernels compiled for it)."""
+    run, model, inputs, hidden = case
+    if DEVICE == "cuda":
+        model, inputs, hidden = copy.deepcopy(model).to(DEVICE), inputs.to(DEVICE), hidden.to(DEVICE)
+    calls = counted_kernels(monkeypatch)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    ids = _decoder_ids(model).to(DEVICE)
+    with torch.no_grad():
+        ours = _step_logits(FusedBartStep(model, None, settings), inputs, hidden, ids)
+    torch.testing.assert_close(ours, _hf_logits(model, inputs, hidden, ids), atol=ATOL, rtol=0)
+    steps, layers = DECODED - PREFILLED, len(model.get_decoder().layers)
+    assert calls["gemv"] == steps * (6 * layers + 1), calls
+    assert calls["decode_attention" if attention == "kernel" else "decode_attention_split"] == steps * 2 * layers
 
 
 def test_greedy_tokens_match_hf_generate(case):

@@ -11,6 +11,7 @@ refused in one line. End to end (`frameworks --static-cache`, the kind's steps o
 greedy and 3 beams, with and without a text prompt, EOS mid-way (`check_static_cache_captions`, which
 tests/test_blip_fused_ort.py runs on onnxrt's built graphs); with HARNESS_TEST_DEVICE=cuda also replayed from a CUDA
 graph, eager and compiled."""
+import copy
 import os
 import shutil
 
@@ -27,7 +28,7 @@ from NNDF.options import ModelOptions
 from Vision2Seq.model import ImageTextAdapter
 from Vision2Seq.task import ImagePrompt
 
-from conftest import ROOT, generate_twice
+from conftest import ROOT, counted_kernels, generate_twice
 from test_fused_decode import MODES, _mode_id
 
 from BLIP.config import PROCESSOR_DIR
@@ -161,6 +162,28 @@ def test_greedy_captions_match_hf_generate(name, runs):
     for row, hf in zip(ours, expected.tolist()):
         hf = hf[: hf.index(eos) + 1] if eos in hf else hf
         assert row[:len(hf)] == hf and len(set(hf)) > 1, (row, hf)
+
+
+@pytest.mark.parametrize("attention", ["kernel", "split"])
+def test_step_on_our_kernels(attention, runs, monkeypatch):
+    """The step on our Triton kernels (on the CPU under Triton's interpreter), on the tiny model with row 1's last
+    image tokens masked: every product of its two rows through our GEMV (the head's two included), the self- and
+    the cross-attention through our attention kernel, one program per head or split over column chunks; the
+    plain-op step's logits at every position. With HARNESS_TEST_DEVICE=cuda on the GPU (the kernels compiled for
+    it)."""
+    model, image, mask, prompt = _inputs(runs["tiny"], mask_tail=3)
+    if DEVICE == "cuda":
+        model, image, mask = copy.deepcopy(model).to(DEVICE), image.to(DEVICE), mask.to(DEVICE)
+    ids = torch.cat([prompt, torch.arange(5, 5 + STEPS).repeat(2, 1)], dim=1).to(DEVICE)
+    calls = counted_kernels(monkeypatch)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    with torch.no_grad():
+        ours = _step_logits(FusedBlipStep(model, None, settings), image, mask, ids, prompt.shape[1])
+        plain = _step_logits(FusedBlipStep(model, None), image, mask, ids, prompt.shape[1])
+    torch.testing.assert_close(ours, plain, atol=1e-4, rtol=1e-4)
+    layers = len(model.text_decoder.bert.encoder.layer)
+    assert calls["gemv"] == STEPS * (6 * layers + 2), calls
+    assert calls["decode_attention" if attention == "kernel" else "decode_attention_split"] == STEPS * 2 * layers
 
 
 def test_compiled_step_matches_eager(runs):

@@ -21,7 +21,7 @@ from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
-from conftest import generate_twice, run_cli
+from conftest import counted_kernels, generate_twice, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects"]
@@ -89,16 +89,11 @@ def _check_kernels(run, steps, monkeypatch):
     every product through our GEMV) with each attention kernel (one program per head, and split over column
     chunks), and 3 beams (9 rows: F.linear) with the first; every kernel counted, so a step that bypassed one
     fails. (Under Triton's interpreter on the CPU each generation takes seconds: the cases are few.)"""
-    import collections
     import dataclasses
 
-    from CausalLM.fused_step import triton_kernels
-
-    kernels, calls = triton_kernels(), collections.Counter()
-    for name in ("gemv", "decode_attention", "decode_attention_split"):
-        monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
-                            calls.update([_name]) or _real(*a, **k))
     from NNDF.generation import GenerationConfig
+
+    calls = counted_kernels(monkeypatch)
 
     prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
     for attention, searches in (("kernel", (1, 3)), ("split", (1,))):

@@ -22,7 +22,8 @@ from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 from T5.fused_decode import FusedT5Step, embed_step
 
-from conftest import generate_twice
+from conftest import counted_kernels, generate_twice
+from test_fused_decode import DEVICE
 from test_parity import NEW, _hf
 
 TEXTS = ["translate English to German: The house is wonderful.", "summarize: A"]
@@ -116,19 +117,38 @@ def test_greedy_tokens_match_hf_generate(case):
     assert torch.cat(tokens, dim=1).tolist() == ids.tolist()
 
 
+@pytest.mark.parametrize("variant, attention", [("t5-offline", "kernel"), ("flan-t5-offline", "split")])
+def test_step_on_our_kernels(variant, attention, cases, monkeypatch):
+    """The step on our Triton kernels (on the CPU under Triton's interpreter: one attention kernel per variant):
+    every product of its two rows through our GEMV (wo in the model's dtype, the LM head included), the
+    self-attention with T5's relative position bias and the cross-attention over the right-padded encoder row
+    through our attention kernel, one program per head or split over column chunks; HF's logits at every
+    position. With HARNESS_TEST_DEVICE=cuda on the GPU (the kernels compiled for it)."""
+    model, _, batch, ids, expected = _case(cases, variant)
+    if DEVICE == "cuda":
+        model, batch, ids = copy.deepcopy(model).to(DEVICE), batch.to(DEVICE), ids.to(DEVICE)
+    calls = counted_kernels(monkeypatch)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    ours = _step_logits(FusedT5Step(model, None, settings), model, batch, ids)
+    torch.testing.assert_close(ours.cpu(), expected, atol=1e-4, rtol=1e-4)
+    steps, layers = POSITIONS - 1, len(model.decoder.block)
+    assert calls["gemv"] == steps * (6 * layers + 1), calls
+    assert calls["decode_attention" if attention == "kernel" else "decode_attention_split"] == steps * 2 * layers
+
+
 def test_position_bias_past_max_distance(case):
     """The step's self-attention bias at late write positions (distances past relative_attention_max_distance
-    share the last bucket) is HF's compute_bias for that query, -inf after it."""
+    share the last bucket) is HF's compute_bias for that query; the columns after it are not read."""
     model = case[0]
     step, attention = FusedT5Step(model, None), model.decoder.block[0].layer[0].SelfAttention
     length = 2 * model.config.relative_attention_max_distance + 8
     for write in (0, 5, model.config.relative_attention_max_distance + 1, length - 1):
-        _, bias, _ = embed_step(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
-                                torch.tensor([write]), step.embed, step.bias_table, length, torch.float32)
+        _, valid, bias, _ = embed_step(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
+                                       torch.tensor([write]), step.embed, step.bias_table, length, torch.float32)
         with torch.no_grad():
             expected = attention.compute_bias(1, write + 1, past_seen_tokens=write)[0, :, 0]  # [H, write + 1]
         torch.testing.assert_close(bias[0, :, :write + 1], expected, atol=0, rtol=0)
-        assert torch.isinf(bias[0, :, write + 1:]).all()
+        assert valid[0].tolist() == [column <= write for column in range(length)]
 
 
 def test_compiled_step_matches_hf(cases):

@@ -41,27 +41,31 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
                           atol=tolerance * in_features ** 0.5)
 
 
-def _attention_reference(q, keys, values, kept, alibi=None):
+def _attention_reference(q, keys, values, kept, alibi=None, bias=None):
     groups = q.shape[1] // keys.shape[1]
     keys, values = (t.double().repeat_interleave(groups, 1) for t in (keys, values))
     scores = (q.double()[:, :, None] * keys).sum(-1) * q.shape[-1] ** -0.5  # [R, H, L]
     if alibi is not None:
         slopes, offsets = alibi
         scores = scores + slopes.double()[None, :, None] * offsets.double()[:, None, :]
+    if bias is not None:
+        scores = scores + bias.double()
     scores = scores.masked_fill(~kept[:, None], float("-inf"))
     return (scores.softmax(-1)[..., None] * values).sum(-2)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("write, window, block_l, kv_heads, alibi", [
-    (0, None, 16, 2, False), (37, None, 16, 2, False), (63, None, 64, 2, False), (50, 20, 16, 2, False),
-    (12, 20, 8, 2, False), (37, None, 16, 6, True), (63, None, 0, 6, True)])
+@pytest.mark.parametrize("write, window, block_l, kv_heads, extra", [
+    (0, None, 16, 2, None), (37, None, 16, 2, None), (63, None, 64, 2, None), (50, 20, 16, 2, None),
+    (12, 20, 8, 2, None), (37, None, 16, 6, "alibi"), (63, None, 0, 6, "alibi"), (40, None, 16, 6, "bias"),
+    (63, None, 0, 6, "row-bias")])
 @pytest.mark.parametrize("split", [False, True], ids=["one-program", "split"])
-def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi, split, dtype):
+def test_decode_attention_matches_torch(write, window, block_l, kv_heads, extra, split, dtype):
     """Columns up to `write` that the padding keeps, inside the window; 6 query heads over 2 key/value heads; with
     ALiBi (BLOOM: 6 heads, each score plus slope_h * (key position - query position) among the row's kept
-    columns); one program per row and head walking `block_l` columns a load, or (`split`) one per chunk of
-    `block_l` columns, combined after (0: the default block or chunk)."""
+    columns) or an additive bias (T5's relative positions: [1, H, L] shared by the rows, -inf past the write
+    position; or one per row, [R, H, L]); one program per row and head walking `block_l` columns a load, or
+    (`split`) one per chunk of `block_l` columns, combined after (0: the default block or chunk)."""
     torch.manual_seed(1)
     rows, heads, length, dim = 3, 6, 64, 24  # a head size that is not a power of two
     q = torch.randn(rows, heads, dim, device=DEVICE).to(dtype)
@@ -74,22 +78,26 @@ def test_decode_attention_matches_torch(write, window, block_l, kv_heads, alibi,
     if window:
         valid &= columns > write - window
     valid[:, write] = True  # the token being written always sees itself
-    biases = None
-    if alibi:
+    biases, bias = None, None
+    if extra == "alibi":
         counted = valid.long().cumsum(-1)  # a kept column's position among the row's kept ones, + 1
         slopes = torch.rand(heads, 2, device=DEVICE)[:, 1] + 0.1  # a strided view, as HF's slopes come
         biases = (slopes, (counted - counted[:, -1:]).float())
+    elif extra:
+        bias = torch.randn(1 if extra == "bias" else rows, heads, length, device=DEVICE) * 2
+        bias = bias.masked_fill(columns > write, float("-inf"))
     at = torch.tensor([write], device=DEVICE)
     if split:
         got = kernels.decode_attention_split(q, keys, values, valid, at, dim ** -0.5, window, chunk=block_l,
-                                             alibi=biases)
+                                             alibi=biases, bias=bias)
     else:
-        got = kernels.decode_attention(q, keys, values, valid, at, dim ** -0.5, window, block_l=block_l, alibi=biases)
+        got = kernels.decode_attention(q, keys, values, valid, at, dim ** -0.5, window, block_l=block_l, alibi=biases,
+                                       bias=bias)
     assert got.dtype == dtype and got.shape == q.shape
     tolerance = 1e-5 if dtype == torch.float32 else 5e-3
-    expected = _attention_reference(q, keys, values, valid, biases)
+    expected = _attention_reference(q, keys, values, valid, biases, bias)
     assert torch.allclose(got.double(), expected, atol=tolerance)
-    if alibi:  # the biases change the result
+    if extra:  # the biases change the result
         assert not torch.allclose(expected, _attention_reference(q, keys, values, valid), atol=1e-2)
 
 

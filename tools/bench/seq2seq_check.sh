@@ -11,6 +11,11 @@
 #    fp32 and fp16, with and without KV cache; then one run of the engines.
 # cuda: 1 and 2; fp16: 3; trt: 4; all: 1 to 4; blip: BLIP's CUDA parity, compare fp32/fp16, fp16 vs fp32 (vision
 # encoder fp16 or fp32), trt builds fp32/fp16 with and without cache. Logs and tables in $OUT (default temp/bench).
+#
+#   bash tools/bench/seq2seq_check.sh kernels-tests                 # no onnxruntime-gpu needed
+#   bash tools/bench/seq2seq_check.sh kernels-rows MODELS [ARGS]    # e.g. t5-small,bart-large --variants inductor
+# kernels-tests: the static-cache steps' CUDA tests (our Triton kernels in fp32 against HF, graphs, compiled);
+# kernels-rows: tools/bench/seq2seq_speed.py's frameworks jobs for MODELS (comma-separated), ARGS passed on.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 mkdir -p "$OUT/builds"
@@ -40,6 +45,15 @@ for v in "T5 t5-offline" "T5 flan-t5-offline" "BART bart-offline" "BART mbart-of
   python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda -wd $WD --iterations 3 --warmup 1
   python3 run.py compare $1 --variant $2 --compare frameworks onnxrt --use-cache --device cuda --fp16 -wd $WD --iterations 3 --warmup 1
 done
+fi
+if [ "$MODE" = kernels-tests ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
+  tests/test_t5_fused.py tests/test_bart_fused.py tests/test_blip_fused.py tests/test_seq2seq_static.py 2>&1 | tail -15
+fi
+if [ "$MODE" = kernels-rows ]; then
+MODELS=$2; shift 2
+python3 tools/bench/seq2seq_speed.py "$OUT" --models "$MODELS" --deadline 480 \
+  --skip onnxrt,beams-onnxrt,batch8-onnxrt,kernels-onnxrt,kernels-onnxrt-rows4,kernels-autotuned,autotuned "$@"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
 python3 tools/bench/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"

@@ -8,13 +8,16 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   eager       frameworks with HF's own growing cache, and HF `generate` eager (--hf-baseline), batch 1
   compiled    frameworks --static-cache --use-cuda-graph --torch-compile (the family's fused decoder step), and
               HF `generate` with cache_implementation="static" (transformers compiles its own step), batch 1
+  compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
-  beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default)
+  beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
+              the frameworks row with each of --rows4-variants' settings
   batch8      the compiled frameworks row and the onnxrt row at batch 8
   kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
-              step, the top kernels (torch's profiler); also with every product through cuBLAS (kernels-cublas),
-              at 4 rows (kernels-rows4, kernels-onnxrt-rows4) and compiled with --compile-mode max-autotune
-              (kernels-autotuned; its benchmark row: autotuned)
+              step, the top kernels (torch's profiler); also built with each of --variants' settings
+              (kernels-V), at 4 rows (kernels-rows4, kernels-onnxrt-rows4, kernels-rows4-V for
+              --rows4-variants) and compiled with --compile-mode
+              max-autotune (kernels-autotuned; its benchmark row: autotuned)
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
               (eager) on the same random inputs, batch 2: where each row first differs
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
@@ -24,6 +27,7 @@ deleted after its jobs unless --keep.
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from dataclasses import replace
 import shutil
 import sys
@@ -40,6 +44,16 @@ FAMILIES = {"flan-t5-xl": "T5", "t5-small": "T5", "t5-base": "T5", "bart-large":
 NEW = 64
 COMPILED = dict(static_cache=True, use_cuda_graph=True, torch_compile=True)
 ORT = dict(static_cache=True, use_cuda_graph=True)
+# the fused step's settings a job can be built with instead of the default (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
+# on CUDA our GEMV for one row's products and our attention kernels, "auto")
+VARIANTS = {
+    "inductor": dict(reduction_rows=1),  # the default before our kernels: inductor's reduction form, plain ops
+    "cublas": dict(reduction_width=0),  # every product through cuBLAS, plain-op attention
+    "gemv": dict(reduction_rows=1, gemv_above=0),  # our GEMV, plain-op attention
+    "kernels-one": dict(reduction_rows=1, gemv_above=0, attention="kernel"),  # one program per head, any size
+    "kernels-split": dict(reduction_rows=1, gemv_above=0, attention="split"),  # over column chunks
+    "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
+}
 sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
     "s2s-compiled": dict(backends=("frameworks",), options=COMPILED),
@@ -50,27 +64,58 @@ sm.CONFIGS.update({
 })
 
 
-def jobs(shape: str, keep: bool, workdir: str, iterations: int) -> list[tuple[str, object]]:
+@contextmanager
+def step_settings(variant: str | None):
+    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default) while the block
+    runs, each compiled afresh."""
+    from CausalLM.fused_step import FusedSettings
+    from Seq2Seq import fused_step
+
+    saved = fused_step.SEQ2SEQ_SETTINGS
+    if variant is not None:
+        fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[variant])
+    torch._dynamo.reset()  # past 8 recompiles of the layer function dynamo would run it eagerly
+    try:
+        yield
+    finally:
+        fused_step.SEQ2SEQ_SETTINGS = saved
+
+
+def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("inductor",),
+         row_variants: tuple[str, ...] = ("inductor",), rows4_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
     lengths = (4 if family == "BLIP" else 128, NEW)
 
-    def rows(config: str, batch: int = 1, hf: bool = False):
-        return lambda: sm.bench_rows(shape, family, folder, batch, config, workdir, iterations, lengths=lengths,
-                                     hf=hf)
+    def rows(config: str, batch: int = 1, hf: bool = False, variant: str | None = None):
+        """The benchmark rows of `config` (its frameworks rows with `variant`'s step settings, labelled so)."""
+        def job():
+            with step_settings(variant):
+                got, report = sm.bench_rows(shape, family, folder, batch, config, workdir, iterations,
+                                            lengths=lengths, hf=hf)
+            for row in got if variant else ():
+                if row["backend"] == "frameworks":
+                    row["config"] = f"{config}@{variant}"
+            return got, report
+        return job
 
     todo = [("shapes", lambda: make_shapes(shape, folder)),
-            ("compiled", rows("s2s-compiled", hf=True)),
-            ("onnxrt", rows("s2s-onnxrt")),
-            ("eager", rows("s2s-eager", hf=True)),
-            ("beams", rows("s2s-compiled-beams")),
-            ("beams-onnxrt", rows("s2s-onnxrt-beams")),
-            ("batch8", rows("s2s-compiled", 8)),
-            ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
+            ("compiled", rows("s2s-compiled", hf=True))]
+    todo += [(f"compiled-{v}", rows("s2s-compiled", variant=v)) for v in row_variants]
+    todo += [("onnxrt", rows("s2s-onnxrt")),
+             ("eager", rows("s2s-eager", hf=True)),
+             ("beams", rows("s2s-compiled-beams")),
+             *((f"beams-{v}", rows("s2s-compiled-beams", variant=v)) for v in rows4_variants),
+             ("beams-onnxrt", rows("s2s-onnxrt-beams")),
+             ("batch8", rows("s2s-compiled", 8)),
+             ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
     todo += [("tokens", lambda: tokens(shape, workdir)),
-             ("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir)),
-             ("kernels-cublas", lambda: kernels(shape, "frameworks", dict(COMPILED, cublas=True), workdir)),
-             ("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4)),
-             ("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
+             ("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
+    todo += [(f"kernels-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, variant=v))
+             for v in variants]
+    todo += [("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4))]
+    todo += [(f"kernels-rows4-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, 4, v))
+             for v in rows4_variants]
+    todo += [("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
              ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4)),
              ("kernels-autotuned", lambda: kernels(shape, "frameworks", dict(COMPILED, compile_mode="max-autotune"),
                                                    workdir)),
@@ -101,9 +146,10 @@ class Stepper:
         self.token = logits[:, -1:].argmax(-1)
 
 
-def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 1) -> dict:
-    """The one-token step of `backend` under `options`: wall ms per step (host work included) over 50 steps, and
-    its GPU time and kernels per step over 20 more (torch's profiler; CUPTI sees ONNX Runtime's kernels too)."""
+def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 1, variant: str | None = None) -> dict:
+    """The one-token step of `backend` under `options` (the fused step with `variant`'s settings, VARIANTS): wall
+    ms per step (host work included) over 50 steps, and its GPU time and kernels per step over 20 more (torch's
+    profiler; CUPTI sees ONNX Runtime's kernels too)."""
     import time
 
     from NNDF import registry
@@ -112,19 +158,11 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
     from NNDF.options import ModelOptions
     from tools.bench.kernel_table import kernel_table
 
-    from CausalLM.fused_step import FusedSettings
-
     family = FAMILIES[shape]
-    options = dict(options)
-    cublas = options.pop("cublas", False)  # every product through cuBLAS (FusedSettings' reduction form off)
-    steps_classes = [registry.load(t) for t in registry.facts(registry.family(family), "frameworks").fused.values()]
-    defaults = [cls.__init__.__defaults__ for cls in steps_classes]
-    for cls in steps_classes if cublas else ():
-        cls.__init__.__defaults__ = (None, FusedSettings(reduction_width=0))
     run = make_context(registry.family(family), ModelOptions(
         torch_dir=sm.SHAPES[shape], working_dir=workdir, device="cuda", fp16=True, use_cache=True, use_mask=True,
         batch_size=batch, **options))
-    with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+    with step_settings(variant), backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
         stepper = Stepper(steps, run, batch, 4 if family == "BLIP" else 128, 1 + 10 + 50 + 20 + 2)
         for _ in range(10):  # capture, compilation, warm-up
             stepper.step()
@@ -135,9 +173,8 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / 50 * 1e3
         table = kernel_table(stepper.step, 20, top=12)
-    for cls, saved in zip(steps_classes, defaults):
-        cls.__init__.__defaults__ = saved
-    return {"model": shape, "backend": backend, "options": options, "cublas": cublas, "batch": batch, "step_wall_ms": round(wall, 4),
+    return {"model": shape, "backend": backend, "options": options, "variant": variant, "batch": batch,
+            "step_wall_ms": round(wall, 4),
             "gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
             "top": [{"name": t["name"][:120], "us": round(t["us_per_step"], 1), "per_step": t["per_step"]}
                     for t in table["top"]]}
@@ -186,7 +223,13 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="flan-t5-xl", help=f"comma-separated shapes ({', '.join(FAMILIES)})")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (compiled, onnxrt, eager, "
-                        "beams, beams-onnxrt, batch8, batch8-onnxrt)")
+                        "beams, beams-onnxrt, batch8, batch8-onnxrt, tokens, kernels, ...)")
+    parser.add_argument("--variants", default="inductor", help="comma-separated step settings (VARIANTS: "
+                        f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
+    parser.add_argument("--row-variants", default="inductor", help="comma-separated step settings benchmarked "
+                        "beside the default compiled row (compiled-V)")
+    parser.add_argument("--rows4-variants", default="", help="comma-separated step settings timed at 4 rows and "
+                        "benchmarked with 4 beams beside the default (kernels-rows4-V, beams-V)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--iterations", type=int, default=5)
@@ -199,10 +242,16 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     sm.SHAPES.update({s: str(args.shapes_dir / s) for s in args.models.split(",")})
     skip = set(filter(None, args.skip.split(",")))
+    variants, row_variants, rows4_variants = (tuple(filter(None, v.split(",")))
+                                              for v in (args.variants, args.row_variants, args.rows4_variants))
+    for name in variants + row_variants + rows4_variants:
+        if name not in VARIANTS:
+            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         todo += [("check" if kind in ("shapes", "cleanup", "tokens") or kind.startswith("kernels") else "bench", job)
-                 for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations)
+                 for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
+                                       row_variants, rows4_variants)
                  if kind not in skip]
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
 

@@ -9,9 +9,10 @@ one-token step leaves the card's bandwidth unused with inductor's kernels and cu
   reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
   per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
 - `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
-  reading only the columns that can count (up to the write position held on the device, from the window's start)
-  in one kernel (one program per row and query head: scores, online softmax and p.V), for buffers up to
-  `attention_columns`.
+  reading only the columns that can count (up to the write position held on the device, from the window's start;
+  scores optionally plus ALiBi or an additive bias such as T5's relative positions) in one kernel (one program
+  per row and query head: scores, online softmax and p.V), for buffers up to `attention_columns`;
+  `decode_attention_split` cuts the columns into chunks over more programs (flash decoding).
 
 Both are opaque custom ops (`torch.library.custom_op`, with their output shapes for tracing), so `torch.compile`
 keeps them inside its graph (its own kernels around them) and a CUDA graph captures them. Both run under Triton's
@@ -120,10 +121,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
 
 
 @triton.jit
-def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, out_ptr, length, scale,
-                      q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
-                      out_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
+def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, bias_ptr, out_ptr, length,
+                      scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
+                      bias_row_stride, bias_head_stride, out_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
+                      BIAS: tl.constexpr):
     row, head = tl.program_id(0), tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
@@ -146,6 +148,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
         s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
         if ALIBI:  # + slope_h * (key position - query position)
             s += tl.load(slopes_ptr + head) * tl.load(offsets_ptr + row * offsets_row_stride + c, mask=keep, other=0.0)
+        if BIAS:  # + bias[row, head, column]
+            s += tl.load(bias_ptr + row * bias_row_stride + head * bias_head_stride + c, mask=keep, other=0.0)
         s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # no column kept yet: nothing to rescale
@@ -159,31 +163,48 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
 
 @custom_op("nndf::decode_attention", mutates_args=())
 def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
-                        write: torch.Tensor, slopes: torch.Tensor | None, offsets: torch.Tensor | None, scale: float,
-                        window: int, block_l: int, warps: int) -> torch.Tensor:
+                        write: torch.Tensor, slopes: torch.Tensor | None, offsets: torch.Tensor | None,
+                        bias: torch.Tensor | None, scale: float, window: int, block_l: int, warps: int) -> torch.Tensor:
     """See `decode_attention`."""
     rows, heads, dim = q.shape
     kv_heads, length = keys.shape[1], keys.shape[2]
     out = torch.empty_like(q)
-    alibi = slopes is not None
+    alibi, biased = slopes is not None, bias is not None
     _attention_kernel[(rows, heads)](
-        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, out, length, scale,
-        q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0), offsets.stride(0) if alibi else 0,
-        out.stride(0), GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l,
-        WINDOW=window, ALIBI=alibi, num_warps=warps)
+        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, bias if biased else q, out,
+        length, scale, q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0),
+        offsets.stride(0) if alibi else 0, *_bias_strides(bias), out.stride(0), GROUP=heads // kv_heads, DIM=dim,
+        BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l, WINDOW=window, ALIBI=alibi, BIAS=biased,
+        num_warps=warps)
     return out
 
 
 @decode_attention_op.register_fake
-def _(q, keys, values, valid, write, slopes, offsets, scale, window, block_l, warps):
+def _(q, keys, values, valid, write, slopes, offsets, bias, scale, window, block_l, warps):
     return torch.empty_like(q)
 
 
+def _bias_strides(bias: torch.Tensor | None) -> tuple[int, int]:
+    """The kernels' (row, head) strides of an additive bias [1 or R, H, L] (one row: shared by every row)."""
+    if bias is None:
+        return 0, 0
+    return (0 if bias.shape[0] == 1 else bias.stride(0)), bias.stride(1)
+
+
+def _additive(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """An additive bias as the kernels read it: fp32, its columns contiguous."""
+    if bias is None:
+        return None
+    bias = bias.float()
+    return bias if bias.stride(-1) == 1 else bias.contiguous()
+
+
 @triton.jit
-def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, part_ptr, stats_ptr,
-                            length, scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
-                            offsets_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                            CHUNK: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr):
+def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, bias_ptr, part_ptr,
+                            stats_ptr, length, scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
+                            offsets_row_stride, bias_row_stride, bias_head_stride, GROUP: tl.constexpr,
+                            DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr,
+                            ALIBI: tl.constexpr, BIAS: tl.constexpr):
     row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows, heads = tl.num_programs(0), tl.num_programs(1)
     d = tl.arange(0, BLOCK_D)
@@ -203,6 +224,8 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
     s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [C]
     if ALIBI:  # + slope_h * (key position - query position)
         s += tl.load(slopes_ptr + head) * tl.load(offsets_ptr + row * offsets_row_stride + c, mask=keep, other=0.0)
+    if BIAS:  # + bias[row, head, column]
+        s += tl.load(bias_ptr + row * bias_row_stride + head * bias_head_stride + c, mask=keep, other=0.0)
     s = tl.where(keep, s, float("-inf"))
     m = tl.max(s, axis=0)
     p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # 0 at every column not kept
@@ -215,7 +238,8 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
 @custom_op("nndf::decode_attention_split", mutates_args=())
 def decode_attention_split_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                               write: torch.Tensor, slopes: torch.Tensor | None, offsets: torch.Tensor | None,
-                              scale: float, window: int, chunk: int, warps: int) -> tuple[torch.Tensor, torch.Tensor]:
+                              bias: torch.Tensor | None, scale: float, window: int, chunk: int,
+                              warps: int) -> tuple[torch.Tensor, torch.Tensor]:
     """See `decode_attention_split`: the partial sums p.V [S, R, H, D] and (max score, sum of exp) [S, R, H, 2],
     fp32, of the S column chunks."""
     rows, heads, dim = q.shape
@@ -223,17 +247,17 @@ def decode_attention_split_op(q: torch.Tensor, keys: torch.Tensor, values: torch
     splits = triton.cdiv(length, chunk)
     part = torch.empty((splits, rows, heads, dim), dtype=torch.float32, device=q.device)
     stats = torch.empty((splits, rows, heads, 2), dtype=torch.float32, device=q.device)
-    alibi = slopes is not None
+    alibi, biased = slopes is not None, bias is not None
     _attention_split_kernel[(rows, heads, splits)](
-        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, part, stats, length, scale,
-        q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0), offsets.stride(0) if alibi else 0,
-        GROUP=heads // kv_heads, DIM=dim, BLOCK_D=triton.next_power_of_2(dim), CHUNK=chunk, WINDOW=window,
-        ALIBI=alibi, num_warps=warps)
+        q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, bias if biased else q, part,
+        stats, length, scale, q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0),
+        offsets.stride(0) if alibi else 0, *_bias_strides(bias), GROUP=heads // kv_heads, DIM=dim,
+        BLOCK_D=triton.next_power_of_2(dim), CHUNK=chunk, WINDOW=window, ALIBI=alibi, BIAS=biased, num_warps=warps)
     return part, stats
 
 
 @decode_attention_split_op.register_fake
-def _(q, keys, values, valid, write, slopes, offsets, scale, window, chunk, warps):
+def _(q, keys, values, valid, write, slopes, offsets, bias, scale, window, chunk, warps):
     splits = -(-keys.shape[2] // chunk)
     shape = (splits, *q.shape[:2])
     return q.new_empty((*shape, q.shape[2]), dtype=torch.float32), q.new_empty((*shape, 2), dtype=torch.float32)
@@ -251,7 +275,8 @@ def attention_chunk(rows: int, heads: int, length: int, programs: int = SPLIT_PR
 
 def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                            write: torch.Tensor, scale: float, window: int | None = None, chunk: int = 0,
-                           warps: int = 0, alibi: tuple | None = None) -> torch.Tensor:
+                           warps: int = 0, alibi: tuple | None = None,
+                           bias: torch.Tensor | None = None) -> torch.Tensor:
     """`decode_attention` with the buffer's columns cut into chunks of `chunk` (0: `attention_chunk`), one program
     per row, query head and chunk (flash decoding: a head's columns read by many programs at once, where one
     program per head leaves most of the GPU idle: few heads, long buffers). Each program's partial softmax sums
@@ -262,8 +287,8 @@ def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     chunk = chunk or attention_chunk(rows, heads, keys.shape[2])
     warps = warps or (4 if chunk * triton.next_power_of_2(dim) <= 8192 else 8)
     slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
-    part, stats = decode_attention_split_op(q.contiguous(), keys, values, valid, write, slopes, offsets, float(scale),
-                                            window or 0, chunk, warps)
+    part, stats = decode_attention_split_op(q.contiguous(), keys, values, valid, write, slopes, offsets,
+                                            _additive(bias), float(scale), window or 0, chunk, warps)
     best, total = stats[..., 0], stats[..., 1]  # [S, R, H]
     weight = torch.exp(best - best.max(0).values)  # 0 for chunks with no column kept
     out = (weight[..., None] * part).sum(0) / (weight * total).sum(0)[..., None]
@@ -287,19 +312,20 @@ def attention_columns(dim: int) -> int:
 
 def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor,
                      write: torch.Tensor, scale: float, window: int | None = None, block_l: int = 0,
-                     warps: int = 0, alibi: tuple | None = None) -> torch.Tensor:
+                     warps: int = 0, alibi: tuple | None = None, bias: torch.Tensor | None = None) -> torch.Tensor:
     """One query per row and head, q [R, H, D], over the buffers keys / values [R, KVH, L, D] (contiguous), the
     columns `valid` [R, L] keeps among those up to `write` [1] (and, with a `window`, after write - window):
     [R, H, D] in q's dtype, softmax in fp32. Query heads in groups of H / KVH share a key/value head. `alibi`:
     (slopes [H], offsets [R, L]) fp32, each score plus slope_h * offsets[r, column] (BLOOM's ALiBi: a key's
-    position minus the query's). A row with no column kept gives NaN, as a softmax over nothing does. `block_l`
-    columns a load and `warps` per program (0: by head size, `attention_block`, the fastest measured at
-    Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks the written columns in blocks, so its
-    time grows with the written length: `attention_columns`)."""
+    position minus the query's). `bias`: an additive bias [1 or R, H, L], each score plus bias[r, h, column] (T5's
+    relative position bias; one row: shared by every row). A row with no column kept gives NaN, as a softmax over
+    nothing does. `block_l` columns a load and `warps` per program (0: by head size, `attention_block`, the
+    fastest measured at Qwen2.5-0.5B's 64 and Mistral-7B's 128 on an H100; one program walks the written columns
+    in blocks, so its time grows with the written length: `attention_columns`)."""
     assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape
     dim = q.shape[-1]
     block_l = block_l or attention_block(dim)
     warps = warps or (4 if dim <= 64 else 8)
     slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
-    return decode_attention_op(q.contiguous(), keys, values, valid, write, slopes, offsets, float(scale),
-                               window or 0, block_l, warps)
+    return decode_attention_op(q.contiguous(), keys, values, valid, write, slopes, offsets, _additive(bias),
+                               float(scale), window or 0, block_l, warps)
