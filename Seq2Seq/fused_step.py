@@ -22,11 +22,13 @@ import torch
 from CausalLM.fused_step import FusedSettings
 from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_rows
 
-# the encoder-decoder steps' default: on CUDA our Triton GEMV for a one-row step's products (the LM head included)
-# and our attention kernels for the self- and cross-attention at any row count; elsewhere inductor's reduction
-# form for one row only (at 4 rows, beam search, it measured 3x slower than one row on an H100: flan-T5-XL shapes
-# 6.42 against 2.04 ms of GPU time per step, BART-large 1.245 against 0.58) and cuBLAS above (docs/PERFORMANCE.md)
-SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, attention="auto")
+# the encoder-decoder steps' default: inductor's reduction form for a one-row step's products only (at 4 rows, beam
+# search, it measured 3x slower than one row on an H100: flan-T5-XL shapes 6.42 against 2.04 ms of GPU time per
+# step, BART-large 1.245 against 0.58), cuBLAS above, plain-op attention (docs/PERFORMANCE.md). The steps also run
+# on our Triton kernels (`FusedSettings(gemv_above=0, attention="auto")`: GEMV for one row's products, the
+# attention kernels for the self- and the cross-attention; tested on the CPU and for CUDA), which becomes the
+# default once measured faster on a GPU (tools/bench/seq2seq_speed.py's variant "kernels")
+SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1)
 
 
 def seq2seq_settings(settings: FusedSettings | None = None) -> FusedSettings:

@@ -44,10 +44,11 @@ FAMILIES = {"flan-t5-xl": "T5", "t5-small": "T5", "t5-base": "T5", "bart-large":
 NEW = 64
 COMPILED = dict(static_cache=True, use_cuda_graph=True, torch_compile=True)
 ORT = dict(static_cache=True, use_cuda_graph=True)
-# the fused step's settings a job can be built with instead of the default (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
-# on CUDA our GEMV for one row's products and our attention kernels, "auto")
+# the fused step's settings a job can be built with instead of the default (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`:
+# inductor's reduction form for one row's products, plain-op attention)
 VARIANTS = {
-    "inductor": dict(reduction_rows=1),  # the default before our kernels: inductor's reduction form, plain ops
+    "inductor": dict(reduction_rows=1),  # the default, named (a row of it beside the others in one run)
+    "kernels": dict(reduction_rows=1, gemv_above=0, attention="auto"),  # our GEMV (one row) and attention kernels
     "cublas": dict(reduction_width=0),  # every product through cuBLAS, plain-op attention
     "gemv": dict(reduction_rows=1, gemv_above=0),  # our GEMV, plain-op attention
     "kernels-one": dict(reduction_rows=1, gemv_above=0, attention="kernel"),  # one program per head, any size
@@ -81,8 +82,8 @@ def step_settings(variant: str | None):
         fused_step.SEQ2SEQ_SETTINGS = saved
 
 
-def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("inductor",),
-         row_variants: tuple[str, ...] = ("inductor",), rows4_variants: tuple[str, ...] = ()):
+def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),
+         row_variants: tuple[str, ...] = ("kernels",), rows4_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
     lengths = (4 if family == "BLIP" else 128, NEW)
 
@@ -224,9 +225,9 @@ def main() -> None:
     parser.add_argument("--models", default="flan-t5-xl", help=f"comma-separated shapes ({', '.join(FAMILIES)})")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (compiled, onnxrt, eager, "
                         "beams, beams-onnxrt, batch8, batch8-onnxrt, tokens, kernels, ...)")
-    parser.add_argument("--variants", default="inductor", help="comma-separated step settings (VARIANTS: "
+    parser.add_argument("--variants", default="kernels", help="comma-separated step settings (VARIANTS: "
                         f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
-    parser.add_argument("--row-variants", default="inductor", help="comma-separated step settings benchmarked "
+    parser.add_argument("--row-variants", default="kernels", help="comma-separated step settings benchmarked "
                         "beside the default compiled row (compiled-V)")
     parser.add_argument("--rows4-variants", default="", help="comma-separated step settings timed at 4 rows and "
                         "benchmarked with 4 beams beside the default (kernels-rows4-V, beams-V)")
