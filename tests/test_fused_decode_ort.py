@@ -157,10 +157,18 @@ def test_refusals(relu_gpt2, workdir):
     assert set(FUSED_DECODE) <= set(re.search(r"onnxrt: ([\w, ]+)", str(refused.value)).group(1).split(", "))
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'gpt2'"):
         registry.backend(family, "trt").check_fused_decode("gpt2")  # TensorRT does not parse ORT's contrib ops
-    with pytest.raises(UsageError, match="runs the float fused graph; leave --quantize out"):
-        registry.backend(family, "onnxrt").variants(make_context(family, ModelOptions(
-            variant="gpt2-offline", working_dir=str(workdir), use_cache=True, static_cache=True, fused_decode=True,
-            device=DEVICE, fp16=FP16), ORTOptions(quantize=("none", "int8"))))
+    # --fused-decode with --quantize: the quantized fused graph runs for decoder-only models on the CPU only
+    t5 = registry.family("T5")
+    with pytest.raises(UsageError, match=r"--fused-decode with --quantize: the fused graph is quantized only for "
+                                         r"decoder-only models on the CPU \(this run: a seq2seq model on cpu\)"):
+        registry.backend(t5, "onnxrt").variants(make_context(t5, ModelOptions(
+            variant="t5-offline", working_dir=str(workdir), use_cache=True, static_cache=True, fused_decode=True,
+            device="cpu"), ORTOptions(quantize=("none", "int8"))))
+    if DEVICE == "cuda":
+        with pytest.raises(UsageError, match=r"quantized only for .* \(this run: a decoder model on cuda\)"):
+            registry.backend(family, "onnxrt").variants(make_context(family, ModelOptions(
+                variant="gpt2-offline", working_dir=str(workdir), use_cache=True, static_cache=True,
+                fused_decode=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("none", "int8"))))
 
 
 def test_cli_refusal_exit_code(relu_gpt2, workdir):
@@ -238,5 +246,13 @@ def test_static_cache_takes_the_fused_graph_by_default(workdir):
     if DEVICE == "cpu":
         assert quantized.choice == "the fused decode graph built from the weights, int8 (default)"
         assert isinstance(quantized.onnx, QuantizedOnnx) and isinstance(quantized.onnx.base, FusedDecodeOnnx)
+        # asked for by name: the same graph (the flag names what the default takes here)
+        asked = make_context(registry.family("GPT2"), ModelOptions(
+            variant="gpt2-offline", working_dir=str(workdir), use_cache=True, static_cache=True, fused_decode=True,
+            device=DEVICE), ORTOptions(quantize=("int8",)))
+        (named,) = registry.backend(asked.family, "onnxrt").variants(asked)
+        named.use_fused(asked)
+        assert named.choice == "the fused decode graph built from the weights, int8 (--fused-decode)"
+        assert isinstance(named.onnx, QuantizedOnnx) and isinstance(named.onnx.base, FusedDecodeOnnx)
     else:
         assert quantized.choice == "the torch.onnx static-cache export (quantized graphs)"

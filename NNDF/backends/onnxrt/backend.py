@@ -45,8 +45,10 @@ class OnnxRuntimeBackend(Backend):
         """One backend per `--quantize` value, in the order given (the float graphs: this one); a quantization
         this run's precision or device cannot take is refused here, before any backend is set up."""
         quantizations = run.options_of(ORTOptions).quantizations()
-        if getattr(run.options, "fused_decode", False) and any(quantizations):
-            raise UsageError("--fused-decode runs the float fused graph; leave --quantize out (or --fused-decode)")
+        if getattr(run.options, "fused_decode", False) and any(quantizations) and not self._quantized_fused(run):
+            raise UsageError(f"--fused-decode with --quantize: the fused graph is quantized only for decoder-only "
+                             f"models on the CPU (this run: a {self.task.kind} model on {run.device.type}); leave "
+                             f"--quantize out (or --fused-decode)")
         for q in quantizations:
             refusal = q and q.refusal(run.options.precision, run.device.type)
             if refusal:
@@ -99,7 +101,8 @@ class OnnxRuntimeBackend(Backend):
         """Which decoder graph a static-cache run takes (`self.onnx`; `self.choice` says which and why, in the
         action's notes). --fused-decode: the family's fused decode graph (its builder for the model type, made into
         an artifact by the kind's: `OnnxArtifact.fused`), or UsageError when the family, model, precision or device
-        has none (`variants` refuses --quantize with it). --no-fused-decode: the export. Neither: the fused graph
+        has none (`variants` refuses --quantize with it where no quantized fused graph runs). --no-fused-decode: the
+        export. Neither: the fused graph
         wherever it builds and runs here without a refusal, else the export, the note saying why. A kind without a
         static-cache export (`OnnxArtifact.static_export` False) refuses, in one line, what has no built graph.
         Quantized rows of a decoder-only model on the CPU take the fused graph quantized (`fused_quantized`)."""
@@ -112,13 +115,13 @@ class OnnxRuntimeBackend(Backend):
             model_type = run.source.config.model_type
             self.check_fused_decode(model_type)
             try:
+                how = "--fused-decode" if asked else "default"
                 if self.quantization is not None:
                     self.onnx = self.fused_quantized(self.fused[model_type], run)
-                    self.choice = f"the fused decode graph built from the weights, {self.quantization.name} (default)"
+                    self.choice = f"the fused decode graph built from the weights, {self.quantization.name} ({how})"
                     return
                 self.onnx = self.plain.fused(self.fused[model_type], run)
-                self.choice = ("the fused decode graph built from the weights "
-                               f"({'--fused-decode' if asked else 'default'})")
+                self.choice = f"the fused decode graph built from the weights ({how})"
                 return
             except UsageError as exc:
                 if asked:
