@@ -20,7 +20,6 @@ from NNDF.chat_template import token_batch
 from NNDF.errors import UsageError
 from NNDF.options import (BenchmarkGenerationOptions, CacheOptions, DecodingOptions, FusedStepOptions, MaskOptions,
                           MinLengthOptions, SamplerOptions, ScoringOptions)
-from NNDF.steps import position_ids_from_mask
 
 
 @dataclass(frozen=True)
