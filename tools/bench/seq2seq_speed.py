@@ -11,12 +11,12 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
-              the frameworks row with each of --rows4-variants' settings
+              the frameworks row with each of --batch-variants' settings (likewise batch8-V)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
   kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
               step, the top kernels (torch's profiler); also built with each of --variants' settings
               (kernels-V), at 4 rows (kernels-rows4, kernels-onnxrt-rows4, kernels-rows4-V for
-              --rows4-variants) and compiled with --compile-mode
+              --batch-variants) and compiled with --compile-mode
               max-autotune (kernels-autotuned; its benchmark row: autotuned)
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
               (eager) on the same random inputs, batch 2: where each row first differs
@@ -54,6 +54,7 @@ VARIANTS = {
     "kernels-one": dict(reduction_rows=1, gemv_above=0, attention="kernel"),  # one program per head, any size
     "kernels-split": dict(reduction_rows=1, gemv_above=0, attention="split"),  # over column chunks
     "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
+    "gemv8": dict(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto"),  # ... up to 8 (batch 8)
 }
 sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
@@ -83,7 +84,7 @@ def step_settings(variant: str | None):
 
 
 def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),
-         row_variants: tuple[str, ...] = ("kernels",), rows4_variants: tuple[str, ...] = ()):
+         row_variants: tuple[str, ...] = ("kernels",), batch_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
     lengths = (4 if family == "BLIP" else 128, NEW)
 
@@ -105,9 +106,10 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
     todo += [("onnxrt", rows("s2s-onnxrt")),
              ("eager", rows("s2s-eager", hf=True)),
              ("beams", rows("s2s-compiled-beams")),
-             *((f"beams-{v}", rows("s2s-compiled-beams", variant=v)) for v in rows4_variants),
+             *((f"beams-{v}", rows("s2s-compiled-beams", variant=v)) for v in batch_variants),
              ("beams-onnxrt", rows("s2s-onnxrt-beams")),
              ("batch8", rows("s2s-compiled", 8)),
+             *((f"batch8-{v}", rows("s2s-compiled", 8, variant=v)) for v in batch_variants),
              ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
     todo += [("tokens", lambda: tokens(shape, workdir)),
              ("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
@@ -115,7 +117,7 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
              for v in variants]
     todo += [("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4))]
     todo += [(f"kernels-rows4-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, 4, v))
-             for v in rows4_variants]
+             for v in batch_variants]
     todo += [("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
              ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4)),
              ("kernels-autotuned", lambda: kernels(shape, "frameworks", dict(COMPILED, compile_mode="max-autotune"),
@@ -229,8 +231,9 @@ def main() -> None:
                         f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
     parser.add_argument("--row-variants", default="kernels", help="comma-separated step settings benchmarked "
                         "beside the default compiled row (compiled-V)")
-    parser.add_argument("--rows4-variants", default="", help="comma-separated step settings timed at 4 rows and "
-                        "benchmarked with 4 beams beside the default (kernels-rows4-V, beams-V)")
+    parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 rows and "
+                        "benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, beams-V, "
+                        "batch8-V)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--iterations", type=int, default=5)
@@ -243,16 +246,16 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     sm.SHAPES.update({s: str(args.shapes_dir / s) for s in args.models.split(",")})
     skip = set(filter(None, args.skip.split(",")))
-    variants, row_variants, rows4_variants = (tuple(filter(None, v.split(",")))
-                                              for v in (args.variants, args.row_variants, args.rows4_variants))
-    for name in variants + row_variants + rows4_variants:
+    variants, row_variants, batch_variants = (tuple(filter(None, v.split(",")))
+                                              for v in (args.variants, args.row_variants, args.batch_variants))
+    for name in variants + row_variants + batch_variants:
         if name not in VARIANTS:
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         todo += [("check" if kind in ("shapes", "cleanup", "tokens") or kind.startswith("kernels") else "bench", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
-                                       row_variants, rows4_variants)
+                                       row_variants, batch_variants)
                  if kind not in skip]
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
 
