@@ -219,7 +219,8 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
     min_new = max(config.min_new_tokens, config.min_length - prompt_length)
     for step in range(max_new):
         tokens = pick_tokens(processors(decoder.ids, logits), config.sampling.do_sample, generator)
-        tokens = torch.where(finished, config.pad_token_id, tokens)
+        if eos_hit is not None and step >= min_new:  # a row may have finished (at step min_new - 1 or later)
+            tokens = torch.where(finished, config.pad_token_id, tokens)
         if step == 0:
             observer.first_token()
         observer.token(step)

@@ -158,7 +158,8 @@ def eos_ids(eos_token_id: int | tuple[int, ...] | list[int] | None) -> tuple[int
 
 def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, device) -> LogitsProcessorList:
     """The processors of one generation (`config`: an `NNDF.generation.GenerationConfig`), built as HF 5.23's
-    `_get_logits_processor` builds them from the equivalent HF GenerationConfig.
+    `_get_logits_processor` builds them from the equivalent HF GenerationConfig (the same scores at every step;
+    HF's min-length processor is left out where its min-new-tokens one forbids EOS at the same steps).
 
     `prompt_length`: columns of the decoder's prompt (HF's `input_ids_seq_length`, padding included);
     `padding`: left-padding length per row [rows] (HF's `prompt_ignore_length` of the repetition penalty: pad
@@ -173,12 +174,13 @@ def logits_processors(config, prompt_length: int, padding: torch.Tensor | None, 
         processors.append(NoRepeatNGramLogitsProcessor(config.no_repeat_ngram_size))
     if config.bad_words_ids:
         processors.append(NoBadWordsLogitsProcessor([list(w) for w in config.bad_words_ids], eos))
-    # HF: min_new_tokens, when set, replaces min_length by prompt + min_new_tokens (`_prepare_generated_length`)
-    min_length = prompt_length + config.min_new_tokens if config.min_new_tokens > 0 else config.min_length
-    if eos is not None and min_length > 0:
-        processors.append(_MinLength(min_length, eos, device=device))
+    # HF: min_new_tokens, when set, replaces min_length by prompt + min_new_tokens (`_prepare_generated_length`) and
+    # both processors run; they then forbid EOS at the same steps, so one of them does (one mask over the
+    # vocabulary a step, not two)
     if eos is not None and config.min_new_tokens > 0:
         processors.append(_MinNewTokens(prompt_length, config.min_new_tokens, eos, device=device))
+    elif eos is not None and config.min_length > 0:
+        processors.append(_MinLength(config.min_length, eos, device=device))
     if config.forced_bos_token_id is not None:
         processors.append(ForcedBOSTokenLogitsProcessor(config.forced_bos_token_id))
     if config.forced_eos_token_id is not None:
