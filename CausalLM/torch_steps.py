@@ -25,6 +25,7 @@ from transformers.cache_utils import StaticLayer
 
 from NNDF.backends.torch.capture import capture
 from NNDF.backends.torch.compile import compile_step
+from NNDF.backends.torch.greedy import greedy_forward
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
@@ -156,9 +157,23 @@ class TorchSteps:
         if not self.cuda_graph:
             return self._one_token(slot), slot
         if slot.graph is None:
-            capture(slot, self._one_token, self.device, f"{type(self.model).__name__}'s step")
+            slot.graph, slot.logits = capture(slot, self._one_token, self.device,
+                                              f"{type(self.model).__name__}'s step")
         slot.graph.replay()
         return slot.logits, slot  # valid until the next step (the loop reads it before stepping again)
+
+    def greedy_in_step(self, cache) -> bool:
+        """Whether `greedy_forward` serves a generation on this cache: a static slot's."""
+        return isinstance(cache, KVSlot)
+
+    @torch.inference_mode()
+    def greedy_forward(self, cache: KVSlot, input_ids, position_ids, length: int, eos_ids: tuple[int, ...],
+                       forbid: bool, vocab: int):
+        """The next greedy token [rows], chosen and fed back inside the slot's step
+        (`NNDF.backends.torch.greedy.greedy_forward`: its arguments), and the cache."""
+        tokens = greedy_forward(cache, self._one_token, input_ids, position_ids, length, eos_ids, forbid, vocab,
+                                self.cuda_graph, self.device, f"{type(self.model).__name__}'s greedy step")
+        return tokens, cache
 
     def _one_token(self, slot: KVSlot) -> torch.Tensor:
         if self.fused is not None:

@@ -16,6 +16,10 @@ positions the generation may fill, which a static cache allocates) before the de
 prefill time includes the encoder.
 An optional observer is told when the first token exists, when each token exists, and when generation ends
 (the benchmark's timers and its per-token trace).
+A greedy generation whose processors only mask EOS, on steps that can (`greedy_in_step`: frameworks' static
+slots) and a device in `GREEDY_IN_STEP`, lets the step choose each next token and feed it to itself
+(`steps.greedy_forward`, NNDF/backends/torch/greedy.py): the same tokens, without the loop's own work on the
+device between two steps.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.errors import UsageError
-from NNDF.sampling import SamplingConfig, eos_ids, logits_processors, pick_tokens
+from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
 
 
@@ -50,6 +54,13 @@ class GenerationConfig:
     forced_eos_token_id: int | None = None  # the last token when the length limit is reached (BART, mBART)
     no_repeat_ngram_size: int = 0  # 0: off
     bad_words_ids: tuple[tuple[int, ...], ...] = ()  # token sequences that may never be generated
+
+    def eos_allowed_from(self, prompt_length: int) -> int:
+        """The first new token (0-based) that may be EOS: `min_new_tokens` where set (HF then replaces min_length by
+        prompt + min_new_tokens), else what `min_length` leaves after the prompt."""
+        if self.min_new_tokens > 0:
+            return self.min_new_tokens
+        return max(0, self.min_length - prompt_length)
 
     def new_tokens(self, prompt_length: int) -> int:
         """Most new tokens after a decoder prompt of this many columns (`max_new_tokens` wins, as in HF)."""
@@ -119,6 +130,7 @@ class _RunningBatch:
         self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
         self.encoder, self.max_length = encoder, self.length + max_new
         self.cache: Cache = None if encoder is not None else steps.new_cache(rows, self.max_length)
+        self._stepping = False  # the step feeds itself (`append_greedy`) since its first call
 
     @property
     def ids(self) -> torch.Tensor:  # [N, length]
@@ -157,6 +169,19 @@ class _RunningBatch:
             logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask),
                                                     self.cache, last_only=True)
         return logits[:, -1, :].float()
+
+    def append_greedy(self, tokens: torch.Tensor, feed: bool, eos: tuple[int, ...], forbid: bool,
+                      vocab: int) -> torch.Tensor:
+        """Add one token per row [N] and return the next ones [N], chosen inside the step
+        (`steps.greedy_forward`), which feeds them to itself: `tokens` go to the step only on its first call and
+        where the loop changed its choice (`feed`). `eos`, `forbid`: the EOS ids, forbidden for the token chosen
+        now; `vocab`: the logits' width. Positions then advance on the device (`reorder` is not for this path)."""
+        self.push(tokens)
+        first, self._stepping = not self._stepping, True
+        chosen, self.cache = self.steps.greedy_forward(self.cache, tokens[:, None] if feed or first else None,
+                                                       self._next_position if first else None, self.length, eos,
+                                                       forbid, vocab)
+        return chosen
 
     def reorder(self, index: torch.Tensor, within_inputs: bool = False) -> None:
         """Keep rows `index` [N'] (prompt expansion; beam reordering, where every row stays on its own input:
@@ -204,6 +229,20 @@ def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
     return EosTokenCriteria(list(ids)) if ids else None
 
 
+# device types where a greedy generation on a static slot lets the step choose and feed its own tokens
+# (`steps.greedy_forward`, NNDF.backends.torch.greedy): the same tokens, and between two steps only the step and
+# one copy on the device. CUDA joins once its replayed form is verified and timed there (tools/bench)
+GREEDY_IN_STEP = {"cpu"}
+
+
+def _greedy_in_step(steps, cache, config: GenerationConfig, processors) -> bool:
+    """Whether this generation's tokens are chosen inside the step: greedy, its processors at most the EOS masks
+    (`NNDF.sampling`'s min-length ones, which `GreedyChoice` reproduces), steps that can (`greedy_in_step`)."""
+    can = getattr(steps, "greedy_in_step", None)
+    return (steps.device.type in GREEDY_IN_STEP and not config.sampling.do_sample and can is not None
+            and can(cache) and all(isinstance(p, EOS_MASKS) for p in processors))
+
+
 def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig, observer: Observer, encoder):
     prompt_length = input_ids.shape[1]
     max_new = config.new_tokens(prompt_length)
@@ -216,11 +255,17 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=steps.device)
     logits = decoder.prefill()
     # EOS can only end generation once it is allowed: until then no host sync is needed per token.
-    min_new = max(config.min_new_tokens, config.min_length - prompt_length)
+    min_new = config.eos_allowed_from(prompt_length)
+    in_step = _greedy_in_step(steps, decoder.cache, config, processors)
+    eos, vocab, chosen = eos_ids(config.eos_token_id), logits.shape[-1], None
     for step in range(max_new):
-        tokens = pick_tokens(processors(decoder.ids, logits), config.sampling.do_sample, generator)
+        if chosen is None:
+            tokens = pick_tokens(processors(decoder.ids, logits), config.sampling.do_sample, generator)
+        else:
+            tokens = chosen  # the step's own choice, made as the line above makes it
+        changed = False
         if eos_hit is not None and step >= min_new:  # a row may have finished (at step min_new - 1 or later)
-            tokens = torch.where(finished, config.pad_token_id, tokens)
+            tokens, changed = torch.where(finished, config.pad_token_id, tokens), True
         if step == 0:
             observer.first_token()
         observer.token(step)
@@ -232,7 +277,10 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
         if last:
             decoder.push(tokens)
             break
-        logits = decoder.append(tokens)
+        if in_step:
+            chosen = decoder.append_greedy(tokens, changed, eos, bool(processors) and step + 1 < min_new, vocab)
+        else:
+            logits = decoder.append(tokens)
     observer.finished()
     return GenerationOutput(decoder.ids, prompt_length)
 

@@ -124,6 +124,11 @@ class _MinNewTokens(MinNewTokensLengthLogitsProcessor):
         return _eos_forbidden(self, scores, input_ids.shape[-1] - self.prompt_length_to_skip < self.min_new_tokens)
 
 
+# the processors that only mask the EOS ids while they are forbidden (what a step choosing its own greedy token
+# reproduces: NNDF.backends.torch.greedy)
+EOS_MASKS = (_MinLength, _MinNewTokens)
+
+
 def _repetition_penalty(penalty: float, padding: torch.Tensor | None) -> RepetitionPenaltyLogitsProcessor:
     """HF's repetition penalty as the installed transformers' `generate` builds it: 5.23 passes each row's left
     padding (pad tokens are not penalised); 5.17 accepts only an int there and its `generate` passes nothing

@@ -52,6 +52,9 @@ class KVSlot(Slot):
         super().__init__(inputs, logits, graph_id)
         self.rows, self.max_length, self.past = rows, max_length, past
         self._past_stack = stacked_view(past)  # [layers x 2, rows, ...] over `past`, or None
+        # a greedy step that picks and feeds its own token (NNDF.backends.torch.greedy): what it reads, its
+        # captured graph and its output [rows]
+        self.choice, self.greedy_graph, self.tokens = None, None, None
 
     ids = property(lambda self: self.inputs["input_ids"])
     positions = property(lambda self: self.inputs["position_ids"])
@@ -95,6 +98,7 @@ class KVSlot(Slot):
     def close(self) -> None:
         super().close()
         self.past, self._past_stack = [], None
+        self.choice, self.greedy_graph, self.tokens = None, None, None
 
 
 def stacked_zeros(count: int, shape: tuple[int, ...], dtype, device) -> list[torch.Tensor]:

@@ -2,8 +2,8 @@
 
 - `Steps`: what every backend's steps have (a device, a name for reports, `close`).
 - `GenerativeSteps`: the step functions the shared generation loop runs on (decoder-only models);
-  `EncoderDecoderSteps` adds the encoder's one pass (`start`); `ServedGeneration` hands the whole loop to a
-  server.
+  `EncoderDecoderSteps` adds the encoder's one pass (`start`); `GreedySteps` adds a step that picks its own greedy
+  token; `ServedGeneration` hands the whole loop to a server.
 - `ForwardSteps`: one forward pass over named inputs (encoder models: embeddings, class logits).
 Tensors crossing the contracts are torch tensors on `steps.device`, so the loop, beam bookkeeping and sampling
 are written once. The cache is opaque to the loop: it only asks the backend for an empty one and to reorder it.
@@ -61,6 +61,25 @@ class GenerativeSteps(Steps, Protocol):
         ...
 
 
+
+
+class GreedySteps(GenerativeSteps, Protocol):
+    """Steps that can choose a greedy generation's next token inside their one-token step and feed it to
+    themselves (frameworks' static slots: NNDF/backends/torch/greedy.py); the loop uses them where
+    `greedy_in_step(cache)` is true (NNDF.generation.GREEDY_IN_STEP)."""
+
+    def greedy_in_step(self, cache: Cache) -> bool:
+        """Whether `greedy_forward` serves a generation on this cache."""
+        ...
+
+    def greedy_forward(self, cache: Cache, input_ids: torch.Tensor | None, position_ids: torch.Tensor | None,
+                       length: int, eos_ids: tuple[int, ...], forbid: bool,
+                       vocab: int) -> tuple[torch.Tensor, Cache]:
+        """The next greedy token [B] (valid until the next call) and the cache: the step runs on the token it chose
+        last (or `input_ids` [B, 1], where the loop changed it), with EOS masked where `forbid`. `position_ids`
+        [B, 1] and `length` (the columns it sees) come with the generation's first step; later steps advance
+        their own."""
+        ...
 
 
 class EncoderDecoderSteps(GenerativeSteps, Protocol):

@@ -16,6 +16,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 from NNDF.backends.torch.capture import capture
+from NNDF.backends.torch.greedy import greedy_forward
 from NNDF.slots import SlotPool
 from Seq2Seq.fused_step import Seq2SeqSlot, reordered
 
@@ -150,9 +151,23 @@ class Seq2SeqStaticSteps(Seq2SeqTorchSteps):
         if not self.cuda_graph:
             return self.fused.one_token(slot), cache
         if slot.graph is None:
-            capture(slot, self.fused.one_token, self.device, f"{type(self.fused).__name__}'s step")
+            slot.graph, slot.logits = capture(slot, self.fused.one_token, self.device,
+                                              f"{type(self.fused).__name__}'s step")
         slot.graph.replay()
         return slot.logits, cache  # valid until the next step (the loop reads it before stepping again)
+
+    def greedy_in_step(self, cache: Seq2SeqCache) -> bool:
+        """Whether `greedy_forward` serves a generation on this cache: always (a static slot's)."""
+        return True
+
+    @torch.inference_mode()
+    def greedy_forward(self, cache: Seq2SeqCache, input_ids, position_ids, length: int, eos_ids: tuple[int, ...],
+                       forbid: bool, vocab: int):
+        """The next greedy token [rows], chosen and fed back inside the slot's step
+        (`NNDF.backends.torch.greedy.greedy_forward`: its arguments), and the cache."""
+        tokens = greedy_forward(cache.kv, self.fused.one_token, input_ids, position_ids, length, eos_ids, forbid,
+                                vocab, self.cuda_graph, self.device, f"{type(self.fused).__name__}'s greedy step")
+        return tokens, cache
 
     @torch.inference_mode()
     def reorder_cache(self, cache: Seq2SeqCache, index: torch.Tensor, within_inputs: bool = False) -> Seq2SeqCache:

@@ -29,7 +29,7 @@ case $MODE in
   kernels-tests)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
       tests/test_fused_decode.py tests/test_opt_fused.py tests/test_rotary_fused.py tests/test_bloom_fused.py \
-      tests/test_llama_fused.py 2>&1 | tail -30;;
+      tests/test_llama_fused.py tests/test_greedy_in_step.py 2>&1 | tail -30;;
   kernels-rows)
     python3 tools/bench/decoder_graphs.py "$OUT/kernels-rows" --models "${2:?kernels-rows MODELS}" \
       --skip build,kernels,flash,batch8 --shapes-dir /tmp/shapes --deadline 500 "${@:3}";;

@@ -8,7 +8,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   eager       frameworks with HF's own growing cache, and HF `generate` eager (--hf-baseline), batch 1
   compiled    frameworks --static-cache --use-cuda-graph --torch-compile (the family's fused decoder step), and
               HF `generate` with cache_implementation="static" (transformers compiles its own step), batch 1
-  compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS)
+  compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS;
+              V+greedy: also greedy tokens chosen inside the step, NNDF.generation.GREEDY_IN_STEP)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
@@ -56,6 +57,8 @@ VARIANTS = {
     "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
     "gemv8": dict(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto"),  # ... up to 8 (batch 8)
 }
+# the rows beside the default by default: our kernels, the default with greedy tokens chosen inside the step, both
+ROW_VARIANTS = ("kernels", "inductor+greedy", "kernels+greedy")
 sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
     "s2s-compiled": dict(backends=("frameworks",), options=COMPILED),
@@ -68,23 +71,26 @@ sm.CONFIGS.update({
 
 @contextmanager
 def step_settings(variant: str | None):
-    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default) while the block
+    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default; VARIANT+greedy:
+    also greedy generations choosing their tokens inside the step, speed_matrix.greedy_in_step) while the block
     runs, each compiled afresh."""
     from CausalLM.fused_step import FusedSettings
     from Seq2Seq import fused_step
 
+    base, _, extra = (variant or "").partition("+")
     saved = fused_step.SEQ2SEQ_SETTINGS
-    if variant is not None:
-        fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[variant])
+    if base:
+        fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[base])
     torch._dynamo.reset()  # past 8 recompiles of the layer function dynamo would run it eagerly
     try:
-        yield
+        with sm.greedy_in_step(extra == "greedy"):
+            yield
     finally:
         fused_step.SEQ2SEQ_SETTINGS = saved
 
 
 def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),
-         row_variants: tuple[str, ...] = ("kernels",), batch_variants: tuple[str, ...] = ()):
+         row_variants: tuple[str, ...] = ROW_VARIANTS, batch_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
     lengths = (4 if family == "BLIP" else 128, NEW)
 
@@ -229,8 +235,9 @@ def main() -> None:
                         "beams, beams-onnxrt, batch8, batch8-onnxrt, tokens, kernels, ...)")
     parser.add_argument("--variants", default="kernels", help="comma-separated step settings (VARIANTS: "
                         f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
-    parser.add_argument("--row-variants", default="kernels", help="comma-separated step settings benchmarked "
-                        "beside the default compiled row (compiled-V)")
+    parser.add_argument("--row-variants", default=",".join(ROW_VARIANTS), help="comma-separated step settings "
+                        "benchmarked beside the default compiled row (compiled-V); VARIANT+greedy: greedy tokens "
+                        "chosen inside the step too")
     parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 rows and "
                         "benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, beams-V, "
                         "batch8-V)")
@@ -249,8 +256,8 @@ def main() -> None:
     variants, row_variants, batch_variants = (tuple(filter(None, v.split(",")))
                                               for v in (args.variants, args.row_variants, args.batch_variants))
     for name in variants + row_variants + batch_variants:
-        if name not in VARIANTS:
-            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}")
+        if not sm.known_variant(name, VARIANTS):
+            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+greedy")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         todo += [("check" if kind in ("shapes", "cleanup", "tokens") or kind.startswith("kernels") else "bench", job)

@@ -11,26 +11,35 @@ from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
 
-def capture(slot: KVSlot, step: Callable[[KVSlot], torch.Tensor], device: torch.device, what: str) -> None:
-    """Capture `step(slot)` into `slot.graph`, its output into `slot.logits` (replays overwrite it). `what` names
+def capture(slot: KVSlot, step: Callable[[KVSlot], torch.Tensor], device: torch.device, what: str,
+            keep: tuple[torch.Tensor, ...] = ()) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+    """`step(slot)` captured: (the graph, its output, which replays overwrite). The warm-up runs leave the slot's
+    write position and the tensors in `keep` (inputs the step itself advances) as they found them. `what` names
     the step in the one-line error a step that cannot be captured gives."""
     positions = slot.positions_state()
+    kept = [t.clone() for t in keep]
+
+    def restore():
+        slot.restore_positions(positions)
+        for tensor, saved in zip(keep, kept):
+            tensor.copy_(saved)
+
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
         for _ in range(2):
             step(slot)
-            slot.restore_positions(positions)
+            restore()
     torch.cuda.current_stream(device).wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
-            slot.logits = step(slot)
+            output = step(slot)
     except RuntimeError as exc:  # e.g. transformers 5.17's eager-attention mask copies a CPU scalar per call
         import transformers
 
         first = str(exc).strip().splitlines()[0][:160]
         raise UsageError(f"--use-cuda-graph: {what} cannot be captured with transformers {transformers.__version__} "
                          f"({first}); add --torch-compile or drop --use-cuda-graph") from exc
-    slot.restore_positions(positions)
-    slot.graph = graph
+    restore()
+    return graph, output
