@@ -13,6 +13,7 @@ import pytest
 from NNDF import generation, registry
 from NNDF.actions.common import backend_steps, encode, generate_prompt
 from NNDF.context import make_context
+from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 from NNDF.sampling import SamplingConfig
@@ -56,6 +57,14 @@ def test_the_step_chooses_the_loops_tokens(family, variant, fused, graph, workdi
     run = make_context(registry.family(family), ModelOptions(
         variant=variant, working_dir=str(workdir), use_cache=True, use_mask=True, static_cache=True,
         fused_decode=fused, device=DEVICE, use_cuda_graph=graph))
+    try:
+        _check(run, monkeypatch)
+    except UsageError as exc:  # HF's model over its static cache, captured, on transformers 5.17 (eager attention)
+        assert "cannot be captured with transformers" in str(exc)
+        pytest.skip(str(exc))
+
+
+def _check(run, monkeypatch):
     prompt = encode(run, PROMPTS[run.family.kind])
     eos = run.tokenizer.eos_token_id
     with backend_steps(run, "frameworks") as (_, steps):
