@@ -20,7 +20,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               --batch-variants) and compiled with --compile-mode
               max-autotune (kernels-autotuned; its benchmark row: autotuned)
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
-              (eager) on the same random inputs, batch 2: where each row first differs
+              (eager) on the same random inputs, batch 2: where each row first differs; tokens-V: the
+              frameworks step with each of --row-variants' settings
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
 (OUT/seq2seq-speed.json, .md); no job starts after --deadline seconds; each model's folder and artifacts are
 deleted after its jobs unless --keep.
@@ -117,8 +118,9 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
              ("batch8", rows("s2s-compiled", 8)),
              *((f"batch8-{v}", rows("s2s-compiled", 8, variant=v)) for v in batch_variants),
              ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
-    todo += [("tokens", lambda: tokens(shape, workdir)),
-             ("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
+    todo += [("tokens", lambda: tokens(shape, workdir))]
+    todo += [(f"tokens-{v}", lambda v=v: tokens(shape, workdir, variant=v)) for v in row_variants]
+    todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
     todo += [(f"kernels-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, variant=v))
              for v in variants]
     todo += [("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4))]
@@ -189,17 +191,19 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
                     for t in table["top"]]}
 
 
-def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW) -> dict:
+def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: str | None = None) -> dict:
     """fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate` (its growing
-    cache, eager) on the same random encoder inputs: the first position where each row differs (None: equal)."""
+    cache, eager) on the same random encoder inputs: the first position where each row differs (None: equal).
+    `variant`: the frameworks step alone, built with that variant's settings (VARIANTS, `step_settings`)."""
     from NNDF import registry
     from NNDF.actions.common import backend_steps, generate_prompt
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig
 
     family = FAMILIES[shape]
-    out = {"model": shape, "new_tokens": new}
-    for label, backend, options in (("frameworks", "frameworks", COMPILED), ("onnxrt", "onnxrt", ORT)):
+    out = {"model": shape, "new_tokens": new, "variant": variant}
+    paths = (("frameworks", "frameworks", COMPILED),) + ((("onnxrt", "onnxrt", ORT),) if variant is None else ())
+    for label, backend, options in paths:
         run = make_context(registry.family(family), replace(sm.options(sm.SHAPES[shape], batch, options, workdir),
                                                             use_mask=True))
         prompt = run.family.task.random_prompt(run, batch, 4 if family == "BLIP" else 128,
@@ -210,10 +214,15 @@ def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW) -> dict:
                                                  max_new_tokens=new, min_new_tokens=new, do_sample=False)
             out["hf"] = ref[:, -new:].cpu()
         config = GenerationConfig(max_new_tokens=new, min_new_tokens=new, pad_token_id=0, eos_token_id=None)
-        with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
-            ours = generate_prompt(steps, prompt, config).sequences[:, -new:].cpu()
+        try:  # one backend's failure (no onnxruntime-gpu) keeps the other's result
+            with step_settings(variant), backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+                ours = generate_prompt(steps, prompt, config).sequences[:, -new:].cpu()
+        except Exception as exc:  # noqa: BLE001 (a benchmark records what failed and goes on)
+            out[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            continue
+        finally:
+            run.release_torch_model()
         out[label] = [None if (a == b).all() else int((a != b).nonzero()[0]) for a, b in zip(ours, out["hf"])]
-        run.release_torch_model()
     out.pop("hf")
     return out
 
@@ -260,7 +269,7 @@ def main() -> None:
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+greedy")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
-        todo += [("check" if kind in ("shapes", "cleanup", "tokens") or kind.startswith("kernels") else "bench", job)
+        todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(("tokens", "kernels")) else "bench", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
                                        row_variants, batch_variants)
                  if kind not in skip]
