@@ -41,6 +41,22 @@ def test_min_new_tokens_forbids_eos_and_runs_full_length():
     assert full.sequences.shape[1] == 3 + 8 and eos not in full.sequences[0, 3:].tolist()
 
 
+def test_min_new_tokens_overrides_min_length_as_hf():
+    """With both set, HF lets EOS come after min_new_tokens new tokens whatever min_length says (it replaces
+    min_length by prompt + min_new_tokens): a row stops at the EOS chosen there, as HF's does."""
+    model = _tiny()
+    steps = TorchSteps(model, use_cache=True)
+    ids = torch.tensor([[5, 6, 7]])
+    mask = torch.ones_like(ids)
+    greedy = generate(steps, ids, mask, GenerationConfig(max_new_tokens=12)).sequences[0, 3:].tolist()
+    eos = greedy[2]
+    config = dict(max_new_tokens=12, min_new_tokens=2, min_length=3 + 8, eos_token_id=eos, pad_token_id=1)
+    ours = generate(steps, ids, mask, GenerationConfig(**config))
+    hf = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, **config)
+    assert ours.sequences.tolist() == hf.tolist()
+    assert hf.shape[1] < 3 + 8  # stopped before min_length would have allowed
+
+
 NEW = 20
 
 
