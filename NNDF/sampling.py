@@ -98,6 +98,11 @@ class DryLogitsProcessor(LogitsProcessor):
         return scores
 
 
+def eos_mask(vocab: int, eos_ids, device) -> torch.Tensor:
+    """A mask [vocab] over the vocabulary, true at the EOS ids (a tensor or a sequence of ints)."""
+    return torch.isin(torch.arange(vocab, device=device), torch.as_tensor(eos_ids, device=device))
+
+
 def _eos_forbidden(processor, scores: torch.Tensor, forbid: bool) -> torch.Tensor:
     """`scores` [N, V] with every EOS id at -inf when `forbid`, else as they are: what HF's min-length processors
     return, from an EOS mask [V] made once (HF rebuilds it and copies the scores at every step)."""
@@ -105,8 +110,7 @@ def _eos_forbidden(processor, scores: torch.Tensor, forbid: bool) -> torch.Tenso
         return scores
     mask = getattr(processor, "_eos_mask", None)
     if mask is None or mask.shape[0] != scores.shape[-1]:
-        mask = processor._eos_mask = torch.isin(torch.arange(scores.shape[-1], device=scores.device),
-                                                processor.eos_token_id.to(scores.device))
+        mask = processor._eos_mask = eos_mask(scores.shape[-1], processor.eos_token_id, scores.device)
     return scores.masked_fill(mask, -math.inf)
 
 

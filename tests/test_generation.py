@@ -28,12 +28,18 @@ def test_sampling_reproducible_and_seed_dependent():
     assert not torch.equal(a, generate(steps, ids, mask, cfg(2)).sequences)
 
 
-def test_min_new_tokens_forbids_eos_and_runs_full_length():
+def _greedy_case(new: int):
+    """The tiny model, its steps, a 3-token prompt and mask, and its first `new` greedy tokens (no EOS)."""
     model = _tiny()
     steps = TorchSteps(model, use_cache=True)
     ids = torch.tensor([[5, 6, 7]])
     mask = torch.ones_like(ids)
-    greedy = generate(steps, ids, mask, GenerationConfig(max_new_tokens=8)).sequences[0, 3:].tolist()
+    greedy = generate(steps, ids, mask, GenerationConfig(max_new_tokens=new)).sequences[0, 3:].tolist()
+    return model, steps, ids, mask, greedy
+
+
+def test_min_new_tokens_forbids_eos_and_runs_full_length():
+    _, steps, ids, mask, greedy = _greedy_case(8)
     eos = greedy[1]
     stopped = generate(steps, ids, mask, GenerationConfig(max_new_tokens=8, eos_token_id=eos))
     assert stopped.new_tokens(0, eos) == greedy[:2]
@@ -44,11 +50,7 @@ def test_min_new_tokens_forbids_eos_and_runs_full_length():
 def test_min_new_tokens_overrides_min_length_as_hf():
     """With both set, HF lets EOS come after min_new_tokens new tokens whatever min_length says (it replaces
     min_length by prompt + min_new_tokens): a row stops at the EOS chosen there, as HF's does."""
-    model = _tiny()
-    steps = TorchSteps(model, use_cache=True)
-    ids = torch.tensor([[5, 6, 7]])
-    mask = torch.ones_like(ids)
-    greedy = generate(steps, ids, mask, GenerationConfig(max_new_tokens=12)).sequences[0, 3:].tolist()
+    model, steps, ids, mask, greedy = _greedy_case(12)
     eos = greedy[2]
     config = dict(max_new_tokens=12, min_new_tokens=2, min_length=3 + 8, eos_token_id=eos, pad_token_id=1)
     ours = generate(steps, ids, mask, GenerationConfig(**config))

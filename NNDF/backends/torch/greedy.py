@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from NNDF.backends.torch.capture import capture
+from NNDF.sampling import eos_mask
 from NNDF.slots import KVSlot
 
 
@@ -38,9 +39,7 @@ class GreedyChoice:
 
     def set(self, eos_ids: tuple[int, ...], forbid: bool) -> None:
         if eos_ids != self._eos_ids:
-            self.eos.zero_()
-            if eos_ids:
-                self.eos[torch.tensor(eos_ids, device=self.eos.device)] = True
+            self.eos.copy_(eos_mask(self.eos.shape[0], list(eos_ids), self.eos.device))
             self._eos_ids = eos_ids
         if forbid != self._forbidden:
             self.forbid.fill_(forbid)
