@@ -151,8 +151,8 @@ class FusedBartStep:
         rows, settings = slot.rows, self.settings
         w = self.layers[0]
         forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[3], w[6], w[8], w[11], w[13])
-        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
-                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim, rows=rows),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, cross_valid = self._embed(slot.ids, slot.write, slot.encoder_mask, self.embed, self.embed_scale,
                                             self.positions, self.embed_norm, self.eps, slot.max_length)
         buffers = zip(self.layers, slot.past[0::2], slot.past[1::2], slot.cross[0::2], slot.cross[1::2])

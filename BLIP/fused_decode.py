@@ -162,8 +162,8 @@ class FusedBlipStep:
         forms = settings.forms(rows, self.compiled, self.width, self.device, w[0], w[2], w[5], w[7], w[10], w[12])
         head_forms = (settings.form(rows, self.compiled, self.width, self.width, self.device),
                       settings.head_form(rows, self.compiled, self.width, self.device))
-        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
-                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim, rows=rows),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, image = self._embed(slot.ids, slot.write, slot.encoder_mask, self.words, self.positions,
                                       self.embed_norm, eps=self.embed_eps, max_length=slot.max_length)
         for i, weights in enumerate(self.layers):

@@ -99,6 +99,12 @@ class FusedSettings:
     # (5.36 and 5.35); split was faster at BLOOM-7B1's 32 of 128 with ALiBi (5.57 against 5.64: `attention_on`
     # takes it wherever a step has ALiBi)
     split_head_dim: int = 128
+    # "auto" also takes the split kernel (at any length) in steps of more than `split_rows` rows and over more than
+    # `split_columns` columns (None: neither). The encoder-decoder steps set both (H200, `Seq2Seq.fused_step`): one
+    # program per head over BLIP-large's 577 image columns took 357 us a step against 73 split, and at 4 beams
+    # t5-small's row was 1.70 ms a token with one program per head against 1.10 split
+    split_rows: int | None = None
+    split_columns: int | None = None
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)
     kernels_everywhere: bool = False
     # V buffers stored [.., head_dim, length], so p.V sums along contiguous memory (where a step implements it)
@@ -129,18 +135,22 @@ class FusedSettings:
         """Whether our Triton kernels run on this device (CUDA; any with `kernels_everywhere`)."""
         return device.type == "cuda" or self.kernels_everywhere
 
-    def attention_on(self, device: torch.device, columns: int, head_dim: int, alibi: bool = False) -> str:
-        """The one-query attention (`attend`'s) a step runs on this device when it reads at most `columns` cache
-        columns (its buffer, or its window where shorter). Our kernels only where they run: "split" at any length;
-        "kernel" where its one program per head walks the columns quickly (`kernels.attention_columns`); "auto"
-        within the same limit, "split" at head sizes above `split_head_dim` and with ALiBi (`alibi`: a bias
+    def attention_on(self, device: torch.device, columns: int, head_dim: int, alibi: bool = False,
+                     rows: int = 1) -> str:
+        """The one-query attention (`attend`'s) a step of `rows` rows runs on this device when it reads at most
+        `columns` cache columns (its buffer, or its window where shorter). Our kernels only where they run: "split"
+        at any length; "kernel" where its one program per head walks the columns quickly
+        (`kernels.attention_columns`); "auto": "split" above `split_rows` rows or `split_columns` columns, else
+        within the kernel's limit "split" at head sizes above `split_head_dim` and with ALiBi (`alibi`: a bias
         loaded per column, which one program per head walks alone), "kernel" at the others. Elsewhere
         "reduction" (inductor reads long buffers in parallel)."""
         if self.attention in ("reduction", "sdpa"):
             return self.attention
         if not self.kernels_on(device):
             return "reduction"
-        if self.attention == "split":
+        more = [(rows, self.split_rows), (columns, self.split_columns)]
+        if self.attention == "split" or (self.attention == "auto" and any(n > limit for n, limit in more
+                                                                           if limit is not None)):
             return "split"
         if columns > triton_kernels().attention_columns(head_dim):
             return "reduction"

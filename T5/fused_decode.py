@@ -194,8 +194,8 @@ class FusedT5Step:
         rows, settings = slot.rows, self.settings
         w = self.layers[0]
         forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[2], w[4], w[5], w[7], w[8])
-        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim),
-                     settings.attention_on(self.device, slot.encoder_length, self.head_dim))
+        attention = (settings.attention_on(self.device, slot.max_length, self.head_dim, rows=rows),
+                     settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
                                                        self.bias_table, length=slot.max_length, stream=self.stream)
         for weights, keys, values, cross_keys, cross_values in zip(self.layers, slot.past[0::2], slot.past[1::2],

@@ -122,7 +122,8 @@ def test_step_on_our_kernels(case, attention, monkeypatch):
     HF's logits at every position. With HARNESS_TEST_DEVICE=cuda on the GPU (the kernels compiled for it)."""
     run, model, inputs, hidden = case
     if DEVICE == "cuda":
-        model, inputs, hidden = copy.deepcopy(model).to(DEVICE), inputs.to(DEVICE), hidden.to(DEVICE)
+        model, hidden = copy.deepcopy(model).to(DEVICE), hidden.to(DEVICE)
+        inputs = {key: value.to(DEVICE) for key, value in inputs.items()}  # the case's stay on the CPU
     calls = counted_kernels(monkeypatch)
     settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
     ids = _decoder_ids(model).to(DEVICE)

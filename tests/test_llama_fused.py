@@ -105,6 +105,12 @@ def test_attention_kernel_leaves_long_buffers_to_inductors_form():
     assert auto.attention_on(cpu, 64, 256) == split.attention_on(cpu, 64, 256) == "reduction"
     assert split.attention_on(cuda, 10 * wide, 128) == "split"
     assert triton_kernels().attention_columns(128) < limit  # wider heads: shorter loads
+    rows_and_long = FusedSettings(attention="auto", split_rows=1, split_columns=512)
+    assert rows_and_long.attention_on(cuda, 512, 64) == "kernel"
+    assert rows_and_long.attention_on(cuda, 513, 64) == rows_and_long.attention_on(cuda, 64, 64, rows=2) == "split"
+    assert rows_and_long.attention_on(cuda, 100 * wide, 64) == "split"  # past `attention_columns`: split serves
+    assert rows_and_long.attention_on(cpu, 577, 64, rows=4) == "reduction"
+    assert auto.attention_on(cuda, 64, 64, rows=8) == "kernel"  # the decoder families' default: no row rule
     with pytest.raises(ValueError, match="transposed_values"):
         FusedSettings(attention="kernel", transposed_values=True)
 

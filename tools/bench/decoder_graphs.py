@@ -200,8 +200,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the shapes folders and artifacts")
     parser.add_argument("--row-variants", default="inductor", help="comma-separated fused-step settings "
                         "(speed_matrix.LLAMA_VARIANTS) benchmarked beside the default frameworks row, each a "
-                        "`frameworks-<variant>` job; VARIANT+greedy: greedy tokens chosen inside the step too "
-                        "(e.g. default+greedy)")
+                        "`frameworks-<variant>` job; VARIANT+loop: greedy tokens chosen by the loop, not the step "
+                        "(e.g. default+loop)")
     parser.add_argument("--variants", default="", help="comma-separated fused-step settings (speed_matrix."
                         "LLAMA_VARIANTS) whose captured step is timed after the rows, each a `step` job")
     parser.add_argument("--xqa", choices=("on", "off"), help="ONNX Runtime's XQA decode attention for every onnxrt "
@@ -209,7 +209,7 @@ def main() -> None:
     args = parser.parse_args()
     for name in filter(None, f"{args.row_variants},{args.variants}".split(",")):
         if not sm.known_variant(name, sm.LLAMA_VARIANTS):
-            parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+greedy")
+            parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+loop")
     if args.xqa:
         import os
 

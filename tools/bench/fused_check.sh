@@ -27,7 +27,7 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
 python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())" 2>&1 | tail -1
 case $MODE in
   kernels-tests)
-    HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
+    HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_torch_kernels.py \
       tests/test_fused_decode.py tests/test_opt_fused.py tests/test_rotary_fused.py tests/test_bloom_fused.py \
       tests/test_llama_fused.py tests/test_greedy_in_step.py 2>&1 | tail -30;;
   kernels-rows)

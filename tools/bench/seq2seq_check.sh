@@ -47,7 +47,7 @@ for v in "T5 t5-offline" "T5 flan-t5-offline" "BART bart-offline" "BART mbart-of
 done
 fi
 if [ "$MODE" = kernels-tests ]; then
-HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rs -p no:cacheprovider tests/test_torch_kernels.py \
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_torch_kernels.py \
   tests/test_t5_fused.py tests/test_bart_fused.py tests/test_blip_fused.py tests/test_seq2seq_static.py \
   tests/test_greedy_in_step.py 2>&1 | tail -15
 fi

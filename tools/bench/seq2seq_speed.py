@@ -9,7 +9,7 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   compiled    frameworks --static-cache --use-cuda-graph --torch-compile (the family's fused decoder step), and
               HF `generate` with cache_implementation="static" (transformers compiles its own step), batch 1
   compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS;
-              V+greedy: also greedy tokens chosen inside the step, NNDF.generation.GREEDY_IN_STEP)
+              V+loop: also greedy tokens chosen by the loop, not inside the step: NNDF.generation.GREEDY_IN_STEP)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
@@ -46,11 +46,13 @@ FAMILIES = {"flan-t5-xl": "T5", "t5-small": "T5", "t5-base": "T5", "bart-large":
 NEW = 64
 COMPILED = dict(static_cache=True, use_cuda_graph=True, torch_compile=True)
 ORT = dict(static_cache=True, use_cuda_graph=True)
-# the fused step's settings a job can be built with instead of the default (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`:
-# inductor's reduction form for one row's products, plain-op attention)
+# the fused step's settings a job can be built with instead of the default (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
+# named `default`: our GEMV for one row's products, our attention kernels, split over column chunks at more rows and
+# long encoder outputs)
 VARIANTS = {
-    "inductor": dict(reduction_rows=1),  # the default, named (a row of it beside the others in one run)
-    "kernels": dict(reduction_rows=1, gemv_above=0, attention="auto"),  # our GEMV (one row) and attention kernels
+    "default": None,
+    "inductor": dict(reduction_rows=1),  # inductor's reduction form for one row's products, plain-op attention
+    "kernels": dict(reduction_rows=1, gemv_above=0, attention="auto"),  # one attention program per head at 64
     "cublas": dict(reduction_width=0),  # every product through cuBLAS, plain-op attention
     "gemv": dict(reduction_rows=1, gemv_above=0),  # our GEMV, plain-op attention
     "kernels-one": dict(reduction_rows=1, gemv_above=0, attention="kernel"),  # one program per head, any size
@@ -58,8 +60,8 @@ VARIANTS = {
     "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
     "gemv8": dict(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto"),  # ... up to 8 (batch 8)
 }
-# the rows beside the default by default: our kernels, the default with greedy tokens chosen inside the step, both
-ROW_VARIANTS = ("kernels", "inductor+greedy", "kernels+greedy")
+# the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
+ROW_VARIANTS = ("inductor", "default+loop")
 sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
     "s2s-compiled": dict(backends=("frameworks",), options=COMPILED),
@@ -72,19 +74,19 @@ sm.CONFIGS.update({
 
 @contextmanager
 def step_settings(variant: str | None):
-    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default; VARIANT+greedy:
-    also greedy generations choosing their tokens inside the step, speed_matrix.greedy_in_step) while the block
+    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default; VARIANT+loop:
+    also the loop choosing greedy generations' tokens, speed_matrix.loop_chooses) while the block
     runs, each compiled afresh."""
     from CausalLM.fused_step import FusedSettings
     from Seq2Seq import fused_step
 
     base, _, extra = (variant or "").partition("+")
     saved = fused_step.SEQ2SEQ_SETTINGS
-    if base:
+    if VARIANTS.get(base) is not None:
         fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[base])
     torch._dynamo.reset()  # past 8 recompiles of the layer function dynamo would run it eagerly
     try:
-        with sm.greedy_in_step(extra == "greedy"):
+        with sm.loop_chooses(extra == "loop"):
             yield
     finally:
         fused_step.SEQ2SEQ_SETTINGS = saved
@@ -242,11 +244,11 @@ def main() -> None:
     parser.add_argument("--models", default="flan-t5-xl", help=f"comma-separated shapes ({', '.join(FAMILIES)})")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (compiled, onnxrt, eager, "
                         "beams, beams-onnxrt, batch8, batch8-onnxrt, tokens, kernels, ...)")
-    parser.add_argument("--variants", default="kernels", help="comma-separated step settings (VARIANTS: "
+    parser.add_argument("--variants", default="inductor", help="comma-separated step settings (VARIANTS: "
                         f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
     parser.add_argument("--row-variants", default=",".join(ROW_VARIANTS), help="comma-separated step settings "
-                        "benchmarked beside the default compiled row (compiled-V); VARIANT+greedy: greedy tokens "
-                        "chosen inside the step too")
+                        "benchmarked beside the default compiled row (compiled-V); VARIANT+loop: greedy tokens "
+                        "chosen by the loop, not the step")
     parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 rows and "
                         "benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, beams-V, "
                         "batch8-V)")
@@ -266,7 +268,7 @@ def main() -> None:
                                               for v in (args.variants, args.row_variants, args.batch_variants))
     for name in variants + row_variants + batch_variants:
         if not sm.known_variant(name, VARIANTS):
-            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+greedy")
+            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(("tokens", "kernels")) else "bench", job)

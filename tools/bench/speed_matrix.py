@@ -303,8 +303,8 @@ def llama_jobs(shapes: tuple[str, ...]):
 
 # each variant of a decoder family's fused step (the llama-ab group, decoder_graphs.py): `default` is
 # CausalLM.fused_step.DECODER_SETTINGS, the others FusedSettings' own defaults (inductor's kernels throughout:
-# `inductor`) with these fields; any of them as VARIANT+greedy also lets greedy generations choose their tokens
-# inside the step (`step_settings`)
+# `inductor`) with these fields; any of them as VARIANT+loop also has the loop choose greedy generations' tokens,
+# not the step (`step_settings`)
 LLAMA_VARIANTS = {
     "default": None,
     "inductor": {},
@@ -332,20 +332,20 @@ LLAMA_VARIANTS = {
 
 
 def known_variant(name: str, table: dict) -> bool:
-    """Whether `name` is a variant of `table` (VARIANT or VARIANT+greedy: `step_settings`)."""
+    """Whether `name` is a variant of `table` (VARIANT or VARIANT+loop: `step_settings`)."""
     base, _, extra = name.partition("+")
-    return base in table and extra in ("", "greedy")
+    return base in table and extra in ("", "loop")
 
 
 @contextlib.contextmanager
-def greedy_in_step(on: bool):
-    """Greedy generations on DEVICE choose their tokens inside the static step (`NNDF.generation.GREEDY_IN_STEP`)
-    while the block runs, where `on`."""
+def loop_chooses(on: bool):
+    """Greedy generations on DEVICE have the loop choose their tokens, not the static step (DEVICE out of
+    `NNDF.generation.GREEDY_IN_STEP`), while the block runs, where `on`."""
     from NNDF import generation
 
     saved = generation.GREEDY_IN_STEP
     if on:
-        generation.GREEDY_IN_STEP = saved | {DEVICE}
+        generation.GREEDY_IN_STEP = saved - {DEVICE}
     try:
         yield
     finally:
@@ -355,15 +355,14 @@ def greedy_in_step(on: bool):
 @contextlib.contextmanager
 def step_settings(variant: str):
     """The decoder families' fused steps built with this variant's settings (LLAMA_VARIANTS) while the block runs;
-    `VARIANT+greedy`: those settings, and greedy generations choosing their tokens inside the step
-    (`greedy_in_step`)."""
+    `VARIANT+loop`: those settings, and the loop choosing greedy generations' tokens (`loop_chooses`)."""
     from CausalLM import fused_step
 
     base, _, extra = variant.partition("+")
     saved, fields = fused_step.DECODER_SETTINGS, LLAMA_VARIANTS[base]
     fused_step.DECODER_SETTINGS = saved if fields is None else FusedSettings(**fields)
     try:
-        with greedy_in_step(extra == "greedy"):
+        with loop_chooses(extra == "loop"):
             yield
     finally:
         fused_step.DECODER_SETTINGS = saved
