@@ -25,10 +25,10 @@ from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_ro
 # the encoder-decoder steps' default: on CUDA our Triton GEMV for a one-row step's products (the LM head included),
 # cuBLAS for more rows (and inductor's reduction form for one row where our kernels do not run, the CPU), and our
 # attention kernels for the self- and the cross-attention: one program per head, split over column chunks at more
-# than one row (beams, batches) and over more than 512 columns (BLIP's image). Measured on an H200 (docs/PERFORMANCE.md), fp16, batch 1,
-# prompt 128, 64 new tokens, ms a token against inductor's reduction form and plain-op attention in the same run:
-# flan-T5-XL 1.866 against 2.060, BART-large 0.613 against 0.674, t5-base 0.552 against 0.574, t5-small level
-# (0.272, 0.270), BLIP-large 0.594 (split) against 0.643
+# than one row (beams, batches) and over more than 512 columns (BLIP's image). Measured on an H200
+# (docs/PERFORMANCE.md), fp16, batch 1, prompt 128, 64 new tokens, ms a token against inductor's reduction form and
+# plain-op attention in the same run: flan-T5-XL 1.866 against 2.060, BART-large 0.613 against 0.674, t5-base 0.552
+# against 0.574, t5-small level (0.272, 0.270), BLIP-large 0.594 (split) against 0.643
 SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, attention="auto", split_rows=1, split_columns=512)
 
 
