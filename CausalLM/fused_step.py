@@ -112,6 +112,11 @@ class FusedSettings:
     # a norm's statistics summed beside the reduction-form product that follows it (one kernel, not two; where a
     # step implements it)
     fold_norms: bool = False
+    # products a half-precision model keeps in fp32 (HF's `_keep_in_fp32_modules`: T5's `wo`) read from a half copy
+    # of their weights where our GEMV or the reduction form runs them, still summed and returned in fp32: half the
+    # bytes (flan-T5-XL: 0.5 of a token's 3.6 GB), the weights rounded as every other one is (where a step
+    # implements it: T5; the copy is held beside the model's own)
+    half_kept_fp32: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:

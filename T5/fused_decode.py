@@ -21,7 +21,8 @@ What it computes, as HF's modeling_t5 does:
   bias, no scaling) over the encoder's real columns (HF gives its padding columns the score dtype's minimum: the
   same softmax, since every encoder row has a real column; the prompt pass does as HF);
 - the feed-forward: ReLU (`feed_forward_proj="relu"`, T5) or gated-GELU (`gelu_new(wi_0 x) * wi_1 x`, flan-T5,
-  wi_0 and wi_1 one product); `wo`'s input cast to wo's dtype (HF keeps `wo` in fp32 in half-precision models);
+  wi_0 and wi_1 one product); `wo`'s input cast to the residual stream's dtype, wo's own (HF keeps `wo` in fp32
+  in half-precision models; `FusedSettings.half_kept_fp32` reads it from a half copy, its sums still fp32);
 - HF's fp16 clamp of the hidden states after each sub-layer (max - 1000 where any value overflowed);
 - the final layer norm, the d_model ** -0.5 rescale of T5's tied head (`config.scale_decoder_outputs`), the
   LM head.
@@ -33,7 +34,8 @@ for one compiled row's products, cuBLAS for more, plain-op attention; our Triton
 where the settings ask for them).
 
 The decoder prompt pass is eager (F.linear and matmul attention), writing the same buffers. The concatenated
-weights are copies: they are held twice while the step lives.
+weights are copies: they are held twice while the step lives (and wo a third time, in half precision, with
+`half_kept_fp32`).
 """
 from __future__ import annotations
 
@@ -86,14 +88,15 @@ def attend_prompt(q, keys, values, bias):
 
 def feed_forward(x, norm, wi, wo, eps: float, gated: bool, act: str, forms: tuple = (0, 0)):
     """T5LayerFF's residual branch: norm, wi (wi_0 and wi_1 as one product where gated), activation, wo (its input
-    cast to wo's dtype). `forms`: `product`'s form for wi and wo."""
+    cast to x's dtype: HF's cast to wo's, which is the stream's, `FusedT5Step.stream`, unless wo is a half copy of
+    an fp32 weight, whose product then still sums and returns fp32). `forms`: `product`'s form for wi and wo."""
     h = product(rms_norm(x, norm, eps), wi, None, forms[0])
     if gated:
         gate, linear = h.chunk(2, dim=-1)
         h = ACTIVATIONS[act](gate) * linear
     else:
         h = ACTIVATIONS[act](h)
-    return product(h.to(wo.dtype), wo, None, forms[1])
+    return product(h.to(x.dtype), wo, None, forms[1])
 
 
 def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encoder_last, valid, self_bias,
@@ -172,6 +175,12 @@ class FusedT5Step:
         self.layers = [_layer_weights(block, self.gated) for block in core.block]
         # the residual stream: fp32 where HF keeps `wo` in fp32 (its stream turns fp32 after the first wo)
         self.stream = torch.promote_types(self.dtype, self.layers[0][-1].dtype)
+        # the one-token step's weights where wo's product runs our GEMV or the reduction form (`half_kept_fp32`):
+        # wo from a half copy where HF keeps it in fp32 (F.linear needs one dtype: the prompt pass and cuBLAS keep
+        # HF's own)
+        self.half_wo_layers = self.layers
+        if self.settings.half_kept_fp32 and self.stream != self.dtype:
+            self.half_wo_layers = [w[:-1] + (w[-1].to(self.dtype),) for w in self.layers]
         self.cross_kv = torch.cat([torch.cat([b.layer[1].EncDecAttention.k.weight, b.layer[1].EncDecAttention.v.weight])
                                    for b in core.block]).detach()  # [layers * 2 * inner, D]
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
@@ -198,7 +207,8 @@ class FusedT5Step:
                      settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
                                                        self.bias_table, length=slot.max_length, stream=self.stream)
-        for weights, keys, values, cross_keys, cross_values in zip(self.layers, slot.past[0::2], slot.past[1::2],
+        layers = self.half_wo_layers if forms[-1] else self.layers  # wo through F.linear (form 0): HF's own
+        for weights, keys, values, cross_keys, cross_values in zip(layers, slot.past[0::2], slot.past[1::2],
                                                                    slot.cross[0::2], slot.cross[1::2]):
             x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
                             self_bias, cross_valid, heads=self.heads, eps=self.eps, gated=self.gated, act=self.act,

@@ -186,6 +186,41 @@ def test_fp16_with_fp32_wo(case, tmp_path):
     assert (got - hf).abs().max() < 0.2 * (hf - expected).abs().max()
 
 
+def test_half_copy_of_fp32_wo(cases, tmp_path, monkeypatch):
+    """`FusedSettings.half_kept_fp32`: in an fp16 model whose wo HF keeps in fp32, the one-token step's wo products
+    read a half copy of it where our GEMV runs them (under Triton's interpreter here), still fed and returned in
+    fp32; where wo's product is F.linear (more rows than the GEMV takes) HF's fp32 weight stays. The logits stay
+    much closer to the fp32-wo step's than HF's fp16 is to its fp32 (only wo's rounding differs)."""
+    import T5.fused_decode as t5
+    from CausalLM.fused_step import GEMV
+    from transformers import T5ForConditionalGeneration
+
+    model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
+    model.save_pretrained(tmp_path)
+    half = T5ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.float16).eval()
+    with torch.no_grad():
+        hf = half(**batch, decoder_input_ids=ids).logits.float()
+    kernels = dict(gemv_above=0, gemv_rows=2, kernels_everywhere=True)
+    plain = _step_logits(FusedT5Step(half, None, FusedSettings(**kernels)), half, batch, ids).float()
+    step = FusedT5Step(half, None, FusedSettings(**kernels, half_kept_fp32=True))
+    copies = {w[-1].data_ptr() for w in step.half_wo_layers}  # updated for each step below
+    assert {w[-1].dtype for w in step.half_wo_layers} == {torch.float16} and step.stream == torch.float32
+    seen, real = [], t5.product
+    monkeypatch.setattr(t5, "product", lambda x, w, b, form: seen.append((w.data_ptr() in copies, w.dtype, x.dtype,
+                                                                             form)) or real(x, w, b, form))
+    got = _step_logits(step, half, batch, ids).float()
+    read = [entry for entry in seen if entry[0]]
+    assert len(read) == (POSITIONS - 1) * len(step.layers)  # every one-token wo product, none elsewhere
+    assert {entry[1:] for entry in read} == {(torch.float16, torch.float32, GEMV)}
+    assert 0 < (got - plain).abs().max() < 0.2 * (hf - expected).abs().max()
+    narrow = FusedT5Step(half, None, FusedSettings(**dict(kernels, gemv_rows=1), half_kept_fp32=True))
+    copies.clear()
+    copies.update(w[-1].data_ptr() for w in narrow.half_wo_layers)
+    seen.clear()
+    _step_logits(narrow, half, batch, ids)  # 2 rows: wo through F.linear, HF's fp32 weight
+    assert seen and not any(entry[0] for entry in seen)
+
+
 @pytest.mark.parametrize("variant", ["t5-offline", "flan-t5-offline"])
 def test_harness_static_cache_gives_hf_tokens(variant, cases, tmp_path):
     """`--static-cache` on frameworks runs this step through the shared loop (the model folder given by

@@ -60,6 +60,11 @@ VARIANTS = {
     "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
     "gemv8": dict(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto"),  # ... up to 8 (batch 8)
 }
+# variants that change the default in these fields only
+OVER_DEFAULT = {
+    "half-wo": dict(half_kept_fp32=True),  # T5's wo (fp32 in HF's half models) read from a half copy
+}
+VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
 ROW_VARIANTS = ("inductor", "default+loop")
 sm.CONFIGS.update({
@@ -82,7 +87,9 @@ def step_settings(variant: str | None):
 
     base, _, extra = (variant or "").partition("+")
     saved = fused_step.SEQ2SEQ_SETTINGS
-    if VARIANTS.get(base) is not None:
+    if base in OVER_DEFAULT:
+        fused_step.SEQ2SEQ_SETTINGS = replace(saved, **OVER_DEFAULT[base])
+    elif VARIANTS.get(base) is not None:
         fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[base])
     torch._dynamo.reset()  # past 8 recompiles of the layer function dynamo would run it eagerly
     try:
