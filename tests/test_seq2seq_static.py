@@ -70,6 +70,34 @@ def test_static_cache_gives_hf_tokens(family, variant, backend, workdir, hf_rows
             assert _ours_once(run, steps, prompt, beams, early) == expected, f"EOS case, beams={beams}"
 
 
+@pytest.mark.parametrize("family,variant", [("T5", "flan-t5-offline"), ("BART", "bart-offline")])
+def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, hf_rows, monkeypatch):
+    """The encoder-decoder steps' default settings as they run on CUDA (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
+    here with our Triton kernels under Triton's interpreter): one row through our GEMV and one attention program
+    per head, more rows (a padded batch, 3 beams) through F.linear and the split attention; HF's tokens."""
+    from dataclasses import replace
+
+    from Seq2Seq import fused_step
+    from conftest import counted_kernels
+
+    monkeypatch.setattr(fused_step, "SEQ2SEQ_SETTINGS", replace(fused_step.SEQ2SEQ_SETTINGS, kernels_everywhere=True))
+    run = _run(family, variant, workdir)
+    model, tok = run.torch_model(), run.tokenizer
+    eos, pad = tok.eos_token_id, tok.pad_token_id
+    calls = counted_kernels(monkeypatch)
+    with backend_steps(run, registry.backend(run.family, "frameworks")) as (_, steps):
+        alone = encode(run, PROMPTS[:1])
+        assert _ours_once(run, steps, alone, 1, eos) == hf_rows((family, variant), PROMPTS[:1], model, alone, 1,
+                                                                True, eos, pad)
+        assert calls["gemv"] and calls["decode_attention"] and not calls["decode_attention_split"], calls
+        gemv = calls["gemv"]
+        prompt = encode(run, PROMPTS)
+        for beams in (1, 3):
+            assert _ours_once(run, steps, prompt, beams, eos) == hf_rows((family, variant), PROMPTS, model, prompt,
+                                                                         beams, True, eos, pad), f"beams={beams}"
+        assert calls["decode_attention_split"] and calls["gemv"] == gemv, calls  # more rows: split, F.linear
+
+
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA; compiled on the CPU in test_t5_fused.py etc.")
 @pytest.mark.parametrize("family,variant", VARIANTS)
 def test_captured_compiled_step_gives_hf_tokens(family, variant, workdir):
