@@ -19,6 +19,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               (kernels-V), at 4 rows (kernels-rows4, kernels-onnxrt-rows4, kernels-rows4-V for
               --batch-variants) and compiled with --compile-mode
               max-autotune (kernels-autotuned; its benchmark row: autotuned)
+  loop        the compiled frameworks generation under torch's profiler (loop_profile.py): per token the GPU's busy
+              and idle time and the kernels beside the step; loop-beams: the same per beam step, 4 beams
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
               (eager) on the same random inputs, batch 2: where each row first differs; tokens-V: the
               frameworks step with each of --row-variants' settings
@@ -127,6 +129,7 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
              ("batch8", rows("s2s-compiled", 8)),
              *((f"batch8-{v}", rows("s2s-compiled", 8, variant=v)) for v in batch_variants),
              ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
+    todo += [("loop", lambda: loop(shape, workdir)), ("loop-beams", lambda: loop(shape, workdir, beams=4))]
     todo += [("tokens", lambda: tokens(shape, workdir))]
     todo += [(f"tokens-{v}", lambda v=v: tokens(shape, workdir, variant=v)) for v in row_variants]
     todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
@@ -198,6 +201,17 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
             "gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
             "top": [{"name": t["name"][:120], "us": round(t["us_per_step"], 1), "per_step": t["per_step"]}
                     for t in table["top"]]}
+
+
+def loop(shape: str, workdir: str, beams: int = 1) -> dict:
+    """The compiled frameworks generation of NEW tokens (`beams` beams), batch 1, profiled (loop_profile.py): where
+    a token's time goes beyond the captured step."""
+    from tools.bench.loop_profile import loop_profile
+
+    family = FAMILIES[shape]
+    options = replace(sm.options(sm.SHAPES[shape], 1, COMPILED, workdir), use_mask=True)
+    return loop_profile(shape, family, options, "frameworks", prompt=4 if family == "BLIP" else 128, new=NEW,
+                        beams=beams)
 
 
 def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: str | None = None) -> dict:
@@ -278,7 +292,8 @@ def main() -> None:
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
-        todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(("tokens", "kernels")) else "bench", job)
+        checks = ("tokens", "kernels", "loop")
+        todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(checks) else "bench", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
                                        row_variants, batch_variants)
                  if kind not in skip]
