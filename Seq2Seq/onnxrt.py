@@ -36,9 +36,9 @@ class Seq2SeqOnnx(OnnxArtifact):
     def build_into(self, model, run: RunContext, out_dir: Path) -> dict:
         if not run.options.static_cache:
             return super().build_into(model, run, out_dir)
-        from Seq2Seq.static_export import export_static, step_class, validate_static
+        from Seq2Seq.static_export import EXPORT_SETTINGS, export_static, step_class, validate_static
 
-        step = step_class(run)(model, None)  # eager: the export traces its one-token step
+        step = step_class(run)(model, None, EXPORT_SETTINGS)  # eager: the export traces its one-token step
         made = export_static(self.module(model), step, out_dir, self.spec, self.encoder_inputs)
         del step  # its concatenated weight copies
         return {"max_abs_diff_vs_pytorch": validate_static(self.module(model), made, run.device, self.spec,

@@ -28,11 +28,16 @@ from pathlib import Path
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
+from CausalLM.fused_step import FusedSettings
 from NNDF.backends.onnxrt.export import ExportSpec, LogitsCheck, export_graph
 from NNDF.errors import UsageError
 from Seq2Seq.export import (TEXT_ENCODER, EncoderInputs, _CacheGeneratorGraph, _examples, _export_encoder,
                             dim_names, kv_names)
 from Seq2Seq.fused_step import Seq2SeqSlot
+
+# the step the export traces: plain torch ops (eager: F.linear products, plain-op attention), whatever the steps'
+# default runs (on CUDA our Triton kernels, which are not ONNX)
+EXPORT_SETTINGS = FusedSettings()
 
 VALIDATION_LENGTH = 7  # the validation buffers' decoder positions (4 are written)
 DECODER_INPUTS = ["input_ids", "cache_position", "encoder_attention_mask"]

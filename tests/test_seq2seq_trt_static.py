@@ -64,6 +64,21 @@ def test_static_export_matches_pytorch(family, variant, workdir):
     assert validate_static(model, paths, "cpu", backend.spec, False) < 1e-4  # HF itself, recomputed here
 
 
+def test_static_export_traces_plain_ops_whatever_the_default(tmp_path, monkeypatch):
+    """The export traces the step in plain torch ops even where the steps' default runs our Triton kernels (CUDA;
+    here the default made to run them everywhere): those are not ONNX."""
+    from dataclasses import replace
+
+    from Seq2Seq import fused_step
+
+    monkeypatch.setattr(fused_step, "SEQ2SEQ_SETTINGS", replace(fused_step.SEQ2SEQ_SETTINGS, kernels_everywhere=True))
+    run = _run("T5", "t5-offline", tmp_path)
+    backend, paths = _static_paths(run)
+    graph = onnx.load(str(paths["decoder"]), load_external_data=False).graph
+    assert {node.domain for node in graph.node} <= {"", "ai.onnx"}
+    assert backend.export_max_diff() < 1e-4
+
+
 def test_static_profiles_fix_full_length_buffers():
     """Both decoder profiles take one token; the self-attention buffers range up to the generation's full length
     (start token + new tokens) for the encoder's rows (first) and the beam rows (step)."""
