@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, attend, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings, write_kv
 
 MODEL_TYPES = ("bart", "mbart")  # HF model types this step runs
 PRE_NORM = ("mbart",)  # model types whose layers normalise before each block and whose decoder ends in a layer norm
@@ -69,8 +69,7 @@ def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encod
     head_dim = embed // heads
     qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, qkv_form)  # [R, 3E]
     q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
-    keys[:, :, write] = k[:, :, None, :]
-    values[:, :, write] = v[:, :, None, :]
+    keys, values = write_kv(keys, values, k, v, write)
     a = attend(attention[0], q, keys, values, write, valid, scale)
     x = x + product(a.reshape(rows, embed), out_w, out_b, out_form)
     x = x if pre_norm else layer_norm(x, norm1, eps)
@@ -155,7 +154,7 @@ class FusedBartStep:
                      settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, cross_valid = self._embed(slot.ids, slot.write, slot.encoder_mask, self.embed, self.embed_scale,
                                             self.positions, self.embed_norm, self.eps, slot.max_length)
-        buffers = zip(self.layers, slot.past[0::2], slot.past[1::2], slot.cross[0::2], slot.cross[1::2])
+        buffers = zip(self.layers, *slot.layer_buffers(settings.paired_kv_write), slot.cross[0::2], slot.cross[1::2])
         for weights, keys, values, cross_keys, cross_values in buffers:
             x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
                             cross_valid, heads=self.heads, eps=self.eps, scale=self.scale, pre_norm=self.pre_norm,

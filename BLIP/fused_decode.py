@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, attend, compiled, layer_norm, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings, write_kv
 from Vision2Seq.model import ImageTextAdapter
 
 MODEL_TYPES = ("blip",)  # HF model types this step runs (BlipForConditionalGeneration)
@@ -75,8 +75,7 @@ def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, image
     head_dim = embed // heads
     qkv = product(x, qkv_w, qkv_b, qkv_form)
     q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
-    keys[:, :, write] = k[:, :, None, :]
-    values[:, :, write] = v[:, :, None, :]
+    keys, values = write_kv(keys, values, k, v, write)
     a = attend(attention[0], q, keys, values, write, valid, scale).reshape(rows, embed)
     x = layer_norm(product(a, self_w, self_b, self_form) + x, norm1, eps)
     q = product(x, query_w, query_b, query_form).reshape(rows, heads, head_dim)
@@ -166,10 +165,12 @@ class FusedBlipStep:
                      settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         x, valid, image = self._embed(slot.ids, slot.write, slot.encoder_mask, self.words, self.positions,
                                       self.embed_norm, eps=self.embed_eps, max_length=slot.max_length)
-        for i, weights in enumerate(self.layers):
-            x = self._layer(x, weights, slot.past[2 * i], slot.past[2 * i + 1], slot.cross[2 * i],
-                            slot.cross[2 * i + 1], slot.write, slot.encoder_last, valid, image, heads=self.heads,
-                            eps=self.eps, scale=self.scale, act=self.act, forms=forms, attention=attention)
+        past = slot.layer_buffers(settings.paired_kv_write)
+        for weights, keys, values, cross_keys, cross_values in zip(self.layers, *past, slot.cross[0::2],
+                                                                   slot.cross[1::2]):
+            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
+                            image, heads=self.heads, eps=self.eps, scale=self.scale, act=self.act, forms=forms,
+                            attention=attention)
         return self._head(x, self.head_weights, eps=self.eps, act=self.act, forms=head_forms)
 
     def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:

@@ -117,6 +117,10 @@ class FusedSettings:
     # bytes (flan-T5-XL: 0.5 of a token's 3.6 GB), the weights rounded as every other one is (where a step
     # implements it: T5; the copy is held beside the model's own)
     half_kept_fp32: bool = False
+    # a layer's new key and value written into its self-attention buffers by one write, the slot's K and V of the
+    # layer taken as one [2, rows, ...] view (one kernel a layer, not two; where a step implements it: the
+    # encoder-decoder steps, `Seq2Seq.fused_step.write_kv`)
+    paired_kv_write: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:

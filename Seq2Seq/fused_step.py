@@ -56,6 +56,15 @@ class Seq2SeqSlot(KVSlot):
 
     encoder_mask = property(lambda self: self.inputs["encoder_mask"])
 
+    def layer_buffers(self, paired: bool) -> tuple[list, list]:
+        """Each layer's self-attention buffers as a step's layer function takes them (`write_kv`): (keys, values),
+        or with `paired`, where the buffers lie in one allocation, ([2, rows, ...] views of each layer's K and V,
+        Nones)."""
+        if paired and self._past_stack is not None:
+            pairs = list(self._past_stack.unflatten(0, (-1, 2)).unbind(0))
+            return pairs, [None] * len(pairs)
+        return self.past[0::2], self.past[1::2]
+
     @property
     def encoder_length(self) -> int:
         return self.encoder_mask.shape[1]
@@ -86,6 +95,18 @@ def reordered(cache, index: torch.Tensor, fresh, within_inputs: bool = False):
     target = fresh(index.numel(), slot.max_length, slot.encoder_length)
     target.take_rows(slot, index)
     return cache.select(index, target)
+
+
+def write_kv(keys: torch.Tensor, values: torch.Tensor | None, k: torch.Tensor, v: torch.Tensor, write):
+    """A layer's new key and value k, v [rows, heads, head_dim] written at column `write` [1] of its buffers
+    (`Seq2SeqSlot.layer_buffers`); returns the layer's (keys, values) buffers. `values` None: `keys` holds both,
+    [2, rows, heads, length, head_dim], written at once."""
+    if values is None:
+        keys[:, :, :, write] = torch.stack((k, v))[:, :, :, None, :]
+        return keys[0], keys[1]
+    keys[:, :, write] = k[:, :, None, :]
+    values[:, :, write] = v[:, :, None, :]
+    return keys, values
 
 
 def seq2seq_slot(rows: int, max_length: int, encoder_length: int, layers: int, heads: int, head_dim: int,

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from CausalLM.fused_step import FusedSettings, attend, compiled, product
 from NNDF.errors import UsageError
-from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings
+from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings, write_kv
 
 MODEL_TYPES = ("t5",)  # HF model types this step runs
 ACTIVATIONS = {"relu": F.relu, "gelu_new": lambda x: F.gelu(x, approximate="tanh")}  # HF's dense_act_fn -> ours
@@ -112,8 +112,7 @@ def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encod
     inner = qkv_w.shape[0] // 3
     qkv = product(rms_norm(x, norm1, eps), qkv_w, None, qkv_form)
     q, k, v = (t.reshape(rows, heads, inner // heads) for t in qkv.split(inner, dim=-1))
-    keys[:, :, write] = k[:, :, None, :]
-    values[:, :, write] = v[:, :, None, :]
+    keys, values = write_kv(keys, values, k, v, write)
     a = attend(attention[0], q, keys, values, write, valid, 1.0, bias=self_bias).reshape(rows, inner)
     x = clamp_fp16(x + product(a, o_w, None, o_form).to(x.dtype))
     q = product(rms_norm(x, norm2, eps), cq_w, None, cq_form).reshape(rows, heads, inner // heads)
@@ -208,8 +207,8 @@ class FusedT5Step:
         x, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
                                                        self.bias_table, length=slot.max_length, stream=self.stream)
         layers = self.half_wo_layers if forms[-1] else self.layers  # wo through F.linear (form 0): HF's own
-        for weights, keys, values, cross_keys, cross_values in zip(layers, slot.past[0::2], slot.past[1::2],
-                                                                   slot.cross[0::2], slot.cross[1::2]):
+        past = slot.layer_buffers(settings.paired_kv_write)
+        for weights, keys, values, cross_keys, cross_values in zip(layers, *past, slot.cross[0::2], slot.cross[1::2]):
             x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
                             self_bias, cross_valid, heads=self.heads, eps=self.eps, gated=self.gated, act=self.act,
                             forms=forms, attention=attention)

@@ -125,7 +125,9 @@ def test_step_on_our_kernels(case, attention, monkeypatch):
         model, hidden = copy.deepcopy(model).to(DEVICE), hidden.to(DEVICE)
         inputs = {key: value.to(DEVICE) for key, value in inputs.items()}  # the case's stay on the CPU
     calls = counted_kernels(monkeypatch)
-    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    # the split case also writes each layer's new K and V at once (`paired_kv_write`)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True,
+                             paired_kv_write=attention == "split")
     ids = _decoder_ids(model).to(DEVICE)
     with torch.no_grad():
         ours = _step_logits(FusedBartStep(model, None, settings), inputs, hidden, ids)

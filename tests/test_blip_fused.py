@@ -176,7 +176,9 @@ def test_step_on_our_kernels(attention, runs, monkeypatch):
         model, image, mask = copy.deepcopy(model).to(DEVICE), image.to(DEVICE), mask.to(DEVICE)
     ids = torch.cat([prompt, torch.arange(5, 5 + STEPS).repeat(2, 1)], dim=1).to(DEVICE)
     calls = counted_kernels(monkeypatch)
-    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    # the split case also writes each layer's new K and V at once (`paired_kv_write`)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True,
+                             paired_kv_write=attention == "split")
     with torch.no_grad():
         ours = _step_logits(FusedBlipStep(model, None, settings), image, mask, ids, prompt.shape[1])
         plain = _step_logits(FusedBlipStep(model, None), image, mask, ids, prompt.shape[1])

@@ -130,7 +130,9 @@ def test_step_on_our_kernels(variant, attention, cases, monkeypatch):
         model, ids = copy.deepcopy(model).to(DEVICE), ids.to(DEVICE)
         batch = BatchEncoding({key: value.to(DEVICE) for key, value in batch.items()})  # the case's stays on the CPU
     calls = counted_kernels(monkeypatch)
-    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True)
+    # the split case also writes each layer's new K and V at once (`paired_kv_write`)
+    settings = FusedSettings(gemv_above=0, gemv_rows=2, attention=attention, kernels_everywhere=True,
+                             paired_kv_write=attention == "split")
     ours = _step_logits(FusedT5Step(model, None, settings), model, batch, ids)
     # on an H200 the split kernel's sums (in chunks, then combined) were 1.2e-4 off at 2 of flan-t5-offline's logits
     tolerance = 1e-4 if DEVICE == "cpu" else 2e-4
@@ -155,14 +157,17 @@ def test_position_bias_past_max_distance(case):
         assert valid[0].tolist() == [column <= write for column in range(length)]
 
 
-def test_compiled_step_matches_hf(cases):
+@pytest.mark.parametrize("paired", [False, True], ids=["kv-apart", "kv-paired"])
+def test_compiled_step_matches_hf(cases, paired):
     """The step's three functions compiled by inductor (`compile_options={}`) on the CPU, each once (the layer
-    function serves every layer), give HF's logits (two rows: the reduction form of the products). On
-    flan-t5-offline (the gated feed-forward; the ReLU one is the same layer function's other branch)."""
+    function serves every layer), give HF's logits (two rows: the reduction form of the products), with each
+    layer's new K and V written apart or at once (`paired_kv_write`). On flan-t5-offline (the gated feed-forward;
+    the ReLU one is the same layer function's other branch)."""
     from torch._dynamo.utils import counters
 
     model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
-    step = FusedT5Step(model, {}, FusedSettings(reduction_rows=2))  # the reduction form at 2 rows
+    torch._dynamo.reset()  # each case compiles its three functions afresh
+    step = FusedT5Step(model, {}, FusedSettings(reduction_rows=2, paired_kv_write=paired))  # reduction form, 2 rows
     assert step.settings.reduces(ids.shape[0], step.compiled, step.width)
     graphs = counters["stats"]["unique_graphs"]
     torch.testing.assert_close(_step_logits(step, model, batch, ids), expected, atol=1e-4, rtol=1e-4)

@@ -65,6 +65,7 @@ VARIANTS = {
 # variants that change the default in these fields only
 OVER_DEFAULT = {
     "half-wo": dict(half_kept_fp32=True),  # T5's wo (fp32 in HF's half models) read from a half copy
+    "paired-kv": dict(paired_kv_write=True),  # each layer's new K and V written by one kernel
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
