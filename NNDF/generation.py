@@ -19,10 +19,13 @@ An optional observer is told when the first token exists, when each token exists
 A greedy generation whose processors only mask EOS, on steps that can (`greedy_in_step`: frameworks' static
 slots) and a device in `GREEDY_IN_STEP`, lets the step choose each next token and feed it to itself
 (`steps.greedy_forward`, NNDF/backends/torch/greedy.py): the same tokens, without the loop's own work on the
-device between two steps.
+device between two steps. A beam search whose processors only mask EOS, on a device in `BEAMS_IN_GRAPH`, runs each
+step's bookkeeping as one graph (`_BeamGraph`: on CUDA one replay, not some 40 launches), on any backend.
 """
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -30,7 +33,7 @@ import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.errors import UsageError
-from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, logits_processors, pick_tokens
+from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, eos_mask, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
 
 
@@ -301,11 +304,18 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
     logits = decoder.prefill()
     decoder.reorder(expand)
     logits = logits[expand]
-    state = _BeamState(batch, beams, max_new, config, device, decoder.buffer.shape[1])
+    width = decoder.buffer.shape[1]
+    graph = None
+    if device.type in BEAMS_IN_GRAPH and all(isinstance(p, EOS_MASKS) for p in processors):
+        graph = _beam_graph(batch, beams, max_new, config, device, width, prompt_length, logits.shape[-1])
+    state = graph.state if graph is not None else _BeamState(batch, beams, max_new, config, device, width)
     done = _LateFlag(device)
     for step in range(max_new):
-        log_probs = processors(decoder.ids, torch.log_softmax(logits, dim=-1))
-        parents, tokens = state.advance(log_probs, step, decoder.buffer, decoder.length)
+        if graph is not None:
+            parents, tokens = graph.run(logits, decoder.buffer)
+        else:
+            log_probs = processors(decoder.ids, torch.log_softmax(logits, dim=-1))
+            parents, tokens = state.advance(log_probs, step, decoder.buffer, decoder.length)
         if done.read():  # the previous step ended the search: this one is past HF's end
             break
         done.write(state.done)
@@ -318,6 +328,11 @@ def _beam_search(steps, input_ids, attention_mask, config: GenerationConfig, obs
         logits = decoder.append(tokens)
     observer.finished()
     return GenerationOutput(state.best_sequences(prompt_length), prompt_length)
+
+
+def _power(n, exponent: float):
+    """n ** exponent as HF computes it (a python float) for an int; for a 0-d tensor on the device, in float64 too."""
+    return n.double() ** exponent if isinstance(n, torch.Tensor) else n**exponent
 
 
 class _LateFlag:
@@ -343,6 +358,99 @@ class _LateFlag:
         if self._event is not None:
             self._event.synchronize()
         return bool(self._host.numpy()[0])
+
+
+# device types where a beam search whose processors only mask EOS runs each step's bookkeeping (the EOS masks, the
+# log-softmax, `_BeamState.advance`) as one CUDA graph's replay (`_BeamGraph`), not as some 40 launches from the
+# host; on the CPU (tests) the same function runs as it is. CUDA joins once its rows are timed (tools/bench)
+BEAMS_IN_GRAPH: set[str] = set()
+
+
+def _beam_graph(batch: int, beams: int, max_new: int, config: GenerationConfig, device, width: int,
+                prompt_length: int, vocab: int) -> "_BeamGraph":
+    """This thread's `_BeamGraph` for these shapes and settings, reset for a new generation: made (and on CUDA
+    captured) once, replayed by every later generation alike (the few most recent kept)."""
+    key = (threading.get_ident(), str(device), batch, beams, max_new, width, prompt_length, vocab,
+           eos_ids(config.eos_token_id), config.eos_allowed_from(prompt_length), config.length_penalty,
+           config.early_stopping, config.pad_token_id)
+    graph = _BEAM_GRAPHS.pop(key, None) or _BeamGraph(batch, beams, max_new, config, torch.device(device), width,
+                                                       prompt_length, vocab)
+    _BEAM_GRAPHS[key] = graph  # the most recent last
+    while len(_BEAM_GRAPHS) > 4:
+        _BEAM_GRAPHS.pop(next(iter(_BEAM_GRAPHS)))
+    graph.reset()
+    return graph
+
+
+_BEAM_GRAPHS: dict[tuple, "_BeamGraph"] = {}
+
+
+class _BeamGraph:
+    """One beam step's bookkeeping at fixed addresses: the logits [N, V] and the history [N, W] copied in, then the
+    EOS masks (on the device's own step counter, as `NNDF.sampling`'s min-length processors forbid EOS), the
+    log-softmax and `_BeamState.advance`, whose new state is copied back into the tensors it started from; on CUDA
+    captured once (after a warm-up whose changes are undone) and replayed. The state and the counter belong to this
+    object and are reset for each generation (`_beam_graph`)."""
+
+    def __init__(self, batch: int, beams: int, max_new: int, config: GenerationConfig, device: torch.device,
+                 width: int, prompt_length: int, vocab: int):
+        self.state = _BeamState(batch, beams, max_new, config, device, width)
+        self.initial = [t.clone() for t in self._tensors()]
+        self.logits = torch.zeros(batch * beams, vocab, device=device)
+        self.history = torch.zeros(batch * beams, width, dtype=torch.long, device=device)
+        self.step = torch.zeros((), dtype=torch.long, device=device)  # new tokens so far
+        ends = eos_ids(config.eos_token_id)
+        self.eos_from = config.eos_allowed_from(prompt_length)
+        self.eos = eos_mask(vocab, list(ends), device) if ends and self.eos_from > 0 else None
+        self.prompt_length, self.device = prompt_length, device
+        self.graph, self.out = None, None
+
+    def _tensors(self) -> list[torch.Tensor]:
+        s = self.state
+        return [s.running_scores, s.finished_scores, s.finished_seqs, s.finished_len, s.full, s.improvable, s.done]
+
+    def _bind(self, tensors: list[torch.Tensor]) -> None:
+        s = self.state
+        s.running_scores, s.finished_scores, s.finished_seqs, s.finished_len, s.full, s.improvable, s.done = tensors
+
+    def reset(self) -> None:
+        for tensor, initial in zip(self._tensors(), self.initial):
+            tensor.copy_(initial)
+        self.step.zero_()
+
+    def _choose(self) -> tuple[torch.Tensor, torch.Tensor]:
+        log_probs = torch.log_softmax(self.logits, dim=-1)
+        if self.eos is not None:
+            log_probs = log_probs.masked_fill(self.eos & (self.step < self.eos_from), -math.inf)
+        before = self._tensors()
+        parents, tokens = self.state.advance(log_probs, self.step, self.history, self.prompt_length + self.step)
+        for mine, new in zip(before, self._tensors()):
+            mine.copy_(new)
+        self._bind(before)
+        self.step.add_(1)
+        return parents, tokens
+
+    def run(self, logits: torch.Tensor, history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's (parent rows [N], new tokens [N]) from its logits [N, V] (fp32) and the history [N, W]; on
+        CUDA valid until the next call."""
+        self.logits.copy_(logits)
+        self.history.copy_(history)
+        if self.device.type != "cuda":
+            return self._choose()
+        if self.graph is None:
+            saved = [t.clone() for t in self._tensors() + [self.step]]
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up, then undone
+                self._choose()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            for tensor, value in zip(self._tensors() + [self.step], saved):
+                tensor.copy_(value)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = self._choose()
+        self.graph.replay()
+        return self.out
 
 
 class _BeamState:
@@ -375,8 +483,11 @@ class _BeamState:
         top_scores, top_index = torch.topk(total, self.keep, dim=1)  # [B, keep]
         parent_row = top_index // vocab + self.first_row
         token = top_index % vocab
-        gen_len = step + 1
-        if gen_len >= self.max_new:
+        gen_len = step + 1  # a python int, or a 0-d tensor on the device (`_BeamGraph`)
+        if isinstance(gen_len, torch.Tensor):
+            ends = torch.isin(token, self.eos) if self.eos is not None else torch.zeros_like(token, dtype=torch.bool)
+            hits_stop = ends | (gen_len >= self.max_new)
+        elif gen_len >= self.max_new:
             hits_stop = torch.ones_like(token, dtype=torch.bool)
         elif self.eos is not None:
             hits_stop = torch.isin(token, self.eos)
@@ -403,11 +514,14 @@ class _BeamState:
         eligible = hits_stop[:, :beams] & self.improvable  # [B, beams]
         if self.stop_when_full:
             eligible = eligible & ~self.full
-        normalized = scores[:, :beams] / (gen_len**self.config.length_penalty)
+        normalized = scores[:, :beams] / _power(gen_len, self.config.length_penalty)
         merged_scores = torch.cat((self.finished_scores, normalized.masked_fill(~eligible, -float("inf"))), dim=1)
         self.finished_scores, kept = torch.topk(merged_scores, beams, dim=1)  # [B, beams] of 2 x beams
         candidates = history.index_select(0, parent_row[:, :beams].reshape(-1)).view(-1, beams, width)
-        candidates[:, :, length] = token[:, :beams]  # [B, beams, W]: history + the stopping token, pad after
+        if isinstance(length, torch.Tensor):  # [B, beams, W]: history + the stopping token, pad after
+            candidates.scatter_(2, length.view(1, 1, 1).expand(candidates.shape[0], beams, 1), token[:, :beams, None])
+        else:
+            candidates[:, :, length] = token[:, :beams]
         merged_seqs = torch.cat((self.finished_seqs, candidates), dim=1)
         self.finished_seqs = torch.gather(merged_seqs, 1, kept[:, :, None].expand(-1, -1, width))
         merged_len = torch.cat((self.finished_len, eligible * gen_len), dim=1)
@@ -420,7 +534,7 @@ class _BeamState:
         penalty = self.config.length_penalty
         if self.config.early_stopping == "never" and penalty > 0.0:
             length = self.max_new
-        best_running = self.running_scores[:, :1] / (length**penalty)
+        best_running = self.running_scores[:, :1] / _power(length, penalty)
         worst_finished = torch.where(self.full, self.finished_scores[:, -1:], -1e9)  # slots are sorted, best first
         self.improvable = self.improvable & (best_running > worst_finished)
 

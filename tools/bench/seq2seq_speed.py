@@ -9,7 +9,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   compiled    frameworks --static-cache --use-cuda-graph --torch-compile (the family's fused decoder step), and
               HF `generate` with cache_implementation="static" (transformers compiles its own step), batch 1
   compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS;
-              V+loop: also greedy tokens chosen by the loop, not inside the step: NNDF.generation.GREEDY_IN_STEP)
+              V+loop: also greedy tokens chosen by the loop, not inside the step: NNDF.generation.GREEDY_IN_STEP;
+              V+beamgraph: also beam search's bookkeeping as one graph: NNDF.generation.BEAMS_IN_GRAPH)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
@@ -82,8 +83,8 @@ sm.CONFIGS.update({
 
 @contextmanager
 def step_settings(variant: str | None):
-    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default; VARIANT+loop:
-    also the loop choosing greedy generations' tokens, speed_matrix.loop_chooses) while the block
+    """The encoder-decoder fused steps built with `variant`'s settings (VARIANTS; None: the default; VARIANT+MODE:
+    also the generation loop in that mode, speed_matrix.loop_mode) while the block
     runs, each compiled afresh."""
     from CausalLM.fused_step import FusedSettings
     from Seq2Seq import fused_step
@@ -96,7 +97,7 @@ def step_settings(variant: str | None):
         fused_step.SEQ2SEQ_SETTINGS = FusedSettings(**VARIANTS[base])
     torch._dynamo.reset()  # past 8 recompiles of the layer function dynamo would run it eagerly
     try:
-        with sm.loop_chooses(extra == "loop"):
+        with sm.loop_mode(extra):
             yield
     finally:
         fused_step.SEQ2SEQ_SETTINGS = saved
@@ -290,7 +291,8 @@ def main() -> None:
                                               for v in (args.variants, args.row_variants, args.batch_variants))
     for name in variants + row_variants + batch_variants:
         if not sm.known_variant(name, VARIANTS):
-            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop")
+            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop or "
+                         "VARIANT+beamgraph")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         checks = ("tokens", "kernels", "loop")

@@ -331,38 +331,44 @@ LLAMA_VARIANTS = {
 }
 
 
+LOOP_MODES = ("", "loop", "beamgraph")  # a variant's suffix after "+" (`loop_mode`)
+
+
 def known_variant(name: str, table: dict) -> bool:
-    """Whether `name` is a variant of `table` (VARIANT or VARIANT+loop: `step_settings`)."""
+    """Whether `name` is a variant of `table` (VARIANT, or VARIANT+MODE for a LOOP_MODES mode: `step_settings`)."""
     base, _, extra = name.partition("+")
-    return base in table and extra in ("", "loop")
+    return base in table and extra in LOOP_MODES
 
 
 @contextlib.contextmanager
-def loop_chooses(on: bool):
-    """Greedy generations on DEVICE have the loop choose their tokens, not the static step (DEVICE out of
-    `NNDF.generation.GREEDY_IN_STEP`), while the block runs, where `on`."""
+def loop_mode(mode: str):
+    """The generation loop on DEVICE while the block runs: "loop", greedy generations' tokens chosen by the loop,
+    not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamgraph", beam searches' bookkeeping
+    as one graph (DEVICE in `NNDF.generation.BEAMS_IN_GRAPH`); "": as the defaults are."""
     from NNDF import generation
 
-    saved = generation.GREEDY_IN_STEP
-    if on:
-        generation.GREEDY_IN_STEP = saved - {DEVICE}
+    saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH
+    if mode == "loop":
+        generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
+    elif mode == "beamgraph":
+        generation.BEAMS_IN_GRAPH = saved[1] | {DEVICE}
     try:
         yield
     finally:
-        generation.GREEDY_IN_STEP = saved
+        generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH = saved
 
 
 @contextlib.contextmanager
 def step_settings(variant: str):
     """The decoder families' fused steps built with this variant's settings (LLAMA_VARIANTS) while the block runs;
-    `VARIANT+loop`: those settings, and the loop choosing greedy generations' tokens (`loop_chooses`)."""
+    `VARIANT+MODE`: those settings, and the loop in that mode (`loop_mode`)."""
     from CausalLM import fused_step
 
     base, _, extra = variant.partition("+")
     saved, fields = fused_step.DECODER_SETTINGS, LLAMA_VARIANTS[base]
     fused_step.DECODER_SETTINGS = saved if fields is None else FusedSettings(**fields)
     try:
-        with loop_chooses(extra == "loop"):
+        with loop_mode(extra):
             yield
     finally:
         fused_step.DECODER_SETTINGS = saved
