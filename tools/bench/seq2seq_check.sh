@@ -49,7 +49,7 @@ fi
 if [ "$MODE" = kernels-tests ]; then
 HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_torch_kernels.py \
   tests/test_t5_fused.py tests/test_bart_fused.py tests/test_blip_fused.py tests/test_seq2seq_static.py \
-  tests/test_greedy_in_step.py 2>&1 | tail -15
+  tests/test_greedy_in_step.py tests/test_beam_graph.py 2>&1 | tail -15
 fi
 if [ "$MODE" = kernels-rows ]; then
 MODELS=$2; shift 2
