@@ -20,7 +20,9 @@ from test_parity import NEW
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = {"T5": ["translate English to German: The house is wonderful.", "summarize: A", "Names refer"],
            "GPT2": ["The for statement is used to", "A", "Names refer to objects and the"]}
-CASES = [("T5", "t5-offline", dict(static_cache=True)), ("GPT2", "gpt2-offline", {})]
+# (family, variant, backend, options): the graph serves any backend's beam search
+CASES = [("T5", "t5-offline", "frameworks", dict(static_cache=True)), ("GPT2", "gpt2-offline", "frameworks", {}),
+         ("GPT2", "gpt2-offline", "onnxrt", {})]
 
 
 def _counted(monkeypatch) -> list:
@@ -38,11 +40,16 @@ def _hf(model, prompt, beams, eos, pad, **settings):
     return [row[: row.index(eos) + 1] if eos in row else row for row in rows]
 
 
-@pytest.mark.parametrize("family, variant, options", CASES, ids=lambda v: v if isinstance(v, str) else "")
-def test_beam_graph_gives_hf_beams(family, variant, options, workdir, monkeypatch):
+@pytest.mark.parametrize("family, variant, backend, options", CASES, ids=lambda v: v if isinstance(v, str) else "")
+def test_beam_graph_gives_hf_beams(family, variant, backend, options, workdir, monkeypatch):
     """Padded batches, 3 beams: HF's tokens with the default search settings, with early_stopping=True, and with a
     length penalty and min_new_tokens where the EOS is a token the beams pick early (masked on the device's
     counter while forbidden); each generated twice."""
+    if DEVICE == "cuda" and backend == "onnxrt":
+        import onnxruntime
+
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            pytest.skip("onnxrt on CUDA needs onnxruntime-gpu")
     monkeypatch.setattr(generation, "BEAMS_IN_GRAPH", {DEVICE})
     runs = _counted(monkeypatch)
     run = make_context(registry.family(family), ModelOptions(variant=variant, working_dir=str(workdir), device=DEVICE,
@@ -50,7 +57,7 @@ def test_beam_graph_gives_hf_beams(family, variant, options, workdir, monkeypatc
     prompt = encode(run, PROMPTS[family])
     model, tok = run.torch_model(), run.tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    with backend_steps(run, registry.backend(run.family, "frameworks")) as (_, steps):
+    with backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
         for settings in ({}, dict(early_stopping=True)):
             expected = _hf(model, prompt, 3, eos, pad, **settings)
             assert generate_twice(run, steps, prompt, NEW, 3, eos, **settings) == expected, settings
