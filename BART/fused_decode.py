@@ -15,9 +15,9 @@ product, over the encoder columns the encoder mask keeps), the FFN (fc1, the con
 residual add; BART normalises after each add (post-norm), mBART before each block (pre-norm) and once more at the
 end (the decoder's `layer_norm`). Then the LM head plus `final_logits_bias`. HF clamps fp16 hidden states only in
 the encoder's layers (which run as HF's module), never in the decoder's, so this step does not clamp either.
-The products and both attentions take the forms the step's settings give (`Seq2Seq.fused_step.seq2seq_settings`,
-`CausalLM.fused_step`: by default the reduction form for one compiled row's products, cuBLAS for more, plain-op
-attention; our Triton GEMV and attention kernels on CUDA where the settings ask for them).
+The products and both attentions take the forms the step's settings give (`Seq2Seq.fused_step.seq2seq_settings`:
+on CUDA our Triton GEMV for one row's products and our attention kernels, cuBLAS for more rows; elsewhere the
+reduction form for one compiled row, plain-op attention).
 
 The decoder prompt pass (`prefill`, never padded: every row starts at position 0) is eager: F.linear and SDPA,
 writing the same buffers. The concatenated q/k/v and cross k/v weights are copies, held twice while the step lives.

@@ -18,9 +18,9 @@ the vision width, `encoder_hidden_size`; masked by `slot.encoder_mask`) -> dense
 intermediate dense -> activation -> output dense -> add -> layer norm; the LM head is HF's prediction head: dense ->
 activation -> layer norm -> the (tied) vocabulary product with its bias. Dropout is off (inference), and the
 decoder's `label_smoothing` only concerns the training loss. The products and both attentions take the forms the
-step's settings give (`Seq2Seq.fused_step.seq2seq_settings`, `CausalLM.fused_step`: by default the reduction form
-for one compiled row's products, cuBLAS for more, plain-op attention; our Triton GEMV and attention kernels on CUDA
-where the settings ask for them).
+step's settings give (`Seq2Seq.fused_step.seq2seq_settings`: on CUDA our Triton GEMV for one row's products and
+our attention kernels, cuBLAS for more rows; elsewhere the reduction form for one compiled row, plain-op
+attention).
 
 The prompt pass is eager (F.linear and SDPA with a causal mask, writing the same buffers). The concatenated q/k/v
 weights are copies: they are held twice while the step lives.

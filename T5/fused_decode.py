@@ -29,9 +29,9 @@ What it computes, as HF's modeling_t5 does:
 Where `wo` is fp32 in a half-precision model HF's residual stream turns fp32 after the first layer's feed-forward;
 ours is fp32 from the embedding on (one dtype for every call of the layer function, so it compiles once), which
 differs from HF only by layer 0's half-precision roundings. The products and both attentions take the forms the
-step's settings give (`Seq2Seq.fused_step.seq2seq_settings`, `CausalLM.fused_step`: by default the reduction form
-for one compiled row's products, cuBLAS for more, plain-op attention; our Triton GEMV and attention kernels on CUDA
-where the settings ask for them).
+step's settings give (`Seq2Seq.fused_step.seq2seq_settings`: on CUDA our Triton GEMV for one row's products and
+our attention kernels, cuBLAS for more rows; elsewhere the reduction form for one compiled row, plain-op
+attention).
 
 The decoder prompt pass is eager (F.linear and matmul attention), writing the same buffers. The concatenated
 weights are copies: they are held twice while the step lives (and wo a third time, in half precision, with
