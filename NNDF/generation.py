@@ -32,6 +32,7 @@ import torch
 
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
+from NNDF.backends.torch.capture import restorer, warm_up
 from NNDF.errors import UsageError
 from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, eos_mask, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
@@ -438,14 +439,7 @@ class _BeamGraph:
         if self.device.type != "cuda":
             return self._choose()
         if self.graph is None:
-            saved = [t.clone() for t in self._tensors() + [self.step]]
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):  # warm-up, then undone
-                self._choose()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            for tensor, value in zip(self._tensors() + [self.step], saved):
-                tensor.copy_(value)
+            warm_up(self._choose, self.device, restorer(self._tensors() + [self.step]), runs=1)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
                 self.out = self._choose()
