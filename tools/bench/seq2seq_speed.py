@@ -71,6 +71,11 @@ OVER_DEFAULT = {
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
 ROW_VARIANTS = ("inductor", "default+loop")
+
+
+def prompt_length(family: str) -> int:
+    """The benchmark's prompt: 128 encoder tokens, or BLIP's 4-token caption prompt after the image."""
+    return 4 if family == "BLIP" else 128
 sm.CONFIGS.update({
     "s2s-eager": dict(backends=("frameworks",), options={}),
     "s2s-compiled": dict(backends=("frameworks",), options=COMPILED),
@@ -106,7 +111,7 @@ def step_settings(variant: str | None):
 def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),
          row_variants: tuple[str, ...] = ROW_VARIANTS, batch_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
-    lengths = (4 if family == "BLIP" else 128, NEW)
+    lengths = (prompt_length(family), NEW)
 
     def rows(config: str, batch: int = 1, hf: bool = False, variant: str | None = None):
         """The benchmark rows of `config` (its frameworks rows with `variant`'s step settings, labelled so)."""
@@ -188,7 +193,7 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
         torch_dir=sm.SHAPES[shape], working_dir=workdir, device="cuda", fp16=True, use_cache=True, use_mask=True,
         batch_size=batch, **options))
     with step_settings(variant), backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
-        stepper = Stepper(steps, run, batch, 4 if family == "BLIP" else 128, 1 + 10 + 50 + 20 + 2)
+        stepper = Stepper(steps, run, batch, prompt_length(family), 1 + 10 + 50 + 20 + 2)
         for _ in range(10):  # capture, compilation, warm-up
             stepper.step()
         torch.cuda.synchronize()
@@ -212,7 +217,7 @@ def loop(shape: str, workdir: str, beams: int = 1) -> dict:
 
     family = FAMILIES[shape]
     options = replace(sm.options(sm.SHAPES[shape], 1, COMPILED, workdir), use_mask=True)
-    return loop_profile(shape, family, options, "frameworks", prompt=4 if family == "BLIP" else 128, new=NEW,
+    return loop_profile(shape, family, options, "frameworks", prompt=prompt_length(family), new=NEW,
                         beams=beams)
 
 
@@ -231,7 +236,7 @@ def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: st
     for label, backend, options in paths:
         run = make_context(registry.family(family), replace(sm.options(sm.SHAPES[shape], batch, options, workdir),
                                                             use_mask=True))
-        prompt = run.family.task.random_prompt(run, batch, 4 if family == "BLIP" else 128,
+        prompt = run.family.task.random_prompt(run, batch, prompt_length(family),
                                                 torch.Generator().manual_seed(3))
         if "hf" not in out:
             with torch.inference_mode():
