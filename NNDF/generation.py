@@ -32,7 +32,7 @@ import torch
 
 from transformers.generation.stopping_criteria import EosTokenCriteria
 
-from NNDF.backends.torch.capture import restorer, warm_up
+from NNDF.cuda_graphs import restorer, warm_up
 from NNDF.errors import UsageError
 from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, eos_mask, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask

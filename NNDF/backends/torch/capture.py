@@ -1,38 +1,16 @@
 """CUDA-graph capture of a static slot's one-token step, for any kind's PyTorch steps: warm up on a side stream
 (cuBLAS workspaces, inductor's compilation), then capture. A slot's step writes its K/V at the slot's device-held
-write position; warm-up runs write the same K/V the real step writes, and the position is put back after each.
-`warm_up` and `restorer` serve any other capture that must leave the state it advances as it found it."""
+write position; warm-up runs write the same K/V the real step writes, and the position is put back after each
+(`NNDF.cuda_graphs`)."""
 from __future__ import annotations
 
 from typing import Callable
 
 import torch
 
+from NNDF.cuda_graphs import restorer, warm_up
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
-
-
-def restorer(tensors) -> Callable[[], None]:
-    """A function that puts `tensors` back as they are now (from copies made here)."""
-    tensors = list(tensors)
-    saved = [t.clone() for t in tensors]
-
-    def restore():
-        for tensor, value in zip(tensors, saved):
-            tensor.copy_(value)
-    return restore
-
-
-def warm_up(run: Callable[[], object], device: torch.device, restore: Callable[[], None], runs: int = 2) -> None:
-    """`run()` `runs` times on a side stream before a capture (lazy workspaces, compilation), `restore()` after each;
-    the current stream then waits for them."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(runs):
-            run()
-            restore()
-    torch.cuda.current_stream(device).wait_stream(side)
 
 
 def capture(slot: KVSlot, step: Callable[[KVSlot], torch.Tensor], device: torch.device, what: str,
