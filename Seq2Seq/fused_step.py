@@ -28,8 +28,12 @@ from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_ro
 # than one row (beams, batches) and over more than 512 columns (BLIP's image). Measured on an H200
 # (docs/PERFORMANCE.md), fp16, batch 1, prompt 128, 64 new tokens, ms a token against inductor's reduction form and
 # plain-op attention in the same run: flan-T5-XL 1.866 against 2.060, BART-large 0.613 against 0.674, t5-base 0.552
-# against 0.574, t5-small level (0.272, 0.270), BLIP-large 0.594 (split) against 0.643
-SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, attention="auto", split_rows=1, split_columns=512)
+# against 0.574, t5-small level (0.272, 0.270), BLIP-large 0.594 (split) against 0.643. Each layer's new K and V
+# written by one kernel (`paired_kv_write`): BART-large 0.585 against 0.604, t5-small 0.261 against 0.264. T5's
+# `wo`, which HF keeps in fp32, read from a half copy (`half_kept_fp32`): flan-T5-XL 1.554 against 1.744, its fp16
+# tokens still HF's
+SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, attention="auto", split_rows=1, split_columns=512,
+                                 paired_kv_write=True, half_kept_fp32=True)
 
 
 def seq2seq_settings(settings: FusedSettings | None = None) -> FusedSettings:

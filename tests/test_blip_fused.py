@@ -181,7 +181,7 @@ def test_step_on_our_kernels(attention, runs, monkeypatch):
                              paired_kv_write=attention == "split")
     with torch.no_grad():
         ours = _step_logits(FusedBlipStep(model, None, settings), image, mask, ids, prompt.shape[1])
-        plain = _step_logits(FusedBlipStep(model, None), image, mask, ids, prompt.shape[1])
+        plain = _step_logits(FusedBlipStep(model, None, FusedSettings()), image, mask, ids, prompt.shape[1])
     torch.testing.assert_close(ours, plain, atol=1e-4, rtol=1e-4)
     layers = len(model.text_decoder.bert.encoder.layer)
     assert calls["gemv"] == STEPS * (6 * layers + 2), calls

@@ -129,6 +129,39 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
         _check_parity(run, steps)
 
 
+@pytest.mark.skipif(DEVICE != "cuda", reason="programmatic dependent launch is CUDA's (compute capability 9.0+)")
+@pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
+def test_programmatic_launch_gives_hf_tokens(model, tiny, workdir, monkeypatch):
+    """The compiled step on our kernels replayed from a CUDA graph, every kernel launched with programmatic
+    dependent launch (inductor's and ours, each waiting on the device for the one before): HF generate's tokens."""
+    import torch
+
+    from NNDF.backends.torch import compile as compile_options
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 or later")
+    monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", True)
+    torch._dynamo.reset()  # compiled afresh, with inductor's PDL code
+    run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=True, compiled=True)
+    with backend_steps(run, "frameworks") as (_, steps):
+        _check_parity(run, steps)
+    torch._dynamo.reset()
+
+
+def test_programmatic_launch_only_where_it_runs(monkeypatch):
+    """Programmatic dependent launch, even when on, is never asked of a device without it (the CPU here): inductor's
+    options stay its own and our kernels launch plainly."""
+    from NNDF.backends.torch import compile as compile_options
+    import torch
+
+    from NNDF.backends.torch.kernels import _launch
+
+    monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", True)
+    assert compile_options.step_options("default", "cpu") == {}
+    assert compile_options.step_options("max-autotune", "cpu") == COMPILE_OPTIONS["max-autotune"]
+    assert _launch(torch.device("cpu")) == dict(PDL=False)
+
+
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)
 @pytest.mark.parametrize("settings", [dict(attention="sdpa"), dict(fold_norms=True)], ids=["sdpa", "fold-norms"])
 def test_step_settings_match_hf_generate(settings, mode, tiny, workdir):

@@ -99,9 +99,20 @@ def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, h
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA; compiled on the CPU in test_t5_fused.py etc.")
+@pytest.mark.parametrize("launch", ["plain", "programmatic"])
 @pytest.mark.parametrize("family,variant", VARIANTS)
-def test_captured_compiled_step_gives_hf_tokens(family, variant, workdir):
-    """fp32 on CUDA: the compiled one-token step replayed from a CUDA graph gives HF's tokens (greedy, 3 beams)."""
+def test_captured_compiled_step_gives_hf_tokens(family, variant, launch, workdir, monkeypatch):
+    """fp32 on CUDA: the compiled one-token step replayed from a CUDA graph gives HF's tokens (greedy, 3 beams),
+    with every kernel launched with programmatic dependent launch (the default, compute capability 9.0+) and
+    without."""
+    import torch
+
+    from NNDF.backends.torch import compile as compile_options
+
+    if launch == "programmatic" and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 or later")
+    monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", launch == "programmatic")
+    torch._dynamo.reset()  # compiled afresh, with or without inductor's PDL code
     run = _run(family, variant, workdir, use_cuda_graph=True, torch_compile=True)
     prompt = encode(run, PROMPTS)
     model, tok = run.torch_model(), run.tokenizer

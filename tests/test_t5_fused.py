@@ -202,7 +202,9 @@ def test_half_copy_of_fp32_wo(cases, tmp_path, monkeypatch):
 
     model, _, batch, ids, expected = _case(cases, "flan-t5-offline")
     model.save_pretrained(tmp_path)
-    half = T5ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.float16).eval()
+    half = T5ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.float16).eval().to(DEVICE)
+    batch = BatchEncoding({key: value.to(DEVICE) for key, value in batch.items()})  # the case's stays on the CPU
+    ids, expected = ids.to(DEVICE), expected.to(DEVICE)
     with torch.no_grad():
         hf = half(**batch, decoder_input_ids=ids).logits.float()
     kernels = dict(gemv_above=0, gemv_rows=2, kernels_everywhere=True)

@@ -210,7 +210,7 @@ def main() -> None:
     for name in filter(None, f"{args.row_variants},{args.variants}".split(",")):
         if not sm.known_variant(name, sm.LLAMA_VARIANTS):
             parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+loop or "
-                         "VARIANT+beamgraph")
+                         "VARIANT+beamhost or VARIANT+nopdl")
     if args.xqa:
         import os
 

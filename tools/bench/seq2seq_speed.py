@@ -10,7 +10,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               HF `generate` with cache_implementation="static" (transformers compiles its own step), batch 1
   compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS;
               V+loop: also greedy tokens chosen by the loop, not inside the step: NNDF.generation.GREEDY_IN_STEP;
-              V+beamgraph: also beam search's bookkeeping as one graph: NNDF.generation.BEAMS_IN_GRAPH)
+              V+beamhost: also beam search's bookkeeping op by op from the host: NNDF.generation.BEAMS_IN_GRAPH;
+              V+nopdl: also no programmatic dependent launch: NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
@@ -65,8 +66,8 @@ VARIANTS = {
 }
 # variants that change the default in these fields only
 OVER_DEFAULT = {
-    "half-wo": dict(half_kept_fp32=True),  # T5's wo (fp32 in HF's half models) read from a half copy
-    "paired-kv": dict(paired_kv_write=True),  # each layer's new K and V written by one kernel
+    "fp32-wo": dict(half_kept_fp32=False),  # T5's wo read as HF keeps it in half models, fp32 (not a half copy)
+    "kv-apart": dict(paired_kv_write=False),  # each layer's new K and V written by two kernels, not one
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
@@ -297,7 +298,7 @@ def main() -> None:
     for name in variants + row_variants + batch_variants:
         if not sm.known_variant(name, VARIANTS):
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop or "
-                         "VARIANT+beamgraph")
+                         "VARIANT+beamhost or VARIANT+nopdl")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         checks = ("tokens", "kernels", "loop")

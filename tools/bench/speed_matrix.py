@@ -331,7 +331,7 @@ LLAMA_VARIANTS = {
 }
 
 
-LOOP_MODES = ("", "loop", "beamgraph")  # a variant's suffix after "+" (`loop_mode`)
+LOOP_MODES = ("", "loop", "beamhost", "nopdl")  # a variant's suffix after "+" (`loop_mode`)
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -343,19 +343,24 @@ def known_variant(name: str, table: dict) -> bool:
 @contextlib.contextmanager
 def loop_mode(mode: str):
     """The generation loop on DEVICE while the block runs: "loop", greedy generations' tokens chosen by the loop,
-    not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamgraph", beam searches' bookkeeping
-    as one graph (DEVICE in `NNDF.generation.BEAMS_IN_GRAPH`); "": as the defaults are."""
+    not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamhost", beam searches' bookkeeping
+    launched op by op from the host, not as one graph (DEVICE out of `NNDF.generation.BEAMS_IN_GRAPH`); "nopdl": the
+    fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
+    the steps compiled afresh); "": as the defaults are."""
     from NNDF import generation
+    from NNDF.backends.torch import compile as compile_options
 
-    saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH
+    saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
-    elif mode == "beamgraph":
-        generation.BEAMS_IN_GRAPH = saved[1] | {DEVICE}
+    elif mode == "beamhost":
+        generation.BEAMS_IN_GRAPH = saved[1] - {DEVICE}
+    elif mode == "nopdl":
+        compile_options.PROGRAMMATIC_LAUNCH = False
     try:
         yield
     finally:
-        generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH = saved
+        generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
 
 
 @contextlib.contextmanager
@@ -367,6 +372,7 @@ def step_settings(variant: str):
     base, _, extra = variant.partition("+")
     saved, fields = fused_step.DECODER_SETTINGS, LLAMA_VARIANTS[base]
     fused_step.DECODER_SETTINGS = saved if fields is None else FusedSettings(**fields)
+    torch._dynamo.reset()  # compiled afresh with these settings and inductor's options
     try:
         with loop_mode(extra):
             yield

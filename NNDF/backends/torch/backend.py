@@ -38,11 +38,11 @@ class FrameworksBackend(Backend):
     def fused_step(self, run: RunContext, model, required: bool = False):
         """The family's fused decode step for this model (`--fused-decode`, or `required` by the kind; else None),
         compiled as --compile-mode says."""
-        from NNDF.backends.torch.compile import COMPILE_OPTIONS
+        from NNDF.backends.torch.compile import step_options
 
         options = run.options
         if not (options.fused_decode or required):
             return None
         self.check_fused_decode(model.config.model_type)
         step_class = self.fused[model.config.model_type]
-        return step_class(model, COMPILE_OPTIONS[options.compile_mode] if options.torch_compile else None)
+        return step_class(model, step_options(options.compile_mode, model.device) if options.torch_compile else None)

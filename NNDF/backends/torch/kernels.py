@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from torch.library import custom_op
 
+from NNDF.backends.torch.compile import programmatic_launch
+
 # the default tiling on CUDA: the fastest measured for every product of Qwen2.5-0.5B's step on an H200 (kernel
 # alone, tools/bench/kernel_bench.py; within ~5% of the best at each product): 4 weight rows a program, the
 # features in loads of 1024 (one load for 896), 2 warps, split to ~1024 programs (~8 per SM of 132)
@@ -63,19 +65,32 @@ def gemv_config(rows: int, out_features: int, in_features: int, programs: int = 
 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
-                 BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr):
+                 BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
+                 PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
-    acc = tl.zeros((BLOCK_R, BLOCK_N, BLOCK_K), dtype=tl.float32)
-    for start in tl.range(split * K_PER_SPLIT, (split + 1) * K_PER_SPLIT, BLOCK_K):
-        k = start + tl.arange(0, BLOCK_K)  # [BK]
+    first = split * K_PER_SPLIT
+    k = first + tl.arange(0, BLOCK_K)  # [BK]
+    in_k = k < in_features
+    # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
+    w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
+                other=0.0)  # [BN, BK]
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
+                other=0.0)  # [BR, BK]
+    acc = x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
+    for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
         in_k = k < in_features
         w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
-                    other=0.0)  # [BN, BK]
+                    other=0.0)
         x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                    other=0.0)  # [BR, BK]
+                    other=0.0)
         acc += x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     out = tl.sum(acc, axis=2)  # [BR, BN]
     offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
     tl.store(out_ptr + offsets, out, mask=(r[:, None] < rows) & (n[None, :] < out_features))
@@ -91,9 +106,16 @@ def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: 
     out = torch.empty((splits, rows, out_features), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(out_features, block_n), splits)
     _gemv_kernel[grid](x, weight, out, rows, out_features, in_features, x.stride(0), weight.stride(0),
-                                    BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
-                                    K_PER_SPLIT=k_per_split, num_warps=warps)
+                       BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
+                       K_PER_SPLIT=k_per_split, num_warps=warps, **_launch(x.device))
     return out
+
+
+def _launch(device: torch.device) -> dict:
+    """Our kernels' launch arguments on this device: with programmatic dependent launch where it is on
+    (`NNDF.backends.torch.compile.programmatic_launch`; the kernels then wait for the kernel before them on the
+    device), else none."""
+    return dict(PDL=True, launch_pdl=True) if programmatic_launch(device) else dict(PDL=False)
 
 
 @gemv_partials.register_fake
@@ -125,7 +147,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
                       scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
                       bias_row_stride, bias_head_stride, out_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
-                      BIAS: tl.constexpr):
+                      BIAS: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # every input may be the kernel before's output
+        tl.extra.cuda.gdc_wait()
     row, head = tl.program_id(0), tl.program_id(1)
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
@@ -158,6 +182,8 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
         acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
         total = total * correction + tl.sum(p, axis=0)
         m = m_new
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
 
@@ -175,7 +201,7 @@ def decode_attention_op(q: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
         length, scale, q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0),
         offsets.stride(0) if alibi else 0, *_bias_strides(bias), out.stride(0), GROUP=heads // kv_heads, DIM=dim,
         BLOCK_D=triton.next_power_of_2(dim), BLOCK_L=block_l, WINDOW=window, ALIBI=alibi, BIAS=biased,
-        num_warps=warps)
+        num_warps=warps, **_launch(q.device))
     return out
 
 
@@ -204,7 +230,9 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
                             stats_ptr, length, scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
                             offsets_row_stride, bias_row_stride, bias_head_stride, GROUP: tl.constexpr,
                             DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr,
-                            ALIBI: tl.constexpr, BIAS: tl.constexpr):
+                            ALIBI: tl.constexpr, BIAS: tl.constexpr, PDL: tl.constexpr):
+    if PDL:  # every input may be the kernel before's output
+        tl.extra.cuda.gdc_wait()
     row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows, heads = tl.num_programs(0), tl.num_programs(1)
     d = tl.arange(0, BLOCK_D)
@@ -230,6 +258,8 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
     m = tl.max(s, axis=0)
     p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # 0 at every column not kept
     at = (split * rows + row) * heads + head
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
     tl.store(part_ptr + at * DIM + d, tl.sum(p[:, None] * values.to(tl.float32), axis=0), mask=in_d)
     tl.store(stats_ptr + at * 2, m)
     tl.store(stats_ptr + at * 2 + 1, tl.sum(p, axis=0))
@@ -252,7 +282,8 @@ def decode_attention_split_op(q: torch.Tensor, keys: torch.Tensor, values: torch
         q, keys, values, valid, write, slopes if alibi else q, offsets if alibi else q, bias if biased else q, part,
         stats, length, scale, q.stride(0), keys.stride(0), keys.stride(1), valid.stride(0),
         offsets.stride(0) if alibi else 0, *_bias_strides(bias), GROUP=heads // kv_heads, DIM=dim,
-        BLOCK_D=triton.next_power_of_2(dim), CHUNK=chunk, WINDOW=window, ALIBI=alibi, BIAS=biased, num_warps=warps)
+        BLOCK_D=triton.next_power_of_2(dim), CHUNK=chunk, WINDOW=window, ALIBI=alibi, BIAS=biased, num_warps=warps,
+        **_launch(q.device))
     return part, stats
 
 
