@@ -35,6 +35,11 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
     assert torch.allclose(got.double(), expected, rtol=tolerance, atol=tolerance * in_features ** 0.5)
     if tiling["programs"] > 1:
         assert config.splits > 1  # the case exercises the partial sums
+    else:  # one slice: the kernel adds the bias and rounds once, exactly what the partial sums summed give
+        assert config.splits == 1
+        partials = kernels.gemv_partials(x, weight, config.block_n, config.block_k, 1, config.k_per_split,
+                                         config.warps)
+        assert torch.equal(got, (partials.sum(0) + bias.float()).to(dtype))
     leading = kernels.gemv(x[None], weight, None, config)  # any leading shape, no bias
     assert leading.shape == (1, rows, out_features)
     assert torch.allclose(leading[0].double(), expected - bias.double(), rtol=tolerance,

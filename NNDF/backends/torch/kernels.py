@@ -8,6 +8,7 @@ one-token step leaves the card's bandwidth unused with inductor's kernels and cu
   activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
   reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
   per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
+  Unsplit (one slice covers the features), the kernel adds the bias and writes the caller's dtype itself.
 - `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
   reading only the columns that can count (up to the write position held on the device, from the window's start;
   scores optionally plus ALiBi or an additive bias such as T5's relative positions) in one kernel (one program
@@ -64,9 +65,9 @@ def gemv_config(rows: int, out_features: int, in_features: int, programs: int = 
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
+def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
-                 PDL: tl.constexpr):
+                 BIAS: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -91,24 +92,21 @@ def _gemv_kernel(x_ptr, w_ptr, out_ptr, rows, out_features, in_features, x_strid
         acc += x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    out = tl.sum(acc, axis=2)  # [BR, BN]
+    out = tl.sum(acc, axis=2)  # [BR, BN] fp32
+    if BIAS:
+        out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
     offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, out, mask=(r[:, None] < rows) & (n[None, :] < out_features))
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=(r[:, None] < rows) & (n[None, :] < out_features))
 
 
-@custom_op("nndf::gemv_partials", mutates_args=())
-def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
-                  warps: int) -> torch.Tensor:
-    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T in `splits` partial sums: fp32
-    [splits, rows, out]."""
+def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int):
     rows, in_features = x.shape
     out_features = weight.shape[0]
-    out = torch.empty((splits, rows, out_features), dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(out_features, block_n), splits)
-    _gemv_kernel[grid](x, weight, out, rows, out_features, in_features, x.stride(0), weight.stride(0),
-                       BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n, BLOCK_K=block_k,
-                       K_PER_SPLIT=k_per_split, num_warps=warps, **_launch(x.device))
-    return out
+    _gemv_kernel[grid](x, weight, x if bias is None else bias, out, rows, out_features, in_features, x.stride(0),
+                       weight.stride(0), BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n,
+                       BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, num_warps=warps,
+                       **_launch(x.device))
 
 
 def _launch(device: torch.device) -> dict:
@@ -116,6 +114,31 @@ def _launch(device: torch.device) -> dict:
     (`NNDF.backends.torch.compile.programmatic_launch`; the kernels then wait for the kernel before them on the
     device), else none."""
     return dict(PDL=True, launch_pdl=True) if programmatic_launch(device) else dict(PDL=False)
+
+
+@custom_op("nndf::gemv_whole", mutates_args=())
+def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
+               warps: int) -> torch.Tensor:
+    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T + bias in one sum per output: [rows,
+    out] in x's dtype, summed in fp32 and rounded once (what the partial sums summed and cast give)."""
+    out = x.new_empty((x.shape[0], weight.shape[0]))
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps)
+    return out
+
+
+@gemv_whole.register_fake
+def _(x, weight, bias, block_n, block_k, warps):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+@custom_op("nndf::gemv_partials", mutates_args=())
+def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
+                  warps: int) -> torch.Tensor:
+    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T in `splits` partial sums: fp32
+    [splits, rows, out]."""
+    out = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
+    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps)
+    return out
 
 
 @gemv_partials.register_fake
@@ -126,7 +149,9 @@ def _(x, weight, block_n, block_k, splits, k_per_split, warps):
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          config: GemvConfig | None = None) -> torch.Tensor:
     """x [..., in] times weight [out, in]^T + bias, in x's dtype, summed in fp32 (the same products as the
-    reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default."""
+    reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default. Unsplit,
+    the kernel adds the bias and writes x's dtype itself, so what reads the product (a q the attention kernel
+    takes as it is, a residual add) needs no kernel of its own to sum and cast it first."""
     lead, in_features = x.shape[:-1], x.shape[-1]
     flat = x.reshape(-1, in_features)
     if flat.stride(-1) != 1:
@@ -134,6 +159,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if config is None:
         tiling = TILING if x.is_cuda else INTERPRETED
         config = gemv_config(flat.shape[0], weight.shape[0], in_features, **tiling)
+    if config.splits == 1:
+        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps).reshape(*lead, -1)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
                              config.warps)
     out = partials.sum(0)
