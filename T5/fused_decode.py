@@ -4,7 +4,9 @@ slot.
 
 The layout is the decoder-only fused steps' (OPT/fused_decode.py): an embedding function, ONE layer function
 called for every decoder layer with that layer's weights as arguments (same shapes, so
-`torch.compile(dynamic=False)` compiles it once however deep the model is), and a head function. The encoder runs
+`torch.compile(dynamic=False)` compiles it once however deep the model is), and a head function. Each layer
+function ends with the next block's first norm (the last, with the final one), so the residual add that closes a
+block and the norm that opens the next are one kernel of inductor's. The encoder runs
 as HF's module; `cross` turns its output into every layer's cross-attention keys and values with one product (all
 layers' k and v weights concatenated at load).
 
@@ -99,18 +101,21 @@ def feed_forward(x, norm, wi, wo, eps: float, gated: bool, act: str, forms: tupl
     return product(h.to(x.dtype), wo, None, forms[1])
 
 
-def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encoder_last, valid, self_bias,
-               cross_valid, *, heads: int, eps: float, gated: bool, act: str, forms: tuple, attention: tuple):
-    """One T5 decoder block for one token per row: x [R, D] -> [R, D]; writes this token's K/V at `write` [1].
-    valid [R, L] (the columns up to the write position), self_bias [1, H, L] (the position bias), cross_valid
-    [R, E] (the encoder's real columns, up to `encoder_last` [1]). `forms`: `product`'s form for q/k/v, o, the
-    cross-attention's q and o, wi and wo; `attention`: `CausalLM.fused_step.attend`'s for the self- and the
-    cross-attention (no scaling in either)."""
-    norm1, qkv_w, o_w, norm2, cq_w, co_w, norm3, wi, wo = w
+def layer_step(x, h, w: tuple, next_norm, keys, values, cross_keys, cross_values, write, encoder_last, valid,
+               self_bias, cross_valid, *, heads: int, eps: float, gated: bool, act: str, forms: tuple,
+               attention: tuple):
+    """One T5 decoder block for one token per row: x [R, D] (h: x under the block's first norm) -> (x [R, D], x
+    under `next_norm`: the next block's first norm or the final one). The norm that opens a block closes the block
+    before it, so one kernel of inductor's does both the last residual add and that norm. Writes this token's K/V
+    at `write` [1]. valid [R, L] (the columns up to the write position), self_bias [1, H, L] (the position bias),
+    cross_valid [R, E] (the encoder's real columns, up to `encoder_last` [1]). `forms`: `product`'s form for
+    q/k/v, o, the cross-attention's q and o, wi and wo; `attention`: `CausalLM.fused_step.attend`'s for the self-
+    and the cross-attention (no scaling in either)."""
+    _, qkv_w, o_w, norm2, cq_w, co_w, norm3, wi, wo = w
     qkv_form, o_form, cq_form, co_form, wi_form, wo_form = forms
     rows = x.shape[0]
     inner = qkv_w.shape[0] // 3
-    qkv = product(rms_norm(x, norm1, eps), qkv_w, None, qkv_form)
+    qkv = product(h, qkv_w, None, qkv_form)
     q, k, v = (t.reshape(rows, heads, inner // heads) for t in qkv.split(inner, dim=-1))
     keys, values = write_kv(keys, values, k, v, write)
     a = attend(attention[0], q, keys, values, write, valid, 1.0, bias=self_bias).reshape(rows, inner)
@@ -118,17 +123,19 @@ def layer_step(x, w: tuple, keys, values, cross_keys, cross_values, write, encod
     q = product(rms_norm(x, norm2, eps), cq_w, None, cq_form).reshape(rows, heads, inner // heads)
     a = attend(attention[1], q, cross_keys, cross_values, encoder_last, cross_valid, 1.0).reshape(rows, inner)
     x = clamp_fp16(x + product(a, co_w, None, co_form).to(x.dtype))
-    return clamp_fp16(x + feed_forward(x, norm3, wi, wo, eps, gated, act, (wi_form, wo_form)).to(x.dtype))
+    x = clamp_fp16(x + feed_forward(x, norm3, wi, wo, eps, gated, act, (wi_form, wo_form)).to(x.dtype))
+    return x, rms_norm(x, next_norm, eps)
 
 
-def embed_step(ids, encoder_mask, write, embed, bias_table, length: int, stream):
-    """The step's token embedding [R, D] in the residual stream's dtype, the self-attention columns it reads
-    [R, L] (up to the write position) and their position bias [1, H, L] (by distance), and the encoder columns the
-    cross-attention reads [R, E]."""
+def embed_step(ids, encoder_mask, write, embed, bias_table, norm, eps: float, length: int, stream):
+    """The step's token embedding [R, D] in the residual stream's dtype and it under the first block's first norm
+    `norm`, the self-attention columns it reads [R, L] (up to the write position) and their position bias
+    [1, H, L] (by distance), and the encoder columns the cross-attention reads [R, E]."""
     columns = torch.arange(length, device=write.device)
     distance = (write - columns).clamp(0, bias_table.shape[1] - 1)  # [L]
     valid = (columns <= write).expand(ids.shape[0], length)
-    return embed[ids[:, 0]].to(stream), valid, bias_table[:, distance].float()[None], encoder_mask != 0
+    x = embed[ids[:, 0]].to(stream)
+    return x, rms_norm(x, norm, eps), valid, bias_table[:, distance].float()[None], encoder_mask != 0
 
 
 def padding_bias(encoder_mask):
@@ -136,15 +143,19 @@ def padding_bias(encoder_mask):
     return (encoder_mask == 0).float() * torch.finfo(torch.float32).min
 
 
-def head_step(x, norm, lm_w, eps: float, scale: float, form: int):
-    """The step's logits [R, 1, V] (`head`)."""
-    return head(x, norm, lm_w, eps, scale, form)[:, None, :]
+def head_step(h, lm_w, scale: float, form: int):
+    """The step's logits [R, 1, V] from h, the last block's output under the final layer norm (`normed_head`)."""
+    return normed_head(h, lm_w, scale, form)[:, None, :]
 
 
 def head(x, norm, lm_w, eps: float, scale: float, form: int = 0):
     """Final layer norm, the tied head's rescale (scale 1.0 where there is none) and the LM head (`product`'s
     `form`): [..., D] -> [..., V]."""
-    x = rms_norm(x, norm, eps)
+    return normed_head(rms_norm(x, norm, eps), lm_w, scale, form)
+
+
+def normed_head(x, lm_w, scale: float, form: int = 0):
+    """`head` after its layer norm."""
     if scale != 1.0:
         x = x * scale
     return product(x.to(lm_w.dtype), lm_w, None, form)
@@ -204,15 +215,18 @@ class FusedT5Step:
         forms = settings.forms(rows, self.compiled, self.width, self.device, w[1], w[2], w[4], w[5], w[7], w[8])
         attention = (settings.attention_on(self.device, slot.max_length, self.head_dim, rows=rows),
                      settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
-        x, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
-                                                       self.bias_table, length=slot.max_length, stream=self.stream)
         layers = self.half_wo_layers if forms[-1] else self.layers  # wo through F.linear (form 0): HF's own
+        x, h, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
+                                                          self.bias_table, layers[0][0], eps=self.eps,
+                                                          length=slot.max_length, stream=self.stream)
         past = slot.layer_buffers(settings.paired_kv_write)
-        for weights, keys, values, cross_keys, cross_values in zip(layers, *past, slot.cross[0::2], slot.cross[1::2]):
-            x = self._layer(x, weights, keys, values, cross_keys, cross_values, slot.write, slot.encoder_last, valid,
-                            self_bias, cross_valid, heads=self.heads, eps=self.eps, gated=self.gated, act=self.act,
-                            forms=forms, attention=attention)
-        return self._head(x, self.final_norm, self.lm_head, eps=self.eps, scale=self.scale,
+        next_norms = [w[0] for w in layers[1:]] + [self.final_norm]  # each block's output goes under these
+        for weights, next_norm, keys, values, cross_keys, cross_values in zip(layers, next_norms, *past,
+                                                                             slot.cross[0::2], slot.cross[1::2]):
+            x, h = self._layer(x, h, weights, next_norm, keys, values, cross_keys, cross_values, slot.write,
+                               slot.encoder_last, valid, self_bias, cross_valid, heads=self.heads, eps=self.eps,
+                               gated=self.gated, act=self.act, forms=forms, attention=attention)
+        return self._head(h, self.lm_head, scale=self.scale,
                           form=settings.head_form(rows, self.compiled, self.width, self.device))
 
     def prefill(self, input_ids: torch.Tensor, slot: Seq2SeqSlot, last_only: bool) -> torch.Tensor:

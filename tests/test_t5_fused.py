@@ -149,8 +149,9 @@ def test_position_bias_past_max_distance(case):
     step, attention = FusedT5Step(model, None), model.decoder.block[0].layer[0].SelfAttention
     length = 2 * model.config.relative_attention_max_distance + 8
     for write in (0, 5, model.config.relative_attention_max_distance + 1, length - 1):
-        _, valid, bias, _ = embed_step(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
-                                       torch.tensor([write]), step.embed, step.bias_table, length, torch.float32)
+        _, _, valid, bias, _ = embed_step(torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
+                                          torch.tensor([write]), step.embed, step.bias_table, step.final_norm,
+                                          step.eps, length, torch.float32)
         with torch.no_grad():
             expected = attention.compute_bias(1, write + 1, past_seen_tokens=write)[0, :, 0]  # [H, write + 1]
         torch.testing.assert_close(bias[0, :, :write + 1], expected, atol=0, rtol=0)
