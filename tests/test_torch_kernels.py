@@ -40,6 +40,11 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
         partials = kernels.gemv_partials(x, weight, config.block_n, config.block_k, 1, config.k_per_split,
                                          config.warps)
         assert torch.equal(got, (partials.sum(0) + bias.float()).to(dtype))
+    # relu(x) as the kernel loads it, the output in another dtype (T5's ReLU before its fp32 wo)
+    relu = kernels.gemv(x, weight, bias, config, relu=True, dtype=torch.float64)
+    assert relu.dtype == torch.float64
+    expected_relu = x.double().clamp(min=0) @ weight.double().T + bias.double()
+    assert torch.allclose(relu, expected_relu, rtol=tolerance, atol=tolerance * in_features ** 0.5)
     leading = kernels.gemv(x[None], weight, None, config)  # any leading shape, no bias
     assert leading.shape == (1, rows, out_features)
     assert torch.allclose(leading[0].double(), expected - bias.double(), rtol=tolerance,

@@ -67,7 +67,7 @@ def gemv_config(rows: int, out_features: int, in_features: int, programs: int = 
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
-                 BIAS: tl.constexpr, PDL: tl.constexpr):
+                 BIAS: tl.constexpr, RELU: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -80,16 +80,20 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
     if PDL:
         tl.extra.cuda.gdc_wait()
     x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                other=0.0)  # [BR, BK]
-    acc = x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
+                other=0.0).to(tl.float32)  # [BR, BK]
+    if RELU:
+        x = tl.maximum(x, 0.0)
+    acc = x[:, None, :] * w[None, :, :].to(tl.float32)
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
         in_k = k < in_features
         w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
                     other=0.0)
         x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                    other=0.0)
-        acc += x[:, None, :].to(tl.float32) * w[None, :, :].to(tl.float32)
+                    other=0.0).to(tl.float32)
+        if RELU:
+            x = tl.maximum(x, 0.0)
+        acc += x[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
     out = tl.sum(acc, axis=2)  # [BR, BN] fp32
@@ -99,13 +103,14 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
     tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=(r[:, None] < rows) & (n[None, :] < out_features))
 
 
-def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int):
+def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
+                 relu: bool):
     rows, in_features = x.shape
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
     _gemv_kernel[grid](x, weight, x if bias is None else bias, out, rows, out_features, in_features, x.stride(0),
                        weight.stride(0), BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n,
-                       BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, num_warps=warps,
+                       BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, RELU=relu, num_warps=warps,
                        **_launch(x.device))
 
 
@@ -118,40 +123,43 @@ def _launch(device: torch.device) -> dict:
 
 @custom_op("nndf::gemv_whole", mutates_args=())
 def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-               warps: int) -> torch.Tensor:
-    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T + bias in one sum per output: [rows,
-    out] in x's dtype, summed in fp32 and rounded once (what the partial sums summed and cast give)."""
-    out = x.new_empty((x.shape[0], weight.shape[0]))
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps)
+               warps: int, relu: bool, dtype: torch.dtype) -> torch.Tensor:
+    """x [rows, in] (rows <= 8, features contiguous; relu(x) with `relu`) times weight [out, in]^T + bias in one
+    sum per output: [rows, out] in `dtype`, summed in fp32 and rounded once (what the partial sums summed and cast
+    give)."""
+    out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, relu)
     return out
 
 
 @gemv_whole.register_fake
-def _(x, weight, bias, block_n, block_k, warps):
-    return x.new_empty((x.shape[0], weight.shape[0]))
+def _(x, weight, bias, block_n, block_k, warps, relu, dtype):
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
 @custom_op("nndf::gemv_partials", mutates_args=())
 def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
-                  warps: int) -> torch.Tensor:
-    """x [rows, in] (rows <= 8, features contiguous) times weight [out, in]^T in `splits` partial sums: fp32
-    [splits, rows, out]."""
+                  warps: int, relu: bool = False) -> torch.Tensor:
+    """x [rows, in] (rows <= 8, features contiguous; relu(x) with `relu`) times weight [out, in]^T in `splits`
+    partial sums: fp32 [splits, rows, out]."""
     out = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
-    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps)
+    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps, relu)
     return out
 
 
 @gemv_partials.register_fake
-def _(x, weight, block_n, block_k, splits, k_per_split, warps):
+def _(x, weight, block_n, block_k, splits, k_per_split, warps, relu=False):
     return x.new_empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         config: GemvConfig | None = None) -> torch.Tensor:
-    """x [..., in] times weight [out, in]^T + bias, in x's dtype, summed in fp32 (the same products as the
-    reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default. Unsplit,
-    the kernel adds the bias and writes x's dtype itself, so what reads the product (a q the attention kernel
+         config: GemvConfig | None = None, relu: bool = False, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., in] times weight [out, in]^T + bias, in `dtype` (x's by default), summed in fp32 (the same products
+    as the reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default.
+    `relu`: the product of relu(x), applied as the kernel loads x (no kernel of its own before). Unsplit, the
+    kernel adds the bias and writes the output's dtype itself, so what reads the product (a q the attention kernel
     takes as it is, a residual add) needs no kernel of its own to sum and cast it first."""
+    dtype = dtype or x.dtype
     lead, in_features = x.shape[:-1], x.shape[-1]
     flat = x.reshape(-1, in_features)
     if flat.stride(-1) != 1:
@@ -160,13 +168,14 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
         tiling = TILING if x.is_cuda else INTERPRETED
         config = gemv_config(flat.shape[0], weight.shape[0], in_features, **tiling)
     if config.splits == 1:
-        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps).reshape(*lead, -1)
+        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, relu,
+                          dtype).reshape(*lead, -1)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
-                             config.warps)
+                             config.warps, relu)
     out = partials.sum(0)
     if bias is not None:
         out = out + bias.float()
-    return out.to(x.dtype).reshape(*lead, weight.shape[0])
+    return out.to(dtype).reshape(*lead, weight.shape[0])
 
 
 @triton.jit
