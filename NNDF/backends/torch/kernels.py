@@ -100,7 +100,8 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
     if BIAS:
         out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
     offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=(r[:, None] < rows) & (n[None, :] < out_features))
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty),
+             mask=(r[:, None] < rows) & (n[None, :] < out_features))
 
 
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
