@@ -2,6 +2,8 @@
 (static shapes; inductor's own CUDA graphs off, so a kind's steps capture graphs themselves)."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 
@@ -17,9 +19,21 @@ PROGRAMMATIC_LAUNCH = True
 
 
 def programmatic_launch(device) -> bool:
-    """Whether kernels on this device launch with programmatic dependent launch (`PROGRAMMATIC_LAUNCH`)."""
+    """Whether kernels on this device launch with programmatic dependent launch (`PROGRAMMATIC_LAUNCH`, a CUDA
+    device of compute capability 9.0 or later, a Triton that has it)."""
     device = torch.device(device)
-    return PROGRAMMATIC_LAUNCH and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return (PROGRAMMATIC_LAUNCH and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+            and _triton_launches_programmatically())
+
+
+@functools.cache
+def _triton_launches_programmatically() -> bool:
+    """Whether this Triton has the grid-dependency instructions (3.3 and later)."""
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def step_options(mode: str, device) -> dict:
