@@ -47,15 +47,21 @@ def triton_kernels():
     return kernels
 
 
-def product(x, weight, bias, form: int):
+def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype | None = None):
     """x [..., in] times a weight stored [out, in] + bias. `form` (`FusedSettings.form`): 0 `F.linear` (cuBLAS);
     1 the reduction form `(x[..., None, :] * W).sum(-1)` accumulated in fp32 (inductor fuses it with its prologue
     and epilogue and the casts into its loads; eager would materialise the product); n > 1 the reduction form
     summed in n parts (each output's sum split over n programs, then one short sum: a long sum into few outputs
     otherwise leaves most of the GPU idle); `GEMV` our Triton kernel (`kernels.gemv`: split sums too, summed in
-    what inductor makes of the caller). A bool is 0 or 1."""
+    what inductor makes of the caller). A bool is 0 or 1. `relu`, `dtype`: the product of relu(x) cast to `dtype`
+    (x's by default), which our GEMV applies as it loads x (no kernel of their own before it; exact: a ReLU
+    commutes with the GEMV's upcast)."""
     if form == GEMV:
-        return triton_kernels().gemv(x, weight, bias)
+        return triton_kernels().gemv(x, weight, bias, relu=relu, dtype=dtype)
+    if relu:
+        x = F.relu(x)
+    if dtype is not None:
+        x = x.to(dtype)
     if not form:
         return F.linear(x, weight, bias)
     if form > 1:

@@ -24,7 +24,6 @@ step's bookkeeping as one graph (`_BeamGraph`: on CUDA one replay, not some 40 l
 """
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.cuda_graphs import restorer, warm_up
 from NNDF.errors import UsageError
-from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, eos_mask, logits_processors, pick_tokens
+from NNDF.sampling import EOS_MASKS, SamplingConfig, eos_ids, eos_mask, forbid_eos, logits_processors, pick_tokens
 from NNDF.steps import Cache, GenerativeSteps, ServedGeneration, position_ids_from_mask
 
 
@@ -424,7 +423,7 @@ class _BeamGraph:
     def _choose(self) -> tuple[torch.Tensor, torch.Tensor]:
         log_probs = torch.log_softmax(self.logits, dim=-1)
         if self.eos is not None:
-            log_probs = log_probs.masked_fill(self.eos & (self.step < self.eos_from), -math.inf)
+            log_probs = forbid_eos(log_probs, self.eos, self.step < self.eos_from)
         before = self._tensors()
         parents, tokens = self.state.advance(log_probs, self.step, self.history, self.prompt_length + self.step)
         for mine, new in zip(before, self._tensors()):
@@ -480,15 +479,8 @@ class _BeamState:
         parent_row = top_index // vocab + self.first_row
         token = top_index % vocab
         gen_len = step + 1  # a python int, or a 0-d tensor on the device (`_BeamGraph`)
-        if isinstance(gen_len, torch.Tensor):
-            ends = torch.isin(token, self.eos) if self.eos is not None else torch.zeros_like(token, dtype=torch.bool)
-            hits_stop = ends | (gen_len >= self.max_new)
-        elif gen_len >= self.max_new:
-            hits_stop = torch.ones_like(token, dtype=torch.bool)
-        elif self.eos is not None:
-            hits_stop = torch.isin(token, self.eos)
-        else:
-            hits_stop = torch.zeros_like(token, dtype=torch.bool)
+        ends = torch.isin(token, self.eos) if self.eos is not None else torch.zeros_like(token, dtype=torch.bool)
+        hits_stop = ends | (gen_len >= self.max_new)
         self._collect_finished(top_scores, parent_row, token, hits_stop, history, length, gen_len)
         live = torch.add(top_scores, hits_stop, alpha=-1e9)  # HF: stopped candidates sink, never drop out
         self.running_scores, pick = torch.topk(live, beams, dim=1)

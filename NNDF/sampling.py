@@ -103,6 +103,12 @@ def eos_mask(vocab: int, eos_ids, device) -> torch.Tensor:
     return torch.isin(torch.arange(vocab, device=device), torch.as_tensor(eos_ids, device=device))
 
 
+def forbid_eos(scores: torch.Tensor, eos: torch.Tensor, forbid: torch.Tensor | None = None) -> torch.Tensor:
+    """`scores` [N, V] with the EOS ids (`eos_mask` [V]) at -inf, where `forbid` (a bool tensor on the device, for a
+    step that decides without the host: a captured graph's) holds, or everywhere when it is None."""
+    return scores.masked_fill(eos if forbid is None else eos & forbid, -math.inf)
+
+
 def _eos_forbidden(processor, scores: torch.Tensor, forbid: bool) -> torch.Tensor:
     """`scores` [N, V] with every EOS id at -inf when `forbid`, else as they are: what HF's min-length processors
     return, from an EOS mask [V] made once (HF rebuilds it and copies the scores at every step)."""
@@ -111,7 +117,7 @@ def _eos_forbidden(processor, scores: torch.Tensor, forbid: bool) -> torch.Tenso
     mask = getattr(processor, "_eos_mask", None)
     if mask is None or mask.shape[0] != scores.shape[-1]:
         mask = processor._eos_mask = eos_mask(scores.shape[-1], processor.eos_token_id, scores.device)
-    return scores.masked_fill(mask, -math.inf)
+    return forbid_eos(scores, mask)
 
 
 class _MinLength(MinLengthLogitsProcessor):

@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import GEMV, FusedSettings, attend, compiled, product, triton_kernels
+from CausalLM.fused_step import FusedSettings, attend, compiled, product
 from NNDF.errors import UsageError
 from Seq2Seq.fused_step import Seq2SeqSlot, seq2seq_slot, seq2seq_settings, write_kv
 
@@ -91,17 +91,15 @@ def attend_prompt(q, keys, values, bias):
 def feed_forward(x, norm, wi, wo, eps: float, gated: bool, act: str, forms: tuple = (0, 0)):
     """T5LayerFF's residual branch: norm, wi (wi_0 and wi_1 as one product where gated), activation, wo (its input
     cast to x's dtype: HF's cast to wo's, which is the stream's, `FusedT5Step.stream`, unless wo is a half copy of
-    an fp32 weight, whose product then still sums and returns fp32; a ReLU before our GEMV is the GEMV's, applied
-    as it loads its input, exactly). `forms`: `product`'s form for wi and wo."""
+    an fp32 weight, whose product then still sums and returns fp32; the ReLU is `product`'s, which our GEMV applies
+    as it loads its input). `forms`: `product`'s form for wi and wo."""
     h = product(rms_norm(x, norm, eps), wi, None, forms[0])
     if gated:
         gate, linear = h.chunk(2, dim=-1)
         h = ACTIVATIONS[act](gate) * linear
-    elif act == "relu" and forms[1] == GEMV:  # our GEMV applies the ReLU as it loads h: no kernel of its own
-        return triton_kernels().gemv(h, wo, relu=True, dtype=x.dtype)
-    else:
+    elif act != "relu":
         h = ACTIVATIONS[act](h)
-    return product(h.to(x.dtype), wo, None, forms[1])
+    return product(h, wo, None, forms[1], relu=not gated and act == "relu", dtype=x.dtype)
 
 
 def layer_step(x, h, w: tuple, next_norm, keys, values, cross_keys, cross_values, write, encoder_last, valid,

@@ -214,8 +214,8 @@ def test_half_copy_of_fp32_wo(cases, tmp_path, monkeypatch):
     copies = {w[-1].data_ptr() for w in step.half_wo_layers}  # updated for each step below
     assert {w[-1].dtype for w in step.half_wo_layers} == {torch.float16} and step.stream == torch.float32
     seen, real = [], t5.product
-    monkeypatch.setattr(t5, "product", lambda x, w, b, form: seen.append((w.data_ptr() in copies, w.dtype, x.dtype,
-                                                                             form)) or real(x, w, b, form))
+    monkeypatch.setattr(t5, "product", lambda x, w, b, form, dtype=None, **kw: seen.append(
+        (w.data_ptr() in copies, w.dtype, dtype or x.dtype, form)) or real(x, w, b, form, dtype=dtype, **kw))
     got = _step_logits(step, half, batch, ids).float()
     read = [entry for entry in seen if entry[0]]
     assert len(read) == (POSITIONS - 1) * len(step.layers)  # every one-token wo product, none elsewhere

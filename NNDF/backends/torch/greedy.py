@@ -16,13 +16,12 @@ step is captured on its first use per slot (`slot.greedy_graph`, beside the logi
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
 from NNDF.backends.torch.capture import capture
-from NNDF.sampling import eos_mask
+from NNDF.sampling import eos_mask, forbid_eos
 from NNDF.slots import KVSlot
 
 
@@ -51,7 +50,7 @@ def greedy_step(slot: KVSlot, one_token: Callable[[KVSlot], torch.Tensor]) -> to
     position (where the slot keeps one) and the positions advanced by one."""
     logits = one_token(slot)  # [rows, 1, V]
     choice = slot.choice
-    scores = logits[:, -1, :].float().masked_fill(choice.forbid & choice.eos, -math.inf)
+    scores = forbid_eos(logits[:, -1, :].float(), choice.eos, choice.forbid)
     tokens = scores.argmax(-1)
     slot.ids.copy_(tokens[:, None])
     slot.positions.add_(1)
