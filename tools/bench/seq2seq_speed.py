@@ -18,8 +18,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   batch8      the compiled frameworks row and the onnxrt row at batch 8
   kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
               step, the top kernels (torch's profiler); also built with each of --variants' settings
-              (kernels-V), at 4 rows (kernels-rows4, kernels-onnxrt-rows4, kernels-rows4-V for
-              --batch-variants) and compiled with --compile-mode
+              (kernels-V), at 4 and 8 rows (kernels-rows4, kernels-rows8, kernels-onnxrt-rows4,
+              kernels-rows4-V and kernels-rows8-V for --batch-variants) and compiled with --compile-mode
               max-autotune (kernels-autotuned; its benchmark row: autotuned)
   loop        the compiled frameworks generation under torch's profiler (loop_profile.py): per token the GPU's busy
               and idle time and the kernels beside the step; loop-beams: the same per beam step, 4 beams
@@ -61,13 +61,13 @@ VARIANTS = {
     "gemv": dict(reduction_rows=1, gemv_above=0),  # our GEMV, plain-op attention
     "kernels-one": dict(reduction_rows=1, gemv_above=0, attention="kernel"),  # one program per head, any size
     "kernels-split": dict(reduction_rows=1, gemv_above=0, attention="split"),  # over column chunks
-    "gemv4": dict(reduction_rows=1, gemv_above=0, gemv_rows=4, attention="auto"),  # our GEMV up to 4 rows (beams)
-    "gemv8": dict(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto"),  # ... up to 8 (batch 8)
 }
 # variants that change the default in these fields only
 OVER_DEFAULT = {
     "fp32-wo": dict(half_kept_fp32=False),  # T5's wo read as HF keeps it in half models, fp32 (not a half copy)
     "kv-apart": dict(paired_kv_write=False),  # each layer's new K and V written by two kernels, not one
+    "gemv4": dict(gemv_rows=4),  # our GEMV for the products of up to 4 rows (4 beams), not cuBLAS
+    "gemv8": dict(gemv_rows=8),  # ... up to 8 rows (batch 8)
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
@@ -143,9 +143,10 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
     todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
     todo += [(f"kernels-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, variant=v))
              for v in variants]
-    todo += [("kernels-rows4", lambda: kernels(shape, "frameworks", COMPILED, workdir, 4))]
-    todo += [(f"kernels-rows4-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, 4, v))
-             for v in batch_variants]
+    for n in (4, 8):
+        todo += [(f"kernels-rows{n}", lambda n=n: kernels(shape, "frameworks", COMPILED, workdir, n))]
+        todo += [(f"kernels-rows{n}-{v}", lambda n=n, v=v: kernels(shape, "frameworks", COMPILED, workdir, n, v))
+                 for v in batch_variants]
     todo += [("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
              ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4)),
              ("kernels-autotuned", lambda: kernels(shape, "frameworks", dict(COMPILED, compile_mode="max-autotune"),
@@ -278,9 +279,9 @@ def main() -> None:
     parser.add_argument("--row-variants", default=",".join(ROW_VARIANTS), help="comma-separated step settings "
                         "benchmarked beside the default compiled row (compiled-V); VARIANT+loop: greedy tokens "
                         "chosen by the loop, not the step")
-    parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 rows and "
-                        "benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, beams-V, "
-                        "batch8-V)")
+    parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 and 8 rows "
+                        "and benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, "
+                        "kernels-rows8-V, beams-V, batch8-V)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--iterations", type=int, default=5)
