@@ -15,18 +15,24 @@ DTYPES = [torch.float32, torch.float16] if DEVICE == "cuda" else [torch.float32]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rows, out_features, in_features, tiling", [
-    (1, 96, 200, dict(programs=1, block_n=32, block_k=64)),  # one split, a ragged last block of features
-    (1, 50, 1000, dict(programs=64, block_n=8, block_k=64)),  # split sums, a ragged last tile of outputs
-    (3, 130, 1536, dict(programs=32, block_n=16, block_k=128)),
-    (8, 37, 64, dict(programs=40, block_n=4, block_k=32)),
+@pytest.mark.parametrize("rows, out_features, in_features, tiling, dot", [
+    (1, 96, 200, dict(programs=1, block_n=32, block_k=64), False),  # one split, a ragged last block of features
+    (1, 50, 1000, dict(programs=64, block_n=8, block_k=64), False),  # split sums, a ragged last tile of outputs
+    (3, 130, 1536, dict(programs=32, block_n=16, block_k=128), False),
+    (8, 37, 64, dict(programs=40, block_n=4, block_k=32), False),
+    # through tensor-core dots: rows padded to 16, ragged outputs and features, split or not
+    (2, 96, 200, dict(programs=1, block_n=32, block_k=64), True),
+    (3, 130, 1536, dict(programs=32, block_n=16, block_k=128), True),
+    (8, 37, 1000, dict(programs=64, block_n=16, block_k=64), True),
+    (16, 50, 64, dict(programs=1, block_n=16, block_k=256), True),
 ])
-def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
+def test_gemv_matches_torch(rows, out_features, in_features, tiling, dot, dtype):
     torch.manual_seed(0)
     x = torch.randn(rows, in_features, device=DEVICE).to(dtype)
     weight = torch.randn(out_features, in_features, device=DEVICE).to(dtype)
     bias = torch.randn(out_features, device=DEVICE).to(dtype)
-    config = kernels.gemv_config(rows, out_features, in_features, **tiling)
+    config = (kernels.dot_config if dot else kernels.gemv_config)(rows, out_features, in_features, **tiling)
+    assert config.dot == dot
     assert config.splits * config.k_per_split >= in_features > (config.splits - 1) * config.k_per_split
     expected = (x.double() @ weight.double().T + bias.double())
     got = kernels.gemv(x, weight, bias, config)
@@ -38,7 +44,7 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
     else:  # one slice: the kernel adds the bias and rounds once, exactly what the partial sums summed give
         assert config.splits == 1
         partials = kernels.gemv_partials(x, weight, config.block_n, config.block_k, 1, config.k_per_split,
-                                         config.warps)
+                                         config.warps, config.dot)
         assert torch.equal(got, (partials.sum(0) + bias.float()).to(dtype))
     # relu(x) as the kernel loads it, the output in another dtype (T5's ReLU before its fp32 wo)
     relu = kernels.gemv(x, weight, bias, config, relu=True, dtype=torch.float64)
@@ -49,6 +55,26 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dtype):
     assert leading.shape == (1, rows, out_features)
     assert torch.allclose(leading[0].double(), expected - bias.double(), rtol=tolerance,
                           atol=tolerance * in_features ** 0.5)
+
+
+def test_gemv_sums_several_rows_through_dots(monkeypatch):
+    """From `DOT_ROWS` rows in the weight's dtype `gemv` takes the dot form by default; one row, an input of
+    another dtype (an fp32 stream into a half weight), more than 16 rows or DOT_ROWS None keep the elementwise
+    form."""
+    half, single = torch.float16, torch.float32
+    assert kernels.uses_dot(2, half, half) and kernels.uses_dot(16, single, single)
+    assert not kernels.uses_dot(1, half, half) and not kernels.uses_dot(17, half, half)
+    assert not kernels.uses_dot(4, single, half)
+    monkeypatch.setattr(kernels, "DOT_ROWS", None)
+    assert not kernels.uses_dot(4, half, half)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="17 rows: the dot form takes 1 to 16"):
+        kernels.dot_config(17, 64, 64)
+    torch.manual_seed(1)
+    x, weight = torch.randn(4, 300, device=DEVICE), torch.randn(40, 300, device=DEVICE)
+    tiling = kernels.DOT_TILING if DEVICE == "cuda" else kernels.INTERPRETED
+    assert torch.equal(kernels.gemv(x, weight), kernels.gemv(x, weight, config=kernels.dot_config(4, 40, 300,
+                                                                                                    **tiling)))
 
 
 def _attention_reference(q, keys, values, kept, alibi=None, bias=None):

@@ -209,8 +209,8 @@ def main() -> None:
     args = parser.parse_args()
     for name in filter(None, f"{args.row_variants},{args.variants}".split(",")):
         if not sm.known_variant(name, sm.LLAMA_VARIANTS):
-            parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+loop or "
-                         "VARIANT+beamhost or VARIANT+nopdl")
+            parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+MODE, "
+                         f"MODE one of {', '.join(filter(None, sm.LOOP_MODES))}")
     if args.xqa:
         import os
 

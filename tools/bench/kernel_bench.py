@@ -3,11 +3,11 @@ one attention at a time, on one CUDA card:
 
     python tools/bench/kernel_bench.py OUT [--shapes qwen2.5-0.5b,mistral-7b] [--quick]
 
-- GEMV: each product of a batch-1 step at the model's shapes (q/k/v, o_proj, gate/up, down, the LM head) through
-  cuBLAS (`F.linear`), inductor's reduction form (`CausalLM.fused_step.product` form 1, compiled), our kernel
-  alone (its partial sums, which a step's next inductor kernel sums) at every tiling of a grid (block_n x block_k x
-  programs x warps), and our kernel at its default tiling compiled with the sum and the cast (two kernels);
-  GB/s = weight bytes / time.
+- GEMV: each product of a step of --rows rows at the model's shapes (q/k/v, o_proj, gate/up, down, the LM head)
+  through cuBLAS (`F.linear`), inductor's reduction form (`CausalLM.fused_step.product` form 1, compiled), our
+  kernel alone (its partial sums, which a step's next inductor kernel sums) at every tiling of a grid (block_n x
+  block_k x programs x warps; with --dot also the dot form's grid), and our kernel as `gemv` picks its form and
+  tiling, compiled with the sum and the cast (two kernels); GB/s = weight bytes / time.
 - attention: one query per head over a 256-column static cache (write position 200; Mistral: a 64-column
   window), the fused step's plain-op form (compiled), SDPA, and our kernel at several column blocks and warps;
   then over a `--long` buffer (4096 columns, 96 before its end), where one program per row and head walks far
@@ -47,9 +47,17 @@ SHAPES = {
     "llama-3-8b": {"products": [("qkv", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up", 28672, 4096),
                                 ("down", 4096, 14336)],
                    "attention": (32, 8, 128, None)},
+    # the encoder-decoders' decoder layers: self q/k/v, o, cross q, wi (wi_0 and wi_1 in flan-T5), wo / fc1, fc2
+    "t5-base": {"products": [("qkv", 2304, 768), ("o", 768, 768), ("wi", 3072, 768), ("wo", 768, 3072)],
+                "attention": (12, 12, 64, None)},
+    "bart-large": {"products": [("qkv", 3072, 1024), ("o", 1024, 1024), ("fc1", 4096, 1024),
+                                ("fc2", 1024, 4096)],
+                   "attention": (16, 16, 64, None)},
 }
 GRID = dict(block_n=(2, 4, 8), block_k=(512, 1024), programs=(512, 1024, 2048), warps=(2, 4, 8))
 QUICK = dict(block_n=(4,), block_k=(1024,), programs=(1024,), warps=(2,))  # the default tiling
+# the tilings of the dot form (`kernels.dot_config`, products of 2-16 rows), timed with --dot
+DOT_GRID = dict(block_n=(16, 32, 64), block_k=(128, 256, 512), programs=(1024,), warps=(4, 8))
 
 
 def graph_time(fn, copies: int, replays: int = 20) -> float:
@@ -77,7 +85,8 @@ def graph_time(fn, copies: int, replays: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def gemv_rows(name: str, out_features: int, in_features: int, grid: dict, rows_in: int = 1) -> list[dict]:
+def gemv_rows(name: str, out_features: int, in_features: int, grid: dict, rows_in: int = 1,
+              dot_grid: dict | None = None) -> list[dict]:
     nbytes = out_features * in_features * 2
     copies = max(2, min(64, 4 * L2_BYTES // nbytes + 1))
     weights = [torch.randn(out_features, in_features, device="cuda", dtype=torch.float16) * 0.02
@@ -109,9 +118,17 @@ def gemv_rows(name: str, out_features: int, in_features: int, grid: dict, rows_i
         except Exception as exc:  # e.g. out of registers / shared memory at the largest tiles
             rows.append({"product": name, "variant": "gemv", "block_n": block_n, "block_k": block_k,
                          "programs": programs, "warps": warps, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
-    default = kernels.gemv_config(rows_in, out_features, in_features)
-    row("gemv compiled", lambda i: ours(x, weights[i]), block_n=default.block_n, block_k=default.block_k,
-        splits=default.splits, warps=default.warps)
+    for block_n, block_k, programs, warps in itertools.product(*(dot_grid or {}).values()):
+        config = kernels.dot_config(rows_in, out_features, in_features, programs, block_n, block_k, warps)
+        if config.block_k != block_k:
+            continue  # narrowed by the features: another tiling's
+        row("gemv dot", lambda i, c=config: kernels.gemv_partials(x, weights[i], *c),
+            lambda i, c=config: kernels.gemv_partials(x, weights[i], *c).sum(0), block_n=block_n,
+            block_k=config.block_k, programs=programs, warps=warps, splits=config.splits)
+    dot = kernels.uses_dot(rows_in, x.dtype, weights[0].dtype)
+    default = (kernels.dot_config if dot else kernels.gemv_config)(rows_in, out_features, in_features)
+    row("gemv dot compiled" if dot else "gemv compiled", lambda i: ours(x, weights[i]), block_n=default.block_n,
+        block_k=default.block_k, splits=default.splits, warps=default.warps)
     return rows
 
 
@@ -176,7 +193,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="the default tiling only")
     parser.add_argument("--attention-only", action="store_true", help="the attention rows only")
     parser.add_argument("--products-only", action="store_true", help="the GEMV rows only")
-    parser.add_argument("--rows", type=int, default=1, help="rows of the products (beams x batch, at most 8)")
+    parser.add_argument("--rows", type=int, default=1, help="rows of the products (beams x batch, at most 16)")
+    parser.add_argument("--dot", action="store_true", help="also the dot form's tilings (DOT_GRID; 2+ rows)")
     parser.add_argument("--long", type=int, default=4096, help="the long buffer's columns for the attention rows")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +204,8 @@ def main() -> None:
     rows = []
     for shape in args.shapes.split(","):
         for name, out_features, in_features in [] if args.attention_only else SHAPES[shape]["products"]:
-            rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID, args.rows)
+            rows += gemv_rows(f"{shape}:{name}", out_features, in_features, QUICK if args.quick else GRID, args.rows,
+                              DOT_GRID if args.dot else None)
             print(table(best([r for r in rows if r.get("product") == f"{shape}:{name}"])), flush=True)
         for length, write in () if args.products_only else ((256, 200), (args.long, args.long - 96)):
             got = attention_rows(shape, *SHAPES[shape]["attention"], length=length, write=write)

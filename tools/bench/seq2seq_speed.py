@@ -11,7 +11,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   compiled-V  the compiled frameworks row with the step built with variant V's settings (--row-variants, VARIANTS;
               V+loop: also greedy tokens chosen by the loop, not inside the step: NNDF.generation.GREEDY_IN_STEP;
               V+beamhost: also beam search's bookkeeping op by op from the host: NNDF.generation.BEAMS_IN_GRAPH;
-              V+nopdl: also no programmatic dependent launch: NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH)
+              V+nopdl: also no programmatic dependent launch: NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH;
+              V+nodot: also our GEMV's products of several rows summed elementwise: NNDF.backends.torch.kernels)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
@@ -298,8 +299,8 @@ def main() -> None:
                                               for v in (args.variants, args.row_variants, args.batch_variants))
     for name in variants + row_variants + batch_variants:
         if not sm.known_variant(name, VARIANTS):
-            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+loop or "
-                         "VARIANT+beamhost or VARIANT+nopdl")
+            parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+MODE, "
+                         f"MODE one of {', '.join(filter(None, sm.LOOP_MODES))}")
     todo = [("copy", sm.copy_bandwidth)]
     for shape in args.models.split(","):
         checks = ("tokens", "kernels", "loop")

@@ -331,7 +331,7 @@ LLAMA_VARIANTS = {
 }
 
 
-LOOP_MODES = ("", "loop", "beamhost", "nopdl")  # a variant's suffix after "+" (`loop_mode`)
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot")  # a variant's suffix after "+" (`loop_mode`)
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -346,21 +346,29 @@ def loop_mode(mode: str):
     not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamhost", beam searches' bookkeeping
     launched op by op from the host, not as one graph (DEVICE out of `NNDF.generation.BEAMS_IN_GRAPH`); "nopdl": the
     fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
-    the steps compiled afresh); "": as the defaults are."""
+    the steps compiled afresh); "nodot": our GEMV's products of several rows summed elementwise, not through
+    tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
 
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
+    dot_rows = None
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
         generation.BEAMS_IN_GRAPH = saved[1] - {DEVICE}
     elif mode == "nopdl":
         compile_options.PROGRAMMATIC_LAUNCH = False
+    elif mode == "nodot":
+        from NNDF.backends.torch import kernels
+
+        dot_rows, kernels.DOT_ROWS = kernels.DOT_ROWS, None
     try:
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
+        if mode == "nodot":
+            kernels.DOT_ROWS = dot_rows
 
 
 @contextlib.contextmanager

@@ -8,7 +8,10 @@ one-token step leaves the card's bandwidth unused with inductor's kernels and cu
   activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
   reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
   per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
-  Unsplit (one slice covers the features), the kernel adds the bias and writes the caller's dtype itself.
+  Unsplit (one slice covers the features), the kernel adds the bias and writes the caller's dtype itself. From
+  `DOT_ROWS` rows (beams, batches: up to 16) the programs sum through tensor-core dots instead (`tl.dot` of the rows,
+  padded to 16, with a tile of 16+ weight rows): the same fp32 sums of exact products, in another order, at one
+  row's cost in weight reads, where the elementwise form's work and registers grow with the rows.
 - `decode_attention`: one query per row and query head over a static K/V cache [rows, kv heads, length, dim],
   reading only the columns that can count (up to the write position held on the device, from the window's start;
   scores optionally plus ALiBi or an additive bias such as T5's relative positions) in one kernel (one program
@@ -37,17 +40,25 @@ from NNDF.backends.torch.compile import programmatic_launch
 TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
+# products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
+# tensor-core dots (None: never); their tiling on CUDA: 16 weight rows a program (a dot's smallest side), loads of
+# 256 features, 4 warps, split to ~1024 programs
+DOT_ROWS: int | None = 2
+DOT_MAX_ROWS = 16
+DOT_TILING = dict(programs=1024, block_n=16, block_k=256, warps=4)
 
 
 class GemvConfig(NamedTuple):
     """How `gemv` tiles one product: `block_n` weight rows per program, `block_k` features per load, the input
-    features cut into `splits` slices of `k_per_split` (a multiple of `block_k`), `warps` per program."""
+    features cut into `splits` slices of `k_per_split` (a multiple of `block_k`), `warps` per program; `dot`: the
+    sums through tensor-core dots (`dot_config`)."""
 
     block_n: int
     block_k: int
     splits: int
     k_per_split: int
     warps: int
+    dot: bool = False
 
 
 def gemv_config(rows: int, out_features: int, in_features: int, programs: int = TILING["programs"],
@@ -62,6 +73,28 @@ def gemv_config(rows: int, out_features: int, in_features: int, programs: int = 
     splits = max(1, min(k_blocks, round(programs / tiles)))
     k_per_split = triton.cdiv(k_blocks, splits) * block_k
     return GemvConfig(block_n, block_k, triton.cdiv(in_features, k_per_split), k_per_split, warps)
+
+
+def dot_config(rows: int, out_features: int, in_features: int, programs: int = DOT_TILING["programs"],
+               block_n: int = DOT_TILING["block_n"], block_k: int = DOT_TILING["block_k"],
+               warps: int = DOT_TILING["warps"]) -> GemvConfig:
+    """The tiling of a product of 2-16 rows summed through tensor-core dots: as `gemv_config`'s, but the loads of
+    `block_k` features stay that wide at any number of rows (a dot keeps [16, block_n] sums, not
+    rows x block_n x block_k), and every side at least 16 (a dot's smallest)."""
+    if not 1 <= rows <= DOT_MAX_ROWS:
+        raise ValueError(f"{rows} rows: the dot form takes 1 to {DOT_MAX_ROWS}")
+    block_n, block_k = max(16, block_n), max(16, min(block_k, triton.next_power_of_2(in_features)))
+    tiles = triton.cdiv(out_features, block_n)
+    k_blocks = triton.cdiv(in_features, block_k)
+    splits = max(1, min(k_blocks, round(programs / tiles)))
+    k_per_split = triton.cdiv(k_blocks, splits) * block_k
+    return GemvConfig(block_n, block_k, triton.cdiv(in_features, k_per_split), k_per_split, warps, True)
+
+
+def uses_dot(rows: int, x_dtype: torch.dtype, weight_dtype: torch.dtype) -> bool:
+    """Whether `gemv` sums a product of `rows` rows through tensor-core dots by default (`DOT_ROWS`): its input
+    in the weight's dtype (a dot takes one; an fp32 input is not rounded to a half weight's)."""
+    return DOT_ROWS is not None and DOT_ROWS <= rows <= DOT_MAX_ROWS and x_dtype == weight_dtype
 
 
 @triton.jit
@@ -104,15 +137,59 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
              mask=(r[:, None] < rows) & (n[None, :] < out_features))
 
 
+@triton.jit
+def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
+                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
+                     BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+    tile, split = tl.program_id(0), tl.program_id(1)
+    r = tl.arange(0, BLOCK_R)  # [BR]: the rows, padded with zeros to a dot's 16
+    n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+    first = split * K_PER_SPLIT
+    k = first + tl.arange(0, BLOCK_K)  # [BK]
+    in_k = k < in_features
+    # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
+    w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
+                other=0.0)  # [BN, BK]
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
+                other=0.0)  # [BR, BK]
+    if RELU:
+        x = tl.maximum(x, 0.0)
+    acc = tl.dot(x, tl.trans(w), input_precision=PRECISION, out_dtype=tl.float32)  # [BR, BN]
+    for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
+        in_k = k < in_features
+        w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
+                    other=0.0)
+        x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
+                    other=0.0)
+        if RELU:
+            x = tl.maximum(x, 0.0)
+        acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    if BIAS:
+        acc += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
+    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
+    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty),
+             mask=(r[:, None] < rows) & (n[None, :] < out_features))
+
+
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
-                 relu: bool):
+                 dot: bool, relu: bool):
     rows, in_features = x.shape
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
-    _gemv_kernel[grid](x, weight, x if bias is None else bias, out, rows, out_features, in_features, x.stride(0),
-                       weight.stride(0), BLOCK_R=max(1, triton.next_power_of_2(rows)), BLOCK_N=block_n,
-                       BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, RELU=relu, num_warps=warps,
-                       **_launch(x.device))
+    args = (x, weight, x if bias is None else bias, out, rows, out_features, in_features, x.stride(0),
+            weight.stride(0))
+    common = dict(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, RELU=relu,
+                  num_warps=warps, **_launch(x.device))
+    if dot:  # fp32 inputs summed as exact fp32 products (not TF32's rounded ones)
+        _gemv_dot_kernel[grid](*args, BLOCK_R=16, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+                               **common)
+    else:
+        _gemv_kernel[grid](*args, BLOCK_R=max(1, triton.next_power_of_2(rows)), **common)
 
 
 def _launch(device: torch.device) -> dict:
@@ -124,32 +201,33 @@ def _launch(device: torch.device) -> dict:
 
 @custom_op("nndf::gemv_whole", mutates_args=())
 def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-               warps: int, relu: bool, dtype: torch.dtype) -> torch.Tensor:
-    """x [rows, in] (rows <= 8, features contiguous; relu(x) with `relu`) times weight [out, in]^T + bias in one
-    sum per output: [rows, out] in `dtype`, summed in fp32 and rounded once (what the partial sums summed and cast
-    give)."""
+               warps: int, dot: bool, relu: bool, dtype: torch.dtype) -> torch.Tensor:
+    """x [rows, in] (features contiguous; relu(x) with `relu`) times weight [out, in]^T + bias in one sum per
+    output (through dots with `dot`): [rows, out] in `dtype`, summed in fp32 and rounded once (what the partial
+    sums summed and cast give)."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, relu)
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, dot,
+                 relu)
     return out
 
 
 @gemv_whole.register_fake
-def _(x, weight, bias, block_n, block_k, warps, relu, dtype):
+def _(x, weight, bias, block_n, block_k, warps, dot, relu, dtype):
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
 @custom_op("nndf::gemv_partials", mutates_args=())
 def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
-                  warps: int, relu: bool = False) -> torch.Tensor:
-    """x [rows, in] (rows <= 8, features contiguous; relu(x) with `relu`) times weight [out, in]^T in `splits`
-    partial sums: fp32 [splits, rows, out]."""
+                  warps: int, dot: bool = False, relu: bool = False) -> torch.Tensor:
+    """x [rows, in] (features contiguous; relu(x) with `relu`) times weight [out, in]^T in `splits` partial sums
+    (through dots with `dot`): fp32 [splits, rows, out]."""
     out = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
-    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps, relu)
+    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps, dot, relu)
     return out
 
 
 @gemv_partials.register_fake
-def _(x, weight, block_n, block_k, splits, k_per_split, warps, relu=False):
+def _(x, weight, block_n, block_k, splits, k_per_split, warps, dot=False, relu=False):
     return x.new_empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32)
 
 
@@ -166,13 +244,16 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     if config is None:
-        tiling = TILING if x.is_cuda else INTERPRETED
-        config = gemv_config(flat.shape[0], weight.shape[0], in_features, **tiling)
+        rows = flat.shape[0]
+        if uses_dot(rows, flat.dtype, weight.dtype):
+            config = dot_config(rows, weight.shape[0], in_features, **(DOT_TILING if x.is_cuda else INTERPRETED))
+        else:
+            config = gemv_config(rows, weight.shape[0], in_features, **(TILING if x.is_cuda else INTERPRETED))
     if config.splits == 1:
-        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, relu,
+        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, config.dot, relu,
                           dtype).reshape(*lead, -1)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
-                             config.warps, relu)
+                             config.warps, config.dot, relu)
     out = partials.sum(0)
     if bias is not None:
         out = out + bias.float()
