@@ -75,6 +75,12 @@ def test_gemv_sums_several_rows_through_dots(monkeypatch):
     tiling = kernels.DOT_TILING if DEVICE == "cuda" else kernels.INTERPRETED
     assert torch.equal(kernels.gemv(x, weight), kernels.gemv(x, weight, config=kernels.dot_config(4, 40, 300,
                                                                                                     **tiling)))
+    # half inputs, T5's ReLU as the kernel loads them (still half: a dot takes one dtype), an fp32 output
+    x, weight = x.half(), weight.half()
+    got = kernels.gemv(x, weight, relu=True, dtype=torch.float32)
+    assert got.dtype == torch.float32
+    expected = x.double().clamp(min=0) @ weight.double().T
+    assert torch.allclose(got.double(), expected, rtol=1e-4, atol=1e-3)
 
 
 def _attention_reference(q, keys, values, kept, alibi=None, bias=None):

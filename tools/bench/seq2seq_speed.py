@@ -67,8 +67,8 @@ VARIANTS = {
 OVER_DEFAULT = {
     "fp32-wo": dict(half_kept_fp32=False),  # T5's wo read as HF keeps it in half models, fp32 (not a half copy)
     "kv-apart": dict(paired_kv_write=False),  # each layer's new K and V written by two kernels, not one
-    "gemv4": dict(gemv_rows=4),  # our GEMV for the products of up to 4 rows (4 beams), not cuBLAS
-    "gemv8": dict(gemv_rows=8),  # ... up to 8 rows (batch 8)
+    "cublas-rows": dict(gemv_rows=1),  # cuBLAS for the products of steps of several rows, not our GEMV
+    "gemv4": dict(gemv_rows=4),  # our GEMV for the products of up to 4 rows (4 beams), cuBLAS above
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens

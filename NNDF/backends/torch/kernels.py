@@ -41,11 +41,12 @@ TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
-# tensor-core dots (None: never); their tiling on CUDA: 16 weight rows a program (a dot's smallest side), loads of
-# 256 features, 4 warps, split to ~1024 programs
+# tensor-core dots (None: never); their tiling on CUDA: 64 weight rows a program, loads of 128 features, 4 warps,
+# split to ~1024 programs: the fastest measured at 4 and 8 rows for every product of t5-base's and BART-large's
+# layers on an H200 (tools/bench/kernel_bench.py --dot; 2.4-4.5 us, against cuBLAS's 4.2-7.9 at 8 rows)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=16, block_k=256, warps=4)
+DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4)
 
 
 class GemvConfig(NamedTuple):
@@ -155,7 +156,7 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_fea
     x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
                 other=0.0)  # [BR, BK]
     if RELU:
-        x = tl.maximum(x, 0.0)
+        x = tl.maximum(x, 0.0).to(w.dtype)  # exact (the scalar would make it fp32)
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION, out_dtype=tl.float32)  # [BR, BN]
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
@@ -165,7 +166,7 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_fea
         x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
                     other=0.0)
         if RELU:
-            x = tl.maximum(x, 0.0)
+            x = tl.maximum(x, 0.0).to(w.dtype)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
