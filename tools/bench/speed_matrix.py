@@ -331,7 +331,7 @@ LLAMA_VARIANTS = {
 }
 
 
-LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot")  # a variant's suffix after "+" (`loop_mode`)
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits4", "splits8")  # a variant's suffix after "+" (`loop_mode`)
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -347,12 +347,14 @@ def loop_mode(mode: str):
     launched op by op from the host, not as one graph (DEVICE out of `NNDF.generation.BEAMS_IN_GRAPH`); "nopdl": the
     fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
     the steps compiled afresh); "nodot": our GEMV's products of several rows summed elementwise, not through
-    tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "": as the defaults are."""
+    tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
+    slices (`kernels.DOT_TILING["max_splits"]`); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
+    from NNDF.backends.torch import kernels
 
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
-    dot_rows = None
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -360,15 +362,14 @@ def loop_mode(mode: str):
     elif mode == "nopdl":
         compile_options.PROGRAMMATIC_LAUNCH = False
     elif mode == "nodot":
-        from NNDF.backends.torch import kernels
-
-        dot_rows, kernels.DOT_ROWS = kernels.DOT_ROWS, None
+        kernels.DOT_ROWS = None
+    elif mode.startswith("splits"):
+        kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
     try:
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        if mode == "nodot":
-            kernels.DOT_ROWS = dot_rows
+        kernels.DOT_ROWS, kernels.DOT_TILING = dot
 
 
 @contextlib.contextmanager

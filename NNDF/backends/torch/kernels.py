@@ -46,7 +46,7 @@ INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # layers on an H200 (tools/bench/kernel_bench.py --dot; 2.4-4.5 us, against cuBLAS's 4.2-7.9 at 8 rows)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4)
+DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4, max_splits=None)
 
 
 class GemvConfig(NamedTuple):
@@ -78,16 +78,17 @@ def gemv_config(rows: int, out_features: int, in_features: int, programs: int = 
 
 def dot_config(rows: int, out_features: int, in_features: int, programs: int = DOT_TILING["programs"],
                block_n: int = DOT_TILING["block_n"], block_k: int = DOT_TILING["block_k"],
-               warps: int = DOT_TILING["warps"]) -> GemvConfig:
+               warps: int = DOT_TILING["warps"], max_splits: int | None = DOT_TILING["max_splits"]) -> GemvConfig:
     """The tiling of a product of 2-16 rows summed through tensor-core dots: as `gemv_config`'s, but the loads of
     `block_k` features stay that wide at any number of rows (a dot keeps [16, block_n] sums, not
-    rows x block_n x block_k), and every side at least 16 (a dot's smallest)."""
+    rows x block_n x block_k), every side at least 16 (a dot's smallest), and at most `max_splits` slices (None:
+    any number; each slice's partial sums are what the caller's next kernel reads and adds)."""
     if not 1 <= rows <= DOT_MAX_ROWS:
         raise ValueError(f"{rows} rows: the dot form takes 1 to {DOT_MAX_ROWS}")
     block_n, block_k = max(16, block_n), max(16, min(block_k, triton.next_power_of_2(in_features)))
     tiles = triton.cdiv(out_features, block_n)
     k_blocks = triton.cdiv(in_features, block_k)
-    splits = max(1, min(k_blocks, round(programs / tiles)))
+    splits = max(1, min(k_blocks, round(programs / tiles), max_splits or k_blocks))
     k_per_split = triton.cdiv(k_blocks, splits) * block_k
     return GemvConfig(block_n, block_k, triton.cdiv(in_features, k_per_split), k_per_split, warps, True)
 
@@ -247,7 +248,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if config is None:
         rows = flat.shape[0]
         if uses_dot(rows, flat.dtype, weight.dtype):
-            config = dot_config(rows, weight.shape[0], in_features, **(DOT_TILING if x.is_cuda else INTERPRETED))
+            config = dot_config(rows, weight.shape[0], in_features,
+                                **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
         else:
             config = gemv_config(rows, weight.shape[0], in_features, **(TILING if x.is_cuda else INTERPRETED))
     if config.splits == 1:
