@@ -331,7 +331,8 @@ LLAMA_VARIANTS = {
 }
 
 
-LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits4", "splits7", "splits8")  # a variant's suffix after "+" (`loop_mode`)
+# a variant's suffix after "+" (`loop_mode`)
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits4", "splits7", "splits8")
 
 
 def known_variant(name: str, table: dict) -> bool:
