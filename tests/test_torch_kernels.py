@@ -75,6 +75,13 @@ def test_gemv_sums_several_rows_through_dots(monkeypatch):
     tiling = kernels.DOT_TILING if DEVICE == "cuda" else kernels.INTERPRETED
     assert torch.equal(kernels.gemv(x, weight), kernels.gemv(x, weight, config=kernels.dot_config(4, 40, 300,
                                                                                                     **tiling)))
+    # the slices: as many as reach the programs, or at most max_splits (the CUDA default: the partial sums' add
+    # then unrolls into the kernel that reads them); the same product either way
+    assert kernels.dot_config(8, 768, 3072, 1024, 64, 128, 4, None).splits == 24
+    capped = kernels.dot_config(8, 40, 300, 1024, 16, 32, 4, 4)
+    assert (capped.splits, kernels.dot_config(8, 40, 300, 1024, 16, 32, 4, None).splits) == (4, 10)
+    eight = torch.randn(8, 300, device=DEVICE)
+    assert torch.allclose(kernels.gemv(eight, weight, config=capped), eight @ weight.T, rtol=1e-5, atol=1e-4)
     # half inputs, T5's ReLU as the kernel loads them (still half: a dot takes one dtype), an fp32 output
     x, weight = x.half(), weight.half()
     got = kernels.gemv(x, weight, relu=True, dtype=torch.float32)
