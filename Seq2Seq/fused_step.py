@@ -32,9 +32,10 @@ from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_ro
 # against 0.574, t5-small level (0.272, 0.270), BLIP-large 0.594 (split) against 0.643. Each layer's new K and V
 # written by one kernel (`paired_kv_write`): BART-large 0.585 against 0.604, t5-small 0.261 against 0.264. T5's
 # `wo`, which HF keeps in fp32, read from a half copy (`half_kept_fp32`): flan-T5-XL 1.554 against 1.744, its fp16
-# tokens still HF's. Our GEMV at 4 beams, ms a beam step against cuBLAS in the same run: BART-large 0.872 against
-# 1.083, BLIP-large 0.769 against 0.932, t5-base 0.734 against 1.006, t5-small 0.474 against 0.550; at batch 8,
-# ms a step: BLIP-large 0.603 against 0.751, t5-base 0.641 against 0.837, t5-small 0.331 against 0.403
+# tokens still HF's. Our GEMV's dot form at 4 beams, ms a beam step against cuBLAS in the same run: flan-T5-XL
+# 2.307 against 2.688, BART-large 0.944 against 1.082, t5-base 0.764 against 1.008, t5-small 0.466 against 0.569,
+# BLIP-large 0.741 against 0.930; at batch 8, ms a step: 2.222 against 2.953, 0.730 against 0.749, 0.592 against
+# 0.830, 0.308 against 0.399, 0.558 against 0.751
 SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto", split_rows=1,
                                  split_columns=512, paired_kv_write=True, half_kept_fp32=True)
 
