@@ -104,6 +104,25 @@ def uses_dot(rows: int, x_dtype: torch.dtype, weight_dtype: torch.dtype) -> bool
 
 
 @triton.jit
+def _tile(ptr, index, k, count, in_features, stride):
+    """Rows `index` [B] of a matrix stored [count, in_features] (row stride `stride`) at features `k` [BK]:
+    [B, BK], zeros past its edges (a weight's rows, or the input's)."""
+    return tl.load(ptr + index[:, None] * stride + k[None, :],
+                   mask=(index[:, None] < count) & (k[None, :] < in_features), other=0.0)
+
+
+@triton.jit
+def _write(out_ptr, out, bias_ptr, r, n, split, rows, out_features, BIAS: tl.constexpr):
+    """Slice `split`'s sums `out` [BR, BN] fp32 (plus the bias with BIAS) into out [splits, rows, out_features],
+    in its dtype."""
+    if BIAS:
+        out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
+    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty),
+             mask=(r[:, None] < rows) & (n[None, :] < out_features))
+
+
+@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
                  BIAS: tl.constexpr, RELU: tl.constexpr, PDL: tl.constexpr):
@@ -112,35 +131,24 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     first = split * K_PER_SPLIT
     k = first + tl.arange(0, BLOCK_K)  # [BK]
-    in_k = k < in_features
     # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
-    w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
-                other=0.0)  # [BN, BK]
+    w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK]
     if PDL:
         tl.extra.cuda.gdc_wait()
-    x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                other=0.0).to(tl.float32)  # [BR, BK]
+    x = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32)  # [BR, BK]
     if RELU:
         x = tl.maximum(x, 0.0)
     acc = x[:, None, :] * w[None, :, :].to(tl.float32)
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
-        in_k = k < in_features
-        w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
-                    other=0.0)
-        x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                    other=0.0).to(tl.float32)
+        w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
+        x = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32)
         if RELU:
             x = tl.maximum(x, 0.0)
         acc += x[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    out = tl.sum(acc, axis=2)  # [BR, BN] fp32
-    if BIAS:
-        out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
-    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty),
-             mask=(r[:, None] < rows) & (n[None, :] < out_features))
+    _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, r, n, split, rows, out_features, BIAS)
 
 
 @triton.jit
@@ -152,34 +160,23 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_fea
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     first = split * K_PER_SPLIT
     k = first + tl.arange(0, BLOCK_K)  # [BK]
-    in_k = k < in_features
-    # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
-    w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
-                other=0.0)  # [BN, BK]
+    w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK], before the wait as in `_gemv_kernel`
     if PDL:
         tl.extra.cuda.gdc_wait()
-    x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                other=0.0)  # [BR, BK]
+    x = _tile(x_ptr, r, k, rows, in_features, x_stride)  # [BR, BK]
     if RELU:
         x = tl.maximum(x, 0.0).to(w.dtype)  # exact (the scalar would make it fp32)
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION, out_dtype=tl.float32)  # [BR, BN]
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
-        in_k = k < in_features
-        w = tl.load(w_ptr + n[:, None] * w_stride + k[None, :], mask=(n[:, None] < out_features) & in_k[None, :],
-                    other=0.0)
-        x = tl.load(x_ptr + r[:, None] * x_stride + k[None, :], mask=(r[:, None] < rows) & in_k[None, :],
-                    other=0.0)
+        w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
+        x = _tile(x_ptr, r, k, rows, in_features, x_stride)
         if RELU:
             x = tl.maximum(x, 0.0).to(w.dtype)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    if BIAS:
-        acc += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
-    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, acc.to(out_ptr.dtype.element_ty),
-             mask=(r[:, None] < rows) & (n[None, :] < out_features))
+    _write(out_ptr, acc, bias_ptr, r, n, split, rows, out_features, BIAS)
 
 
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
