@@ -184,6 +184,8 @@ class FusedT5Step:
         self.bias_table = _bias_table(core.block[0].layer[0].SelfAttention, config)  # [H, max_distance + 2]
         self.final_norm, self.lm_head = core.final_layer_norm.weight.detach(), model.lm_head.weight.detach()
         self.layers = [_layer_weights(block, self.gated) for block in core.block]
+        # the norm each block's output goes under: the next block's first, the last block's the final one
+        self.next_norms = [w[0] for w in self.layers[1:]] + [self.final_norm]
         # the residual stream: fp32 where HF keeps `wo` in fp32 (its stream turns fp32 after the first wo)
         self.stream = torch.promote_types(self.dtype, self.layers[0][-1].dtype)
         # the one-token step's weights where wo's product runs our GEMV or the reduction form (`half_kept_fp32`):
@@ -218,11 +220,10 @@ class FusedT5Step:
                      settings.attention_on(self.device, slot.encoder_length, self.head_dim, rows=rows))
         layers = self.half_wo_layers if forms[-1] else self.layers  # wo through F.linear (form 0): HF's own
         x, h, valid, self_bias, cross_valid = self._embed(slot.ids, slot.encoder_mask, slot.write, self.embed,
-                                                          self.bias_table, layers[0][0], eps=self.eps,
+                                                          self.bias_table, self.layers[0][0], eps=self.eps,
                                                           length=slot.max_length, stream=self.stream)
         past = slot.layer_buffers(settings.paired_kv_write)
-        next_norms = [w[0] for w in layers[1:]] + [self.final_norm]  # each block's output goes under these
-        for weights, next_norm, keys, values, cross_keys, cross_values in zip(layers, next_norms, *past,
+        for weights, next_norm, keys, values, cross_keys, cross_values in zip(layers, self.next_norms, *past,
                                                                              slot.cross[0::2], slot.cross[1::2]):
             x, h = self._layer(x, h, weights, next_norm, keys, values, cross_keys, cross_values, slot.write,
                                slot.encoder_last, valid, self_bias, cross_valid, heads=self.heads, eps=self.eps,
