@@ -22,8 +22,13 @@ gives the bias of any distance, so the graphs have no length bound of their own.
 positive distances (keys after the query) also carry the mask.
 
 fp16: HF keeps `wo` in fp32 (`_keep_in_fp32_modules`), so its residual stream becomes fp32 at the first
-feed-forward; here the residual stream and the norms are fp32 from the start (the norms' outputs cast to fp16 for
-the products), `wo` is an fp32 product of the fp16 activation cast up. fp32 graphs have no casts.
+feed-forward (and a `wo` output past fp16's range stays finite). Here the residual stream and the norms are fp32
+from the start (the norms' outputs cast to fp16 for the products), held at RESIDUAL_SCALE: every product added to
+it (the attention outputs, `wo`) is an fp16 product of half weights whose epilogue multiplies by the scale before
+the fp16 store (FusedMatMul's alpha), so `wo` reads half the bytes of HF's fp32 copy while its output keeps 2^8 x
+fp16's range, and the RMS norms see the same stream (their epsilon x scale^2: a power of two scales the fp32
+arithmetic exactly). `wo`'s weights are rounded to fp16, as the frameworks step's half copy. fp32 graphs have no
+casts and no scale.
 """
 from __future__ import annotations
 
@@ -36,6 +41,12 @@ from Seq2Seq import fused_graph as sg
 
 # HF's dense_act_fn -> (the graph's op: None = Relu, True = the tanh GELU (FastGelu), False = the exact GELU)
 ACTIVATIONS = {"relu": None, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True, "gelu": False}
+RESIDUAL_SCALE = 2.0 ** -8  # the fp16 graphs' residual stream, in units of the model's
+
+
+def residual_scale(dtype) -> float:
+    """The residual stream's scale in graphs of `dtype` (1: the model's own units)."""
+    return 1.0 if np.dtype(dtype) == np.float32 else RESIDUAL_SCALE
 
 
 def refusal(config) -> str | None:
@@ -66,15 +77,17 @@ class _Parts:
         config = arch.config
         self.arch, self.take, self.g, self.config = arch, take, g, config
         self.heads, self.head_dim, self.dim = config.num_heads, config.d_kv, config.d_model
-        self.eps = config.layer_norm_epsilon
         self.wide = g.dtype != np.float32  # the residual stream and norms in fp32 (HF's, once `wo` is fp32)
+        self.scale = residual_scale(g.dtype)
+        self.eps = config.layer_norm_epsilon * self.scale ** 2  # RMSNorm(s x) with eps s^2 = RMSNorm(x) with eps
 
     def weight(self, name: str, array=None, dtype=None) -> str:
         return self.g.weight(name, self.take(name) if array is None else array, dtype)
 
     def stream(self, x: str) -> str:
-        """The residual stream from the embeddings: fp32 in an fp16 graph."""
-        return self.g.op("Cast", [x], to=TensorProto.FLOAT) if self.wide else x
+        """The residual stream from the embeddings: fp32 in an fp16 graph, at the stream's scale."""
+        x = self.g.op("Cast", [x], to=TensorProto.FLOAT) if self.wide else x
+        return x if self.scale == 1 else self.g.op("Mul", [x, sg.constant(self.g, self.scale, np.float32)])
 
     def norm(self, x: str, name: str, gamma=None) -> str:
         """RMSNorm(x) * the norm's weight, in the graph's float type (x: the residual stream)."""
@@ -83,11 +96,11 @@ class _Parts:
                            epsilon=self.eps)
         return self.narrow(normed)
 
-    def add_norm(self, x: str, residual: str, name: str, wide: bool = False, gamma=None) -> tuple[str, str]:
-        """(RMSNorm(x + residual) * the norm's weight in the graph's float type, x + residual); `wide`: x is fp32
-        already (a `wo` product)."""
+    def add_norm(self, x: str, residual: str, name: str, gamma=None) -> tuple[str, str]:
+        """(RMSNorm(x + residual) * the norm's weight in the graph's float type, x + residual); x: a product
+        `into_stream` (at the stream's scale)."""
         g = self.g
-        if self.wide and not wide:
+        if self.wide:
             x = g.op("Cast", [x], to=TensorProto.FLOAT)
         gamma = self.weight(f"{name}.weight", gamma, np.float32 if self.wide else None)
         normed, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, gamma],
@@ -105,8 +118,15 @@ class _Parts:
     def linear(self, x: str, name: str) -> str:
         return self.g.op("MatMul", [x, self.weight(f"{name}.weight", self.take(f"{name}.weight").T)])
 
+    def into_stream(self, x: str, name: str) -> str:
+        """x @ the nn.Linear `name`'s weight^T at the residual stream's scale, in the graph's float type."""
+        weight = self.weight(f"{name}.weight", self.take(f"{name}.weight").T)
+        if self.scale == 1:
+            return self.g.op("MatMul", [x, weight])
+        return self.g.op("FusedMatMul", [x, weight], domain=fg.MS, alpha=self.scale)
+
     def feed_forward(self, x: str, ff: str) -> str:
-        """T5's feed-forward of x [B, S, E] -> [B, S, E] in fp32 when the graph is fp16 (`wo` kept fp32)."""
+        """T5's feed-forward of x [B, S, E] -> [B, S, E] at the residual stream's scale."""
         g, tanh = self.g, ACTIVATIONS[self.config.dense_act_fn]
         if f"{ff}.wi.weight" in self.take:
             inner = self.linear(x, f"{ff}.wi")
@@ -118,10 +138,7 @@ class _Parts:
             gate, up = g.op("Split", [gate_up, sg.constant(g, [size, size])], 2, axis=-1)
             gate = g.op("Relu", [gate]) if tanh is None else sg.gelu(g, gate, tanh)
             inner = g.op("Mul", [gate, up])
-        if self.wide:
-            inner = g.op("Cast", [inner], to=TensorProto.FLOAT)
-        wo = self.take(f"{ff}.wo.weight").T
-        return g.op("MatMul", [inner, g.weight(f"{ff}.wo.weight", wo, np.float32 if self.wide else None)])
+        return self.into_stream(inner, f"{ff}.wo")
 
     def position_table(self, stack: str, causal: bool) -> tuple[str, int]:
         """(the stack's relative position bias by clipped distance [2 R + 1, H] as an initializer, R)."""
@@ -153,10 +170,10 @@ def _encoder(p: _Parts) -> "fg.onnx.ModelProto":
         block = f"encoder.block.{i}"
         q, k, v = g.op("Split", [p.qkv(h, f"{block}.layer.0.SelfAttention"), sg.constant(g, [size] * 3)], 3, axis=-1)
         attn = sg.attend(g, q, k, v, p.heads, 1.0, bias)  # [B, T, H D]
-        out = p.linear(attn, f"{block}.layer.0.SelfAttention.o")
+        out = p.into_stream(attn, f"{block}.layer.0.SelfAttention.o")
         h, residual = p.add_norm(out, residual, f"{block}.layer.1.layer_norm")
         after = f"encoder.block.{i + 1}.layer.0.layer_norm" if i + 1 < layers else "encoder.final_layer_norm"
-        h, residual = p.add_norm(p.feed_forward(h, f"{block}.layer.1.DenseReluDense"), residual, after, wide=True)
+        h, residual = p.add_norm(p.feed_forward(h, f"{block}.layer.1.DenseReluDense"), residual, after)
     g.op("Identity", [h], ["encoder_hidden_states"])
     return g.model("t5_encoder")
 
@@ -188,21 +205,21 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         fg.attention(g, qkv, pasts[i], present, p.heads, 1.0)  # writes the buffer; its output is not used
         q = g.op("Slice", [qkv, sg.constant(g, [0]), sg.constant(g, [size]), sg.constant(g, [-1])])
         attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
-        h, residual = p.add_norm(p.linear(attn, f"{block}.layer.0.SelfAttention.o"), residual,
+        h, residual = p.add_norm(p.into_stream(attn, f"{block}.layer.0.SelfAttention.o"), residual,
                                  f"{block}.layer.1.layer_norm")
         cross = sg.attend(g, p.linear(h, f"{block}.layer.1.EncDecAttention.q"), *crosses[i], p.heads, 1.0,
                           cross_bias)
-        h, residual = p.add_norm(p.linear(cross, f"{block}.layer.1.EncDecAttention.o"), residual,
+        h, residual = p.add_norm(p.into_stream(cross, f"{block}.layer.1.EncDecAttention.o"), residual,
                                  f"{block}.layer.2.layer_norm")
         ff = p.feed_forward(h, f"{block}.layer.2.DenseReluDense")
         if i + 1 < layers:
-            h, residual = p.add_norm(ff, residual, f"decoder.block.{i + 1}.layer.0.layer_norm", wide=True)
+            h, residual = p.add_norm(ff, residual, f"decoder.block.{i + 1}.layer.0.layer_norm")
     gamma = p.take("decoder.final_layer_norm.weight")
     if getattr(config, "scale_decoder_outputs", config.tie_word_embeddings):  # HF rescales a tied head's input
         gamma = gamma * config.d_model ** -0.5
-    h, _ = p.add_norm(ff, residual, "decoder.final_layer_norm", wide=True, gamma=gamma)
+    h, _ = p.add_norm(ff, residual, "decoder.final_layer_norm", gamma=gamma)
     g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
     return g.model("t5_decoder")
 
 
-BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="1", build=build, refusal=refusal)  # bump when a graph changes
+BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="2", build=build, refusal=refusal)  # bump when a graph changes
