@@ -16,6 +16,12 @@
 #   bash tools/bench/seq2seq_check.sh kernels-rows MODELS [ARGS]    # e.g. t5-small,bart-large --variants inductor
 # kernels-tests: the static-cache steps' CUDA tests (our Triton kernels in fp32 against HF, graphs, compiled);
 # kernels-rows: tools/bench/seq2seq_speed.py's frameworks jobs for MODELS (comma-separated), ARGS passed on.
+#
+#   bash tools/bench/seq2seq_check.sh ort-rows MODELS               # needs onnxruntime-gpu
+# ort-rows: onnxrt's built graphs in fp16 on CUDA: T5's `wo` output past fp16's range (the test, then the same test
+# with the residual stream unscaled, which must fail); per model the frameworks row with HF static beside it, the
+# onnxrt rows (batch 1, 4 beams, batch 8), fp16 tokens against HF and the onnxrt step's kernels; then the step's
+# kernels again under each of ONNX Runtime's attention kernel choices (its environment variables, one process each).
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 mkdir -p "$OUT/builds"
@@ -55,6 +61,28 @@ if [ "$MODE" = kernels-rows ]; then
 MODELS=$2; shift 2
 python3 tools/bench/seq2seq_speed.py "$OUT" --models "$MODELS" --deadline 480 \
   --skip onnxrt,beams-onnxrt,batch8-onnxrt,kernels-onnxrt,kernels-onnxrt-rows4,kernels-autotuned,autotuned "$@"
+fi
+if [ "$MODE" = ort-rows ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_seq2seq_fused_ort.py \
+  -k past_the_fp16 2>&1 | tail -3
+HARNESS_TEST_DEVICE=cuda python3 -c "import sys, pytest, T5.fused_onnx as f; f.RESIDUAL_SCALE = 1.0; \
+sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_seq2seq_fused_ort.py', '-k', 'past_the_fp16']))" \
+  2>&1 | tail -3
+echo "the same test with the residual stream unscaled (must fail): exit code $?"
+MODELS=${2:?ort-rows MODELS}
+NOT_ORT=eager,beams,batch8,loop,loop-beams,kernels,kernels-rows4,kernels-rows8,kernels-onnxrt-rows4,kernels-autotuned
+python3 tools/bench/seq2seq_speed.py "$OUT/ort" --models "$MODELS" --deadline 330 --keep --row-variants "" \
+  --variants "" --skip "$NOT_ORT,autotuned"
+for choice in ORT_ENABLE_CUDNN_FLASH_ATTENTION=0 ORT_ENABLE_CUDNN_FLASH_ATTENTION=1 \
+    ORT_DISABLE_MEMORY_EFFICIENT_ATTENTION=1 ORT_DISABLE_FLASH_ATTENTION=1; do
+  env $choice python3 tools/bench/seq2seq_speed.py "$OUT/ort-${choice%=*}-${choice#*=}" --models "$MODELS" \
+    --deadline 120 \
+    --keep --row-variants "" --variants "" --skip "$NOT_ORT,autotuned,compiled,onnxrt,beams-onnxrt,batch8-onnxrt,tokens"
+done
+ORT_ENABLE_ATTENTION_KERNEL_DEBUG_INFO=1 python3 tools/bench/seq2seq_speed.py "$OUT/ort-kernel-names" \
+  --models "$MODELS" --deadline 120 --keep --row-variants "" --variants "" \
+  --skip "$NOT_ORT,autotuned,compiled,onnxrt,beams-onnxrt,batch8-onnxrt,tokens" 2>&1 | grep -a "Operator=" \
+  | sed 's/Node=[^ ]* //' | sort | uniq -c
 fi
 if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
 python3 tools/bench/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"
