@@ -107,8 +107,7 @@ class FusedSettings:
     split_head_dim: int = 128
     # "auto" also takes the split kernel (at any length) in steps of more than `split_rows` rows and over more than
     # `split_columns` columns (None: neither). The encoder-decoder steps set both (H200, `Seq2Seq.fused_step`): one
-    # program per head over BLIP-large's 577 image columns took 357 us a step against 73 split, and at 4 beams
-    # t5-small's row was 1.70 ms a token with one program per head against 1.10 split
+    # program per head over BLIP-large's 577 image columns took 357 us a step against 73 split; above 8 rows split
     split_rows: int | None = None
     split_columns: int | None = None
     # our Triton kernels on any device, not only CUDA (the CPU tests run them under Triton's interpreter)

@@ -25,8 +25,8 @@ from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_ro
 # the encoder-decoder steps' default: on CUDA our Triton GEMV for the products of steps of up to 8 rows (the LM
 # head included; from 2 rows through tensor-core dots, `kernels.DOT_ROWS`), cuBLAS for more rows (and inductor's
 # reduction form for one row where our kernels do not run, the CPU), and our
-# attention kernels for the self- and the cross-attention: one program per head, split over column chunks at more
-# than one row (beams, batches) and over more than 512 columns (BLIP's image). Measured on an H200
+# attention kernels for the self- and the cross-attention: one program per row and head, split over column chunks
+# above 8 rows and over more than 512 columns (BLIP's image). Measured on an H200
 # (docs/PERFORMANCE.md), fp16, batch 1, prompt 128, 64 new tokens, ms a token against inductor's reduction form and
 # plain-op attention in the same run: flan-T5-XL 1.866 against 2.060, BART-large 0.613 against 0.674, t5-base 0.552
 # against 0.574, t5-small level (0.272, 0.270), BLIP-large 0.594 (split) against 0.643. Each layer's new K and V
@@ -35,8 +35,12 @@ from NNDF.slots import KVSlot, stacked_view, stacked_zeros, step_inputs, take_ro
 # tokens still HF's. Our GEMV's dot form at 4 beams, ms a beam step against cuBLAS in the same run: flan-T5-XL
 # 2.307 against 2.688, BART-large 0.944 against 1.082, t5-base 0.764 against 1.008, t5-small 0.466 against 0.569,
 # BLIP-large 0.741 against 0.930; at batch 8, ms a step: 2.222 against 2.953, 0.730 against 0.749, 0.592 against
-# 0.830, 0.308 against 0.399, 0.558 against 0.751
-SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto", split_rows=1,
+# 0.830, 0.308 against 0.399, 0.558 against 0.751. One attention program per row and head up to 8 rows (no kernel
+# combining column chunks after it), ms a step against the split kernel above one row in the same run (2026-11-28):
+# batch 8 t5-small 0.262 against 0.278, t5-base 0.536 against 0.551, BART-large 0.618 against 0.625, BLIP-large
+# 0.614 against 0.609 (its image columns split either way); 4 beams 0.450 against 0.477, 0.743 against 0.778,
+# 0.837 against 0.862, 0.793 against 0.788
+SEQ2SEQ_SETTINGS = FusedSettings(reduction_rows=1, gemv_above=0, gemv_rows=8, attention="auto", split_rows=8,
                                  split_columns=512, paired_kv_write=True, half_kept_fp32=True)
 
 

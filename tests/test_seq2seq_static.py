@@ -74,8 +74,8 @@ def test_static_cache_gives_hf_tokens(family, variant, backend, workdir, hf_rows
 def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, hf_rows, monkeypatch):
     """The encoder-decoder steps' default settings as they run on CUDA (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
     here with our Triton kernels under Triton's interpreter): one row through our GEMV and one attention program
-    per head; more rows with the split attention: a padded batch of 3 through our GEMV's dot form, its 3 beams
-    (9 rows, above `gemv_rows`) through F.linear; HF's tokens."""
+    per head; a padded batch of 3 through our GEMV's dot form, still one attention program per row and head; its
+    3 beams (9 rows, above `gemv_rows` and `split_rows`) through F.linear and the split attention; HF's tokens."""
     from dataclasses import replace
 
     from Seq2Seq import fused_step
@@ -93,10 +93,10 @@ def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, h
         assert calls["gemv"] and calls["decode_attention"] and not calls["decode_attention_split"], calls
         gemv = calls["gemv"]
         prompt = encode(run, PROMPTS)
-        for beams, more in ((1, True), (3, False)):  # 3 rows: our GEMV; 9: F.linear
+        for beams, few in ((1, True), (3, False)):  # 3 rows: our GEMV, one program; 9: F.linear, split
             assert _ours_once(run, steps, prompt, beams, eos) == hf_rows((family, variant), PROMPTS, model, prompt,
                                                                          beams, True, eos, pad), f"beams={beams}"
-            assert calls["decode_attention_split"] and (calls["gemv"] > gemv) == more, (beams, calls)
+            assert (calls["gemv"] > gemv) == few and bool(calls["decode_attention_split"]) != few, (beams, calls)
             gemv = calls["gemv"]
 
 

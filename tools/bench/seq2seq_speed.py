@@ -69,8 +69,8 @@ OVER_DEFAULT = {
     "kv-apart": dict(paired_kv_write=False),  # each layer's new K and V written by two kernels, not one
     "cublas-rows": dict(gemv_rows=1),  # cuBLAS for the products of steps of several rows, not our GEMV
     "gemv4": dict(gemv_rows=4),  # our GEMV for the products of up to 4 rows (4 beams), cuBLAS above
-    # one attention program per row and head up to 8 rows (no kernel combining column chunks after it), split above
-    "one-program-rows8": dict(split_rows=8),
+    # the split attention kernel (and the kernel combining its column chunks) at any step of more than one row
+    "split-rows": dict(split_rows=1),
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
