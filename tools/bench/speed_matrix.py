@@ -332,7 +332,7 @@ LLAMA_VARIANTS = {
 
 
 # a variant's suffix after "+" (`loop_mode`)
-LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits4", "splits7", "splits8")
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8")
 
 
 def known_variant(name: str, table: dict) -> bool:
