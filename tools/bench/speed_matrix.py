@@ -332,7 +332,8 @@ LLAMA_VARIANTS = {
 
 
 # a variant's suffix after "+" (`loop_mode`)
-LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8")
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8",
+              "block16", "block32")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -349,7 +350,8 @@ def loop_mode(mode: str):
     fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
     the steps compiled afresh); "nodot": our GEMV's products of several rows summed elementwise, not through
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
-    slices (`kernels.DOT_TILING["max_splits"]`); "": as the defaults are."""
+    slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
+    programs for narrow outputs); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
@@ -366,6 +368,8 @@ def loop_mode(mode: str):
         kernels.DOT_ROWS = None
     elif mode.startswith("splits"):
         kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
+    elif mode.startswith("block"):
+        kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
     try:
         yield
     finally:
