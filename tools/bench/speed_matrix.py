@@ -333,7 +333,7 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8",
-              "block16", "block32")
+              "block16", "block32", "whole16", "whole32")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -351,7 +351,8 @@ def loop_mode(mode: str):
     the steps compiled afresh); "nodot": our GEMV's products of several rows summed elementwise, not through
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
-    programs for narrow outputs); "": as the defaults are."""
+    programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
+    kernel); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
@@ -370,6 +371,8 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
     elif mode.startswith("block"):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
+    elif mode.startswith("whole"):
+        kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     try:
         yield
     finally:
