@@ -120,9 +120,9 @@ class _Parts:
 
     def into_stream(self, x: str, name: str) -> str:
         """x @ the nn.Linear `name`'s weight^T at the residual stream's scale, in the graph's float type."""
-        weight = self.weight(f"{name}.weight", self.take(f"{name}.weight").T)
         if self.scale == 1:
-            return self.g.op("MatMul", [x, weight])
+            return self.linear(x, name)
+        weight = self.weight(f"{name}.weight", self.take(f"{name}.weight").T)
         return self.g.op("FusedMatMul", [x, weight], domain=fg.MS, alpha=self.scale)
 
     def feed_forward(self, x: str, ff: str) -> str:

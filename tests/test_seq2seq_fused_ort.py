@@ -158,6 +158,15 @@ def _numpy_type(tensor: torch.Tensor):
     return torch.empty(0, dtype=tensor.dtype).numpy().dtype
 
 
+def _graph_logits(sessions: dict, ids, mask, tokens, dtype=torch.float32, device: str = "cpu") -> np.ndarray:
+    """The built graphs' decoder logits at every position of `tokens` [B, N] for the encoder input (ids, mask): the
+    encoder, the cross graph, then `_decode`."""
+    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
+    return _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3],
+                   dtype, device)
+
+
 def test_graphs_give_hf_outputs_and_greedy_tokens(built):
     _check_hf_outputs(*built)
 
@@ -206,10 +215,7 @@ def test_t5_fp16_wo_output_past_the_fp16_range_stays_finite(built, tmp_path):
         expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
     assert largest["value"] > 2 * 65504  # the last block's feed-forward output is past fp16's range in HF
     sessions = _build(_builder("T5", "t5"), model, tmp_path, dtype=np.float16, device=device)
-    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
-    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3],
-                     torch.float16, device)
+    logits = _graph_logits(sessions, ids, mask, tokens, torch.float16, device)
     assert np.isfinite(logits).all()
     assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
 
@@ -297,13 +303,10 @@ def test_fp16_graphs_run_near_hf(built, tmp_path):
     model, _, encoded = built
     sessions = _build(_builder(*_family(model)), model, tmp_path, dtype=np.float16)
     ids, mask = encoded["input_ids"], encoded["attention_mask"]
-    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
     tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * ids.shape[0])
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
-    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3],
-                     torch.float16)
+    logits = _graph_logits(sessions, ids, mask, tokens, torch.float16)
     assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
 
 
@@ -320,9 +323,7 @@ def test_a_checkpoint_without_final_logits_bias_builds_as_hf_loads_it(built, tmp
     tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6]] * ids.shape[0])
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
-    hidden = sessions["encoder"].run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
-    cross = [torch.from_numpy(c) for c in sessions["cross"].run(None, {"encoder_hidden_states": hidden})]
-    logits = _decode(sessions["decoder"], tokens, mask, cross, len(cross) // 2, cross[0].shape[1], cross[0].shape[3])
+    logits = _graph_logits(sessions, ids, mask, tokens)
     np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=1e-4)
     assert "final_logits_bias" not in {i.name for i in fg.onnx.load(str(tmp_path / "decoder.onnx"),
                                                                     load_external_data=False).graph.initializer}

@@ -64,21 +64,18 @@ def measure(path: Path, rows: int, k: int, layers: int, device: str, repeats: in
 
     from tools.bench.kernel_table import kernel_table
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
     if device == "cpu":
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         shape = session.get_inputs()[0].shape
         x = np.random.default_rng(1).standard_normal([d if isinstance(d, int) else 1 for d in shape],
                                                      dtype=np.float32)
         start = time.perf_counter()
         session.run(None, {"x": x})
         return {"wall_us": (time.perf_counter() - start) * 1e6}
+    from NNDF.backends.onnxrt.steps import make_session
+
     stream = torch.cuda.Stream()
-    cuda = {"device_id": "0", "user_compute_stream": str(stream.cuda_stream), "enable_cuda_graph": "1",
-            "use_tf32": "0"}
-    options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
-    session = ort.InferenceSession(str(path), options, providers=[("CUDAExecutionProvider", cuda)])
+    session = make_session(path, torch.device("cuda", 0), cuda_graph_stream=stream)  # as the onnxrt backend's
     inputs, outputs = session.get_inputs()[0], session.get_outputs()[0]
     x = torch.randn([d if isinstance(d, int) else 1 for d in inputs.shape], dtype=torch.float16, device="cuda")
     y = torch.empty([d if isinstance(d, int) else 1 for d in outputs.shape], dtype=torch.float16, device="cuda")
