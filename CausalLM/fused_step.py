@@ -47,30 +47,51 @@ def triton_kernels():
     return kernels
 
 
-def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype | None = None):
+def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype | None = None,
+            norm: tuple | None = None, activation: str | None = None, residual=None, fuse: bool = True):
     """x [..., in] times a weight stored [out, in] + bias. `form` (`FusedSettings.form`): 0 `F.linear` (cuBLAS);
     1 the reduction form `(x[..., None, :] * W).sum(-1)` accumulated in fp32 (inductor fuses it with its prologue
     and epilogue and the casts into its loads; eager would materialise the product); n > 1 the reduction form
     summed in n parts (each output's sum split over n programs, then one short sum: a long sum into few outputs
     otherwise leaves most of the GPU idle); `GEMV` our Triton kernel (`kernels.gemv`: split sums too, summed in
-    what inductor makes of the caller). A bool is 0 or 1. `relu`, `dtype`: the product of relu(x) cast to `dtype`
-    (x's by default), which our GEMV applies as it loads x (no kernel of their own before it; exact: a ReLU
-    commutes with the GEMV's upcast)."""
+    what inductor makes of the caller). A bool is 0 or 1.
+    Around the product: `norm` (kind, gain, shift, eps) normalises x first (kind "layer": F.layer_norm; "rms":
+    `rms_norm`), `activation` then applies to it ("relu", or F.gelu's `approximate`: "none", "tanh"), `dtype` casts
+    it (x's by default), and `residual` [..., out] is added to the result. Our GEMV applies a ReLU as it loads x
+    (exact: a ReLU commutes with its upcast), and with `fuse` (`FusedSettings.gemv_fusion`) the norm, any
+    activation and the residual add too, each rounded as the eager op's output is: no kernel of their own."""
+    activation = "relu" if relu else activation
+    if form == GEMV and fuse:
+        return triton_kernels().gemv(x, weight, bias, dtype=dtype, norm=norm, activation=activation,
+                                     residual=residual)
+    if norm is not None:
+        kind, gain, shift, eps = norm
+        x = F.layer_norm(x, (x.shape[-1],), gain, shift, eps) if kind == "layer" else rms_norm(x, gain, eps)
+    on_load = form == GEMV and activation == "relu"
+    if activation is not None and not on_load:
+        x = F.relu(x) if activation == "relu" else F.gelu(x, approximate=activation)
     if form == GEMV:
-        return triton_kernels().gemv(x, weight, bias, relu=relu, dtype=dtype)
-    if relu:
-        x = F.relu(x)
-    if dtype is not None:
-        x = x.to(dtype)
-    if not form:
-        return F.linear(x, weight, bias)
-    if form > 1:
-        out_features, in_features = weight.shape
-        parts = x.float().unflatten(-1, (form, in_features // form))  # [..., n, in / n]
-        out = (parts[..., None, :, :] * weight.float().view(out_features, form, -1)).sum(-1).sum(-1)
+        out = triton_kernels().gemv(x, weight, bias, dtype=dtype, activation="relu" if on_load else None)
     else:
-        out = (x[..., None, :].float() * weight.float()).sum(-1)
-    return (out if bias is None else out + bias.float()).to(x.dtype)
+        if dtype is not None:
+            x = x.to(dtype)
+        if not form:
+            out = F.linear(x, weight, bias)
+        else:
+            if form > 1:
+                out_features, in_features = weight.shape
+                parts = x.float().unflatten(-1, (form, in_features // form))  # [..., n, in / n]
+                out = (parts[..., None, :, :] * weight.float().view(out_features, form, -1)).sum(-1).sum(-1)
+            else:
+                out = (x[..., None, :].float() * weight.float()).sum(-1)
+            out = (out if bias is None else out + bias.float()).to(x.dtype)
+    return out if residual is None else residual + out
+
+
+def rms_norm(x, gain, eps: float):
+    """HF's Llama / T5 RMS norm: x times 1 / RMS(x) in fp32, rounded to x's dtype, times the gain."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * gain
 
 
 @dataclass(frozen=True)
@@ -126,6 +147,10 @@ class FusedSettings:
     # layer taken as one [2, rows, ...] view (one kernel a layer, not two; where a step implements it: the
     # encoder-decoder steps, `Seq2Seq.fused_step.write_kv`)
     paired_kv_write: bool = False
+    # where our GEMV runs a product (`GEMV`), the norm before it, the activation between it and the product before
+    # and the residual add after it inside its kernel (`product`'s `fuse`): no kernels of their own around it
+    # (where a step implements it: GPT-2's)
+    gemv_fusion: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:
@@ -193,7 +218,7 @@ class FusedSettings:
 # (docs/PERFORMANCE.md, H100: Llama-3-8B's step 5.84 ms against 6.47 on cuBLAS and inductor's kernels; gpt2-xl
 # 2.52 ms a token against 3.23; GPT-J-6B's step 4.59 ms with the split attention against 4.87 with one program
 # per head)
-DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto")
+DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto", gemv_fusion=True)
 
 
 def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:

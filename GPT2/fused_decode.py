@@ -56,13 +56,13 @@ def check_config(config) -> None:
                          f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
 
 
-def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: bool):
-    """layer_norm(x) times the weight + bias (`product`'s `form`). `norm` is the norm's (gain, bias), or when
-    `folded` (`fold_norm`) the weight's (row sums, constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) +
-    constant, x's sum and sum of squares reduced over the same range as the product (in the reduction form: one
-    kernel)."""
+def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: bool, fuse: bool = False):
+    """layer_norm(x) times the weight + bias (`product`'s `form`; with `fuse`, the norm inside our GEMV). `norm`
+    is the norm's (gain, bias), or when `folded` (`fold_norm`) the weight's (row sums, constant) with `bias` None:
+    y = rstd * (x.W' - mean * rowsum) + constant, x's sum and sum of squares reduced over the same range as the
+    product (in the reduction form: one kernel)."""
     if not folded:
-        return product(F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps), weight, bias, form)
+        return product(x, weight, bias, form, norm=("layer", *norm, eps), fuse=fuse)
     rowsum, const = norm
     xf = x.float()
     if form == 1:
@@ -85,20 +85,21 @@ def fold_norm(gain, shift, weight, bias) -> tuple:
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, gelu: str, scale: float,
-               forms: tuple, attention: str, folded: bool):
+               forms: tuple, attention: str, folded: bool, fuse: bool = False):
     """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for c_attn, attn.c_proj, c_fc and mlp.c_proj; `attention`: `attend`'s."""
+    `forms`: `product`'s form for c_attn, attn.c_proj, c_fc and mlp.c_proj; `attention`: `attend`'s; `fuse`:
+    the norms, the GELU and the residual adds inside our GEMV where it runs a product (`product`)."""
     norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
     qkv_form, proj_form, fc_form, out_form = forms
     rows, embed = x.shape
-    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded)
+    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded, fuse)
     q, k, v = (t.reshape(rows, heads, embed // heads) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
     values[:, :, write] = v[:, :, None, :]
     a = attend(attention, q, keys, values, write, valid, scale).reshape(rows, embed)
-    x = x + product(a, proj_w, proj_b, proj_form)
-    h = F.gelu(_norm_product(x, norm2, fc_w, fc_b, eps, fc_form, folded), approximate=gelu)
-    return x + product(h, out_w, out_b, out_form)
+    x = product(a, proj_w, proj_b, proj_form, residual=x, fuse=fuse)
+    h = _norm_product(x, norm2, fc_w, fc_b, eps, fc_form, folded, fuse)
+    return product(h, out_w, out_b, out_form, activation=gelu, residual=x, fuse=fuse)
 
 
 def embed_step(ids, positions, mask, write, wte, wpe):
@@ -113,9 +114,9 @@ def token_embed(ids, positions, wte, wpe):
     return wte[ids[:, 0]] + wpe[positions[:, 0]]
 
 
-def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool):
+def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool, fuse: bool = False):
     """Final layer norm and LM head: logits [R, 1, V]."""
-    return _norm_product(x, norm, lm_w, None, eps, form, folded)[:, None, :]
+    return _norm_product(x, norm, lm_w, None, eps, form, folded, fuse)[:, None, :]
 
 
 class FusedGPT2Step:
@@ -156,9 +157,11 @@ class FusedGPT2Step:
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
-                            gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded)
+                            gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded,
+                            fuse=settings.gemv_fusion)
         head = settings.head_form(rows, self.compiled, width, self.device)
-        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
+        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded,
+                          fuse=settings.gemv_fusion)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

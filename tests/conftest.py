@@ -103,15 +103,24 @@ def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
 
 def counted_kernels(monkeypatch):
     """A Counter of the calls of our Triton kernels (`NNDF.backends.torch.kernels`: gemv, decode_attention,
-    decode_attention_split) from here on, each still run: a step that bypassed one shows a zero."""
+    decode_attention_split) from here on, each still run: a step that bypassed one shows a zero. GEMV calls given
+    a norm, an activation or a residual to apply inside the kernel also count as "gemv+norm", "gemv+activation",
+    "gemv+residual"."""
     import collections
 
     from CausalLM.fused_step import triton_kernels
 
     kernels, calls = triton_kernels(), collections.Counter()
+
+    def count(name, args, kwargs):
+        calls.update([name])
+        if name == "gemv":
+            calls.update(f"gemv+{part}" for part in ("norm", "activation", "residual")
+                         if kwargs.get(part) is not None)
+
     for name in ("gemv", "decode_attention", "decode_attention_split"):
         monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:
-                            calls.update([_name]) or _real(*a, **k))
+                            count(_name, a, k) or _real(*a, **k))
     return calls
 
 

@@ -81,14 +81,16 @@ def _fused_tokens(run, steps, prompt, beams, eos):
 
 # our Triton kernels for every product of up to 4 rows (the LM head included) and the attention, on any device:
 # off CUDA under Triton's interpreter (conftest.py)
-KERNELS_EVERYWHERE = FusedSettings(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True)
+KERNELS_EVERYWHERE = FusedSettings(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True,
+                                   gemv_fusion=True)
 
 
-def _check_kernels(run, steps, monkeypatch):
+def _check_kernels(run, steps, monkeypatch, fusion: bool = False):
     """The step on our Triton kernels (`NNDF.backends.torch.kernels`) gives HF generate's tokens: greedy (3 rows:
     every product through our GEMV) with each attention kernel (one program per head, and split over column
     chunks), and 3 beams (9 rows: F.linear) with the first; every kernel counted, so a step that bypassed one
-    fails. (Under Triton's interpreter on the CPU each generation takes seconds: the cases are few.)"""
+    fails. `fusion`: the step implements `gemv_fusion`, checked on and off. (Under Triton's interpreter on the CPU
+    each generation takes seconds: the cases are few.)"""
     import dataclasses
 
     from NNDF.generation import GenerationConfig
@@ -105,6 +107,17 @@ def _check_kernels(run, steps, monkeypatch):
             got = [result.new_tokens(r, eos) for r in range(prompt.batch)]
             assert got == _hf_tokens(run, prompt, beams, eos), f"{attention}, beams={beams}"
     assert calls["gemv"] and calls["decode_attention"] and calls["decode_attention_split"], calls
+    if not fusion:
+        return
+    # the norms, the GELU and the residual adds inside our GEMV (`gemv_fusion`, the default); without it, their
+    # own ops around it
+    assert calls["gemv+norm"] and calls["gemv+activation"] and calls["gemv+residual"], calls
+    calls.clear()
+    steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, gemv_fusion=False)
+    config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=run.tokenizer.pad_token_id)
+    result = generate_prompt(steps, prompt, config)
+    assert [result.new_tokens(r, eos) for r in range(prompt.batch)] == _hf_tokens(run, prompt, 1, eos)
+    assert calls["gemv"] and not calls["gemv+norm"] + calls["gemv+activation"] + calls["gemv+residual"], calls
 
 
 def _check_parity(run, steps):
@@ -180,7 +193,7 @@ def test_step_on_our_kernels(tiny, workdir, monkeypatch):
     """GPT-2's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF generate's tokens."""
     run = _run(workdir, torch_dir=tiny)
     with backend_steps(run, "frameworks") as (_, steps):
-        _check_kernels(run, steps, monkeypatch)
+        _check_kernels(run, steps, monkeypatch, fusion=True)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")

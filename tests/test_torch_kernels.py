@@ -57,6 +57,49 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dot, dtype)
                           atol=tolerance * in_features ** 0.5)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("norm_kind, activation", [("layer", None), ("rms", None), (None, "tanh"), (None, "none"),
+                                                    ("layer", "relu")])
+@pytest.mark.parametrize("rows, tiling, dot", [
+    (1, dict(programs=1, block_n=32, block_k=64), False),  # one slice: the residual added in the kernel
+    (3, dict(programs=64, block_n=8, block_k=64), False),  # split sums: the residual added after their sum
+    (4, dict(programs=1, block_n=16, block_k=64), True),
+    (5, dict(programs=64, block_n=16, block_k=64), True),
+])
+def test_gemv_norm_activation_and_residual(norm_kind, activation, rows, tiling, dot, dtype):
+    """What `gemv` applies as it loads its input (a layer or RMS norm over each row's features, then ReLU or
+    either GELU) and the residual it adds after the product: the eager ops' results, each rounded to the input's
+    dtype as those ops write it, split or not, in both kernels."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(2)
+    out_features, in_features = 72, 200  # a ragged last block of features: the statistics skip what is past it
+    x = (3 + 2 * torch.randn(rows, in_features, device=DEVICE)).to(dtype)  # a mean far from 0
+    weight = torch.randn(out_features, in_features, device=DEVICE).to(dtype) / 8
+    bias, residual = (torch.randn(n, device=DEVICE).to(dtype) for n in (out_features, rows * out_features))
+    residual = residual.view(rows, out_features)
+    gain, shift = (torch.randn(in_features, device=DEVICE).to(dtype) for _ in range(2))
+    norm = None if norm_kind is None else kernels.Norm(norm_kind, gain, shift if norm_kind == "layer" else None,
+                                                       1e-5)
+    h = x
+    if norm_kind == "layer":
+        h = F.layer_norm(x.float(), (in_features,), gain.float(), shift.float(), 1e-5).to(dtype)
+    elif norm_kind == "rms":
+        h = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)).to(dtype) * gain
+    if activation == "relu":
+        h = F.relu(h)
+    elif activation is not None:
+        h = F.gelu(h.float(), approximate=activation).to(dtype)
+    product = (h.double() @ weight.double().T + bias.double()).to(dtype)
+    config = (kernels.dot_config if dot else kernels.gemv_config)(rows, out_features, in_features, **tiling)
+    assert (config.splits > 1) == (tiling["programs"] > 1)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    got = kernels.gemv(x, weight, bias, config, norm=norm, activation=activation)
+    assert got.dtype == dtype and torch.allclose(got.double(), product.double(), rtol=tolerance, atol=tolerance)
+    added = kernels.gemv(x, weight, bias, config, norm=norm, activation=activation, residual=residual)
+    assert torch.equal(added, got + residual)  # the product rounded first, then added as eager adds
+
+
 def test_gemv_sums_several_rows_through_dots(monkeypatch):
     """From `DOT_ROWS` rows in the weight's dtype `gemv` takes the dot form by default; one row, an input of
     another dtype (an fp32 stream into a half weight), more than 16 rows or DOT_ROWS None keep the elementwise

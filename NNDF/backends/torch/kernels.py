@@ -112,20 +112,75 @@ def _tile(ptr, index, k, count, in_features, stride):
 
 
 @triton.jit
-def _write(out_ptr, out, bias_ptr, r, n, split, rows, out_features, BIAS: tl.constexpr):
-    """Slice `split`'s sums `out` [BR, BN] fp32 (plus the bias with BIAS) into out [splits, rows, out_features],
-    in its dtype."""
-    if BIAS:
-        out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
-    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty),
-             mask=(r[:, None] < rows) & (n[None, :] < out_features))
+def _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM: tl.constexpr, BLOCK_R: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """Each row's mean and 1 / standard deviation [BR] over all its features in fp32, as a norm before the product
+    takes them: NORM 1 a layer norm (the mean, then the centred squares' mean: two reads of rows that stay in cache),
+    2 an RMS norm (mean 0, the squares' mean)."""
+    kk = tl.arange(0, BLOCK_K)
+    mean = tl.zeros((BLOCK_R,), tl.float32)
+    if NORM == 1:
+        for start in tl.range(0, in_features, BLOCK_K):
+            mean += tl.sum(_tile(x_ptr, r, start + kk, rows, in_features, x_stride).to(tl.float32), axis=1)
+        mean = mean / in_features
+    squares = tl.zeros((BLOCK_R,), tl.float32)
+    for start in tl.range(0, in_features, BLOCK_K):
+        k = start + kk
+        d = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32) - mean[:, None]
+        d = tl.where((k < in_features)[None, :], d, 0.0)
+        squares += tl.sum(d * d, axis=1)
+    return mean, 1.0 / tl.sqrt(squares / in_features + eps)
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
-                 BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
-                 BIAS: tl.constexpr, RELU: tl.constexpr, PDL: tl.constexpr):
+def _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM: tl.constexpr,
+           ACT: tl.constexpr):
+    """The product's input at features `k` [BR, BK] in x's dtype: x, or norm(x) (NORM, with `_row_stats`'s
+    statistics) and act(x) (ACT, `ACTIVATION_CODES`), each rounded to x's dtype as the eager op before the product
+    writes it: a layer norm in fp32 ((x - mean) * rstd * gain + shift); an RMS norm as HF's Llama and T5 (x * rstd
+    in fp32, rounded, times the gain); ReLU; GELU, exact (erf) or tanh's approximation (x * sigmoid(2u) is
+    x * (1 + tanh(u)) / 2)."""
+    x = _tile(x_ptr, r, k, rows, in_features, x_stride)
+    if NORM != 0:
+        in_k = k < in_features
+        gain = tl.load(gain_ptr + k, mask=in_k, other=0.0).to(tl.float32)[None, :]
+        if NORM == 1:
+            shift = tl.load(shift_ptr + k, mask=in_k, other=0.0).to(tl.float32)[None, :]
+            x = ((x.to(tl.float32) - mean[:, None]) * rstd[:, None] * gain + shift).to(x.dtype)
+        else:
+            x = ((x.to(tl.float32) * rstd[:, None]).to(x.dtype).to(tl.float32) * gain).to(x.dtype)
+    if ACT == 1:
+        x = tl.maximum(x, 0.0).to(x.dtype)  # exact (the scalar would make it fp32)
+    elif ACT == 2:
+        y = x.to(tl.float32)
+        x = (y * tl.sigmoid(1.5957691216057308 * (y + 0.044715 * y * y * y))).to(x.dtype)
+    elif ACT == 3:
+        y = x.to(tl.float32)
+        x = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(x.dtype)
+    return x
+
+
+@triton.jit
+def _write(out_ptr, out, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS: tl.constexpr,
+           RESIDUAL: tl.constexpr):
+    """Slice `split`'s sums `out` [BR, BN] fp32 (plus the bias with BIAS) into out [splits, rows, out_features],
+    in its dtype; with RESIDUAL (one slice) the product rounded to that dtype plus the residual's rows (x + the
+    product, as eager adds them)."""
+    if BIAS:
+        out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
+    keep = (r[:, None] < rows) & (n[None, :] < out_features)
+    if RESIDUAL:
+        out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
+        out += tl.load(res_ptr + r[:, None] * res_stride + n[None, :], mask=keep, other=0.0).to(tl.float32)
+    offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
+    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=keep)
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, rows, out_features, in_features,
+                 x_stride, w_stride, res_stride, eps, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
+                 ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -135,26 +190,27 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_feature
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK]
     if PDL:
         tl.extra.cuda.gdc_wait()
-    x = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32)  # [BR, BK]
-    if RELU:
-        x = tl.maximum(x, 0.0)
-    acc = x[:, None, :] * w[None, :, :].to(tl.float32)
+    mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
+    if NORM != 0:
+        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_K)
+    x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
+    acc = x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
         w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
-        x = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32)
-        if RELU:
-            x = tl.maximum(x, 0.0)
-        acc += x[:, None, :] * w[None, :, :].to(tl.float32)
+        x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
+        acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, r, n, split, rows, out_features, BIAS)
+    _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS,
+           RESIDUAL)
 
 
 @triton.jit
-def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_features, x_stride, w_stride,
-                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr,
-                     BIAS: tl.constexpr, RELU: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, rows, out_features,
+                     in_features, x_stride, w_stride, res_stride, eps, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
+                     ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]: the rows, padded with zeros to a dot's 16
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -163,31 +219,49 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, rows, out_features, in_fea
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK], before the wait as in `_gemv_kernel`
     if PDL:
         tl.extra.cuda.gdc_wait()
-    x = _tile(x_ptr, r, k, rows, in_features, x_stride)  # [BR, BK]
-    if RELU:
-        x = tl.maximum(x, 0.0).to(w.dtype)  # exact (the scalar would make it fp32)
+    mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
+    if NORM != 0:
+        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_K)
+    x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)  # [BR, BK]
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION, out_dtype=tl.float32)  # [BR, BN]
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
         w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
-        x = _tile(x_ptr, r, k, rows, in_features, x_stride)
-        if RELU:
-            x = tl.maximum(x, 0.0).to(w.dtype)
+        x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    _write(out_ptr, acc, bias_ptr, r, n, split, rows, out_features, BIAS)
+    _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
+
+
+# the activations `gemv` applies to its input as it loads it (`_input`'s ACT), by name: F.gelu's `approximate`
+# names its two GELUs ("none": erf, "tanh")
+ACTIVATION_CODES = {None: 0, "relu": 1, "tanh": 2, "none": 3}
+NORM_CODES = {None: 0, "layer": 1, "rms": 2}  # the norms `gemv` applies to its input first (`Norm.kind`)
+
+
+class Norm(NamedTuple):
+    """A norm `gemv` applies to each input row before the product (over all its features, in fp32): `kind`
+    "layer" (nn.LayerNorm with a gain and a shift) or "rms" (HF's Llama / T5 RMS norm: a gain, no shift)."""
+
+    kind: str
+    gain: torch.Tensor
+    shift: torch.Tensor | None
+    eps: float
 
 
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
-                 dot: bool, relu: bool):
+                 dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None):
     rows, in_features = x.shape
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
-    args = (x, weight, x if bias is None else bias, out, rows, out_features, in_features, x.stride(0),
-            weight.stride(0))
-    common = dict(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None, RELU=relu,
-                  num_warps=warps, **_launch(x.device))
+    gain, shift = (x, x) if norm is None else (norm.gain, x if norm.shift is None else norm.shift)
+    args = (x, weight, x if bias is None else bias, out, gain, shift, x if residual is None else residual, rows,
+            out_features, in_features, x.stride(0), weight.stride(0), 0 if residual is None else residual.stride(0),
+            0.0 if norm is None else float(norm.eps))
+    common = dict(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
+                  NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
+                  RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device))
     if dot:  # fp32 inputs summed as exact fp32 products (not TF32's rounded ones)
         _gemv_dot_kernel[grid](*args, BLOCK_R=16, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                **common)
@@ -204,44 +278,60 @@ def _launch(device: torch.device) -> dict:
 
 @custom_op("nndf::gemv_whole", mutates_args=())
 def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-               warps: int, dot: bool, relu: bool, dtype: torch.dtype) -> torch.Tensor:
-    """x [rows, in] (features contiguous; relu(x) with `relu`) times weight [out, in]^T + bias in one sum per
-    output (through dots with `dot`): [rows, out] in `dtype`, summed in fp32 and rounded once (what the partial
-    sums summed and cast give)."""
+               warps: int, dot: bool, activation: str | None, dtype: torch.dtype, norm_kind: str | None = None,
+               gain: torch.Tensor | None = None, shift: torch.Tensor | None = None, eps: float = 0.0,
+               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """x [rows, in] (features contiguous; norm(x) with `norm_kind` (`Norm`), then activation(x)) times weight
+    [out, in]^T + bias in one sum per output (through dots with `dot`): [rows, out] in `dtype`, summed in fp32 and
+    rounded once (what the partial sums summed and cast give); plus `residual` [rows, out] (after that rounding)."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
+    norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
     _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, dot,
-                 relu)
+                 activation, norm, residual)
     return out
 
 
 @gemv_whole.register_fake
-def _(x, weight, bias, block_n, block_k, warps, dot, relu, dtype):
+def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind=None, gain=None, shift=None,
+      eps=0.0, residual=None):
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
 @custom_op("nndf::gemv_partials", mutates_args=())
 def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
-                  warps: int, dot: bool = False, relu: bool = False) -> torch.Tensor:
-    """x [rows, in] (features contiguous; relu(x) with `relu`) times weight [out, in]^T in `splits` partial sums
-    (through dots with `dot`): fp32 [splits, rows, out]."""
+                  warps: int, dot: bool = False, activation: str | None = None, norm_kind: str | None = None,
+                  gain: torch.Tensor | None = None, shift: torch.Tensor | None = None,
+                  eps: float = 0.0) -> torch.Tensor:
+    """x [rows, in] (features contiguous; norm(x) with `norm_kind`, then activation(x), as `gemv_whole`) times
+    weight [out, in]^T in `splits` partial sums (through dots with `dot`): fp32 [splits, rows, out]."""
     out = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
-    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps, dot, relu)
+    norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
+    _gemv_launch(x, weight, None, out, block_n, block_k, splits, k_per_split, warps, dot, activation, norm)
     return out
 
 
 @gemv_partials.register_fake
-def _(x, weight, block_n, block_k, splits, k_per_split, warps, dot=False, relu=False):
+def _(x, weight, block_n, block_k, splits, k_per_split, warps, dot=False, activation=None, norm_kind=None,
+      gain=None, shift=None, eps=0.0):
     return x.new_empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         config: GemvConfig | None = None, relu: bool = False, dtype: torch.dtype | None = None) -> torch.Tensor:
+         config: GemvConfig | None = None, relu: bool = False, dtype: torch.dtype | None = None,
+         norm: Norm | tuple | None = None, activation: str | None = None,
+         residual: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., in] times weight [out, in]^T + bias, in `dtype` (x's by default), summed in fp32 (the same products
     as the reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default.
-    `relu`: the product of relu(x), applied as the kernel loads x (no kernel of its own before). Unsplit, the
-    kernel adds the bias and writes the output's dtype itself, so what reads the product (a q the attention kernel
-    takes as it is, a residual add) needs no kernel of its own to sum and cast it first."""
+    What the kernel does as it loads x, so that no kernel of its own runs before it: `norm` (`Norm`, or a tuple of
+    its fields: each row normalised over all its features; every program computes its rows' statistics itself)
+    and then `activation` (`ACTIVATION_CODES`; `relu` is "relu"), each rounded to x's dtype as the eager op's
+    output is. `residual` [..., out]: returns residual + the product (the product rounded to `dtype` first, as
+    eager adds them). Unsplit, the kernel adds the bias and the residual and writes the output's dtype itself, so
+    what reads the product (a q the attention kernel takes as it is, the next layer) needs no kernel of its own to
+    sum and cast it first; split, the partial sums' sum, bias and residual are plain ops inductor fuses with what
+    follows."""
     dtype = dtype or x.dtype
+    activation = "relu" if relu else activation
     lead, in_features = x.shape[:-1], x.shape[-1]
     flat = x.reshape(-1, in_features)
     if flat.stride(-1) != 1:
@@ -253,15 +343,20 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                                 **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
         else:
             config = gemv_config(rows, weight.shape[0], in_features, **(TILING if x.is_cuda else INTERPRETED))
+    norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
     if config.splits == 1:
-        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, config.dot, relu,
-                          dtype).reshape(*lead, -1)
+        res = None if residual is None else residual.reshape(-1, weight.shape[0])
+        if res is not None and res.stride(-1) != 1:
+            res = res.contiguous()
+        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, config.dot, activation,
+                          dtype, *norm_args, **({} if res is None else dict(residual=res))).reshape(*lead, -1)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
-                             config.warps, config.dot, relu)
+                             config.warps, config.dot, activation, *norm_args)
     out = partials.sum(0)
     if bias is not None:
         out = out + bias.float()
-    return out.to(dtype).reshape(*lead, weight.shape[0])
+    out = out.to(dtype).reshape(*lead, weight.shape[0])
+    return out if residual is None else out + residual
 
 
 @triton.jit
