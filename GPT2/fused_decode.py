@@ -115,7 +115,8 @@ def token_embed(ids, positions, wte, wpe):
 
 
 def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool, fuse: bool = False):
-    """Final layer norm and LM head: logits [R, 1, V]."""
+    """Final layer norm and LM head: logits [R, 1, V]. (The step keeps the norm its own kernel, not `fuse`d: every
+    one of the head's ~12k programs would compute the statistics again.)"""
     return _norm_product(x, norm, lm_w, None, eps, form, folded, fuse)[:, None, :]
 
 
@@ -160,8 +161,7 @@ class FusedGPT2Step:
                             gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded,
                             fuse=settings.gemv_fusion)
         head = settings.head_form(rows, self.compiled, width, self.device)
-        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded,
-                          fuse=settings.gemv_fusion)
+        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

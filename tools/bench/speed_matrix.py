@@ -328,12 +328,14 @@ LLAMA_VARIANTS = {
     "kernels-narrow": dict(gemv_above=0, attention="kernel", gemv_width=2048),
     "kernels-split": dict(gemv_above=0, attention="split"),  # our attention kernel over column chunks
     "gemv-sdpa": dict(gemv_above=0, attention="sdpa"),
+    # the default without the norms, activations and residual adds inside our GEMV (their own kernels around it)
+    "unfused": dict(gemv_above=0, attention="auto"),
 }
 
 
 # a variant's suffix after "+" (`loop_mode`)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8",
-              "block16", "block32", "whole16", "whole32")
+              "block16", "block32", "whole16", "whole32", "splitres")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -352,13 +354,14 @@ def loop_mode(mode: str):
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
-    kernel); "": as the defaults are."""
+    kernel); "splitres": one-row products that add a residual tiled as any other, in partial sums where split
+    (`kernels.RESIDUAL_TILING` None); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
 
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING)
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.RESIDUAL_TILING
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -373,11 +376,13 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
     elif mode.startswith("whole"):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
+    elif mode == "splitres":
+        kernels.RESIDUAL_TILING = None
     try:
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.RESIDUAL_TILING = dot
 
 
 @contextlib.contextmanager

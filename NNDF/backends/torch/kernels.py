@@ -40,6 +40,9 @@ from NNDF.backends.torch.compile import programmatic_launch
 TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
+# the tiling of a one-row product `gemv` adds a residual to (on CUDA): unsplit, so the kernel adds it and no kernel
+# follows to sum partial sums, in tiles of 2 weight rows for more programs (None: as any other product)
+RESIDUAL_TILING: dict | None = dict(programs=1, block_n=2)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
 # tensor-core dots (None: never); their tiling on CUDA: 64 weight rows a program, loads of 128 features, 4 warps
 # (the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on an H200,
@@ -342,7 +345,10 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             config = dot_config(rows, weight.shape[0], in_features,
                                 **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
         else:
-            config = gemv_config(rows, weight.shape[0], in_features, **(TILING if x.is_cuda else INTERPRETED))
+            tiling = TILING if x.is_cuda else INTERPRETED
+            if residual is not None and x.is_cuda and RESIDUAL_TILING is not None:
+                tiling = {**tiling, **RESIDUAL_TILING}
+            config = gemv_config(rows, weight.shape[0], in_features, **tiling)
     norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
     if config.splits == 1:
         res = None if residual is None else residual.reshape(-1, weight.shape[0])
@@ -511,6 +517,12 @@ def _(q, keys, values, valid, write, slopes, offsets, bias, scale, window, chunk
     return q.new_empty((*shape, q.shape[2]), dtype=torch.float32), q.new_empty((*shape, 2), dtype=torch.float32)
 
 
+def _heads_packed(q: torch.Tensor) -> torch.Tensor:
+    """q [R, H, D] as the attention kernels read it: each row's heads packed (a row at any stride, such as q's
+    columns of a fused q/k/v product, needs no copy first)."""
+    return q if q.stride(2) == 1 and q.stride(1) == q.shape[2] else q.contiguous()
+
+
 # programs `decode_attention_split` aims at by default: two per SM of an H100 (132)
 SPLIT_PROGRAMS = 264
 
@@ -535,7 +547,7 @@ def decode_attention_split(q: torch.Tensor, keys: torch.Tensor, values: torch.Te
     chunk = chunk or attention_chunk(rows, heads, keys.shape[2])
     warps = warps or (4 if chunk * triton.next_power_of_2(dim) <= 8192 else 8)
     slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
-    part, stats = decode_attention_split_op(q.contiguous(), keys, values, valid, write, slopes, offsets,
+    part, stats = decode_attention_split_op(_heads_packed(q), keys, values, valid, write, slopes, offsets,
                                             _additive(bias), float(scale), window or 0, chunk, warps)
     best, total = stats[..., 0], stats[..., 1]  # [S, R, H]
     weight = torch.exp(best - best.max(0).values)  # 0 for chunks with no column kept
@@ -575,5 +587,5 @@ def decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     block_l = block_l or attention_block(dim)
     warps = warps or (4 if dim <= 64 else 8)
     slopes, offsets = (None, None) if alibi is None else (t.float().contiguous() for t in alibi)
-    return decode_attention_op(q.contiguous(), keys, values, valid, write, slopes, offsets, _additive(bias),
+    return decode_attention_op(_heads_packed(q), keys, values, valid, write, slopes, offsets, _additive(bias),
                                float(scale), window or 0, block_l, warps)
