@@ -48,7 +48,8 @@ def triton_kernels():
 
 
 def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype | None = None,
-            norm: tuple | None = None, activation: str | None = None, residual=None, fuse: bool = True):
+            norm: tuple | None = None, activation: str | None = None, residual=None, fuse: bool = True,
+            cache: tuple | None = None):
     """x [..., in] times a weight stored [out, in] + bias. `form` (`FusedSettings.form`): 0 `F.linear` (cuBLAS);
     1 the reduction form `(x[..., None, :] * W).sum(-1)` accumulated in fp32 (inductor fuses it with its prologue
     and epilogue and the casts into its loads; eager would materialise the product); n > 1 the reduction form
@@ -59,11 +60,15 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
     `rms_norm`), `activation` then applies to it ("relu", or F.gelu's `approximate`: "none", "tanh"), `dtype` casts
     it (x's by default), and `residual` [..., out] is added to the result. Our GEMV applies a ReLU as it loads x
     (exact: a ReLU commutes with its upcast), and with `fuse` (`FusedSettings.gemv_fusion`) the norm, any
-    activation and the residual add too, each rounded as the eager op's output is: no kernel of their own."""
+    activation and the residual add too, each rounded as the eager op's output is: no kernel of their own.
+    `cache` (keys, values, write, q_features: `kernels.Cache`): the key and value columns of a q/k/v product [R,
+    ...] also written into the K/V buffers at the write position (inside our GEMV with `fuse`)."""
     activation = "relu" if relu else activation
     if form == GEMV and fuse:
+        if cache is not None:
+            cache = triton_kernels().Cache(*cache)
         return triton_kernels().gemv(x, weight, bias, dtype=dtype, norm=norm, activation=activation,
-                                     residual=residual)
+                                     residual=residual, cache=cache)
     if norm is not None:
         kind, gain, shift, eps = norm
         x = F.layer_norm(x, (x.shape[-1],), gain, shift, eps) if kind == "layer" else rms_norm(x, gain, eps)
@@ -85,7 +90,19 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
             else:
                 out = (x[..., None, :].float() * weight.float()).sum(-1)
             out = (out if bias is None else out + bias.float()).to(x.dtype)
-    return out if residual is None else residual + out
+    out = out if residual is None else residual + out
+    if cache is not None:
+        write_kv(out, *cache)
+    return out
+
+
+def write_kv(qkv, keys, values, write, q_features: int) -> None:
+    """The key and value columns of a q/k/v product qkv [R, ...] (after `q_features`: the keys, then as many
+    values, head after head) written into the buffers [R, kv heads, length, head size] at `write` [1]."""
+    rows, kv_heads, _, dim = keys.shape
+    width = kv_heads * dim
+    keys[:, :, write] = qkv[:, q_features:q_features + width].reshape(rows, kv_heads, 1, dim)
+    values[:, :, write] = qkv[:, q_features + width:q_features + 2 * width].reshape(rows, kv_heads, 1, dim)
 
 
 def rms_norm(x, gain, eps: float):

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask,
+                                 write_kv)
 from NNDF.slots import KVSlot
 from NNDF.errors import UsageError
 
@@ -56,13 +57,14 @@ def check_config(config) -> None:
                          f"implements ({', '.join(ACTIVATIONS)}); drop --fused-decode")
 
 
-def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: bool, fuse: bool = False):
-    """layer_norm(x) times the weight + bias (`product`'s `form`; with `fuse`, the norm inside our GEMV). `norm`
-    is the norm's (gain, bias), or when `folded` (`fold_norm`) the weight's (row sums, constant) with `bias` None:
-    y = rstd * (x.W' - mean * rowsum) + constant, x's sum and sum of squares reduced over the same range as the
-    product (in the reduction form: one kernel)."""
+def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: bool, fuse: bool = False,
+                  cache: tuple | None = None):
+    """layer_norm(x) times the weight + bias (`product`'s `form`; with `fuse`, the norm inside our GEMV; `cache`:
+    `product`'s). `norm` is the norm's (gain, bias), or when `folded` (`fold_norm`) the weight's (row sums,
+    constant) with `bias` None: y = rstd * (x.W' - mean * rowsum) + constant, x's sum and sum of squares reduced
+    over the same range as the product (in the reduction form: one kernel)."""
     if not folded:
-        return product(x, weight, bias, form, norm=("layer", *norm, eps), fuse=fuse)
+        return product(x, weight, bias, form, norm=("layer", *norm, eps), fuse=fuse, cache=cache)
     rowsum, const = norm
     xf = x.float()
     if form == 1:
@@ -74,7 +76,10 @@ def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: b
         dot = product(x, weight, None, form).float()
     mean = total / x.shape[-1]
     rstd = torch.rsqrt(squares / x.shape[-1] - mean * mean + eps)
-    return (rstd * (dot - mean * rowsum) + const).to(x.dtype)
+    out = (rstd * (dot - mean * rowsum) + const).to(x.dtype)
+    if cache is not None:
+        write_kv(out, *cache)
+    return out
 
 
 def fold_norm(gain, shift, weight, bias) -> tuple:
@@ -88,14 +93,13 @@ def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: floa
                forms: tuple, attention: str, folded: bool, fuse: bool = False):
     """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
     `forms`: `product`'s form for c_attn, attn.c_proj, c_fc and mlp.c_proj; `attention`: `attend`'s; `fuse`:
-    the norms, the GELU and the residual adds inside our GEMV where it runs a product (`product`)."""
+    the norms, the GELU, the residual adds and the K/V writes inside our GEMV where it runs a product
+    (`product`)."""
     norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
     qkv_form, proj_form, fc_form, out_form = forms
     rows, embed = x.shape
-    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded, fuse)
-    q, k, v = (t.reshape(rows, heads, embed // heads) for t in qkv.split(embed, dim=-1))
-    keys[:, :, write] = k[:, :, None, :]
-    values[:, :, write] = v[:, :, None, :]
+    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded, fuse, cache=(keys, values, write, embed))
+    q = qkv[:, :embed].reshape(rows, heads, embed // heads)
     a = attend(attention, q, keys, values, write, valid, scale).reshape(rows, embed)
     x = product(a, proj_w, proj_b, proj_form, residual=x, fuse=fuse)
     h = _norm_product(x, norm2, fc_w, fc_b, eps, fc_form, folded, fuse)

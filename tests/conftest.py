@@ -104,8 +104,8 @@ def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
 def counted_kernels(monkeypatch):
     """A Counter of the calls of our Triton kernels (`NNDF.backends.torch.kernels`: gemv, decode_attention,
     decode_attention_split) from here on, each still run: a step that bypassed one shows a zero. GEMV calls given
-    a norm, an activation or a residual to apply inside the kernel also count as "gemv+norm", "gemv+activation",
-    "gemv+residual"."""
+    a norm, an activation, a residual or a K/V cache to apply or write inside the kernel also count as "gemv+norm",
+    "gemv+activation", "gemv+residual", "gemv+cache"."""
     import collections
 
     from CausalLM.fused_step import triton_kernels
@@ -115,7 +115,7 @@ def counted_kernels(monkeypatch):
     def count(name, args, kwargs):
         calls.update([name])
         if name == "gemv":
-            calls.update(f"gemv+{part}" for part in ("norm", "activation", "residual")
+            calls.update(f"gemv+{part}" for part in ("norm", "activation", "residual", "cache")
                          if kwargs.get(part) is not None)
 
     for name in ("gemv", "decode_attention", "decode_attention_split"):

@@ -66,11 +66,16 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dot, dtype)
     (4, dict(programs=1, block_n=16, block_k=64), True),
     (5, dict(programs=64, block_n=16, block_k=64), True),
 ])
-def test_gemv_norm_activation_and_residual(norm_kind, activation, rows, tiling, dot, dtype):
+@pytest.mark.parametrize("stats_values", [kernels.STATS_VALUES, 64], ids=["one-load", "passes"])
+def test_gemv_norm_activation_and_residual(norm_kind, activation, rows, tiling, dot, stats_values, dtype,
+                                           monkeypatch):
     """What `gemv` applies as it loads its input (a layer or RMS norm over each row's features, then ReLU or
     either GELU) and the residual it adds after the product: the eager ops' results, each rounded to the input's
-    dtype as those ops write it, split or not, in both kernels."""
+    dtype as those ops write it, split or not, in both kernels; the norm's statistics from one load of each row
+    or (`STATS_VALUES` small) in passes over its features."""
     import torch.nn.functional as F
+
+    monkeypatch.setattr(kernels, "STATS_VALUES", stats_values)
 
     torch.manual_seed(2)
     out_features, in_features = 72, 200  # a ragged last block of features: the statistics skip what is past it
@@ -98,6 +103,34 @@ def test_gemv_norm_activation_and_residual(norm_kind, activation, rows, tiling, 
     assert got.dtype == dtype and torch.allclose(got.double(), product.double(), rtol=tolerance, atol=tolerance)
     added = kernels.gemv(x, weight, bias, config, norm=norm, activation=activation, residual=residual)
     assert torch.equal(added, got + residual)  # the product rounded first, then added as eager adds
+
+
+@pytest.mark.parametrize("rows, tiling, dot", [
+    (2, dict(programs=1, block_n=16, block_k=64), False),  # the kernel writes the buffers
+    (3, dict(programs=64, block_n=8, block_k=64), False),  # split: plain ops write them after the sum
+    (4, dict(programs=1, block_n=16, block_k=64), True),
+])
+def test_gemv_writes_keys_and_values(rows, tiling, dot):
+    """A q/k/v product's key and value columns also written into a K/V cache at the write position (grouped heads:
+    fewer key/value heads than query heads), every other column of the buffers untouched."""
+    torch.manual_seed(3)
+    heads, kv_heads, dim, length, at = 4, 2, 8, 6, 4
+    out_features = (heads + 2 * kv_heads) * dim
+    x = torch.randn(rows, 40, device=DEVICE)
+    weight, bias = torch.randn(out_features, 40, device=DEVICE), torch.randn(out_features, device=DEVICE)
+    keys, values = (torch.randn(rows, kv_heads, length, dim, device=DEVICE) for _ in range(2))
+    before_k, before_v = keys.clone(), values.clone()
+    write = torch.tensor([at], device=DEVICE)
+    config = (kernels.dot_config if dot else kernels.gemv_config)(rows, out_features, 40, **tiling)
+    assert (config.splits > 1) == (tiling["programs"] > 1)
+    cache = kernels.Cache(keys, values, write, heads * dim)
+    got = kernels.gemv(x, weight, bias, config, cache=cache)
+    assert torch.equal(got, kernels.gemv(x, weight, bias, config))
+    k, v = got[:, heads * dim:].view(rows, 2, kv_heads, dim).unbind(1)
+    assert torch.equal(keys[:, :, at], k) and torch.equal(values[:, :, at], v)
+    others = [c for c in range(length) if c != at]
+    assert torch.equal(keys[:, :, others], before_k[:, :, others])
+    assert torch.equal(values[:, :, others], before_v[:, :, others])
 
 
 def test_gemv_sums_several_rows_through_dots(monkeypatch):

@@ -354,14 +354,14 @@ def loop_mode(mode: str):
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
-    kernel); "splitres": one-row products that add a residual tiled as any other, in partial sums where split
-    (`kernels.RESIDUAL_TILING` None); "": as the defaults are."""
+    kernel); "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
+    partial sums where split (`kernels.WHOLE_TILING` None); "": as the defaults are."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
 
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.RESIDUAL_TILING
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -377,12 +377,12 @@ def loop_mode(mode: str):
     elif mode.startswith("whole"):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     elif mode == "splitres":
-        kernels.RESIDUAL_TILING = None
+        kernels.WHOLE_TILING = None
     try:
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.RESIDUAL_TILING = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
 
 
 @contextlib.contextmanager

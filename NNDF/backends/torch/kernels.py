@@ -40,9 +40,10 @@ from NNDF.backends.torch.compile import programmatic_launch
 TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
-# the tiling of a one-row product `gemv` adds a residual to (on CUDA): unsplit, so the kernel adds it and no kernel
-# follows to sum partial sums, in tiles of 2 weight rows for more programs (None: as any other product)
-RESIDUAL_TILING: dict | None = dict(programs=1, block_n=2)
+# the tiling of a one-row product `gemv` adds a residual to or writes a K/V cache from (on CUDA): unsplit, so the
+# kernel does it and no kernel follows to sum partial sums, in tiles of 2 weight rows for more programs (None: as
+# any other product)
+WHOLE_TILING: dict | None = dict(programs=1, block_n=2)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
 # tensor-core dots (None: never); their tiling on CUDA: 64 weight rows a program, loads of 128 features, 4 warps
 # (the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on an H200,
@@ -116,18 +117,27 @@ def _tile(ptr, index, k, count, in_features, stride):
 
 @triton.jit
 def _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM: tl.constexpr, BLOCK_R: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+               BLOCK_F: tl.constexpr, ONE_LOAD: tl.constexpr):
     """Each row's mean and 1 / standard deviation [BR] over all its features in fp32, as a norm before the product
-    takes them: NORM 1 a layer norm (the mean, then the centred squares' mean: two reads of rows that stay in cache),
-    2 an RMS norm (mean 0, the squares' mean)."""
-    kk = tl.arange(0, BLOCK_K)
+    takes them: NORM 1 a layer norm (the mean, then the centred squares' mean), 2 an RMS norm (mean 0, the squares'
+    mean). With ONE_LOAD (BLOCK_F covers the features) one load of the rows and both sums over the values in
+    registers (the statistics sit between the wait for the kernel before and the product, so each read of x there
+    is latency the product waits for); else two passes of BLOCK_F features a load."""
+    kk = tl.arange(0, BLOCK_F)
+    if ONE_LOAD:
+        x = _tile(x_ptr, r, kk, rows, in_features, x_stride).to(tl.float32)
+        mean = tl.zeros((BLOCK_R,), tl.float32)
+        if NORM == 1:
+            mean = tl.sum(x, axis=1) / in_features
+        d = tl.where((kk < in_features)[None, :], x - mean[:, None], 0.0)
+        return mean, 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / in_features + eps)
     mean = tl.zeros((BLOCK_R,), tl.float32)
     if NORM == 1:
-        for start in tl.range(0, in_features, BLOCK_K):
+        for start in tl.range(0, in_features, BLOCK_F):
             mean += tl.sum(_tile(x_ptr, r, start + kk, rows, in_features, x_stride).to(tl.float32), axis=1)
         mean = mean / in_features
     squares = tl.zeros((BLOCK_R,), tl.float32)
-    for start in tl.range(0, in_features, BLOCK_K):
+    for start in tl.range(0, in_features, BLOCK_F):
         k = start + kk
         d = _tile(x_ptr, r, k, rows, in_features, x_stride).to(tl.float32) - mean[:, None]
         d = tl.where((k < in_features)[None, :], d, 0.0)
@@ -168,7 +178,7 @@ def _write(out_ptr, out, bias_ptr, res_ptr, r, n, split, rows, out_features, res
            RESIDUAL: tl.constexpr):
     """Slice `split`'s sums `out` [BR, BN] fp32 (plus the bias with BIAS) into out [splits, rows, out_features],
     in its dtype; with RESIDUAL (one slice) the product rounded to that dtype plus the residual's rows (x + the
-    product, as eager adds them)."""
+    product, as eager adds them). Returns what it stored."""
     if BIAS:
         out += tl.load(bias_ptr + n, mask=n < out_features, other=0.0).to(tl.float32)[None, :]
     keep = (r[:, None] < rows) & (n[None, :] < out_features)
@@ -176,13 +186,35 @@ def _write(out_ptr, out, bias_ptr, res_ptr, r, n, split, rows, out_features, res
         out = out.to(out_ptr.dtype.element_ty).to(tl.float32)
         out += tl.load(res_ptr + r[:, None] * res_stride + n[None, :], mask=keep, other=0.0).to(tl.float32)
     offsets = split * rows * out_features + r[:, None] * out_features + n[None, :]
-    tl.store(out_ptr + offsets, out.to(out_ptr.dtype.element_ty), mask=keep)
+    out = out.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + offsets, out, mask=keep)
+    return out
 
 
 @triton.jit
-def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, rows, out_features, in_features,
-                 x_stride, w_stride, res_stride, eps, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
+def _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
+                 cache_head_stride, HEAD_DIM: tl.constexpr):
+    """The key and value columns of a q/k/v product's sums `out` [BR, BN] (already in the buffers' dtype; outputs
+    [q_features, + kv_width) are the keys, the next kv_width the values, head after head of HEAD_DIM) stored at the
+    write position of each row's K and V buffers [rows, kv heads, length, HEAD_DIM]."""
+    at = tl.load(write_ptr)
+    j = n - q_features
+    is_k = (j >= 0) & (j < kv_width)
+    is_v = (j >= kv_width) & (j < 2 * kv_width)
+    j = tl.where(is_v, j - kv_width, j)
+    offsets = (r[:, None] * cache_row_stride + (j // HEAD_DIM)[None, :] * cache_head_stride + at * HEAD_DIM
+               + (j % HEAD_DIM)[None, :])
+    in_rows = (r < rows)[:, None]
+    tl.store(k_ptr + offsets, out.to(k_ptr.dtype.element_ty), mask=in_rows & is_k[None, :])
+    tl.store(v_ptr + offsets, out.to(v_ptr.dtype.element_ty), mask=in_rows & is_v[None, :])
+
+
+@triton.jit
+def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr, rows,
+                 out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
+                 cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
+                 BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
+                 ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                  ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
@@ -195,7 +227,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         tl.extra.cuda.gdc_wait()
     mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
     if NORM != 0:
-        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_K)
+        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_F, ONE_LOAD)
     x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
     acc = x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
@@ -205,14 +237,19 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS,
-           RESIDUAL)
+    out = _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride,
+                 BIAS, RESIDUAL)
+    if KV:
+        _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
+                     cache_head_stride, HEAD_DIM)
 
 
 @triton.jit
-def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, rows, out_features,
-                     in_features, x_stride, w_stride, res_stride, eps, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
+def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr,
+                     rows, out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
+                     cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
+                     BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
+                     ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                      ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]: the rows, padded with zeros to a dot's 16
@@ -224,7 +261,7 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
         tl.extra.cuda.gdc_wait()
     mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
     if NORM != 0:
-        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_K)
+        mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_F, ONE_LOAD)
     x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)  # [BR, BK]
     acc = tl.dot(x, tl.trans(w), input_precision=PRECISION, out_dtype=tl.float32)  # [BR, BN]
     for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
@@ -234,13 +271,17 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
+    out = _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
+    if KV:
+        _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
+                     cache_head_stride, HEAD_DIM)
 
 
 # the activations `gemv` applies to its input as it loads it (`_input`'s ACT), by name: F.gelu's `approximate`
 # names its two GELUs ("none": erf, "tanh")
 ACTIVATION_CODES = {None: 0, "relu": 1, "tanh": 2, "none": 3}
 NORM_CODES = {None: 0, "layer": 1, "rms": 2}  # the norms `gemv` applies to its input first (`Norm.kind`)
+STATS_VALUES = 8192  # the most values (rows x features) `_row_stats` loads at once
 
 
 class Norm(NamedTuple):
@@ -253,23 +294,43 @@ class Norm(NamedTuple):
     eps: float
 
 
+class Cache(NamedTuple):
+    """Where `gemv` also writes the key and value columns of a q/k/v product (outputs [q_features, + kv heads x
+    head size) the keys, the next as many the values): at the write position `write` [1] of the buffers `keys`,
+    `values` [rows, kv heads, length, head size] (contiguous)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    write: torch.Tensor
+    q_features: int
+
+
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
-                 dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None):
+                 dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None,
+                 cache: Cache | None = None):
     rows, in_features = x.shape
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
     gain, shift = (x, x) if norm is None else (norm.gain, x if norm.shift is None else norm.shift)
-    args = (x, weight, x if bias is None else bias, out, gain, shift, x if residual is None else residual, rows,
-            out_features, in_features, x.stride(0), weight.stride(0), 0 if residual is None else residual.stride(0),
-            0.0 if norm is None else float(norm.eps))
-    common = dict(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
+    keys, values, write, q_features = (x, x, x, 0) if cache is None else cache
+    kv_width = 0 if cache is None else keys.shape[1] * keys.shape[3]
+    args = (x, weight, x if bias is None else bias, out, gain, shift, x if residual is None else residual, keys, values,
+            write, rows, out_features, in_features, x.stride(0), weight.stride(0),
+            0 if residual is None else residual.stride(0), 0.0 if norm is None else float(norm.eps), q_features,
+            kv_width, 0 if cache is None else keys.stride(0), 0 if cache is None else keys.stride(1))
+    common = dict(HEAD_DIM=1 if cache is None else keys.shape[3], KV=cache is not None)
+    common.update(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
                   NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
                   RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device))
+    block_r = 16 if dot else max(1, triton.next_power_of_2(rows))
+    # a norm's statistics: every row's features in one load where that is at most STATS_VALUES values
+    common["BLOCK_F"] = max(block_k, min(triton.next_power_of_2(in_features), STATS_VALUES // block_r))
+    common["ONE_LOAD"] = common["BLOCK_F"] >= in_features
     if dot:  # fp32 inputs summed as exact fp32 products (not TF32's rounded ones)
-        _gemv_dot_kernel[grid](*args, BLOCK_R=16, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        _gemv_dot_kernel[grid](*args, BLOCK_R=block_r, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                **common)
     else:
-        _gemv_kernel[grid](*args, BLOCK_R=max(1, triton.next_power_of_2(rows)), **common)
+        _gemv_kernel[grid](*args, BLOCK_R=block_r, **common)
 
 
 def _launch(device: torch.device) -> dict:
@@ -300,6 +361,26 @@ def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kin
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
+@custom_op("nndf::gemv_cache", mutates_args=("keys", "values"))
+def gemv_cache(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
+               warps: int, dot: bool, activation: str | None, dtype: torch.dtype, keys: torch.Tensor,
+               values: torch.Tensor, write: torch.Tensor, q_features: int, norm_kind: str | None = None,
+               gain: torch.Tensor | None = None, shift: torch.Tensor | None = None, eps: float = 0.0,
+               residual: torch.Tensor | None = None) -> torch.Tensor:
+    """`gemv_whole`, its key and value columns also written into `keys` / `values` at `write` (`Cache`)."""
+    out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
+    norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, dot,
+                 activation, norm, residual, Cache(keys, values, write, q_features))
+    return out
+
+
+@gemv_cache.register_fake
+def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, keys, values, write, q_features,
+      norm_kind=None, gain=None, shift=None, eps=0.0, residual=None):
+    return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
+
+
 @custom_op("nndf::gemv_partials", mutates_args=())
 def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
                   warps: int, dot: bool = False, activation: str | None = None, norm_kind: str | None = None,
@@ -322,7 +403,7 @@ def _(x, weight, block_n, block_k, splits, k_per_split, warps, dot=False, activa
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          config: GemvConfig | None = None, relu: bool = False, dtype: torch.dtype | None = None,
          norm: Norm | tuple | None = None, activation: str | None = None,
-         residual: torch.Tensor | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, cache: Cache | None = None) -> torch.Tensor:
     """x [..., in] times weight [out, in]^T + bias, in `dtype` (x's by default), summed in fp32 (the same products
     as the reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default.
     What the kernel does as it loads x, so that no kernel of its own runs before it: `norm` (`Norm`, or a tuple of
@@ -332,7 +413,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     eager adds them). Unsplit, the kernel adds the bias and the residual and writes the output's dtype itself, so
     what reads the product (a q the attention kernel takes as it is, the next layer) needs no kernel of its own to
     sum and cast it first; split, the partial sums' sum, bias and residual are plain ops inductor fuses with what
-    follows."""
+    follows. `cache` (`Cache`, one row of x a row of the buffers): the keys and values among the outputs also
+    written into the cache (by the kernel where unsplit, else by plain ops after it)."""
     dtype = dtype or x.dtype
     activation = "relu" if relu else activation
     lead, in_features = x.shape[:-1], x.shape[-1]
@@ -346,23 +428,37 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                                 **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
         else:
             tiling = TILING if x.is_cuda else INTERPRETED
-            if residual is not None and x.is_cuda and RESIDUAL_TILING is not None:
-                tiling = {**tiling, **RESIDUAL_TILING}
+            if (residual is not None or cache is not None) and x.is_cuda and WHOLE_TILING is not None:
+                tiling = {**tiling, **WHOLE_TILING}
             config = gemv_config(rows, weight.shape[0], in_features, **tiling)
     norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
     if config.splits == 1:
         res = None if residual is None else residual.reshape(-1, weight.shape[0])
         if res is not None and res.stride(-1) != 1:
             res = res.contiguous()
-        return gemv_whole(flat, weight, bias, config.block_n, config.block_k, config.warps, config.dot, activation,
-                          dtype, *norm_args, **({} if res is None else dict(residual=res))).reshape(*lead, -1)
+        extra = {} if res is None else dict(residual=res)
+        tiling = (config.block_n, config.block_k, config.warps, config.dot, activation, dtype)
+        if cache is None:
+            out = gemv_whole(flat, weight, bias, *tiling, *norm_args, **extra)
+        else:
+            out = gemv_cache(flat, weight, bias, *tiling, cache.keys, cache.values, cache.write, cache.q_features,
+                             *norm_args, **extra)
+        return out.reshape(*lead, -1)
     partials = gemv_partials(flat, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
                              config.warps, config.dot, activation, *norm_args)
     out = partials.sum(0)
     if bias is not None:
         out = out + bias.float()
-    out = out.to(dtype).reshape(*lead, weight.shape[0])
-    return out if residual is None else out + residual
+    out = out.to(dtype)
+    if residual is not None:
+        out = out + residual.reshape(out.shape)
+    if cache is not None:
+        keys, values, write, start = cache
+        kv_heads, dim = keys.shape[1], keys.shape[3]
+        width = kv_heads * dim
+        for buffer, first in ((keys, start), (values, start + width)):
+            buffer[:, :, write] = out[:, first:first + width].reshape(-1, kv_heads, 1, dim)
+    return out.reshape(*lead, weight.shape[0])
 
 
 @triton.jit
