@@ -57,7 +57,8 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
     otherwise leaves most of the GPU idle); `GEMV` our Triton kernel (`kernels.gemv`: split sums too, summed in
     what inductor makes of the caller). A bool is 0 or 1.
     Around the product: `norm` (kind, gain, shift, eps) normalises x first (kind "layer": F.layer_norm; "rms":
-    `rms_norm`), `activation` then applies to it ("relu", or F.gelu's `approximate`: "none", "tanh"), `dtype` casts
+    `rms_norm`), `activation` then applies to it ("relu", F.gelu's `approximate`: "none", "tanh", or "swiglu":
+    silu(gate) * up of x's two halves), `dtype` casts
     it (x's by default), and `residual` [..., out] is added to the result. Our GEMV applies a ReLU as it loads x
     (exact: a ReLU commutes with its upcast), and with `fuse` (`FusedSettings.gemv_fusion`) the norm, any
     activation and the residual add too, each rounded as the eager op's output is: no kernel of their own.
@@ -73,7 +74,10 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
         kind, gain, shift, eps = norm
         x = F.layer_norm(x, (x.shape[-1],), gain, shift, eps) if kind == "layer" else rms_norm(x, gain, eps)
     on_load = form == GEMV and activation == "relu"
-    if activation is not None and not on_load:
+    if activation == "swiglu":
+        gate, up = x.chunk(2, dim=-1)
+        x = F.silu(gate) * up
+    elif activation is not None and not on_load:
         x = F.relu(x) if activation == "relu" else F.gelu(x, approximate=activation)
     if form == GEMV:
         out = triton_kernels().gemv(x, weight, bias, dtype=dtype, activation="relu" if on_load else None)

@@ -72,11 +72,14 @@ def rms_norm(x, weight, eps: float):
     return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def norm_product(x, gain, weight, bias, eps: float, form: int, fold: bool):
-    """rms_norm(x) times the weight + bias (`product`). `fold`, in the one-reduction form: the norm's sum of
-    squares summed beside the product over the same features, out = rsqrt(mean(x^2) + eps) * ((x * gain) . W),
-    so inductor makes one kernel of both (the statistics are repeated per output: free beside the weight reads)."""
+def norm_product(x, gain, weight, bias, eps: float, form: int, fold: bool, fuse: bool = False):
+    """rms_norm(x) times the weight + bias (`product`; with `fuse`, the norm inside our GEMV). `fold`, in the
+    one-reduction form: the norm's sum of squares summed beside the product over the same features, out =
+    rsqrt(mean(x^2) + eps) * ((x * gain) . W), so inductor makes one kernel of both (the statistics are repeated per
+    output: free beside the weight reads)."""
     if not (fold and form == 1):
+        if fuse:
+            return product(x, weight, bias, form, norm=("rms", gain, None, eps))
         return product(rms_norm(x, gain, eps), weight, bias, form)
     xf = x.float()
     out = ((xf * gain.float())[..., None, :] * weight.float()).sum(-1)  # [..., out]
@@ -97,15 +100,16 @@ def rotate(x, cos, sin):
 
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
                scale: float, forms: tuple, attention: str = "reduction", transposed: bool = False,
-               fold: bool = False, window: int | None = None):
+               fold: bool = False, window: int | None = None, fuse: bool = False):
     """One decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
     `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: `attend`'s; `transposed`: V
-    buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`)."""
+    buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`); `fuse`: the norms, SwiGLU
+    and the residual adds inside our GEMV where it runs a product (`product`)."""
     norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
     head_dim = keys.shape[-1]
-    qkv = norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, fold)
+    qkv = norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, fold, fuse)
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
     q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
     k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
@@ -116,9 +120,9 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
         values[:, :, write] = v.reshape(rows, kv_heads, 1, head_dim)
     a = attend(attention, q, keys, values, write, valid, scale, transposed, window)
     a = a.reshape(rows, heads * head_dim)
-    x = x + product(a, o_w, o_b, o_form)
-    gate, up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold).chunk(2, dim=-1)
-    return x + product(F.silu(gate) * up, down_w, None, down_form)
+    x = product(a, o_w, o_b, o_form, residual=x, fuse=fuse)
+    gate_up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold, fuse)
+    return product(gate_up, down_w, None, down_form, activation="swiglu", residual=x, fuse=fuse)
 
 
 def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window: int | None):
@@ -180,7 +184,7 @@ class FusedLlamaStep:
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
                             attention=attention,
                             transposed=self.settings.transposed_values, fold=self.settings.fold_norms,
-                            window=self.window)
+                            window=self.window, fuse=self.settings.gemv_fusion)
         head = self.settings.head_form(slot.rows, self.compiled, width, self.device)
         return self._head(x, self.norm, self.lm_head, eps=self.eps, form=head, fold=self.settings.fold_norms)
 

@@ -47,13 +47,21 @@ def check_config(config) -> None:
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, scale: float, pre_norm: bool,
-               forms: tuple, attention: str):
+               forms: tuple, attention: str, fuse: bool = False):
     """One OPT decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
-    `forms`: `product`'s form for q/k/v, out_proj, fc1 and fc2; `attention`: `attend`'s."""
+    `forms`: `product`'s form for q/k/v, out_proj, fc1 and fc2; `attention`: `attend`'s; `fuse` (pre-norm layers
+    with both norms' gains and biases): the norms, the ReLU, the residual adds and the K/V writes inside our GEMV
+    where it runs a product (`product`)."""
     norm1, qkv_w, qkv_b, out_w, out_b, norm2, fc1_w, fc1_b, fc2_w, fc2_b = w
     qkv_form, out_form, fc1_form, fc2_form = forms
     rows, embed = x.shape
     head_dim = embed // heads
+    if fuse:
+        qkv = product(x, qkv_w, qkv_b, qkv_form, norm=("layer", *norm1, eps), cache=(keys, values, write, embed))
+        a = attend(attention, qkv[:, :embed].reshape(rows, heads, head_dim), keys, values, write, valid, scale)
+        x = product(a.reshape(rows, embed), out_w, out_b, out_form, residual=x)
+        h = product(x, fc1_w, fc1_b, fc1_form, norm=("layer", *norm2, eps))
+        return product(h, fc2_w, fc2_b, fc2_form, relu=True, residual=x)
     qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, qkv_form)
     q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
     keys[:, :, write] = k[:, :, None, :]
@@ -114,6 +122,8 @@ class FusedOPTStep:
         self.lm_head = model.lm_head.weight.detach()
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.layers = [_layer_weights(layer) for layer in core.layers]
+        # the norms' fusion into our GEMV takes gains and biases (every OPT checkpoint has them)
+        self.affine = all(t is not None for t in (*self.layers[0][0], *self.layers[0][5]))
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
@@ -133,7 +143,8 @@ class FusedOPTStep:
                                self.positions, form=project_in)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
-                            scale=self.scale, pre_norm=self.pre_norm, forms=forms, attention=attention)
+                            scale=self.scale, pre_norm=self.pre_norm, forms=forms, attention=attention,
+                            fuse=settings.gemv_fusion and self.pre_norm and self.affine)
         return self._head(x, self.final_norm, self.project_out, self.lm_head, eps=self.eps,
                           forms=(project_out, head_form))
 

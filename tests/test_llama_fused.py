@@ -16,7 +16,7 @@ import pytest
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 
-from conftest import offline_variants, run_cli
+from conftest import counted_kernels, offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # off CUDA our Triton kernels run interpreted (conftest.py)
@@ -54,14 +54,20 @@ def test_compiled_step_on_cpu(workdir):
     # compiled on CUDA; eager on the CPU (test_torch_kernels checks that they trace without graph breaks)
     (dict(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel", kernels_everywhere=True), DEVICE == "cuda"),
     (dict(attention="split", kernels_everywhere=True), DEVICE == "cuda"),
-], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels", "split-attention"])
-def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
+    (dict(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True, gemv_fusion=True),
+     DEVICE == "cuda"),
+], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels", "split-attention",
+        "triton-kernels-fused"])
+def test_step_settings_give_the_same_tokens(settings, compiled, workdir, monkeypatch):
     """The step's other internal choices (`FusedSettings`, which the device benchmark compares): long products
     summed in parts (down's 128 features in 4 parts of 32; compiled: eager runs F.linear), norms folded into the
     reduction-form products that follow them, V buffers stored transposed, SDPA for the one-query attention, our
-    Triton GEMV and attention kernels (`NNDF.backends.torch.kernels`; on the CPU under Triton's interpreter);
-    greedy and 3 beams on mistral-offline (its sliding window exceeded), against HF generate."""
+    Triton GEMV and attention kernels (`NNDF.backends.torch.kernels`; on the CPU under Triton's interpreter), with
+    the norms, SwiGLU and residual adds inside the GEMV (`gemv_fusion`); greedy and 3 beams on mistral-offline (its
+    sliding window exceeded), against HF generate."""
     from CausalLM.fused_step import GEMV, FusedSettings
+
+    calls = counted_kernels(monkeypatch)
 
     run = _run(workdir, variant="mistral-offline", family="LLAMA", compiled=compiled, graph=DEVICE == "cuda")
     with backend_steps(run, "frameworks") as (_, steps):
@@ -76,6 +82,11 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir):
             assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
         slot = steps.fused.new_slot(1, 16)
         assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
+    fused = ("norm", "activation", "residual")
+    if settings.get("gemv_fusion"):
+        assert all(calls[f"gemv+{part}"] for part in fused), calls
+    else:
+        assert not any(calls[f"gemv+{part}"] for part in fused), calls
 
 
 def test_attention_kernel_leaves_long_buffers_to_inductors_form():

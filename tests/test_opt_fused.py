@@ -64,12 +64,14 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
         _check_parity(run, steps)
 
 
-def test_step_on_our_kernels(tiny, workdir, monkeypatch):
-    """OPT's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF generate's tokens, on the
-    post-norm model (project_in / project_out through the GEMV too)."""
-    run = _run(workdir, variant="opt-offline", torch_dir=tiny["post-norm"], family="OPT")
+@pytest.mark.parametrize("model", ["post-norm", "pre-norm"])
+def test_step_on_our_kernels(model, tiny, workdir, monkeypatch):
+    """OPT's step on our Triton GEMV and attention kernels (the default on CUDA) gives HF generate's tokens: the
+    post-norm model (project_in / project_out through the GEMV too), and the pre-norm model, whose norms, ReLU,
+    residual adds and K/V writes run inside the GEMV (`gemv_fusion`) or around it."""
+    run = _run(workdir, variant="opt-offline", torch_dir=tiny[model], family="OPT")
     with backend_steps(run, "frameworks") as (_, steps):
-        _check_kernels(run, steps, monkeypatch)
+        _check_kernels(run, steps, monkeypatch, fusion=model == "pre-norm")
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")

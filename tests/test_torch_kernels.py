@@ -133,6 +133,32 @@ def test_gemv_writes_keys_and_values(rows, tiling, dot):
     assert torch.equal(values[:, :, others], before_v[:, :, others])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("rows, tiling, dot", [
+    (1, dict(programs=1, block_n=32, block_k=64), False),
+    (3, dict(programs=64, block_n=8, block_k=64), False),
+    (4, dict(programs=1, block_n=16, block_k=64), True),
+])
+def test_gemv_swiglu_on_load(rows, tiling, dot, dtype):
+    """SwiGLU applied as the kernel loads its input (a row of [gate | up], twice the product's features): the
+    eager silu(gate) * up, each op rounded to the input's dtype."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(4)
+    out_features, in_features = 48, 200
+    x = torch.randn(rows, 2 * in_features, device=DEVICE).to(dtype)
+    weight, residual = torch.randn(out_features, in_features, device=DEVICE).to(dtype), torch.randn(
+        rows, out_features, device=DEVICE).to(dtype)
+    gate, up = x.chunk(2, dim=-1)
+    h = (F.silu(gate.float()).to(dtype) * up).to(dtype)
+    expected = (h.double() @ weight.double().T).to(dtype)
+    config = (kernels.dot_config if dot else kernels.gemv_config)(rows, out_features, in_features, **tiling)
+    got = kernels.gemv(x, weight, None, config, activation="swiglu", residual=residual)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    assert got.shape == (rows, out_features)
+    assert torch.allclose((got - residual).double(), expected.double(), rtol=tolerance, atol=tolerance)
+
+
 def test_gemv_sums_several_rows_through_dots(monkeypatch):
     """From `DOT_ROWS` rows in the weight's dtype `gemv` takes the dot form by default; one row, an input of
     another dtype (an fp32 stream into a half weight), more than 16 rows or DOT_ROWS None keep the elementwise

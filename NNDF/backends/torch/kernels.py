@@ -152,7 +152,7 @@ def _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift
     statistics) and act(x) (ACT, `ACTIVATION_CODES`), each rounded to x's dtype as the eager op before the product
     writes it: a layer norm in fp32 ((x - mean) * rstd * gain + shift); an RMS norm as HF's Llama and T5 (x * rstd
     in fp32, rounded, times the gain); ReLU; GELU, exact (erf) or tanh's approximation (x * sigmoid(2u) is
-    x * (1 + tanh(u)) / 2)."""
+    x * (1 + tanh(u)) / 2); SwiGLU (silu(gate) * up, the row's two halves)."""
     x = _tile(x_ptr, r, k, rows, in_features, x_stride)
     if NORM != 0:
         in_k = k < in_features
@@ -170,6 +170,10 @@ def _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift
     elif ACT == 3:
         y = x.to(tl.float32)
         x = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(x.dtype)
+    elif ACT == 4:  # the row holds [gate | up], each in_features wide: silu(gate), rounded, times up
+        y = x.to(tl.float32)
+        up = _tile(x_ptr + in_features, r, k, rows, in_features, x_stride).to(tl.float32)
+        x = ((y * tl.sigmoid(y)).to(x.dtype).to(tl.float32) * up).to(x.dtype)
     return x
 
 
@@ -278,8 +282,8 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
 
 
 # the activations `gemv` applies to its input as it loads it (`_input`'s ACT), by name: F.gelu's `approximate`
-# names its two GELUs ("none": erf, "tanh")
-ACTIVATION_CODES = {None: 0, "relu": 1, "tanh": 2, "none": 3}
+# names its two GELUs ("none": erf, "tanh"); "swiglu": silu(gate) * up of an input [.., 2 x in] holding both
+ACTIVATION_CODES = {None: 0, "relu": 1, "tanh": 2, "none": 3, "swiglu": 4}
 NORM_CODES = {None: 0, "layer": 1, "rms": 2}  # the norms `gemv` applies to its input first (`Norm.kind`)
 STATS_VALUES = 8192  # the most values (rows x features) `_row_stats` loads at once
 
@@ -308,7 +312,7 @@ class Cache(NamedTuple):
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
                  dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None,
                  cache: Cache | None = None):
-    rows, in_features = x.shape
+    rows, in_features = x.shape[0], weight.shape[1]
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
     gain, shift = (x, x) if norm is None else (norm.gain, x if norm.shift is None else norm.shift)
@@ -350,7 +354,7 @@ def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     rounded once (what the partial sums summed and cast give); plus `residual` [rows, out] (after that rounding)."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
     norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, dot,
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps, dot,
                  activation, norm, residual)
     return out
 
@@ -370,7 +374,7 @@ def gemv_cache(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     """`gemv_whole`, its key and value columns also written into `keys` / `values` at `write` (`Cache`)."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
     norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(x.shape[1], block_k) * block_k, warps, dot,
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps, dot,
                  activation, norm, residual, Cache(keys, values, write, q_features))
     return out
 
@@ -417,8 +421,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     written into the cache (by the kernel where unsplit, else by plain ops after it)."""
     dtype = dtype or x.dtype
     activation = "relu" if relu else activation
-    lead, in_features = x.shape[:-1], x.shape[-1]
-    flat = x.reshape(-1, in_features)
+    lead, in_features = x.shape[:-1], weight.shape[1]
+    flat = x.reshape(-1, x.shape[-1])
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
     if config is None:
