@@ -168,16 +168,20 @@ class FusedSettings:
     # layer taken as one [2, rows, ...] view (one kernel a layer, not two; where a step implements it: the
     # encoder-decoder steps, `Seq2Seq.fused_step.write_kv`)
     paired_kv_write: bool = False
-    # where our GEMV runs a product (`GEMV`), the norm before it, the activation between it and the product before
-    # and the residual add after it inside its kernel (`product`'s `fuse`): no kernels of their own around it
-    # (where a step implements it: GPT-2's)
-    gemv_fusion: bool = False
+    # the steps (by HF model type) whose norms, activations, residual adds and K/V writes run inside our GEMV where
+    # it runs a product (`product`'s `fuse`: no kernels of their own around it; where a step implements it: GPT-2,
+    # OPT's pre-norm layout, the LLAMA family; `fuses`)
+    gemv_fusion: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:
             raise ValueError(f"attention {self.attention!r}: one of {', '.join(ATTENTIONS)}")
         if self.attention not in ("reduction", "sdpa") and self.transposed_values:
             raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
+
+    def fuses(self, model_type: str) -> bool:
+        """Whether a step of this HF model type runs its norms, activations and residual adds inside our GEMV."""
+        return model_type in self.gemv_fusion
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:
         return compiled and rows <= self.reduction_rows and width <= self.reduction_width
@@ -239,7 +243,13 @@ class FusedSettings:
 # (docs/PERFORMANCE.md, H100: Llama-3-8B's step 5.84 ms against 6.47 on cuBLAS and inductor's kernels; gpt2-xl
 # 2.52 ms a token against 3.23; GPT-J-6B's step 4.59 ms with the split attention against 4.87 with one program
 # per head)
-DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto", gemv_fusion=True)
+DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto", gemv_fusion=("gpt2",))
+# the model types whose steps implement `gemv_fusion`. On an H200 (docs/PERFORMANCE.md) it pays at GPT-2's shapes
+# (124M 0.295 against 0.334 ms a token, gpt2-xl 1.95 against 2.05: 64 and 244 kernels a step against 136 and 532)
+# and costs elsewhere (Qwen2.5-0.5B 0.797 against 0.760, OPT-6.7B 4.56 against 4.03, Llama-3-8B 4.96 against 4.44:
+# every program of a wide product reads the whole input row again for the norm's statistics or SwiGLU's two
+# halves, and the products a residual is added to run unsplit), so only GPT-2's steps fuse by default
+FUSING_TYPES = ("gpt2", "opt", "llama", "mistral", "qwen2", "phi3")
 
 
 def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:

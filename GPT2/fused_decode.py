@@ -14,7 +14,9 @@ one-query attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere
 of few rows take the reduction form `(x[:, None, :] * W).sum(-1)` when compiled, which inductor fuses with its
 prologue (layer norm) and epilogue (bias, GELU, residual), and `F.linear` (cuBLAS) otherwise; the attention reads
 the whole static buffer masked by (column <= write position) & the row's padding mask, as plain ops inductor
-fuses or as `F.scaled_dot_product_attention`. `fold_norms` folds each layer norm's gain into the product that
+fuses or as `F.scaled_dot_product_attention`. With `gemv_fusion` (GPT-2's default) our GEMV also applies the layer
+norms and the GELU to its input, adds the residual and writes the K/V buffers: five kernels a layer (the q/k/v
+product, the attention, three products). `fold_norms` folds each layer norm's gain into the product that
 follows it.
 
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
@@ -163,7 +165,7 @@ class FusedGPT2Step:
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
                             gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded,
-                            fuse=settings.gemv_fusion)
+                            fuse=settings.fuses("gpt2"))
         head = settings.head_form(rows, self.compiled, width, self.device)
         return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
 

@@ -151,6 +151,7 @@ class FusedLlamaStep:
         config = model.config
         check_config(config)
         self.settings, self.compiled = decoder_settings(settings), compile_options is not None
+        self.model_type = config.model_type
         self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.head_dim = attention.head_dim(config)
         self.eps, self.scale = config.rms_norm_eps, self.head_dim ** -0.5
@@ -184,7 +185,7 @@ class FusedLlamaStep:
                             kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
                             attention=attention,
                             transposed=self.settings.transposed_values, fold=self.settings.fold_norms,
-                            window=self.window, fuse=self.settings.gemv_fusion)
+                            window=self.window, fuse=self.settings.fuses(self.model_type))
         head = self.settings.head_form(slot.rows, self.compiled, width, self.device)
         return self._head(x, self.norm, self.lm_head, eps=self.eps, form=head, fold=self.settings.fold_norms)
 

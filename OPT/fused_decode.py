@@ -144,7 +144,7 @@ class FusedOPTStep:
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
                             scale=self.scale, pre_norm=self.pre_norm, forms=forms, attention=attention,
-                            fuse=settings.gemv_fusion and self.pre_norm and self.affine)
+                            fuse=settings.fuses("opt") and self.pre_norm and self.affine)
         return self._head(x, self.final_norm, self.project_out, self.lm_head, eps=self.eps,
                           forms=(project_out, head_form))
 

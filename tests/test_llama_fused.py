@@ -54,7 +54,7 @@ def test_compiled_step_on_cpu(workdir):
     # compiled on CUDA; eager on the CPU (test_torch_kernels checks that they trace without graph breaks)
     (dict(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel", kernels_everywhere=True), DEVICE == "cuda"),
     (dict(attention="split", kernels_everywhere=True), DEVICE == "cuda"),
-    (dict(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True, gemv_fusion=True),
+    (dict(gemv_above=0, gemv_rows=4, attention="kernel", kernels_everywhere=True, gemv_fusion=("mistral",)),
      DEVICE == "cuda"),
 ], ids=["split-transposed-folded-compiled", "sdpa", "sdpa-transposed", "triton-kernels", "split-attention",
         "triton-kernels-fused"])

@@ -41,7 +41,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from CausalLM.fused_step import FusedSettings  # noqa: E402
+from CausalLM.fused_step import FUSING_TYPES, FusedSettings  # noqa: E402
 from NNDF.actions.benchmark import benchmark  # noqa: E402
 from NNDF.actions.common import backend_steps, generate_prompt, open_run  # noqa: E402
 from NNDF.generation import GenerationConfig  # noqa: E402
@@ -328,8 +328,10 @@ LLAMA_VARIANTS = {
     "kernels-narrow": dict(gemv_above=0, attention="kernel", gemv_width=2048),
     "kernels-split": dict(gemv_above=0, attention="split"),  # our attention kernel over column chunks
     "gemv-sdpa": dict(gemv_above=0, attention="sdpa"),
-    # the default without the norms, activations and residual adds inside our GEMV (their own kernels around it)
+    # the default without the norms, activations, residual adds and K/V writes inside our GEMV (their own kernels
+    # around it), and with them for every step that implements them (`FusedSettings.gemv_fusion`)
     "unfused": dict(gemv_above=0, attention="auto"),
+    "fused-all": dict(gemv_above=0, attention="auto", gemv_fusion=FUSING_TYPES),
 }
 
 
