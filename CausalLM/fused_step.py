@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from NNDF.slots import KVSlot, step_inputs
+from NNDF.slots import KVSlot, step_inputs, write_kv_columns
 
 
 def compiled(functions: tuple, compile_options: dict | None) -> tuple:
@@ -58,12 +58,13 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
     what inductor makes of the caller). A bool is 0 or 1.
     Around the product: `norm` (kind, gain, shift, eps) normalises x first (kind "layer": F.layer_norm; "rms":
     `rms_norm`), `activation` then applies to it ("relu", F.gelu's `approximate`: "none", "tanh", or "swiglu":
-    silu(gate) * up of x's two halves), `dtype` casts
-    it (x's by default), and `residual` [..., out] is added to the result. Our GEMV applies a ReLU as it loads x
+    silu(gate) * up of x's two halves), `dtype` casts it (x's by default), and `residual` [..., out] is added to
+    the result. Our GEMV applies a ReLU as it loads x
     (exact: a ReLU commutes with its upcast), and with `fuse` (`FusedSettings.gemv_fusion`) the norm, any
     activation and the residual add too, each rounded as the eager op's output is: no kernel of their own.
     `cache` (keys, values, write, q_features: `kernels.Cache`): the key and value columns of a q/k/v product [R,
-    ...] also written into the K/V buffers at the write position (inside our GEMV with `fuse`)."""
+    ...] also written into the K/V buffers at the write position (`NNDF.slots.write_kv_columns`; inside our GEMV
+    with `fuse`)."""
     activation = "relu" if relu else activation
     if form == GEMV and fuse:
         if cache is not None:
@@ -96,21 +97,13 @@ def product(x, weight, bias, form: int, relu: bool = False, dtype: torch.dtype |
             out = (out if bias is None else out + bias.float()).to(x.dtype)
     out = out if residual is None else residual + out
     if cache is not None:
-        write_kv(out, *cache)
+        write_kv_columns(out, *cache)
     return out
 
 
-def write_kv(qkv, keys, values, write, q_features: int) -> None:
-    """The key and value columns of a q/k/v product qkv [R, ...] (after `q_features`: the keys, then as many
-    values, head after head) written into the buffers [R, kv heads, length, head size] at `write` [1]."""
-    rows, kv_heads, _, dim = keys.shape
-    width = kv_heads * dim
-    keys[:, :, write] = qkv[:, q_features:q_features + width].reshape(rows, kv_heads, 1, dim)
-    values[:, :, write] = qkv[:, q_features + width:q_features + 2 * width].reshape(rows, kv_heads, 1, dim)
-
-
 def rms_norm(x, gain, eps: float):
-    """HF's Llama / T5 RMS norm: x times 1 / RMS(x) in fp32, rounded to x's dtype, times the gain."""
+    """HF's Llama RMS norm: x times 1 / RMS(x) in fp32, rounded to x's dtype, times the gain (T5's where x and the
+    gain share a dtype)."""
     xf = x.float()
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * gain
 
@@ -180,7 +173,8 @@ class FusedSettings:
             raise ValueError("the attention kernel reads V buffers [.., length, head_dim]: not transposed_values")
 
     def fuses(self, model_type: str) -> bool:
-        """Whether a step of this HF model type runs its norms, activations and residual adds inside our GEMV."""
+        """Whether a step of this HF model type runs its norms, activations, residual adds and K/V writes inside our
+        GEMV (`gemv_fusion`)."""
         return model_type in self.gemv_fusion
 
     def reduces(self, rows: int, compiled: bool, width: int = 0) -> bool:

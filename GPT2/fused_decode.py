@@ -31,9 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask,
-                                 write_kv)
-from NNDF.slots import KVSlot
+from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask
+from NNDF.slots import KVSlot, write_kv_columns
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
@@ -80,7 +79,7 @@ def _norm_product(x, norm: tuple, weight, bias, eps: float, form: int, folded: b
     rstd = torch.rsqrt(squares / x.shape[-1] - mean * mean + eps)
     out = (rstd * (dot - mean * rowsum) + const).to(x.dtype)
     if cache is not None:
-        write_kv(out, *cache)
+        write_kv_columns(out, *cache)
     return out
 
 
@@ -120,10 +119,10 @@ def token_embed(ids, positions, wte, wpe):
     return wte[ids[:, 0]] + wpe[positions[:, 0]]
 
 
-def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool, fuse: bool = False):
-    """Final layer norm and LM head: logits [R, 1, V]. (The step keeps the norm its own kernel, not `fuse`d: every
-    one of the head's ~12k programs would compute the statistics again.)"""
-    return _norm_product(x, norm, lm_w, None, eps, form, folded, fuse)[:, None, :]
+def head_step(x, norm: tuple, lm_w, eps: float, form: int, folded: bool):
+    """Final layer norm and LM head: logits [R, 1, V]. (The norm stays a kernel of its own, not inside our GEMV:
+    every one of the head's ~12k programs would compute its statistics again.)"""
+    return _norm_product(x, norm, lm_w, None, eps, form, folded)[:, None, :]
 
 
 class FusedGPT2Step:

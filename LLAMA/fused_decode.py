@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product
+from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, rms_norm
 from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -64,12 +64,6 @@ def sliding_window(config) -> int | None:
         raise UsageError("--fused-decode: this config mixes sliding-window and full-attention layers, which the "
                          "fused step does not implement; drop --fused-decode")
     return windows.pop()
-
-
-def rms_norm(x, weight, eps: float):
-    """HF's RMSNorm: statistics in fp32, the gain applied in the input's dtype."""
-    xf = x.float()
-    return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def norm_product(x, gain, weight, bias, eps: float, form: int, fold: bool, fuse: bool = False):

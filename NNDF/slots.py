@@ -140,6 +140,17 @@ def take_rows(mine: list[torch.Tensor], my_stack: torch.Tensor | None, theirs: l
         buffer.copy_(source.index_select(0, index))
 
 
+def write_kv_columns(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, write: torch.Tensor,
+                     q_features: int) -> None:
+    """The key and value columns of a q/k/v product qkv [R, ...] (after `q_features`: the keys, then as many
+    values, head after head) written into a static cache's buffers [R, kv heads, length, head size] at the write
+    position `write` [1]."""
+    rows, kv_heads, _, dim = keys.shape
+    width = kv_heads * dim
+    keys[:, :, write] = qkv[:, q_features:q_features + width].reshape(rows, kv_heads, 1, dim)
+    values[:, :, write] = qkv[:, q_features + width:q_features + 2 * width].reshape(rows, kv_heads, 1, dim)
+
+
 def step_inputs(rows: int, max_length: int, device, mask: bool = True) -> dict[str, torch.Tensor]:
     """A one-token step's fixed-address inputs: ids and positions [rows, 1] (zeros), the full-width mask
     [rows, max_length] (ones) unless `mask` is False."""

@@ -51,27 +51,20 @@ def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: floa
     """One OPT decoder layer for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
     `forms`: `product`'s form for q/k/v, out_proj, fc1 and fc2; `attention`: `attend`'s; `fuse` (pre-norm layers
     with both norms' gains and biases): the norms, the ReLU, the residual adds and the K/V writes inside our GEMV
-    where it runs a product (`product`)."""
+    where it runs a product (`product`; otherwise the same ops around it)."""
     norm1, qkv_w, qkv_b, out_w, out_b, norm2, fc1_w, fc1_b, fc2_w, fc2_b = w
     qkv_form, out_form, fc1_form, fc2_form = forms
     rows, embed = x.shape
     head_dim = embed // heads
-    if fuse:
-        qkv = product(x, qkv_w, qkv_b, qkv_form, norm=("layer", *norm1, eps), cache=(keys, values, write, embed))
-        a = attend(attention, qkv[:, :embed].reshape(rows, heads, head_dim), keys, values, write, valid, scale)
-        x = product(a.reshape(rows, embed), out_w, out_b, out_form, residual=x)
-        h = product(x, fc1_w, fc1_b, fc1_form, norm=("layer", *norm2, eps))
-        return product(h, fc2_w, fc2_b, fc2_form, relu=True, residual=x)
-    qkv = product(layer_norm(x, norm1, eps) if pre_norm else x, qkv_w, qkv_b, qkv_form)
-    q, k, v = (t.reshape(rows, heads, head_dim) for t in qkv.split(embed, dim=-1))
-    keys[:, :, write] = k[:, :, None, :]
-    values[:, :, write] = v[:, :, None, :]
-    a = attend(attention, q, keys, values, write, valid, scale)
-    x = x + product(a.reshape(rows, embed), out_w, out_b, out_form)
+    # pre-norm: each norm before its product; post-norm: after the residual adds
+    before1, before2 = (("layer", *norm1, eps), ("layer", *norm2, eps)) if pre_norm else (None, None)
+    qkv = product(x, qkv_w, qkv_b, qkv_form, norm=before1, cache=(keys, values, write, embed), fuse=fuse)
+    a = attend(attention, qkv[:, :embed].reshape(rows, heads, head_dim), keys, values, write, valid, scale)
+    x = product(a.reshape(rows, embed), out_w, out_b, out_form, residual=x, fuse=fuse)
     if not pre_norm:
         x = layer_norm(x, norm1, eps)
-    h = F.relu(product(layer_norm(x, norm2, eps) if pre_norm else x, fc1_w, fc1_b, fc1_form))
-    x = x + product(h, fc2_w, fc2_b, fc2_form)
+    h = product(x, fc1_w, fc1_b, fc1_form, norm=before2, fuse=fuse)
+    x = product(h, fc2_w, fc2_b, fc2_form, relu=True, residual=x, fuse=fuse)
     return x if pre_norm else layer_norm(x, norm2, eps)
 
 

@@ -105,7 +105,8 @@ def counted_kernels(monkeypatch):
     """A Counter of the calls of our Triton kernels (`NNDF.backends.torch.kernels`: gemv, decode_attention,
     decode_attention_split) from here on, each still run: a step that bypassed one shows a zero. GEMV calls given
     a norm, an activation, a residual or a K/V cache to apply or write inside the kernel also count as "gemv+norm",
-    "gemv+activation", "gemv+residual", "gemv+cache"."""
+    "gemv+activation" (a ReLU, which the kernel applies on load with or without `gemv_fusion`: "gemv+relu"),
+    "gemv+residual", "gemv+cache"."""
     import collections
 
     from CausalLM.fused_step import triton_kernels
@@ -116,7 +117,9 @@ def counted_kernels(monkeypatch):
         calls.update([name])
         if name == "gemv":
             calls.update(f"gemv+{part}" for part in ("norm", "activation", "residual", "cache")
-                         if kwargs.get(part) is not None)
+                         if kwargs.get(part) not in (None, "relu"))
+            if kwargs.get("relu") or kwargs.get("activation") == "relu":
+                calls.update(["gemv+relu"])
 
     for name in ("gemv", "decode_attention", "decode_attention_split"):
         monkeypatch.setattr(kernels, name, lambda *a, _name=name, _real=getattr(kernels, name), **k:

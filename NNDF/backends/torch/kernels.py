@@ -33,6 +33,7 @@ import triton.language as tl
 from torch.library import custom_op
 
 from NNDF.backends.torch.compile import programmatic_launch
+from NNDF.slots import write_kv_columns
 
 # the default tiling on CUDA: the fastest measured for every product of Qwen2.5-0.5B's step on an H200 (kernel
 # alone, tools/bench/kernel_bench.py; within ~5% of the best at each product): 4 weight rows a program, the
@@ -457,11 +458,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if residual is not None:
         out = out + residual.reshape(out.shape)
     if cache is not None:
-        keys, values, write, start = cache
-        kv_heads, dim = keys.shape[1], keys.shape[3]
-        width = kv_heads * dim
-        for buffer, first in ((keys, start), (values, start + width)):
-            buffer[:, :, write] = out[:, first:first + width].reshape(-1, kv_heads, 1, dim)
+        write_kv_columns(out, *cache)
     return out.reshape(*lead, weight.shape[0])
 
 
