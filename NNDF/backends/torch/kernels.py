@@ -353,10 +353,17 @@ def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     """x [rows, in] (features contiguous; norm(x) with `norm_kind` (`Norm`), then activation(x)) times weight
     [out, in]^T + bias in one sum per output (through dots with `dot`): [rows, out] in `dtype`, summed in fp32 and
     rounded once (what the partial sums summed and cast give); plus `residual` [rows, out] (after that rounding)."""
+    return _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps,
+                  residual)
+
+
+def _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps, residual,
+           cache: Cache | None = None) -> torch.Tensor:
+    """`gemv_whole`'s and `gemv_cache`'s launch: the product in one slice, in `dtype`."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
     norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps, dot,
-                 activation, norm, residual)
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps,
+                 dot, activation, norm, residual, cache)
     return out
 
 
@@ -373,11 +380,8 @@ def gemv_cache(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                gain: torch.Tensor | None = None, shift: torch.Tensor | None = None, eps: float = 0.0,
                residual: torch.Tensor | None = None) -> torch.Tensor:
     """`gemv_whole`, its key and value columns also written into `keys` / `values` at `write` (`Cache`)."""
-    out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
-    norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
-    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps, dot,
-                 activation, norm, residual, Cache(keys, values, write, q_features))
-    return out
+    return _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps,
+                  residual, Cache(keys, values, write, q_features))
 
 
 @gemv_cache.register_fake
