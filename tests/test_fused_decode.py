@@ -145,10 +145,12 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="programmatic dependent launch is CUDA's (compute capability 9.0+)")
+@pytest.mark.parametrize("early", ["unnormed", "all", "none"])
 @pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
-def test_programmatic_launch_gives_hf_tokens(model, tiny, workdir, monkeypatch):
+def test_programmatic_launch_gives_hf_tokens(model, early, tiny, workdir, monkeypatch):
     """The compiled step on our kernels replayed from a CUDA graph, every kernel launched with programmatic
-    dependent launch (inductor's and ours, each waiting on the device for the one before): HF generate's tokens."""
+    dependent launch (inductor's and ours, each waiting on the device for the one before; ours letting the next
+    start as they start or after their loads, `EARLY_LAUNCH`): HF generate's tokens."""
     import torch
 
     from NNDF.backends.torch import compile as compile_options
@@ -156,6 +158,7 @@ def test_programmatic_launch_gives_hf_tokens(model, tiny, workdir, monkeypatch):
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability 9.0 or later")
     monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", True)
+    monkeypatch.setattr(compile_options, "EARLY_LAUNCH", early)
     torch._dynamo.reset()  # compiled afresh, with inductor's PDL code
     run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=True, compiled=True)
     with backend_steps(run, "frameworks") as (_, steps):
@@ -174,7 +177,25 @@ def test_programmatic_launch_only_where_it_runs(monkeypatch):
     monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", True)
     assert compile_options.step_options("default", "cpu") == {}
     assert compile_options.step_options("max-autotune", "cpu") == COMPILE_OPTIONS["max-autotune"]
-    assert _launch(torch.device("cpu")) == dict(PDL=False)
+    assert _launch(torch.device("cpu")) == dict(PDL=False, EARLY=False)
+
+
+@pytest.mark.parametrize("setting,plain,normalising", [("unnormed", True, False), ("all", True, True),
+                                                       ("none", False, False)])
+def test_early_launch_setting(setting, plain, normalising, monkeypatch):
+    """Where programmatic launch runs, `EARLY_LAUNCH` says which of our kernels let the next start as they start:
+    by default all but the GEMVs that normalise their input."""
+    import torch
+
+    from NNDF.backends.torch import compile as compile_options
+    from NNDF.backends.torch import kernels
+
+    assert compile_options.EARLY_LAUNCH == "unnormed"
+    monkeypatch.setattr(kernels, "programmatic_launch", lambda device: True)
+    monkeypatch.setattr(compile_options, "EARLY_LAUNCH", setting)
+    device = torch.device("cpu")
+    assert kernels._launch(device) == dict(PDL=True, EARLY=plain, launch_pdl=True)
+    assert kernels._launch(device, norm=True) == dict(PDL=True, EARLY=normalising, launch_pdl=True)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)

@@ -105,8 +105,8 @@ def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, h
 @pytest.mark.parametrize("family,variant", VARIANTS)
 def test_captured_compiled_step_gives_hf_tokens(family, variant, launch, workdir, monkeypatch):
     """fp32 on CUDA: the compiled one-token step replayed from a CUDA graph gives HF's tokens (greedy, 3 beams),
-    with every kernel launched with programmatic dependent launch (the default, compute capability 9.0+) and
-    without."""
+    with every kernel launched with programmatic dependent launch (the default, compute capability 9.0+; ours
+    letting the next kernel start as they start, `EARLY_LAUNCH`) and without."""
     import torch
 
     from NNDF.backends.torch import compile as compile_options

@@ -335,15 +335,16 @@ LLAMA_VARIANTS = {
 }
 
 
-# a variant's suffix after "+" (`loop_mode`)
-LOOP_MODES = ("", "loop", "beamhost", "nopdl", "nodot", "splits1", "splits2", "splits4", "splits7", "splits8",
-              "block16", "block32", "whole16", "whole32", "splitres")
+# a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
+LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
+              "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048")
 
 
 def known_variant(name: str, table: dict) -> bool:
-    """Whether `name` is a variant of `table` (VARIANT, or VARIANT+MODE for a LOOP_MODES mode: `step_settings`)."""
+    """Whether `name` is a variant of `table` (VARIANT, or VARIANT+MODE[+MODE...] for LOOP_MODES modes:
+    `step_settings`)."""
     base, _, extra = name.partition("+")
-    return base in table and extra in LOOP_MODES
+    return base in table and all(mode in LOOP_MODES for mode in extra.split("+"))
 
 
 @contextlib.contextmanager
@@ -352,24 +353,36 @@ def loop_mode(mode: str):
     not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamhost", beam searches' bookkeeping
     launched op by op from the host, not as one graph (DEVICE out of `NNDF.generation.BEAMS_IN_GRAPH`); "nopdl": the
     fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
-    the steps compiled afresh); "nodot": our GEMV's products of several rows summed elementwise, not through
+    the steps compiled afresh); "late": none of our kernels letting the next start before its loads are done, "allearly": every one letting
+    it start as it starts (`compile.EARLY_LAUNCH` "none", "all"); "kN": our GEMV's one-row products in loads of N features (`kernels.TILING`'s
+    `block_k`); "nodot": our GEMV's products of several rows summed elementwise, not through
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
     kernel); "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
-    partial sums where split (`kernels.WHOLE_TILING` None); "": as the defaults are."""
+    partial sums where split (`kernels.WHOLE_TILING` None); "": as the defaults are; "MODE+MODE": both."""
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
 
+    if "+" in mode:
+        first, _, rest = mode.partition("+")
+        with loop_mode(first), loop_mode(rest):
+            yield
+        return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
+    launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
         generation.BEAMS_IN_GRAPH = saved[1] - {DEVICE}
     elif mode == "nopdl":
         compile_options.PROGRAMMATIC_LAUNCH = False
+    elif mode in ("late", "allearly"):
+        compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
+    elif mode.startswith("k"):
+        kernels.TILING["block_k"] = int(mode.removeprefix("k"))
     elif mode == "nodot":
         kernels.DOT_ROWS = None
     elif mode.startswith("splits"):
@@ -385,6 +398,7 @@ def loop_mode(mode: str):
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
         kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
+        compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
 
 
 @contextlib.contextmanager

@@ -16,6 +16,14 @@ COMPILE_OPTIONS = {"default": {}, "max-autotune": {"max_autotune": True, "coordi
 # an H200, fp16, batch 1, in the same runs: GPT-2 124M 0.353 ms a token against 0.406, t5-small 0.234 against
 # 0.264, BART-large 0.523 against 0.591, t5-base 0.465 against 0.541 (docs/PERFORMANCE.md)
 PROGRAMMATIC_LAUNCH = True
+# when each of our kernels lets the next kernel launch: "unnormed", as soon as all its programs have started, so that
+# the next kernel's programs start while it still runs (our GEMV then reads its first weight tile meanwhile), except
+# in our GEMVs that normalise their input (each of their programs computes its rows' statistics), which do so once
+# their loads are done, as inductor's kernels do; "all": those early too; "none": none early. Either way a kernel
+# waits on the device for the one before to end before it reads that one's output. On an H200, fp16, batch 1, in
+# the same runs, ms a step (captured), unnormed / none / all: GPT-2 124M 0.234 / 0.255 / 0.271, gpt2-xl 1.845 /
+# 1.929 / 2.042, Qwen2.5-0.5B (no norms in our GEMV) 0.678 / 0.734, OPT-6.7B 3.856 / 3.877 (docs/PERFORMANCE.md)
+EARLY_LAUNCH = "unnormed"
 
 
 def programmatic_launch(device) -> bool:

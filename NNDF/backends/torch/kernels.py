@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 from torch.library import custom_op
 
+from NNDF.backends.torch import compile as compile_options
 from NNDF.backends.torch.compile import programmatic_launch
 from NNDF.slots import write_kv_columns
 
@@ -220,12 +221,14 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
                  cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                  ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
-                 ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr):
+                 ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     first = split * K_PER_SPLIT
     k = first + tl.arange(0, BLOCK_K)  # [BK]
+    if PDL and EARLY:  # the next kernel may start now (it waits for this one's end before it reads our output)
+        tl.extra.cuda.gdc_launch_dependents()
     # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK]
     if PDL:
@@ -240,7 +243,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
         x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
         acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
-    if PDL:
+    if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     out = _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride,
                  BIAS, RESIDUAL)
@@ -255,12 +258,15 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
                      cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                      ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
-                     ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr):
+                     ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+                     EARLY: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]: the rows, padded with zeros to a dot's 16
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
     first = split * K_PER_SPLIT
     k = first + tl.arange(0, BLOCK_K)  # [BK]
+    if PDL and EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK], before the wait as in `_gemv_kernel`
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -274,7 +280,7 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
         w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
         x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
-    if PDL:
+    if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     out = _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
     if KV:
@@ -326,7 +332,7 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
     common = dict(HEAD_DIM=1 if cache is None else keys.shape[3], KV=cache is not None)
     common.update(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
                   NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
-                  RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device))
+                  RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device, norm is not None))
     block_r = 16 if dot else max(1, triton.next_power_of_2(rows))
     # a norm's statistics: every row's features in one load where that is at most STATS_VALUES values
     common["BLOCK_F"] = max(block_k, min(triton.next_power_of_2(in_features), STATS_VALUES // block_r))
@@ -338,11 +344,15 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
         _gemv_kernel[grid](*args, BLOCK_R=block_r, **common)
 
 
-def _launch(device: torch.device) -> dict:
-    """Our kernels' launch arguments on this device: with programmatic dependent launch where it is on
+def _launch(device: torch.device, norm: bool = False) -> dict:
+    """The launch arguments of one of our kernels on this device: with programmatic dependent launch where it is on
     (`NNDF.backends.torch.compile.programmatic_launch`; the kernels then wait for the kernel before them on the
-    device), else none."""
-    return dict(PDL=True, launch_pdl=True) if programmatic_launch(device) else dict(PDL=False)
+    device), else none; `EARLY`: it lets the next kernel start as soon as it starts itself, else once its loads are
+    done (`compile.EARLY_LAUNCH`; `norm`: a GEMV that normalises its input)."""
+    if not programmatic_launch(device):
+        return dict(PDL=False, EARLY=False)
+    early = compile_options.EARLY_LAUNCH == "all" or (compile_options.EARLY_LAUNCH == "unnormed" and not norm)
+    return dict(PDL=True, EARLY=early, launch_pdl=True)
 
 
 @custom_op("nndf::gemv_whole", mutates_args=())
@@ -471,7 +481,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
                       scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
                       bias_row_stride, bias_head_stride, out_row_stride, GROUP: tl.constexpr, DIM: tl.constexpr,
                       BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr,
-                      BIAS: tl.constexpr, PDL: tl.constexpr):
+                      BIAS: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
+    if PDL and EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     if PDL:  # every input may be the kernel before's output
         tl.extra.cuda.gdc_wait()
     row, head = tl.program_id(0), tl.program_id(1)
@@ -506,7 +518,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
         acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
         total = total * correction + tl.sum(p, axis=0)
         m = m_new
-    if PDL:
+    if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
@@ -554,7 +566,9 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
                             stats_ptr, length, scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride,
                             offsets_row_stride, bias_row_stride, bias_head_stride, GROUP: tl.constexpr,
                             DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHUNK: tl.constexpr, WINDOW: tl.constexpr,
-                            ALIBI: tl.constexpr, BIAS: tl.constexpr, PDL: tl.constexpr):
+                            ALIBI: tl.constexpr, BIAS: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
+    if PDL and EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
     if PDL:  # every input may be the kernel before's output
         tl.extra.cuda.gdc_wait()
     row, head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -582,7 +596,7 @@ def _attention_split_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_pt
     m = tl.max(s, axis=0)
     p = tl.exp(s - tl.where(m == float("-inf"), 0.0, m))  # 0 at every column not kept
     at = (split * rows + row) * heads + head
-    if PDL:
+    if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     tl.store(part_ptr + at * DIM + d, tl.sum(p[:, None] * values.to(tl.float32), axis=0), mask=in_d)
     tl.store(stats_ptr + at * 2, m)
