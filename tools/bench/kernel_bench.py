@@ -47,6 +47,10 @@ SHAPES = {
     "llama-3-8b": {"products": [("qkv", 6144, 4096), ("o_proj", 4096, 4096), ("gate_up", 28672, 4096),
                                 ("down", 4096, 14336)],
                    "attention": (32, 8, 128, None)},
+    # GPT-2's layer (c_attn, c_proj, c_fc, the MLP's c_proj) and its tied head
+    "gpt2-xl": {"products": [("qkv", 4800, 1600), ("proj", 1600, 1600), ("fc", 6400, 1600), ("fc2", 1600, 6400),
+                             ("lm_head", 50257, 1600)],
+                "attention": (25, 25, 64, None)},
     # the encoder-decoders' decoder layers: self q/k/v, o, cross q, wi (wi_0 and wi_1 in flan-T5), wo / fc1, fc2
     "t5-base": {"products": [("qkv", 2304, 768), ("o", 768, 768), ("wi", 3072, 768), ("wo", 768, 3072)],
                 "attention": (12, 12, 64, None)},
