@@ -62,6 +62,16 @@ FAMILY = Family(
     task=CAUSAL_LM,
     description="Llama-style decoders (Llama 2/3, Mistral, Qwen2/2.5, Phi-3)",
     model_types=("llama", "mistral", "qwen2", "phi3"),
+    refused_types={
+        "qwen3": "RMS norms of each head's queries and keys",
+        "qwen3_moe": "mixture-of-experts layers and RMS norms of each head's queries and keys",
+        "mixtral": "mixture-of-experts layers",
+        "gemma": "(1 + weight) RMS norms, embeddings scaled by the hidden size's square root and a GELU gate",
+        "gemma2": "Gemma's norms and scaled embeddings, norms after attention and the MLP, and soft-capped scores "
+                  "and logits",
+        "gemma3_text": "Gemma 2's layout, RMS norms of each head's queries and keys and a second rotary base for "
+                       "its local layers",
+    },
     default_variant="llama-offline",
     checkpoint=HERE / "checkpoint.toml",
     variants=(

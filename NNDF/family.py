@@ -77,6 +77,8 @@ class Family:
     default_variant: str  # an offline variant: the README demo and tests use it
     checkpoint: Path = field(default=Path())  # the family's checkpoint.toml (golden samples)
     config_names: ConfigNames = ConfigNames()  # config attributes HF's standard names do not cover
+    # HF model types close to this family's that it does not run -> what it lacks for them (said when refused)
+    refused_types: Mapping[str, str] = field(default_factory=dict)
 
     def variant(self, name: str) -> Variant:
         """The declared variant `name`, or an undeclared HF id (any model of the family's architectures)."""

@@ -148,12 +148,23 @@ def resolve_source(family: Family, variant_name: str | None, torch_dir: str | No
     config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
                               trust_remote_code, repair, cache_only)
     if config.model_type not in family.model_types:
-        raise ModelLoadError(
-            f"{location!r} is a {config.model_type!r} model; family {family.name} runs "
-            f"{', '.join(family.model_types)}"
-        )
+        raise ModelLoadError(_wrong_type(family, location, config.model_type))
     name = local_label(torch_dir, variant_name) if torch_dir else variant.name
     return ModelSource(family, name, location, local_dir, config, trust_remote_code, repair, cache_only)
+
+
+def _wrong_type(family: Family, location: str, model_type: str) -> str:
+    """The refusal of a model `family` does not run: which family runs it, or what this one lacks for it."""
+    from NNDF import registry
+
+    runs = f"family {family.name} runs {', '.join(family.model_types)}"
+    other = [f.name for f in registry.families().values() if model_type in f.model_types]
+    if other:
+        return f"{location!r} is a {model_type!r} model; {runs}; family {other[0]} runs it"
+    if model_type in family.refused_types:
+        return (f"{location!r} is a {model_type!r} model; {runs}; {model_type!r} needs "
+                f"{family.refused_types[model_type]}, which this family does not model")
+    return f"{location!r} is a {model_type!r} model; {runs}"
 
 
 def local_label(torch_dir: str, label: str | None) -> str:
