@@ -243,7 +243,7 @@ DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto", gemv_fusion=("g
 # and costs elsewhere (Qwen2.5-0.5B 0.797 against 0.760, OPT-6.7B 4.56 against 4.03, Llama-3-8B 4.96 against 4.44:
 # every program of a wide product reads the whole input row again for the norm's statistics or SwiGLU's two
 # halves, and the products a residual is added to run unsplit), so only GPT-2's steps fuse by default
-FUSING_TYPES = ("gpt2", "opt", "llama", "mistral", "qwen2", "phi3")
+FUSING_TYPES = ("gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3")
 
 
 def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:

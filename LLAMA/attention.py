@@ -23,9 +23,9 @@ def head_dim(config) -> int:
 
 
 def layer_windows(config) -> list[int | None]:
-    """Each layer's sliding window (None: full attention): Qwen2's per layer (`layer_types`, set when
+    """Each layer's sliding window (None: full attention): Qwen2's and Qwen3's per layer (`layer_types`, set when
     `use_sliding_window`), Mistral's and Phi-3's for every layer."""
     layers = config.num_hidden_layers
-    if config.model_type == "qwen2":
+    if config.model_type in ("qwen2", "qwen3"):
         return [config.sliding_window if kind == "sliding_attention" else None for kind in config.layer_types]
     return [getattr(config, "sliding_window", None) or None] * layers

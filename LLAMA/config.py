@@ -1,11 +1,12 @@
-"""LLAMA family facts: the Llama-style decoders people run today (Llama 2/3, Mistral, Qwen2/2.5, Phi-3), their hub
-variants and the offline ones.
+"""LLAMA family facts: the Llama-style decoders people run today (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3),
+their hub variants and the offline ones.
 
 `llama-offline` (the default) is a small Llama trained offline by `tools/assets/make_offline_llama.py` (committed),
 with a chat template in its tokenizer config and two end ids in its generation config (end of text, end of turn),
 as Llama 3 has. The other offline variants are random-weight models of each architecture with what makes it
 differ: Mistral's sliding window (8 columns, shorter than a test's prompt + new tokens), Qwen2's q/k/v biases and
-tied embeddings, Phi-3's fused qkv and gate_up projections, and a Llama with llama3 rope scaling.
+tied embeddings, Qwen3's RMS norms of each head's queries and keys (and a head size other than hidden / heads),
+Phi-3's fused qkv and gate_up projections, and a Llama with llama3 rope scaling.
 """
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ def _qwen2_config(tok):
     return Qwen2Config(**SHAPE, tie_word_embeddings=True, **decoder_token_ids(tok))
 
 
+def _qwen3_config(tok):
+    from transformers import Qwen3Config
+
+    # a head size (32) other than hidden / heads (16), as Qwen3's own (e.g. 1024 / 16 heads of 128)
+    return Qwen3Config(**SHAPE, head_dim=32, tie_word_embeddings=True, **decoder_token_ids(tok))
+
+
 def _phi3_config(tok):
     from transformers import Phi3Config
 
@@ -60,10 +68,9 @@ def _rope(config_class, rope: dict) -> dict:
 FAMILY = Family(
     name="LLAMA",
     task=CAUSAL_LM,
-    description="Llama-style decoders (Llama 2/3, Mistral, Qwen2/2.5, Phi-3)",
-    model_types=("llama", "mistral", "qwen2", "phi3"),
+    description="Llama-style decoders (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3)",
+    model_types=("llama", "mistral", "qwen2", "qwen3", "phi3"),
     refused_types={
-        "qwen3": "RMS norms of each head's queries and keys",
         "qwen3_moe": "mixture-of-experts layers and RMS norms of each head's queries and keys",
         "mixtral": "mixture-of-experts layers",
         "gemma": "(1 + weight) RMS norms, embeddings scaled by the hidden size's square root and a GELU gate",
@@ -79,6 +86,7 @@ FAMILY = Family(
         Variant("llama3-offline", "random, tiny", random=RandomWeights(_llama3_config, BPE_TOKENIZER_DIR, seed=11)),
         Variant("mistral-offline", "random, tiny", random=RandomWeights(_mistral_config, BPE_TOKENIZER_DIR, seed=12)),
         Variant("qwen2-offline", "random, tiny", random=RandomWeights(_qwen2_config, BPE_TOKENIZER_DIR, seed=13)),
+        Variant("qwen3-offline", "random, tiny", random=RandomWeights(_qwen3_config, BPE_TOKENIZER_DIR, seed=15)),
         Variant("phi3-offline", "random, tiny", random=RandomWeights(_phi3_config, BPE_TOKENIZER_DIR, seed=14)),
         Variant("meta-llama/Llama-3.2-1B", "1.2B"),
         Variant("meta-llama/Llama-3.2-1B-Instruct", "1.2B"),
@@ -95,6 +103,10 @@ FAMILY = Family(
         Variant("Qwen/Qwen2.5-1.5B-Instruct", "1.5B"),
         Variant("Qwen/Qwen2.5-7B", "7.6B"),
         Variant("Qwen/Qwen2.5-7B-Instruct", "7.6B"),
+        Variant("Qwen/Qwen3-0.6B", "0.6B"),
+        Variant("Qwen/Qwen3-1.7B", "1.7B"),
+        Variant("Qwen/Qwen3-4B", "4.0B"),
+        Variant("Qwen/Qwen3-8B", "8.2B"),
         Variant("microsoft/Phi-3-mini-4k-instruct", "3.8B"),
         Variant("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "1.1B"),
     ),

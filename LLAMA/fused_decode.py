@@ -1,4 +1,4 @@
-"""The LLAMA family's fused decode step (`--fused-decode` on `frameworks`): Llama, Mistral, Qwen2 and Phi-3's
+"""The LLAMA family's fused decode step (`--fused-decode` on `frameworks`): Llama, Mistral, Qwen2, Qwen3 and Phi-3's
 one-token step in plain torch ops, for inductor, over our own static cache.
 
 The layout is GPT-2's fused step's (GPT2/fused_decode.py): an embedding function, ONE layer function called for
@@ -9,15 +9,15 @@ the step replays from a CUDA graph without host work (the capture is `CausalLM.t
 
 What the layer computes, as HF's modeling code does: RMSNorm (in fp32, the gain applied in the model's dtype),
 one product for q, k and v (the three weights concatenated once at load; Qwen2's biases with them; Phi-3's
-`qkv_proj` as stored), rotary positions from a cos/sin table that HF's own rotary module computes once for every
-position (so rope_theta and the rope scalings whose frequencies do not depend on the sequence length are exact:
-default, linear, llama3, yarn; dynamic and longrope are refused), grouped-query attention of the one query over
-the whole buffer masked by (column <= write position), the row's padding mask and, for sliding-window models
-(Mistral, Phi-3), column > write position - window, then o_proj, RMSNorm, one product for gate and up (Phi-3's
-`gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, a one-row step's products (the LM head included) run
-our Triton GEMV kernel and the attention our Triton kernel (`NNDF.backends.torch.kernels`); elsewhere the
-products take the reduction form when compiled in narrow models with few rows (`CausalLM.fused_step.product`),
-cuBLAS otherwise.
+`qkv_proj` as stored), Qwen3's RMS norm of each query and key head, rotary positions from a cos/sin table that HF's
+own rotary module computes once for every position (so rope_theta and the rope scalings whose frequencies do not
+depend on the sequence length are exact: default, linear, llama3, yarn; dynamic and longrope are refused),
+grouped-query attention of the one query over the whole buffer masked by (column <= write position), the row's
+padding mask and, for sliding-window models (Mistral, Phi-3), column > write position - window, then o_proj,
+RMSNorm, one product for gate and up (Phi-3's `gate_up_proj` as stored), SiLU(gate) * up, down. On CUDA, a
+one-row step's products (the LM head included) run our Triton GEMV kernel and the attention our Triton kernel
+(`NNDF.backends.torch.kernels`); elsewhere the products take the reduction form when compiled in narrow models
+with few rows (`CausalLM.fused_step.product`), cuBLAS otherwise.
 `FusedSettings` holds the other choices the device benchmark compares (defaults measured fastest or level,
 docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the attention, V buffers stored
 [.., head_dim, length], the RMSNorm statistics summed inside the next product.
@@ -37,7 +37,7 @@ from LLAMA import attention
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "phi3")  # HF model types this step runs
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")  # HF model types this step runs
 
 
 def check_config(config) -> None:
@@ -99,14 +99,16 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: `attend`'s; `transposed`: V
     buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`); `fuse`: the norms, SwiGLU
     and the residual adds inside our GEMV where it runs a product (`product`)."""
-    norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
+    norm1, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
     head_dim = keys.shape[-1]
     qkv = norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, fold, fuse)
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
-    q = rotate(q.reshape(rows, heads, 1, head_dim), cos, sin)[:, :, 0]
-    k = rotate(k.reshape(rows, kv_heads, 1, head_dim), cos, sin)
+    q, k = head_norms(q.reshape(rows, heads, 1, head_dim), k.reshape(rows, kv_heads, 1, head_dim), q_norm, k_norm,
+                      eps)
+    q = rotate(q, cos, sin)[:, :, 0]
+    k = rotate(k, cos, sin)
     keys[:, :, write] = k
     if transposed:
         values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
@@ -117,6 +119,14 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     x = product(a, o_w, o_b, o_form, residual=x, fuse=fuse)
     gate_up = norm_product(x, norm2, gate_up_w, None, eps, gate_up_form, fold, fuse)
     return product(gate_up, down_w, None, down_form, activation="swiglu", residual=x, fuse=fuse)
+
+
+def head_norms(q, k, q_norm, k_norm, eps: float):
+    """Qwen3's RMS norm of each query and key head (over its head_dim features, before the rotary positions), where
+    the layer has one (`q_norm` None: q and k as they are)."""
+    if q_norm is None:
+        return q, k
+    return rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
 
 
 def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window: int | None):
@@ -156,7 +166,7 @@ class FusedLlamaStep:
         self.lm_head = model.lm_head.weight.detach()
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.cos, self.sin = _rope_table(core.rotary_emb, config.max_position_embeddings, self.dtype, self.device)
-        self.layers = [_layer_weights(layer) for layer in core.layers]
+        self.layers = [_layer_weights(layer, config.model_type == "qwen3") for layer in core.layers]
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
@@ -168,7 +178,7 @@ class FusedLlamaStep:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
         width = self.embed.shape[1]
         form = lambda features: self.settings.form(slot.rows, self.compiled, width, features, self.device)  # noqa: E731
-        _, qkv_w, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
+        _, qkv_w, _, _, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
         forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
         columns = slot.max_length if self.window is None else min(self.window, slot.max_length)  # read at most
         attention = self.settings.attention_on(self.device, columns, self.head_dim)
@@ -204,13 +214,15 @@ class FusedLlamaStep:
         return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)
 
     def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed, cos, sin):
-        norm1, qkv_w, qkv_b, o_w, o_b, norm2, gate_up_w, down_w = w
+        norm1, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, norm2, gate_up_w, down_w = w
         rows, length, _ = x.shape
         d = self.head_dim
         qkv = F.linear(rms_norm(x, norm1, self.eps), qkv_w, qkv_b)
         q, k, v = qkv.split((self.heads * d, self.kv_heads * d, self.kv_heads * d), dim=-1)
-        q = rotate(q.reshape(rows, length, self.heads, d).transpose(1, 2), cos, sin)
-        k = rotate(k.reshape(rows, length, self.kv_heads, d).transpose(1, 2), cos, sin)
+        q, k = head_norms(q.reshape(rows, length, self.heads, d), k.reshape(rows, length, self.kv_heads, d), q_norm,
+                          k_norm, self.eps)
+        q = rotate(q.transpose(1, 2), cos, sin)
+        k = rotate(k.transpose(1, 2), cos, sin)
         end = start + length
         keys[:, :, start:end] = k
         v = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)  # [R, KVH, S, D]
@@ -234,8 +246,9 @@ def _rope_table(rotary, positions: int, dtype, device) -> tuple[torch.Tensor, to
     return cos[0].to(dtype), sin[0].to(dtype)
 
 
-def _layer_weights(layer) -> tuple:
-    """One layer's weights as the layer function takes them: q/k/v and gate/up each as one [out, in] product."""
+def _layer_weights(layer, head_norms: bool) -> tuple:
+    """One layer's weights as the layer function takes them: q/k/v and gate/up each as one [out, in] product; with
+    `head_norms` the query and key heads' norm gains (Qwen3's `q_norm`, `k_norm`; else None)."""
     attn, mlp = layer.self_attn, layer.mlp
     detach = lambda t: None if t is None else t.detach()  # noqa: E731
     if hasattr(attn, "qkv_proj"):  # Phi-3: fused as stored
@@ -248,6 +261,7 @@ def _layer_weights(layer) -> tuple:
         gate_up = mlp.gate_up_proj.weight.detach()
     else:
         gate_up = torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
-    return (layer.input_layernorm.weight.detach(), qkv_w, qkv_b, attn.o_proj.weight.detach(),
+    q_norm, k_norm = (attn.q_norm.weight.detach(), attn.k_norm.weight.detach()) if head_norms else (None, None)
+    return (layer.input_layernorm.weight.detach(), qkv_w, qkv_b, q_norm, k_norm, attn.o_proj.weight.detach(),
             detach(attn.o_proj.bias), layer.post_attention_layernorm.weight.detach(), gate_up,
             mlp.down_proj.weight.detach())

@@ -1,10 +1,11 @@
-"""The LLAMA family's fused decode graph for `onnxrt --fused-decode` (HF model types llama, mistral, qwen2, phi3),
-built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
+"""The LLAMA family's fused decode graph for `onnxrt --fused-decode` (HF model types llama, mistral, qwen2, qwen3,
+phi3), built from the HF weights with the shared pieces of `CausalLM.fused_graph`:
 
     x = embed_tokens[ids]                                   -> the residual stream
     h = SimplifiedLayerNorm(x) (layer 0's input_layernorm)
     per layer: GroupQueryAttention(h @ [q; k; v] + bias)    (grouped-query, rotary and sliding window in the op;
-                                                             the cache written in place)
+                                                             the cache written in place; Qwen3: each query and
+                                                             key head RMS-normed before it)
                SkipSimplifiedLayerNorm(attn @ o_proj, residual, bias) -> h2 (post_attention_layernorm), residual
                SiLU(h2 @ gate) * (h2 @ up), one product for both, then @ down_proj
                SkipSimplifiedLayerNorm(mlp, residual, bias) -> the next layer's input_layernorm (the last: norm)
@@ -16,14 +17,16 @@ scaling are HF's numbers); rope types that change the tables with the sequence l
 "longrope") are refused. The op takes each token's position from its row's length, so rows start at position 0
 (padded batches are refused by the steps). What differs by model type comes from the checkpoint's names: Phi-3's
 fused qkv_proj / gate_up_proj or the separate projections (concatenated here into one product each), Qwen2's
-q/k/v biases, Llama's optional attention_bias / mlp_bias, tied or separate LM head; and from the config: Mistral's
-and Phi-3's sliding window (all layers), Qwen2's per layer (`layer_types`). Every weight of the checkpoint must be
+q/k/v biases, Llama's optional attention_bias / mlp_bias, tied or separate LM head; and from the config: Qwen3's
+head norms (`q_norm`, `k_norm`), Mistral's and Phi-3's sliding window (all layers), Qwen2's and Qwen3's per layer
+(`layer_types`). Every weight of the checkpoint must be
 used (else the build fails naming the ones left over).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+from onnx import numpy_helper
 
 from CausalLM import fused_graph as fg
 from CausalLM.ort_fused import VALIDATION_CACHE
@@ -51,8 +54,8 @@ def refusal(config) -> str | None:
 
 
 def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
-    """The fused decode graph of a Llama, Mistral, Qwen2 or Phi-3 causal LM (`arch`: its config and structure) from
-    the checkpoint's weights (`take`), into `g`."""
+    """The fused decode graph of a Llama, Mistral, Qwen2, Qwen3 or Phi-3 causal LM (`arch`: its config and
+    structure) from the checkpoint's weights (`take`), into `g`."""
     config, layers = arch.config, arch.model.layers
     heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, layers[0].self_attn.head_dim
     pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
@@ -66,6 +69,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         layer = f"model.layers.{i}"
         # [B, S, (H + 2 KV) * D]: the query heads, then the key heads, then the value heads
         qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
+        if config.model_type == "qwen3":
+            qkv = _head_norms(g, take, qkv, f"{layer}.self_attn", heads, kv_heads, head_dim, eps)
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             layers[i].self_attn.scaling, kv_heads, rotary, window)  # [B, S, H D]
         out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.o_proj")
@@ -100,6 +105,25 @@ def _rotary_tables(g: fg.GraphBuilder, arch, head_dim: int) -> tuple[str, str]:
         raise ArtifactError("the LLAMA fused graph expects HF's rotary tables in the half-split form with at most "
                             f"head size ({head_dim}) columns; this model's have {cos.shape[-1]}")
     return g.weight("cos_cache", cos[:, :half]), g.weight("sin_cache", sin[:, :half])
+
+
+def _head_norms(g: fg.GraphBuilder, take: fg.StateDict, qkv: str, module: str, heads: int, kv_heads: int,
+                head_dim: int, eps: float) -> str:
+    """Packed q/k/v [B, S, (H + 2 KV) * D] with each query head and each key head RMS-normed over its D features
+    (Qwen3's `q_norm`, `k_norm`: gains [D]), v as it is."""
+    sizes = _ints(g, [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+    q, k, v = g.op("Split", [qkv, sizes], 3, axis=-1)
+    normed = []
+    for x, count, name in ((q, heads, "q_norm"), (k, kv_heads, "k_norm")):
+        per_head = g.op("Reshape", [x, _ints(g, [0, 0, count, head_dim])])  # [B, S, heads, D]
+        per_head = fg.rms_norm(g, per_head, _weight(g, take, f"{module}.{name}.weight"), eps)
+        normed.append(g.op("Reshape", [per_head, _ints(g, [0, 0, count * head_dim])]))
+    return g.op("Concat", [*normed, v], axis=-1)
+
+
+def _ints(g: fg.GraphBuilder, values: list[int]) -> str:
+    """A Constant node of int64 values (shape inference reads them; initializers go to external data)."""
+    return g.op("Constant", [], value=numpy_helper.from_array(np.array(values, dtype=np.int64)))
 
 
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:

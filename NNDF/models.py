@@ -154,17 +154,11 @@ def resolve_source(family: Family, variant_name: str | None, torch_dir: str | No
 
 
 def _wrong_type(family: Family, location: str, model_type: str) -> str:
-    """The refusal of a model `family` does not run: which family runs it, or what this one lacks for it."""
-    from NNDF import registry
-
-    runs = f"family {family.name} runs {', '.join(family.model_types)}"
-    other = [f.name for f in registry.families().values() if model_type in f.model_types]
-    if other:
-        return f"{location!r} is a {model_type!r} model; {runs}; family {other[0]} runs it"
+    """The refusal of a model `family` does not run: with what the family lacks for it, where it says so."""
+    runs = f"{location!r} is a {model_type!r} model; family {family.name} runs {', '.join(family.model_types)}"
     if model_type in family.refused_types:
-        return (f"{location!r} is a {model_type!r} model; {runs}; {model_type!r} needs "
-                f"{family.refused_types[model_type]}, which this family does not model")
-    return f"{location!r} is a {model_type!r} model; {runs}"
+        return f"{runs}; {model_type!r} needs {family.refused_types[model_type]}, which this family does not model"
+    return runs
 
 
 def local_label(torch_dir: str, label: str | None) -> str:

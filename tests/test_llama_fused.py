@@ -1,7 +1,8 @@
 """The LLAMA family's fused decode step (`--fused-decode` on frameworks, LLAMA/fused_decode.py) gives HF
 `generate`'s tokens, token for token in fp32, on every offline variant of the family: grouped-query attention,
 llama3 rope scaling (llama3-offline), Mistral's sliding window shorter than prompt + new tokens (mistral-offline),
-Qwen2's q/k/v biases and tied head (qwen2-offline), Phi-3's fused projections (phi3-offline); greedy and beam
+Qwen2's q/k/v biases and tied head (qwen2-offline), Qwen3's head norms and a head size other than hidden / heads
+(qwen3-offline), Phi-3's fused projections (phi3-offline); greedy and beam
 search, a left-padded batch of three prompt lengths, EOS mid-way, a second generation on the same buffers;
 compiled once on the CPU. Configs the step does not reproduce refuse the flag in one line, exit 2.
 
@@ -32,6 +33,24 @@ def test_fused_step_matches_hf_generate(variant, mode, workdir):
         if variant == "mistral-offline":  # the window is shorter than the longest prompt + the new tokens
             longest = int(encode(run, PROMPTS).attention_mask.sum(1).max())
             assert steps.fused.window is not None and steps.fused.window < longest + NEW
+        _check_parity(run, steps)
+
+
+def test_qwen3_head_norms_with_drawn_gains(workdir):
+    """Qwen3's RMS norms of each query and key head, their gains drawn (the offline variant's are ones, as HF
+    initialises them), each norm's own: HF generate's tokens."""
+    import torch
+
+    run = _run(workdir, variant="qwen3-offline", family="LLAMA")
+    model = run.torch_model()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                gains = 1 + 0.5 * torch.randn(norm.weight.shape, generator=generator)
+                norm.weight.copy_(gains.to(norm.weight.device, norm.weight.dtype))
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert steps.fused.layers[0][3] is not None and steps.fused.layers[0][4] is not None
         _check_parity(run, steps)
 
 

@@ -1,12 +1,13 @@
 """`onnxrt --fused-decode` for the LLAMA family: the fused decode graph (GroupQueryAttention with grouped key/value
 heads, rotary tables and the sliding window, SkipSimplifiedLayerNormalization, SwiGLU; LLAMA/fused_onnx.py).
 
-On the CPU (fp32): generation gives HF `generate`'s tokens, token for token, for the offline variants of the four
+On the CPU (fp32): generation gives HF `generate`'s tokens, token for token, for the offline variants of the five
 model types (llama-offline, the trained default, where the tree has it; llama3-offline: llama3 rope scaling;
 mistral-offline: a sliding window that the prompt + new tokens exceed; qwen2-offline: q/k/v biases, tied
-embeddings; phi3-offline: fused qkv_proj and gate_up_proj) and three tiny random models with what the variants
-lack (Llama's attention and MLP biases with linear rope scaling; Qwen2's per-layer sliding window with YaRN;
-Phi-3's partial rotary factor and window): greedy, 3 beams, EOS mid-way, a second generation on the same buffers;
+embeddings; qwen3-offline: head norms, a head size other than hidden / heads; phi3-offline: fused qkv_proj and
+gate_up_proj) and four tiny random models with what the variants lack (Llama's attention and MLP biases with linear
+rope scaling; Qwen2's per-layer sliding window with YaRN; Qwen3's with drawn head-norm gains; Phi-3's partial rotary
+factor and window): greedy, 3 beams, EOS mid-way, a second generation on the same buffers;
 and the plain onnxrt export's tokens (mistral-offline). Padded batches, rope types whose tables change with the
 length, models the op cannot run and checkpoints with weights the graph leaves out are refused by message.
 
@@ -38,15 +39,15 @@ DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 FP16 = DEVICE == "cuda"
 NEW, ROWS, PROMPT = 12, 3, 10  # 22 columns: past mistral-offline's window and the tiny models' (8, 12)
 TRAINED = ROOT / "LLAMA" / "offline" / "llama-offline"  # the trained default, committed with its own tool
-VARIANTS = ["llama3-offline", "mistral-offline", "qwen2-offline", "phi3-offline",
+VARIANTS = ["llama3-offline", "mistral-offline", "qwen2-offline", "qwen3-offline", "phi3-offline",
             pytest.param("llama-offline", marks=pytest.mark.skipif(not (TRAINED / "config.json").is_file(),
                                                                    reason="llama-offline is not in this tree"))]
-TINY = ["llama-biases", "qwen2-windowed", "phi3-partial"]
+TINY = ["llama-biases", "qwen2-windowed", "qwen3-windowed", "phi3-partial"]
 
 
 def _tiny_configs(tok) -> dict:
     """Random models (head size 32) with what the offline variants lack."""
-    from transformers import LlamaConfig, Phi3Config, Qwen2Config
+    from transformers import LlamaConfig, Phi3Config, Qwen2Config, Qwen3Config
 
     from NNDF.offline import decoder_token_ids
 
@@ -58,6 +59,8 @@ def _tiny_configs(tok) -> dict:
         "qwen2-windowed": Qwen2Config(**shape, use_sliding_window=True, sliding_window=8, max_window_layers=1,
                                       rope_parameters={"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
                                                        "original_max_position_embeddings": 16}),
+        # drawn head-norm gains, a window on the first layer only, no biases
+        "qwen3-windowed": Qwen3Config(**shape, use_sliding_window=True, sliding_window=8, max_window_layers=1),
         "phi3-partial": Phi3Config(**shape, sliding_window=12, rope_parameters={
             "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}),
     }
@@ -110,10 +113,13 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
         assert backend.export_max_diff() < 1e-3  # validated against PyTorch when built
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_hidden_layers
-        # per layer: 4 products, attention, 2 skip norms, SwiGLU's 5 nodes (+ the bias adds); embedding (a tied
-        # head's: a gather and a transpose), norm, head
-        assert not {"Reshape", "ScatterND"} & set(nodes) and nodes.get("Transpose", 0) == config.tie_word_embeddings
-        assert sum(nodes.values()) <= 14 * config.num_hidden_layers + 4
+        # per layer: 4 products, attention, 2 skip norms, SwiGLU's 5 nodes (+ the bias adds; Qwen3's head norms: a
+        # split, two norms between two reshapes each, a concat and their 5 constants); embedding (a tied head's: a
+        # gather and a transpose), norm, head
+        head_norms = config.model_type == "qwen3"
+        assert nodes.get("Reshape", 0) == 4 * head_norms * config.num_hidden_layers and "ScatterND" not in nodes
+        assert nodes.get("Transpose", 0) == config.tie_word_embeddings
+        assert sum(nodes.values()) <= (14 + 13 * head_norms) * config.num_hidden_layers + 4
         for beams in (1, 3):
             expected = _hf(run, ids, mask, beams, None, pad)
             assert _tokens(steps, ids, mask, beams, None, pad) == expected, f"beams={beams}"
@@ -194,7 +200,7 @@ def test_refusals(tiny):
                                             r"\(model.layers.0.self_attn.q_norm...\)"):
         build(model, fg.StateDict.of_model(model, "LLAMA"), fg.GraphBuilder(np.float32))
     family = registry.family("LLAMA")
-    assert registry.backend(family, "onnxrt").fused_decode_types() == ("llama", "mistral", "qwen2", "phi3")
+    assert registry.backend(family, "onnxrt").fused_decode_types() == ("llama", "mistral", "qwen2", "qwen3", "phi3")
     with pytest.raises(UsageError, match="the trt backend has no fused decode step for model type 'llama'"):
         registry.backend(family, "trt").check_fused_decode("llama")
 

@@ -44,6 +44,15 @@ DECODER_SHAPES = {  # published configs: (config class, sizes); made in fp16, on
         vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
         intermediate_size=4864, max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Qwen3: heads of 128 over a narrower hidden size (0.6B: 16 x 128 on 1024), each query and key head RMS-normed
+    "qwen3-0.6b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+        head_dim=128, intermediate_size=3072, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    "qwen3-8b": ("Qwen3Config", dict(
+        vocab_size=151936, hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+        head_dim=128, intermediate_size=12288, max_position_embeddings=40960, rms_norm_eps=1e-6,
+        tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
     # Mistral-7B-v0.1's shapes with its sliding window cut to 64 columns: a 128-token prompt is longer than it
     "mistral-7b-w64": ("MistralConfig", dict(
         vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

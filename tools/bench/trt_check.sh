@@ -4,7 +4,7 @@
 #   bash tools/bench/trt_check.sh [all|offline|gpt2|llama]   # any CUDA machine with the requirements plus
 #                                                            # TensorRT or TensorRT-RTX (and onnxruntime-gpu)
 # offline: the families' offline defaults; gpt2: GPT-2 124M shapes only; all: both; llama: the LLAMA family's
-# random offline variants (Llama with llama3 rope, Mistral's window, Qwen2, Phi-3), builds only.
+# random offline variants (Llama with llama3 rope, Mistral's window, Qwen2, Qwen3, Phi-3), builds only.
 # For each model: `build` engines in fp32 and fp16, with and without KV cache, batch 1 and a dynamic batch
 # range 1..8; then one real run of an engine, a truncated cached engine (expected: a 'rebuilding' warning) and a
 # file that is no engine (expected: one line, exit 2), and the trt parity tests on CUDA. The table of build
@@ -24,7 +24,7 @@ case "${1:-all}" in
   offline) MODELS=("GPT2" "OPT" "BLOOM") ;;
   gpt2) MODELS=("GPT2 --torch-dir $SHAPES/gpt2 --n-positions 1024") ;;
   llama) MODELS=("LLAMA --variant llama3-offline" "LLAMA --variant mistral-offline" "LLAMA --variant qwen2-offline"
-                 "LLAMA --variant phi3-offline") ;;
+                 "LLAMA --variant qwen3-offline" "LLAMA --variant phi3-offline") ;;
   *) MODELS=("GPT2" "OPT" "BLOOM" "GPT2 --torch-dir $SHAPES/gpt2 --n-positions 1024") ;;
 esac
 for model in "${MODELS[@]}"; do
