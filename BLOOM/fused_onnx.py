@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
 from CausalLM import fused_graph as fg
 
@@ -106,8 +106,8 @@ def _alibi(g: fg.GraphBuilder, heads: int, head_dim: int, wide: int, c: float) -
     fp32 and cast to the graph's type once."""
     column = np.zeros((3, heads, wide), dtype=np.float32)
     column[1, :, head_dim] = slopes(heads) * (math.sqrt(head_dim) / c)
-    axes = g.op("Constant", [], value=numpy_helper.from_array(np.array([-1], dtype=np.int64)))
-    positions = g.op("Unsqueeze", [g.op("Cast", ["position_ids"], to=TensorProto.FLOAT), axes])  # [B, S, 1]
+    position = g.op("Cast", ["position_ids"], to=TensorProto.FLOAT)
+    positions = g.op("Unsqueeze", [position, fg.constant(g, [-1])])  # [B, S, 1]
     alibi = g.op("Mul", [positions, g.weight("alibi_columns", column.reshape(-1), np.float32)])
     return alibi if g.elem == TensorProto.FLOAT else g.op("Cast", [alibi], to=g.elem)
 

@@ -238,11 +238,14 @@ def skip_rms_norm(g: GraphBuilder, x: str, skip: str, gamma: str, bias: str | No
     return normed, total
 
 
+def constant(g: GraphBuilder, values, dtype=np.int64) -> str:
+    """A small Constant node (shape inference reads its values; initializers go to the external data file)."""
+    return g.op("Constant", [], value=numpy_helper.from_array(np.array(values, dtype=dtype)))
+
+
 def silu_gate(g: GraphBuilder, gate_up: str, inner: int) -> str:
     """SiLU(gate) * up from one product [B, S, 2 * inner] holding gate then up (the gated MLP's SwiGLU)."""
-    # a Constant node, not an initializer: shape inference reads the sizes, and initializers go to external data
-    sizes = g.op("Constant", [], value=numpy_helper.from_array(np.array([inner, inner], dtype=np.int64)))
-    gate, up = g.op("Split", [gate_up, sizes], 2, axis=-1)
+    gate, up = g.op("Split", [gate_up, constant(g, [inner, inner])], 2, axis=-1)
     silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
     return g.op("Mul", [silu, up])
 

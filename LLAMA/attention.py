@@ -1,6 +1,6 @@
 """What a LLAMA-family config says about its attention, as HF's modeling code of each model type reads it: the
-rope settings, the head size and each layer's sliding window. The family's fused torch step (fused_decode.py) and
-fused ONNX Runtime graph (fused_onnx.py) both read them here."""
+rope settings, the head size, the query and key heads' norms and each layer's sliding window. The family's fused
+torch step (fused_decode.py) and fused ONNX Runtime graph (fused_onnx.py) both read them here."""
 from __future__ import annotations
 
 # rope types whose frequencies are fixed, so a cos/sin table computed once covers every position ("dynamic" and
@@ -20,6 +20,11 @@ def rope_type(config) -> str:
 
 def head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def head_norms(config) -> bool:
+    """Whether each query and key head is RMS-normed before the rotary positions (Qwen3's `q_norm`, `k_norm`)."""
+    return config.model_type == "qwen3"
 
 
 def layer_windows(config) -> list[int | None]:

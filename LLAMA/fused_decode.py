@@ -166,7 +166,7 @@ class FusedLlamaStep:
         self.lm_head = model.lm_head.weight.detach()
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.cos, self.sin = _rope_table(core.rotary_emb, config.max_position_embeddings, self.dtype, self.device)
-        self.layers = [_layer_weights(layer, config.model_type == "qwen3") for layer in core.layers]
+        self.layers = [_layer_weights(layer, attention.head_norms(config)) for layer in core.layers]
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:

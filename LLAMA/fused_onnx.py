@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from onnx import numpy_helper
 
 from CausalLM import fused_graph as fg
 from CausalLM.ort_fused import VALIDATION_CACHE
@@ -69,7 +68,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         layer = f"model.layers.{i}"
         # [B, S, (H + 2 KV) * D]: the query heads, then the key heads, then the value heads
         qkv = _linear(g, take, h, f"{layer}.self_attn", ("qkv_proj",), ("q_proj", "k_proj", "v_proj"))
-        if config.model_type == "qwen3":
+        if attention.head_norms(config):
             qkv = _head_norms(g, take, qkv, f"{layer}.self_attn", heads, kv_heads, head_dim, eps)
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             layers[i].self_attn.scaling, kv_heads, rotary, window)  # [B, S, H D]
@@ -111,19 +110,15 @@ def _head_norms(g: fg.GraphBuilder, take: fg.StateDict, qkv: str, module: str, h
                 head_dim: int, eps: float) -> str:
     """Packed q/k/v [B, S, (H + 2 KV) * D] with each query head and each key head RMS-normed over its D features
     (Qwen3's `q_norm`, `k_norm`: gains [D]), v as it is."""
-    sizes = _ints(g, [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
+    sizes = fg.constant(g, [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
     q, k, v = g.op("Split", [qkv, sizes], 3, axis=-1)
     normed = []
     for x, count, name in ((q, heads, "q_norm"), (k, kv_heads, "k_norm")):
-        per_head = g.op("Reshape", [x, _ints(g, [0, 0, count, head_dim])])  # [B, S, heads, D]
+        per_head = g.op("Reshape", [x, fg.constant(g, [0, 0, count, head_dim])])  # [B, S, heads, D]
         per_head = fg.rms_norm(g, per_head, _weight(g, take, f"{module}.{name}.weight"), eps)
-        normed.append(g.op("Reshape", [per_head, _ints(g, [0, 0, count * head_dim])]))
+        normed.append(g.op("Reshape", [per_head, fg.constant(g, [0, 0, count * head_dim])]))
     return g.op("Concat", [*normed, v], axis=-1)
 
-
-def _ints(g: fg.GraphBuilder, values: list[int]) -> str:
-    """A Constant node of int64 values (shape inference reads them; initializers go to external data)."""
-    return g.op("Constant", [], value=numpy_helper.from_array(np.array(values, dtype=np.int64)))
 
 
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:

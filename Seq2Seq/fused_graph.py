@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 
-from CausalLM.fused_graph import MS, GraphBuilder, StateDict
+from CausalLM.fused_graph import MS, GraphBuilder, StateDict, constant
 
 PARTS = ("encoder", "cross", "decoder")
 
@@ -107,11 +107,6 @@ def decoder_io(g: GraphBuilder, layers: int, heads: int, head_dim: int, vocab: i
             g.input(f"cross.{i}.{kv}", g.elem, ["batch", heads, "encoder_seq", head_dim])
         crosses.append((f"cross.{i}.key", f"cross.{i}.value"))
     return pasts, crosses
-
-
-def constant(g: GraphBuilder, values, dtype=np.int64) -> str:
-    """A small Constant node (shape inference reads its values; initializers go to the external data file)."""
-    return g.op("Constant", [], value=numpy_helper.from_array(np.array(values, dtype=dtype)))
 
 
 def masked(dtype) -> float:
