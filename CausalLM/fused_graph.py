@@ -165,11 +165,11 @@ def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, b
     return normed, total
 
 
-def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[str, str], heads: int,
-              scale: float, kv_heads: int | None = None, rotary: tuple[str, str] | None = None,
+def attention(g: GraphBuilder, qkv: str | tuple[str, str, str], past: tuple[str, str], present: tuple[str, str],
+              heads: int, scale: float, kv_heads: int | None = None, rotary: tuple[str, str] | None = None,
               window: int | None = None) -> str:
-    """GroupQueryAttention over packed QKV [B, S, (heads + 2 kv_heads) * D] with the cache written into `past`
-    (bound as `present` too). `kv_heads` (default: `heads`) key/value heads, each shared by heads / kv_heads query
+    """GroupQueryAttention over packed QKV [B, S, (heads + 2 kv_heads) * D] (or q, k and v apart: [B, S, heads * D],
+    [B, S, kv_heads * D] twice) with the cache written into `past` (bound as `present` too). `kv_heads` (default: `heads`) key/value heads, each shared by heads / kv_heads query
     heads. `rotary`: the (cos, sin) tables [positions, rotary_dim / 2] the op rotates the first rotary_dim columns
     of every query and key head with (the half-split form, not interleaved), at the position each token's row
     length gives (seqlens_k: the past length, then one per token), so the rows must start at position 0.
@@ -177,7 +177,7 @@ def attention(g: GraphBuilder, qkv: str, past: tuple[str, str], present: tuple[s
     local_window_size counts the same keys in ONNX Runtime 1.31: measured against HF, tests/test_llama_fused_ort.py)."""
     names = [f"attn{g._count}", *present]
     attrs = dict(num_heads=heads, kv_num_heads=kv_heads or heads, scale=scale)
-    inputs = [qkv, "", "", *past, "seqlens_k", "total_sequence_length"]
+    inputs = [*(qkv if isinstance(qkv, tuple) else (qkv, "", "")), *past, "seqlens_k", "total_sequence_length"]
     if rotary:
         inputs += list(rotary)
         attrs.update(do_rotary=1, rotary_interleaved=0)

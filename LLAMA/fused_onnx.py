@@ -107,9 +107,10 @@ def _rotary_tables(g: fg.GraphBuilder, arch, head_dim: int) -> tuple[str, str]:
 
 
 def _head_norms(g: fg.GraphBuilder, take: fg.StateDict, qkv: str, module: str, heads: int, kv_heads: int,
-                head_dim: int, eps: float) -> str:
-    """Packed q/k/v [B, S, (H + 2 KV) * D] with each query head and each key head RMS-normed over its D features
-    (Qwen3's `q_norm`, `k_norm`: gains [D]), v as it is."""
+                head_dim: int, eps: float) -> tuple[str, str, str]:
+    """q, k, v apart from packed q/k/v [B, S, (H + 2 KV) * D], each query head and each key head RMS-normed over
+    its D features (Qwen3's `q_norm`, `k_norm`: gains [D]), v as it is (the attention op takes them apart: no
+    concatenation)."""
     sizes = fg.constant(g, [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim])
     q, k, v = g.op("Split", [qkv, sizes], 3, axis=-1)
     normed = []
@@ -117,7 +118,7 @@ def _head_norms(g: fg.GraphBuilder, take: fg.StateDict, qkv: str, module: str, h
         per_head = g.op("Reshape", [x, fg.constant(g, [0, 0, count, head_dim])])  # [B, S, heads, D]
         per_head = fg.rms_norm(g, per_head, _weight(g, take, f"{module}.{name}.weight"), eps)
         normed.append(g.op("Reshape", [per_head, fg.constant(g, [0, 0, count * head_dim])]))
-    return g.op("Concat", [*normed, v], axis=-1)
+    return (*normed, v)
 
 
 
