@@ -1,12 +1,17 @@
-"""LLAMA family facts: the Llama-style decoders people run today (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3),
-their hub variants and the offline ones.
+"""LLAMA family facts: the Llama-style decoders people run today (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3,
+Gemma 1/2 and Gemma 3's text models), their hub variants and the offline ones.
 
 `llama-offline` (the default) is a small Llama trained offline by `tools/assets/make_offline_llama.py` (committed),
 with a chat template in its tokenizer config and two end ids in its generation config (end of text, end of turn),
 as Llama 3 has. The other offline variants are random-weight models of each architecture with what makes it
 differ: Mistral's sliding window (8 columns, shorter than a test's prompt + new tokens), Qwen2's q/k/v biases and
 tied embeddings, Qwen3's RMS norms of each head's queries and keys (and a head size other than hidden / heads),
-Phi-3's fused qkv and gate_up projections, and a Llama with llama3 rope scaling.
+Phi-3's fused qkv and gate_up projections, Gemma's (1 + weight) norms, scaled embeddings and GELU gate, Gemma 2's
+norms around attention and the MLP, soft-capped scores and logits and sliding-window layers between full-attention
+ones, Gemma 3's second rotary base for its sliding-window layers and norms of each head's queries and keys, and a
+Llama with llama3 rope scaling. The Gemmas run on the plain paths (HF's model, the ONNX exports); the fused steps
+and the graph built from the weights are for the other model types (`FUSED_TYPES`: `LLAMA/fused_decode.py`,
+`LLAMA/fused_onnx.py`).
 """
 from __future__ import annotations
 
@@ -50,6 +55,29 @@ def _qwen3_config(tok):
     return Qwen3Config(**SHAPE, head_dim=32, tie_word_embeddings=True, **decoder_token_ids(tok))
 
 
+def _gemma_config(tok):
+    from transformers import GemmaConfig
+
+    return GemmaConfig(**SHAPE, head_dim=32, **decoder_token_ids(tok))
+
+
+def _gemma2_config(tok):
+    from transformers import Gemma2Config
+
+    # a sliding-window layer (8 columns: shorter than a test's prompt + new tokens) then a full-attention one; scores
+    # and logits soft-capped (Gemma 2's 50 and 30)
+    return Gemma2Config(**SHAPE, head_dim=32, sliding_window=8, **decoder_token_ids(tok))
+
+
+def _gemma3_config(tok):
+    from transformers import Gemma3TextConfig
+
+    # a local layer (window 8, shorter than a test's prompt + new tokens; rotary base 10000) then a global one (base
+    # 1e6); head size 32, not hidden / heads; scores scaled by query_pre_attn_scalar's 256, not the head size
+    shape = {**SHAPE, "head_dim": 32, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]}
+    return Gemma3TextConfig(**shape, **decoder_token_ids(tok))
+
+
 def _phi3_config(tok):
     from transformers import Phi3Config
 
@@ -65,19 +93,21 @@ def _rope(config_class, rope: dict) -> dict:
     return {"rope_theta": rope["rope_theta"], "rope_scaling": scaling}
 
 
+# the model types with a fused decode step (LLAMA/fused_decode.py) and a graph built from the weights
+# (LLAMA/fused_onnx.py): all but the Gemmas, whose (1 + weight) norms, scaled embeddings and GELU gate (Gemma 2 and
+# 3: norms around attention and the MLP; 2: soft caps; 3: a second rotary base) neither implements
+FUSED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+
 FAMILY = Family(
     name="LLAMA",
     task=CAUSAL_LM,
-    description="Llama-style decoders (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3)",
-    model_types=("llama", "mistral", "qwen2", "qwen3", "phi3"),
+    description="Llama-style decoders (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, Phi-3, Gemma 1/2/3)",
+    model_types=("llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text"),
     refused_types={
         "qwen3_moe": "mixture-of-experts layers and RMS norms of each head's queries and keys",
         "mixtral": "mixture-of-experts layers",
-        "gemma": "(1 + weight) RMS norms, embeddings scaled by the hidden size's square root and a GELU gate",
-        "gemma2": "Gemma's norms and scaled embeddings, norms after attention and the MLP, and soft-capped scores "
-                  "and logits",
-        "gemma3_text": "Gemma 2's layout, RMS norms of each head's queries and keys and a second rotary base for "
-                       "its local layers",
+        "gemma3": "the image encoder of Gemma 3's multimodal models (4B and up; the family runs the text-only "
+                  "gemma3_text checkpoints, such as gemma-3-1b)",
     },
     default_variant="llama-offline",
     checkpoint=HERE / "checkpoint.toml",
@@ -88,6 +118,9 @@ FAMILY = Family(
         Variant("qwen2-offline", "random, tiny", random=RandomWeights(_qwen2_config, BPE_TOKENIZER_DIR, seed=13)),
         Variant("qwen3-offline", "random, tiny", random=RandomWeights(_qwen3_config, BPE_TOKENIZER_DIR, seed=15)),
         Variant("phi3-offline", "random, tiny", random=RandomWeights(_phi3_config, BPE_TOKENIZER_DIR, seed=14)),
+        Variant("gemma-offline", "random, tiny", random=RandomWeights(_gemma_config, BPE_TOKENIZER_DIR, seed=17)),
+        Variant("gemma2-offline", "random, tiny", random=RandomWeights(_gemma2_config, BPE_TOKENIZER_DIR, seed=18)),
+        Variant("gemma3-offline", "random, tiny", random=RandomWeights(_gemma3_config, BPE_TOKENIZER_DIR, seed=16)),
         Variant("meta-llama/Llama-3.2-1B", "1.2B"),
         Variant("meta-llama/Llama-3.2-1B-Instruct", "1.2B"),
         Variant("meta-llama/Llama-3.2-3B", "3.2B"),
@@ -108,6 +141,11 @@ FAMILY = Family(
         Variant("Qwen/Qwen3-4B", "4.0B"),
         Variant("Qwen/Qwen3-8B", "8.2B"),
         Variant("microsoft/Phi-3-mini-4k-instruct", "3.8B"),
+        Variant("google/gemma-2b", "2.5B"),
+        Variant("google/gemma-2-2b", "2.6B"),
+        Variant("google/gemma-2-2b-it", "2.6B"),
+        Variant("google/gemma-3-1b-pt", "1.0B"),
+        Variant("google/gemma-3-1b-it", "1.0B"),
         Variant("TinyLlama/TinyLlama-1.1B-Chat-v1.0", "1.1B"),
     ),
 )

@@ -22,22 +22,26 @@ with few rows (`CausalLM.fused_step.product`), cuBLAS otherwise.
 docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the attention, V buffers stored
 [.., head_dim, length], the RMSNorm statistics summed inside the next product.
 
-The prompt pass (left-padded rows) is eager: F.linear and SDPA with a causal + padding (+ window) mask, writing the
-same buffers. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
+The prompt pass (left-padded rows): F.linear and SDPA with a causal + padding (+ window) mask, writing the same
+buffers; one layer function (`prompt_layer`) for every layer, compiled for any prompt length where the step is
+compiled on CUDA (`CausalLM.fused_step.prompt_function`), eager elsewhere. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
 the step lives.
 """
 from __future__ import annotations
 
+import functools
 
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, rms_norm
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function,
+                                 rms_norm)
 from LLAMA import attention
+from LLAMA.config import FUSED_TYPES
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")  # HF model types this step runs
+MODEL_TYPES = FUSED_TYPES  # HF model types this step runs
 
 
 def check_config(config) -> None:
@@ -86,10 +90,25 @@ def rotate(x, cos, sin):
     """HF's rotary positions on the first cos.shape[-1] features of x [R, heads, S, D] (the rest pass through:
     partial rotary), cos/sin [R, 1, S, rot]."""
     rot = cos.shape[-1]
-    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    x_rot = x[..., :rot] if rot < x.shape[-1] else x
     half = rot // 2
     rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
-    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
+    out = x_rot * cos + rotated * sin
+    return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)
+
+
+def queries_keys(qkv, heads: int, kv_heads: int, head_dim: int, qk_norm, eps: float, cos, sin):
+    """The queries [R, heads, S, D] and keys [R, kv heads, S, D] of a q/k/v product qkv [R, S, (heads + 2 kv heads)
+    D], as HF's layers make them: each head RMS-normed where the layer norms them (`qk_norm` [heads + kv heads, D]:
+    Qwen3's q_norm gain on every query head, then k_norm's on every key head; None: as they are), then rotated
+    (cos/sin [R, 1, S, rot]). Queries and keys go through each op together (one launch each, not two: the eager
+    prompt pass waits on the host's launches), which gives each element what the two ops apart give."""
+    rows, length = qkv.shape[:2]
+    qk = qkv[..., :(heads + kv_heads) * head_dim].reshape(rows, length, heads + kv_heads, head_dim)
+    if qk_norm is not None:
+        qk = rms_norm(qk, qk_norm, eps)
+    qk = rotate(qk.transpose(1, 2), cos, sin)
+    return qk[:, :heads], qk[:, heads:]
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int, kv_heads: int, eps: float,
@@ -99,16 +118,14 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     `forms`: `product`'s form for q/k/v, o_proj, gate/up and down; `attention`: `attend`'s; `transposed`: V
     buffers [R, KVH, D, L]; `fold`: norms folded into their products (`norm_product`); `fuse`: the norms, SwiGLU
     and the residual adds inside our GEMV where it runs a product (`product`)."""
-    norm1, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, norm2, gate_up_w, down_w = w
+    norm1, qkv_w, qkv_b, qk_norm, o_w, o_b, norm2, gate_up_w, down_w = w
     qkv_form, o_form, gate_up_form, down_form = forms
     rows = x.shape[0]
     head_dim = keys.shape[-1]
     qkv = norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, fold, fuse)
-    q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)
-    q, k = head_norms(q.reshape(rows, heads, 1, head_dim), k.reshape(rows, kv_heads, 1, head_dim), q_norm, k_norm,
-                      eps)
-    q = rotate(q, cos, sin)[:, :, 0]
-    k = rotate(k, cos, sin)
+    q, k = queries_keys(qkv[:, None], heads, kv_heads, head_dim, qk_norm, eps, cos, sin)
+    q = q[:, :, 0]
+    v = qkv[:, (heads + kv_heads) * head_dim:]
     keys[:, :, write] = k
     if transposed:
         values[:, :, :, write] = v.reshape(rows, kv_heads, head_dim, 1)
@@ -121,12 +138,29 @@ def layer_step(x, w: tuple, keys, values, write, valid, cos, sin, *, heads: int,
     return product(gate_up, down_w, None, down_form, activation="swiglu", residual=x, fuse=fuse)
 
 
-def head_norms(q, k, q_norm, k_norm, eps: float):
-    """Qwen3's RMS norm of each query and key head (over its head_dim features, before the rotary positions), where
-    the layer has one (`q_norm` None: q and k as they are)."""
-    if q_norm is None:
-        return q, k
-    return rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
+def prompt_layer(x, w: tuple, keys, values, start: int, allowed, cos, sin, *, heads: int, kv_heads: int,
+                 eps: float, scale: float, transposed: bool = False):
+    """One decoder layer of the prompt pass: x [R, S, E] -> [R, S, E] at columns start.. of the buffers, whose K/V
+    it writes; `allowed` [R, 1, S, total] the columns each query sees, cos/sin [R, 1, S, rot]; `transposed`: V
+    buffers [R, KVH, D, L]."""
+    norm1, qkv_w, qkv_b, qk_norm, o_w, o_b, norm2, gate_up_w, down_w = w
+    rows, length, _ = x.shape
+    d = keys.shape[-1]
+    qkv = F.linear(rms_norm(x, norm1, eps), qkv_w, qkv_b)
+    q, k = queries_keys(qkv, heads, kv_heads, d, qk_norm, eps, cos, sin)
+    end = start + length
+    keys[:, :, start:end] = k
+    v = qkv[..., (heads + kv_heads) * d:].reshape(rows, length, kv_heads, d).transpose(1, 2)  # [R, KVH, S, D]
+    if transposed:
+        values[:, :, :, start:end] = v.transpose(2, 3)
+        values = values[..., :end].transpose(2, 3).contiguous()  # [R, KVH, end, D]: SDPA's kernels want D dense
+    else:
+        values[:, :, start:end] = v
+    a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed, scale=scale,
+                                       enable_gqa=heads != kv_heads)
+    x = x + F.linear(a.transpose(1, 2).reshape(rows, length, heads * d), o_w, o_b)
+    gate, up = F.linear(rms_norm(x, norm2, eps), gate_up_w).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, down_w)
 
 
 def embed_step(ids, positions, mask, write, embed, cos_table, sin_table, window: int | None):
@@ -166,8 +200,12 @@ class FusedLlamaStep:
         self.lm_head = model.lm_head.weight.detach()
         self.dtype, self.device = self.embed.dtype, self.embed.device
         self.cos, self.sin = _rope_table(core.rotary_emb, config.max_position_embeddings, self.dtype, self.device)
-        self.layers = [_layer_weights(layer, attention.head_norms(config)) for layer in core.layers]
+        norms = (self.heads, self.kv_heads) if attention.head_norms(config) else None
+        self.layers = [_layer_weights(layer, norms) for layer in core.layers]
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
+        prompt = functools.partial(prompt_layer, heads=self.heads, kv_heads=self.kv_heads, eps=self.eps,
+                                   scale=self.scale)
+        self._prompt = prompt_function(prompt, self.compiled, self.device, self.settings)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
         """Our static cache (`CausalLM.fused_step.kv_slot`), its buffers [rows, kv_heads, max_length, head_dim]."""
@@ -178,7 +216,7 @@ class FusedLlamaStep:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
         width = self.embed.shape[1]
         form = lambda features: self.settings.form(slot.rows, self.compiled, width, features, self.device)  # noqa: E731
-        _, qkv_w, _, _, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
+        _, qkv_w, _, _, o_w, _, _, gate_up_w, down_w = self.layers[0]
         forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
         columns = slot.max_length if self.window is None else min(self.window, slot.max_length)  # read at most
         attention = self.settings.attention_on(self.device, columns, self.head_dim)
@@ -208,35 +246,11 @@ class FusedLlamaStep:
         cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [R, 1, S, rot]
         x = self.embed[input_ids]
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
-            x = self._prompt_layer(x, weights, keys, values, start, allowed, cos, sin)
+            x = self._prompt(x, weights, keys, values, start, allowed, cos, sin,
+                             transposed=self.settings.transposed_values)
         if last_only:
             x = x[:, -1:]
         return F.linear(rms_norm(x, self.norm, self.eps), self.lm_head)
-
-    def _prompt_layer(self, x, w: tuple, keys, values, start: int, allowed, cos, sin):
-        norm1, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, norm2, gate_up_w, down_w = w
-        rows, length, _ = x.shape
-        d = self.head_dim
-        qkv = F.linear(rms_norm(x, norm1, self.eps), qkv_w, qkv_b)
-        q, k, v = qkv.split((self.heads * d, self.kv_heads * d, self.kv_heads * d), dim=-1)
-        q, k = head_norms(q.reshape(rows, length, self.heads, d), k.reshape(rows, length, self.kv_heads, d), q_norm,
-                          k_norm, self.eps)
-        q = rotate(q.transpose(1, 2), cos, sin)
-        k = rotate(k.transpose(1, 2), cos, sin)
-        end = start + length
-        keys[:, :, start:end] = k
-        v = v.reshape(rows, length, self.kv_heads, d).transpose(1, 2)  # [R, KVH, S, D]
-        if self.settings.transposed_values:
-            values[:, :, :, start:end] = v.transpose(2, 3)
-            values = values[..., :end].transpose(2, 3).contiguous()  # [R, KVH, end, D]: SDPA's kernels want D dense
-        else:
-            values[:, :, start:end] = v
-        a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed,
-                                           scale=self.scale, enable_gqa=self.heads != self.kv_heads)
-        x = x + F.linear(a.transpose(1, 2).reshape(rows, length, self.heads * d), o_w, o_b)
-        gate, up = F.linear(rms_norm(x, norm2, self.eps), gate_up_w).chunk(2, dim=-1)
-        return x + F.linear(F.silu(gate) * up, down_w)
-
 
 def _rope_table(rotary, positions: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [positions, rot] for every position, from HF's own rotary module (its frequencies, each twice,
@@ -246,9 +260,10 @@ def _rope_table(rotary, positions: int, dtype, device) -> tuple[torch.Tensor, to
     return cos[0].to(dtype), sin[0].to(dtype)
 
 
-def _layer_weights(layer, head_norms: bool) -> tuple:
+def _layer_weights(layer, head_norms: tuple[int, int] | None) -> tuple:
     """One layer's weights as the layer function takes them: q/k/v and gate/up each as one [out, in] product; with
-    `head_norms` the query and key heads' norm gains (Qwen3's `q_norm`, `k_norm`; else None)."""
+    `head_norms` (the query and key/value head counts) the heads' norm gains as `queries_keys` takes them, one row a
+    head (Qwen3's `q_norm` on each query head, then `k_norm` on each key head; else None)."""
     attn, mlp = layer.self_attn, layer.mlp
     detach = lambda t: None if t is None else t.detach()  # noqa: E731
     if hasattr(attn, "qkv_proj"):  # Phi-3: fused as stored
@@ -261,7 +276,11 @@ def _layer_weights(layer, head_norms: bool) -> tuple:
         gate_up = mlp.gate_up_proj.weight.detach()
     else:
         gate_up = torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()])
-    q_norm, k_norm = (attn.q_norm.weight.detach(), attn.k_norm.weight.detach()) if head_norms else (None, None)
-    return (layer.input_layernorm.weight.detach(), qkv_w, qkv_b, q_norm, k_norm, attn.o_proj.weight.detach(),
+    qk_norm = None
+    if head_norms:
+        heads, kv_heads = head_norms
+        qk_norm = torch.cat([attn.q_norm.weight.detach().expand(heads, -1),
+                             attn.k_norm.weight.detach().expand(kv_heads, -1)])
+    return (layer.input_layernorm.weight.detach(), qkv_w, qkv_b, qk_norm, attn.o_proj.weight.detach(),
             detach(attn.o_proj.bias), layer.post_attention_layernorm.weight.detach(), gate_up,
             mlp.down_proj.weight.detach())

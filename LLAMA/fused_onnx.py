@@ -30,7 +30,7 @@ import torch
 from CausalLM import fused_graph as fg
 from CausalLM.ort_fused import VALIDATION_CACHE
 from LLAMA import attention
-from LLAMA.config import FAMILY
+from LLAMA.config import FUSED_TYPES
 from NNDF.errors import ArtifactError
 
 
@@ -143,4 +143,4 @@ def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed:
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=FAMILY.model_types, version="1", build=build, refusal=refusal)
+BUILDER = fg.FusedBuilder(model_types=FUSED_TYPES, version="1", build=build, refusal=refusal)

@@ -86,7 +86,7 @@ def test_model_type_no_family_models(tmp_path):
     MixtralConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
                   num_key_value_heads=1, num_local_experts=2).save_pretrained(folder)
     line = _bad("run", "LLAMA", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path),
-                expect="is a 'mixtral' model; family LLAMA runs llama, mistral, qwen2, qwen3, phi3")
+                expect="is a 'mixtral' model; family LLAMA runs llama, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3_text")
     assert line.endswith("'mixtral' needs mixture-of-experts layers, which this family does not model")
 
 

@@ -21,7 +21,8 @@ from conftest import counted_kernels, offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # off CUDA our Triton kernels run interpreted (conftest.py)
-VARIANTS = [name for family, name in offline_variants() if family == "LLAMA"]
+# the offline variants whose model type has a fused step (the Gemmas run the plain paths: their refusal is below)
+VARIANTS = [name for family, name in offline_variants() if family == "LLAMA" and not name.startswith("gemma")]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)
@@ -50,7 +51,7 @@ def test_qwen3_head_norms_with_drawn_gains(workdir):
                 gains = 1 + 0.5 * torch.randn(norm.weight.shape, generator=generator)
                 norm.weight.copy_(gains.to(norm.weight.device, norm.weight.dtype))
     with backend_steps(run, "frameworks") as (_, steps):
-        assert steps.fused.layers[0][3] is not None and steps.fused.layers[0][4] is not None
+        assert steps.fused.layers[0][3] is not None  # the heads' norm gains
         _check_parity(run, steps)
 
 
@@ -106,6 +107,37 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir, monkeyp
         assert all(calls[f"gemv+{part}"] for part in fused), calls
     else:
         assert not any(calls[f"gemv+{part}"] for part in fused), calls
+
+
+def test_compiled_prompt_pass_matches_eager(workdir):
+    """The prompt pass's layer function compiled (what `prompt_function` makes of it on CUDA; here on the CPU, in one
+    graph: no break) gives eager's logits and K/V buffers at prompts of other lengths and rows (recompiled for
+    them, once dynamic), a left-padded batch and a pass that starts at column 3; on qwen3-offline's head norms.
+    On the CPU the step itself keeps the eager prompt pass."""
+    import torch
+
+    from CausalLM.fused_step import prompt_function
+
+    run = _run(workdir, variant="qwen3-offline", family="LLAMA")
+    with backend_steps(run, "frameworks") as (_, steps):
+        fused, eager = steps.fused, steps.fused._prompt
+        assert prompt_function(eager, True, torch.device("cpu"), fused.settings) is eager
+        compiled = torch.compile(eager, fullgraph=True)
+        generator = torch.Generator().manual_seed(0)
+        for rows, length, total in ((1, 12, 12), (1, 7, 7), (3, 9, 9), (2, 5, 8)):
+            mask = torch.ones(rows, total, dtype=torch.long)
+            mask[-1, :2] = 0
+            ids = torch.randint(0, run.source.config.vocab_size, (rows, length), generator=generator)
+            positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -length:]
+            got = []
+            for function in (eager, compiled):
+                fused._prompt = function
+                slot = fused.new_slot(rows, 16)
+                got.append((fused.prefill(ids, mask, positions, slot, last_only=False), slot.past))
+            (logits, past), (logits_c, past_c) = got
+            torch.testing.assert_close(logits_c, logits, rtol=1e-4, atol=1e-4)
+            for buffer, buffer_c in zip(past, past_c):
+                torch.testing.assert_close(buffer_c, buffer, rtol=1e-4, atol=1e-4)
 
 
 def test_attention_kernel_leaves_long_buffers_to_inductors_form():
@@ -215,8 +247,21 @@ def test_unsupported_configs_are_refused(tmp_path, workdir):
                              "drop --fused-decode")
 
 
-def test_every_model_type_of_the_family_has_the_step():
+def test_every_model_type_but_the_gemmas_has_the_step(workdir):
+    """Every model type of the family has the fused step and the built graph but the Gemmas' (the plain paths run
+    them), for which --fused-decode is refused in one line, exit 2, on both backends."""
     from LLAMA.fused_decode import MODEL_TYPES
 
     family = registry.family("LLAMA")
-    assert set(family.model_types) == set(MODEL_TYPES) == set(registry.facts(family, "frameworks").fused)
+    assert set(family.model_types) - {"gemma", "gemma2", "gemma3_text"} == set(MODEL_TYPES)
+    facts = [set(registry.facts(family, backend).fused) for backend in ("frameworks", "onnxrt")]
+    assert facts == [set(MODEL_TYPES)] * 2
+    if DEVICE == "cuda":
+        return
+    for backend in ("frameworks", "onnxrt"):
+        out = run_cli("generate", "LLAMA", backend, "--variant", "gemma3-offline", "--use-cache", "--static-cache",
+                      "--fused-decode", "--cpu", "--working-dir", str(workdir), "--prompt", "Hi",
+                      "--max-new-tokens", "2")
+        line = _refusal(out)
+        assert line.startswith(f"error: --fused-decode: the {backend} backend has no fused decode step for model "
+                               "type 'gemma3_text' (fused steps exist for ") and line.endswith("; drop --fused-decode")

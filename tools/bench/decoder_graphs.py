@@ -22,6 +22,7 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            time and the kernels the loop runs around the step
   tokens   fp16 greedy tokens (64) of the frameworks fused step from its CUDA graph against the step uncaptured
            and against HF's model with its growing cache: the first difference per row
+  eager    HF `generate` eager (the anchor without any static cache) beside frameworks' eager row, batch 1
   batch8   the onnxrt row at batch 8
 Prompt 128, 128 new tokens, fp16. Every row is saved as it comes (OUT/decoder-graphs.json, .md); no job starts
 after --deadline seconds; each model's folder and artifacts are deleted after its jobs unless --keep (a 20B
@@ -146,6 +147,12 @@ def tokens(shape: str, folder: str, workdir: str, new: int = 64) -> dict:
         sm.BACKENDS = saved
 
 
+def eager(shape: str, folder: str, workdir: str) -> tuple:
+    """HF `generate` eager and frameworks' eager row (HF's model, growing cache), batch 1, 2 timed generations."""
+    return sm.bench_rows(shape, family_of(folder), folder, 1, "eager", workdir, 2, lengths=(128, NEW), hf=True,
+                         backends=("frameworks",))
+
+
 def loops(shape: str, folder: str, workdir: str) -> dict:
     """Each backend's generation loop around its step, profiled (loop_profile.py): frameworks' fused step, onnxrt's
     graph, both from CUDA graphs."""
@@ -174,6 +181,7 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
             ("step", lambda: sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir)),
             ("loop", lambda: loops(shape, folder, workdir)),
             ("tokens", lambda: tokens(shape, folder, workdir)),
+            ("eager", lambda: eager(shape, folder, workdir)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     at = [name for name, _ in done].index("frameworks") + 1  # each variant's row after the default's
     done[at:at] = [(f"frameworks-{v}", lambda v=v: bench(shape, folder, workdir, "frameworks", 1, hf=False, variant=v))
@@ -185,7 +193,7 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
     return done
 
 
-BENCH = ("onnxrt", "frameworks", "batch8")
+BENCH = ("onnxrt", "frameworks", "eager", "batch8")
 
 
 def main() -> None:
@@ -193,7 +201,7 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--models", default="opt-6.7b", help="comma-separated shapes (make_shapes_model.py)")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (build, onnxrt, kernels, "
-                        "flash, frameworks, frameworks-<variant>, step, loop, tokens, batch8)")
+                        "flash, frameworks, frameworks-<variant>, step, loop, tokens, eager, batch8)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--deadline", type=float, default=500)

@@ -337,7 +337,7 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
-              "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048")
+              "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -360,7 +360,9 @@ def loop_mode(mode: str):
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
     kernel); "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
-    partial sums where split (`kernels.WHOLE_TILING` None); "": as the defaults are; "MODE+MODE": both."""
+    partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
+    compiled (`FusedSettings.compiled_prompt`); "": as the defaults are; "MODE+MODE": both."""
+    from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
     from NNDF.backends.torch import kernels
@@ -371,6 +373,7 @@ def loop_mode(mode: str):
             yield
         return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
+    settings = fused_step.DECODER_SETTINGS
     dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
@@ -393,12 +396,15 @@ def loop_mode(mode: str):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     elif mode == "splitres":
         kernels.WHOLE_TILING = None
+    elif mode == "eagerprompt":
+        fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, compiled_prompt=False)
     try:
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
         kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
+        fused_step.DECODER_SETTINGS = settings
 
 
 @contextlib.contextmanager
