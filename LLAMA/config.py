@@ -9,9 +9,9 @@ tied embeddings, Qwen3's RMS norms of each head's queries and keys (and a head s
 Phi-3's fused qkv and gate_up projections, Gemma's (1 + weight) norms, scaled embeddings and GELU gate, Gemma 2's
 norms around attention and the MLP, soft-capped scores and logits and sliding-window layers between full-attention
 ones, Gemma 3's second rotary base for its sliding-window layers and norms of each head's queries and keys, and a
-Llama with llama3 rope scaling. The Gemmas run on the plain paths (HF's model, the ONNX exports); the fused steps
-and the graph built from the weights are for the other model types (`FUSED_TYPES`: `LLAMA/fused_decode.py`,
-`LLAMA/fused_onnx.py`).
+Llama with llama3 rope scaling. The Gemmas run on the plain paths (HF's model, the ONNX exports), Gemma 3 also on
+its own fused step (`LLAMA/fused_gemma.py`); the Llama-style fused step and the graph built from the weights are
+for the other model types (`FUSED_TYPES`: `LLAMA/fused_decode.py`, `LLAMA/fused_onnx.py`).
 """
 from __future__ import annotations
 
@@ -93,9 +93,10 @@ def _rope(config_class, rope: dict) -> dict:
     return {"rope_theta": rope["rope_theta"], "rope_scaling": scaling}
 
 
-# the model types with a fused decode step (LLAMA/fused_decode.py) and a graph built from the weights
+# the model types with the Llama-style fused decode step (LLAMA/fused_decode.py) and a graph built from the weights
 # (LLAMA/fused_onnx.py): all but the Gemmas, whose (1 + weight) norms, scaled embeddings and GELU gate (Gemma 2 and
-# 3: norms around attention and the MLP; 2: soft caps; 3: a second rotary base) neither implements
+# 3: norms around attention and the MLP; 2: soft caps; 3: a second rotary base) neither implements (Gemma 3 has a
+# fused step of its own, LLAMA/fused_gemma.py)
 FUSED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
 FAMILY = Family(

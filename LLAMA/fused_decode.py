@@ -97,16 +97,17 @@ def rotate(x, cos, sin):
     return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)
 
 
-def queries_keys(qkv, heads: int, kv_heads: int, head_dim: int, qk_norm, eps: float, cos, sin):
+def queries_keys(qkv, heads: int, kv_heads: int, head_dim: int, qk_norm, eps: float, cos, sin, norm=rms_norm):
     """The queries [R, heads, S, D] and keys [R, kv heads, S, D] of a q/k/v product qkv [R, S, (heads + 2 kv heads)
-    D], as HF's layers make them: each head RMS-normed where the layer norms them (`qk_norm` [heads + kv heads, D]:
-    Qwen3's q_norm gain on every query head, then k_norm's on every key head; None: as they are), then rotated
-    (cos/sin [R, 1, S, rot]). Queries and keys go through each op together (one launch each, not two: the eager
-    prompt pass waits on the host's launches), which gives each element what the two ops apart give."""
+    D], as HF's layers make them: each head RMS-normed by `norm` where the layer norms them (`qk_norm` [heads + kv
+    heads, D]: Qwen3's and Gemma 3's q_norm gain on every query head, then k_norm's on every key head; None: as
+    they are), then rotated (cos/sin [R, 1, S, rot]). Queries and keys go through each op together (one launch
+    each, not two: the eager prompt pass waits on the host's launches), which gives each element what the two ops
+    apart give."""
     rows, length = qkv.shape[:2]
     qk = qkv[..., :(heads + kv_heads) * head_dim].reshape(rows, length, heads + kv_heads, head_dim)
     if qk_norm is not None:
-        qk = rms_norm(qk, qk_norm, eps)
+        qk = norm(qk, qk_norm, eps)
     qk = rotate(qk.transpose(1, 2), cos, sin)
     return qk[:, :heads], qk[:, heads:]
 

@@ -21,8 +21,10 @@ from conftest import counted_kernels, offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # off CUDA our Triton kernels run interpreted (conftest.py)
-# the offline variants whose model type has a fused step (the Gemmas run the plain paths: their refusal is below)
-VARIANTS = [name for family, name in offline_variants() if family == "LLAMA" and not name.startswith("gemma")]
+# the offline variants whose model type has a fused step (Gemma and Gemma 2 run the plain paths: their refusal is
+# below)
+VARIANTS = [name for family, name in offline_variants() if family == "LLAMA"
+            and name not in ("gemma-offline", "gemma2-offline")]
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)
@@ -30,29 +32,49 @@ VARIANTS = [name for family, name in offline_variants() if family == "LLAMA" and
 def test_fused_step_matches_hf_generate(variant, mode, workdir):
     run = _run(workdir, variant=variant, family="LLAMA", graph=mode[0], compiled=mode[1])
     with backend_steps(run, "frameworks") as (_, steps):
-        assert type(steps.fused).__name__ == "FusedLlamaStep"
+        assert type(steps.fused).__name__ == ("FusedGemmaStep" if variant == "gemma3-offline" else "FusedLlamaStep")
         if variant == "mistral-offline":  # the window is shorter than the longest prompt + the new tokens
             longest = int(encode(run, PROMPTS).attention_mask.sum(1).max())
             assert steps.fused.window is not None and steps.fused.window < longest + NEW
         _check_parity(run, steps)
 
 
-def test_qwen3_head_norms_with_drawn_gains(workdir):
-    """Qwen3's RMS norms of each query and key head, their gains drawn (the offline variant's are ones, as HF
-    initialises them), each norm's own: HF generate's tokens."""
+@pytest.mark.parametrize("variant", ["qwen3-offline", "gemma3-offline"])
+def test_norm_gains_drawn(variant, workdir):
+    """Every RMS norm's gain drawn, the query and key heads' own included (the random variants keep HF's initial
+    ones: ones, or Gemma's zeros of its 1 + weight, which a gain read wrongly would not show): HF generate's
+    tokens."""
     import torch
 
-    run = _run(workdir, variant="qwen3-offline", family="LLAMA")
+    run = _run(workdir, variant=variant, family="LLAMA")
     model = run.torch_model()
     generator = torch.Generator().manual_seed(0)
+    drawn = 0
     with torch.no_grad():
-        for layer in model.model.layers:
-            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
-                gains = 1 + 0.5 * torch.randn(norm.weight.shape, generator=generator)
-                norm.weight.copy_(gains.to(norm.weight.device, norm.weight.dtype))
+        for module in model.modules():
+            if type(module).__name__.endswith("RMSNorm"):
+                base = 0.0 if type(module).__name__.startswith("Gemma") else 1.0
+                gains = base + 0.5 * torch.randn(module.weight.shape, generator=generator)
+                module.weight.copy_(gains.to(module.weight.device, module.weight.dtype))
+                drawn += 1
+    assert drawn == 1 + 4 * len(model.model.layers) if variant == "qwen3-offline" else 1 + 6 * len(model.model.layers)
     with backend_steps(run, "frameworks") as (_, steps):
         assert steps.fused.layers[0][3] is not None  # the heads' norm gains
         _check_parity(run, steps)
+
+
+def test_gemma3_step_on_our_kernels(workdir, monkeypatch):
+    """Gemma 3's step with our Triton GEMV and attention kernels for every product and both layer types (a
+    window's columns, the whole buffer; on the CPU under Triton's interpreter): HF generate's tokens."""
+    from CausalLM.fused_step import FusedSettings
+
+    calls = counted_kernels(monkeypatch)
+    run = _run(workdir, variant="gemma3-offline", family="LLAMA", compiled=DEVICE == "cuda", graph=DEVICE == "cuda")
+    with backend_steps(run, "frameworks") as (_, steps):
+        steps.fused.settings = FusedSettings(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel",
+                                             kernels_everywhere=True)
+        _check_parity(run, steps)
+    assert calls["gemv"] and calls["decode_attention"], calls
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
@@ -245,23 +267,32 @@ def test_unsupported_configs_are_refused(tmp_path, workdir):
                   "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: activation 'gelu' is not the SiLU the fused step implements; "
                              "drop --fused-decode")
+    gemma = _run(workdir, variant="gemma3-offline", family="LLAMA", fused=False)
+    capped = _edited_copy(gemma, tmp_path / "capped", attn_logit_softcapping=50.0)
+    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", capped, "--use-cache", "--static-cache",
+                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    assert _refusal(out) == ("error: --fused-decode: this config soft-caps its attn_logit_softcapping, which the "
+                             "Gemma fused step does not implement; drop --fused-decode")
 
 
-def test_every_model_type_but_the_gemmas_has_the_step(workdir):
-    """Every model type of the family has the fused step and the built graph but the Gemmas' (the plain paths run
-    them), for which --fused-decode is refused in one line, exit 2, on both backends."""
+def test_every_model_type_has_the_step_but_the_older_gemmas(workdir):
+    """Every model type of the family has a fused step but Gemma's and Gemma 2's, and the graph built from the
+    weights but the three Gemmas' (the plain paths run them): --fused-decode is refused for those in one line,
+    exit 2."""
     from LLAMA.fused_decode import MODEL_TYPES
 
     family = registry.family("LLAMA")
     assert set(family.model_types) - {"gemma", "gemma2", "gemma3_text"} == set(MODEL_TYPES)
-    facts = [set(registry.facts(family, backend).fused) for backend in ("frameworks", "onnxrt")]
-    assert facts == [set(MODEL_TYPES)] * 2
+    assert set(registry.facts(family, "frameworks").fused) == set(MODEL_TYPES) | {"gemma3_text"}
+    assert set(registry.facts(family, "onnxrt").fused) == set(MODEL_TYPES)
     if DEVICE == "cuda":
         return
-    for backend in ("frameworks", "onnxrt"):
-        out = run_cli("generate", "LLAMA", backend, "--variant", "gemma3-offline", "--use-cache", "--static-cache",
+    for backend, variant, model_type in (("frameworks", "gemma2-offline", "gemma2"),
+                                         ("onnxrt", "gemma3-offline", "gemma3_text")):
+        out = run_cli("generate", "LLAMA", backend, "--variant", variant, "--use-cache", "--static-cache",
                       "--fused-decode", "--cpu", "--working-dir", str(workdir), "--prompt", "Hi",
                       "--max-new-tokens", "2")
         line = _refusal(out)
         assert line.startswith(f"error: --fused-decode: the {backend} backend has no fused decode step for model "
-                               "type 'gemma3_text' (fused steps exist for ") and line.endswith("; drop --fused-decode")
+                               f"type '{model_type}' (fused steps exist for ")
+        assert line.endswith("; drop --fused-decode")
