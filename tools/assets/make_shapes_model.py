@@ -5,7 +5,8 @@
     python tools/assets/make_shapes_model.py gpt2-xl temp/shapes/gpt2-xl    # GPT-2 XL (1.56B) shapes
     python tools/assets/make_shapes_model.py llama-3-8b temp/shapes/llama-3-8b    # LLAMA family: Llama-3-8B,
     python tools/assets/make_shapes_model.py qwen2.5-0.5b temp/shapes/qwen    # Qwen2.5-0.5B and Mistral-7B
-    python tools/assets/make_shapes_model.py mistral-7b-w64 temp/shapes/mw    # (with a 64-column window) shapes
+    python tools/assets/make_shapes_model.py mistral-7b-w64 temp/shapes/mw    # (with a 64-column window) shapes,
+    python tools/assets/make_shapes_model.py gemma-3-1b temp/shapes/gemma    # Qwen3-0.6B/8B, Gemma-3-1B shapes
     python tools/assets/make_shapes_model.py opt-6.7b temp/shapes/opt-6.7b    # OPT-6.7B, GPT-J-6B, BLOOM-7B1,
     python tools/assets/make_shapes_model.py gpt-neox-20b temp/shapes/neox    # GPT-NeoX-20B, GPT-Neo-2.7B shapes
     python tools/assets/make_shapes_model.py flan-t5-xl temp/shapes/flan-t5-xl   # encoder-decoders: flan-T5-XL,
@@ -53,6 +54,13 @@ DECODER_SHAPES = {  # published configs: (config class, sizes); made in fp16, on
         vocab_size=151936, hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
         head_dim=128, intermediate_size=12288, max_position_embeddings=40960, rms_norm_eps=1e-6,
         tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    # Gemma-3-1B: five sliding-window layers (512 columns, rotary base 10000) to every full-attention one (base 1e6),
+    # one key/value head of 256 under 4 query heads, a tied 262k-token head
+    "gemma-3-1b": ("Gemma3TextConfig", dict(
+        vocab_size=262144, hidden_size=1152, num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=256, intermediate_size=6912, max_position_embeddings=32768, rms_norm_eps=1e-6, sliding_window=512,
+        query_pre_attn_scalar=256, tie_word_embeddings=True,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(26)])),
     # Mistral-7B-v0.1's shapes with its sliding window cut to 64 columns: a 128-token prompt is longer than it
     "mistral-7b-w64": ("MistralConfig", dict(
         vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

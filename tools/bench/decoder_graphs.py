@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT))
 from tools.bench import speed_matrix as sm  # noqa: E402
 
 FAMILIES = {"opt": "OPT", "bloom": "BLOOM", "gptj": "GPT2", "gpt_neox": "GPT2", "gpt_neo": "GPT2", "gpt2": "GPT2",
-            "llama": "LLAMA", "mistral": "LLAMA", "qwen2": "LLAMA", "qwen3": "LLAMA", "phi3": "LLAMA"}
+            "llama": "LLAMA", "mistral": "LLAMA", "qwen2": "LLAMA", "qwen3": "LLAMA", "phi3": "LLAMA",
+            "gemma": "LLAMA", "gemma2": "LLAMA", "gemma3_text": "LLAMA"}
 NEW = 128
 
 
