@@ -327,12 +327,15 @@ def layer_norm(x, norm: tuple, eps: float):
     return F.layer_norm(x, (x.shape[-1],), norm[0], norm[1], eps)
 
 
-def prompt_mask(mask: torch.Tensor, length: int) -> torch.Tensor:
+def prompt_mask(mask: torch.Tensor, length: int, window: int | None = None) -> torch.Tensor:
     """The prompt pass's boolean attention mask [R, 1, S, total] for the last `length` of mask's columns: each
-    query sees the columns up to its own that the mask keeps, and always itself (a padding row's query then stays
-    finite, so later layers' K/V at padding columns do too)."""
+    query sees the columns up to its own that the mask keeps (within the last `window` columns, its own included,
+    where there is a window), and always itself (a padding row's query then stays finite, so later layers' K/V at
+    padding columns do too)."""
     total = mask.shape[1]
     columns = torch.arange(total, device=mask.device)
     own = total - length + torch.arange(length, device=mask.device)
-    allowed = ((columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)) | (columns[None, :] == own[:, None])
-    return allowed[:, None]
+    allowed = (columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)
+    if window is not None:
+        allowed &= columns[None, :] > own[:, None] - window
+    return (allowed | (columns[None, :] == own[:, None]))[:, None]

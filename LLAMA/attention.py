@@ -3,6 +3,8 @@ rope settings, the head size, the query and key heads' norms and each layer's sl
 torch step (fused_decode.py) and fused ONNX Runtime graph (fused_onnx.py) both read them here."""
 from __future__ import annotations
 
+from NNDF.errors import UsageError
+
 # rope types whose frequencies are fixed, so a cos/sin table computed once covers every position ("dynamic" and
 # "longrope" change them with the sequence length)
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")
@@ -16,6 +18,24 @@ def rope_parameters(config) -> dict:
 def rope_type(config) -> str:
     rope = rope_parameters(config)
     return rope.get("rope_type", rope.get("type", "default"))
+
+
+def rope_types(config) -> list[str]:
+    """Every rope type the config uses: its one, or each layer type's where the settings go by layer type (Gemma 3's
+    sliding-window and full-attention layers)."""
+    rope = rope_parameters(config)
+    layer_types = sorted(set(getattr(config, "layer_types", None) or ()))
+    by_layer = [rope[t] for t in layer_types if isinstance(rope.get(t), dict)]
+    return [r.get("rope_type", r.get("type", "default")) for r in by_layer] or [rope_type(config)]
+
+
+def check_fixed_rope(config) -> None:
+    """Refuse, in one line, a config whose rope frequencies change with the sequence length (a fused step computes
+    its cos/sin table once)."""
+    for kind in rope_types(config):
+        if kind not in FIXED_ROPE:
+            raise UsageError(f"--fused-decode: rope type {kind!r} changes its frequencies with the sequence length, "
+                             "which the fused step's precomputed table does not; drop --fused-decode")
 
 
 def head_dim(config) -> int:

@@ -24,8 +24,8 @@ docs/PERFORMANCE.md): a long sum such as down's split in parts, SDPA for the att
 
 The prompt pass (left-padded rows): F.linear and SDPA with a causal + padding (+ window) mask, writing the same
 buffers; one layer function (`prompt_layer`) for every layer, compiled for any prompt length where the step is
-compiled on CUDA (`CausalLM.fused_step.prompt_function`), eager elsewhere. The concatenated q/k/v and gate/up weights are copies: those layers' weights are held twice while
-the step lives.
+compiled on CUDA (`CausalLM.fused_step.prompt_function`), eager elsewhere. The concatenated q/k/v and gate/up
+weights are copies: those layers' weights are held twice while the step lives.
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function,
-                                 rms_norm)
+                                 prompt_mask, rms_norm)
 from LLAMA import attention
 from LLAMA.config import FUSED_TYPES
 from NNDF.errors import UsageError
@@ -55,10 +55,7 @@ def check_config(config) -> None:
     if getattr(config, "mlp_bias", False):
         raise UsageError("--fused-decode: this config sets mlp_bias, which the fused step does not implement; "
                          "drop --fused-decode")
-    rope = attention.rope_type(config)
-    if rope not in attention.FIXED_ROPE:
-        raise UsageError(f"--fused-decode: rope type {rope!r} changes its frequencies with the sequence length, "
-                         "which the fused step's precomputed table does not; drop --fused-decode")
+    attention.check_fixed_rope(config)
 
 
 def sliding_window(config) -> int | None:
@@ -236,14 +233,8 @@ class FusedLlamaStep:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
         Each query sees the columns up to its own that the mask (and the window) keeps, and always itself (a
         padding row's query then stays finite, so later layers' K/V at padding columns do too)."""
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
-        own = start + torch.arange(length, device=mask.device)
-        allowed = (columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)
-        if self.window is not None:
-            allowed &= columns[None, :] > own[:, None] - self.window
-        allowed = (allowed | (columns[None, :] == own[:, None]))[:, None]  # [R, 1, S, total]
+        start = mask.shape[1] - input_ids.shape[1]
+        allowed = prompt_mask(mask, input_ids.shape[1], self.window)  # [R, 1, S, total]
         cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [R, 1, S, rot]
         x = self.embed[input_ids]
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):

@@ -26,7 +26,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function)
+from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function,
+                                 prompt_mask)
 from LLAMA import attention
 from LLAMA.fused_decode import queries_keys
 from NNDF.errors import UsageError
@@ -51,17 +52,7 @@ def check_config(config) -> None:
     if getattr(config, "use_bidirectional_attention", False):
         raise UsageError("--fused-decode: this config attends bidirectionally, which a decode step cannot; drop "
                          "--fused-decode")
-    for layer_type, rope in _rope_by_type(config).items():
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind not in attention.FIXED_ROPE:
-            raise UsageError(f"--fused-decode: rope type {kind!r} ({layer_type}) changes its frequencies with the "
-                             "sequence length, which the fused step's precomputed table does not; drop --fused-decode")
-
-
-def _rope_by_type(config) -> dict:
-    """Each layer type's rope settings (transformers 5's `rope_parameters` by layer type)."""
-    rope = attention.rope_parameters(config)
-    return {t: dict(rope.get(t) or {}) for t in sorted(set(config.layer_types))}
+    attention.check_fixed_rope(config)
 
 
 def gemma_norm(x, gain, eps: float):
@@ -169,14 +160,17 @@ class FusedGemmaStep:
         forms = tuple(form(w.shape[1]) for w in (qkv_w, o_w, gate_up_w, down_w))
         x, valid, local, rope = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.embed,
                                             self.embed_scale, self.tables, self.window)
+        # what a full-attention and a sliding-window layer read: their columns, the attention for at most that many,
+        # the window
+        full = (valid, self.settings.attention_on(self.device, slot.max_length, self.head_dim), None)
+        near = (local, self.settings.attention_on(self.device, min(self.window, slot.max_length), self.head_dim),
+                self.window)
         for layer_type, weights, keys, values in zip(self.layer_types, self.layers, slot.past[0::2],
                                                      slot.past[1::2]):
-            sliding = layer_type == SLIDING
-            columns = min(self.window, slot.max_length) if sliding else slot.max_length  # read at most
-            x = self._layer(x, weights, keys, values, slot.write, local if sliding else valid, *rope[layer_type],
-                            heads=self.heads, kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms,
-                            attention=self.settings.attention_on(self.device, columns, self.head_dim),
-                            window=self.window if sliding else None)
+            seen, how, window = near if layer_type == SLIDING else full
+            x = self._layer(x, weights, keys, values, slot.write, seen, *rope[layer_type], heads=self.heads,
+                            kv_heads=self.kv_heads, eps=self.eps, scale=self.scale, forms=forms, attention=how,
+                            window=window)
         head = self.settings.head_form(slot.rows, self.compiled, width, self.device)
         return self._head(x, self.norm, self.lm_head, eps=self.eps, form=head)
 
@@ -184,14 +178,9 @@ class FusedGemmaStep:
         """The prompt pass: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far]. Each query
         sees the columns up to its own that the mask (and in a sliding layer, the window) keeps, and always itself
         (a padding row's query then stays finite, so later layers' K/V at padding columns do too)."""
-        total, length = mask.shape[1], input_ids.shape[1]
-        start = total - length
-        columns = torch.arange(total, device=mask.device)
-        own = start + torch.arange(length, device=mask.device)
-        causal = (columns[None, :] <= own[:, None]) & (mask[:, None, :] != 0)
-        itself = columns[None, :] == own[:, None]
-        full = (causal | itself)[:, None]  # [R, 1, S, total]
-        local = ((causal & (columns[None, :] > own[:, None] - self.window)) | itself)[:, None]
+        length = input_ids.shape[1]
+        start = mask.shape[1] - length
+        full, local = prompt_mask(mask, length), prompt_mask(mask, length, self.window)  # [R, 1, S, total]
         rope = {t: (cos[position_ids][:, None], sin[position_ids][:, None]) for t, (cos, sin) in self.tables.items()}
         x = self.embed[input_ids] * self.embed_scale
         for layer_type, weights, keys, values in zip(self.layer_types, self.layers, slot.past[0::2],

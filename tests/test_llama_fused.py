@@ -275,6 +275,25 @@ def test_unsupported_configs_are_refused(tmp_path, workdir):
                              "Gemma fused step does not implement; drop --fused-decode")
 
 
+def test_rope_types_by_layer_type_are_checked():
+    """A config whose rope settings go by layer type (Gemma 3) has each checked: a dynamic rope on its full-attention
+    layers is refused in the same line as a Llama's."""
+    from transformers import Gemma3TextConfig, LlamaConfig
+
+    from LLAMA import attention
+    from NNDF.errors import UsageError
+
+    types = ["sliding_attention", "full_attention"]
+    gemma = Gemma3TextConfig(num_hidden_layers=2, layer_types=types)
+    assert attention.rope_types(gemma) == ["default", "default"]
+    attention.check_fixed_rope(gemma)
+    gemma.rope_parameters["full_attention"] = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e6}
+    assert attention.rope_types(gemma) == ["dynamic", "default"]
+    with pytest.raises(UsageError, match="^--fused-decode: rope type 'dynamic' changes its frequencies"):
+        attention.check_fixed_rope(gemma)
+    assert attention.rope_types(LlamaConfig()) == ["default"]
+
+
 def test_every_model_type_has_the_step_but_the_older_gemmas(workdir):
     """Every model type of the family has a fused step but Gemma's and Gemma 2's, and the graph built from the
     weights but the three Gemmas' (the plain paths run them): --fused-decode is refused for those in one line,
