@@ -145,24 +145,20 @@ def test_fused_step_matches_hf_generate(model, mode, tiny, workdir):
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="programmatic dependent launch is CUDA's (compute capability 9.0+)")
-@pytest.mark.parametrize("early, prefetch", [("unnormed", 0), ("all", 0), ("none", 0), ("unnormed", None),
-                                             ("none", None)])
+@pytest.mark.parametrize("early", ["unnormed", "all", "none"])
 @pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
-def test_programmatic_launch_gives_hf_tokens(model, early, prefetch, tiny, workdir, monkeypatch):
+def test_programmatic_launch_gives_hf_tokens(model, early, tiny, workdir, monkeypatch):
     """The compiled step on our kernels replayed from a CUDA graph, every kernel launched with programmatic
     dependent launch (inductor's and ours, each waiting on the device for the one before; ours letting the next
-    start as they start or after their loads, `EARLY_LAUNCH`; our GEMVs asking L2 for their weights before the
-    wait or not, `L2_PREFETCH_BYTES`): HF generate's tokens."""
+    start as they start or after their loads, `EARLY_LAUNCH`): HF generate's tokens."""
     import torch
 
     from NNDF.backends.torch import compile as compile_options
-    from NNDF.backends.torch import kernels
 
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs compute capability 9.0 or later")
     monkeypatch.setattr(compile_options, "PROGRAMMATIC_LAUNCH", True)
     monkeypatch.setattr(compile_options, "EARLY_LAUNCH", early)
-    monkeypatch.setattr(kernels, "L2_PREFETCH_BYTES", prefetch)
     torch._dynamo.reset()  # compiled afresh, with inductor's PDL code
     run = _run(workdir, torch_dir=tiny if model == "tiny" else None, graph=True, compiled=True)
     with backend_steps(run, "frameworks") as (_, steps):
@@ -261,20 +257,3 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                   "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: this GPT-2 config sets scale_attn_by_inverse_layer_idx, which "
                              "the fused step does not implement; drop --fused-decode")
-
-
-def test_l2_prefetch_setting(monkeypatch):
-    """Which products ask L2 for their weight slices before the wait (`L2_PREFETCH_BYTES`): those of at most that
-    many bytes, every one with None, none with 0; never a weight whose rows a bulk prefetch cannot take (not
-    16-byte aligned)."""
-    import torch
-
-    from NNDF.backends.torch import kernels
-
-    weight = torch.zeros(64, 256, dtype=torch.float16)  # 32 KiB
-    for limit, expected in [(0, False), (None, True), (32 << 10, True), ((32 << 10) - 1, False)]:
-        monkeypatch.setattr(kernels, "L2_PREFETCH_BYTES", limit)
-        assert kernels.prefetches(weight) is expected
-    monkeypatch.setattr(kernels, "L2_PREFETCH_BYTES", None)
-    assert not kernels.prefetches(torch.zeros(64, 257, dtype=torch.float16)[:, :256])  # rows 514 bytes apart
-    assert not kernels.prefetches(torch.zeros(64 * 256 + 1, dtype=torch.float16)[1:].view(64, 256))  # 2-byte start

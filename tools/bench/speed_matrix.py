@@ -337,9 +337,8 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
-              "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "pf0", "pf8", "pf16",
-              "pf24", "pf32", "pf64", "pfall", "bn1", "bn2", "bn8", "warps1", "warps4", "prog512", "prog2048",
-              "prog4096", "res1", "res4", "res8", "ahead")
+              "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
+              "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -363,12 +362,10 @@ def loop_mode(mode: str):
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
     kernel); "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
     partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
-    compiled (`FusedSettings.compiled_prompt`); "pfN": our GEMV's products of at most N MB asking L2 for their
-    programs' weight slices before the wait ("pf0": none, "pfall": all; `kernels.L2_PREFETCH_BYTES`); "": as the
-    defaults are; "bnN", "warpsN", "progN": our GEMV's one-row tiling (`kernels.TILING`'s block_n, warps, programs);
-    "resN": its products that add a residual or write the K/V cache in tiles of N weight rows
-    (`kernels.WHOLE_TILING`); "ahead": its one-row products keeping the next tile's load in flight
-    (`kernels.GEMV_AHEAD`); "MODE+MODE": both."""
+    compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
+    (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
+    defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -382,8 +379,7 @@ def loop_mode(mode: str):
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     settings = fused_step.DECODER_SETTINGS
     dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
-    launch, tiling, prefetch = compile_options.EARLY_LAUNCH, dict(kernels.TILING), kernels.L2_PREFETCH_BYTES
-    ahead = kernels.GEMV_AHEAD
+    launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -392,15 +388,13 @@ def loop_mode(mode: str):
         compile_options.PROGRAMMATIC_LAUNCH = False
     elif mode in ("late", "allearly"):
         compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
-    elif mode == "ahead":
-        kernels.GEMV_AHEAD = True
-    elif mode.startswith("pf"):
-        kernels.L2_PREFETCH_BYTES = None if mode == "pfall" else int(mode.removeprefix("pf")) << 20
     elif mode.startswith(("bn", "warps", "prog")):
         key = next(k for k in ("bn", "warps", "prog") if mode.startswith(k))
         kernels.TILING[dict(bn="block_n", warps="warps", prog="programs")[key]] = int(mode.removeprefix(key))
     elif mode.startswith("res"):
         kernels.WHOLE_TILING = dict(kernels.WHOLE_TILING, block_n=int(mode.removeprefix("res")))
+    elif mode.startswith("rwarps"):
+        kernels.WHOLE_TILING = dict(kernels.WHOLE_TILING, warps=int(mode.removeprefix("rwarps")))
     elif mode.startswith("k"):
         kernels.TILING["block_k"] = int(mode.removeprefix("k"))
     elif mode == "nodot":
@@ -420,8 +414,7 @@ def loop_mode(mode: str):
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
         kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
-        compile_options.EARLY_LAUNCH, kernels.TILING, kernels.L2_PREFETCH_BYTES = launch, tiling, prefetch
-        kernels.GEMV_AHEAD = ahead
+        compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
         fused_step.DECODER_SETTINGS = settings
 
 

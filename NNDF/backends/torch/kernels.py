@@ -43,9 +43,10 @@ TILING = dict(programs=1024, block_n=4, block_k=1024, warps=2)
 # the tiling under Triton's interpreter (the CPU tests), where programs run one after another: few, large ones
 INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # the tiling of a one-row product `gemv` adds a residual to or writes a K/V cache from (on CUDA): unsplit, so the
-# kernel does it and no kernel follows to sum partial sums, in tiles of 2 weight rows for more programs (None: as
-# any other product)
-WHOLE_TILING: dict | None = dict(programs=1, block_n=2)
+# kernel does it and no kernel follows to sum partial sums, in tiles of 4 weight rows (None: as any other product).
+# Captured steps on an H200, ms, tiles of 2 / 4 / 8 rows: gpt2-xl 1.827 / 1.792 / 1.996, GPT-2 124M 0.230 / 0.229 /
+# 0.249, Qwen2.5-0.5B 0.669 / 0.670 / 0.670, OPT-6.7B 3.914 / 3.912 / 3.912 (docs/PERFORMANCE.md)
+WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
 # tensor-core dots (None: never); their tiling on CUDA: 64 weight rows a program, loads of 128 features, 4 warps
 # (the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on an H200,
@@ -55,13 +56,6 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=2)
 # of their own (at batch 8 on an H200, ms a step with at most 4 slices against any number: flan-T5-XL 1.862 against
 # 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559)
 DOT_ROWS: int | None = 2
-# products whose weight is at most this many bytes ask the L2 cache for the rest of each program's weight slice
-# (`_prefetch`) before the wait for the kernel before, beside the first tile they load then (programmatic dependent
-# launch on CUDA only; 0: none, None: every product)
-L2_PREFETCH_BYTES: int | None = 0
-# one-row products keep the next weight tile's load in flight while they multiply the current one (two tiles in
-# registers, not one)
-GEMV_AHEAD = False
 DOT_MAX_ROWS = 16
 DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4, max_splits=4)
 
@@ -122,23 +116,6 @@ def _tile(ptr, index, k, count, in_features, stride):
     [B, BK], zeros past its edges (a weight's rows, or the input's)."""
     return tl.load(ptr + index[:, None] * stride + k[None, :],
                    mask=(index[:, None] < count) & (k[None, :] < in_features), other=0.0)
-
-
-@triton.jit
-def _prefetch(w_ptr, tile, start, end, out_features, w_stride, BLOCK_N: tl.constexpr, W_BYTES: tl.constexpr):
-    """Ask the L2 cache for weight rows tile x BLOCK_N + [0, BLOCK_N) at features [start, end): one bulk prefetch
-    a row (`cp.async.bulk.prefetch.L2`, compute capability 9.0+; whole 16-byte units, rows 16-byte aligned), each
-    issued by one thread of the program. A hint: nothing waits for it, and the loads that follow read the same
-    weights whether it arrived or not."""
-    nbytes = (end - start) * W_BYTES // 16 * 16
-    for i in tl.static_range(BLOCK_N):
-        row = tile * BLOCK_N + i
-        if (row < out_features) & (nbytes > 0):
-            tl.inline_asm_elementwise(
-                "{ .reg .u32 t; .reg .pred p; mov.u32 t, %tid.x; setp.eq.u32 p, t, $3; "
-                "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-                "=r,l,r,r", [w_ptr + row * w_stride + start, nbytes, row % 32], dtype=tl.int32, is_pure=False,
-                pack=1)
 
 
 @triton.jit
@@ -245,8 +222,7 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
                  cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                  ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
-                 ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr, W_BYTES: tl.constexpr, AHEAD: tl.constexpr):
+                 ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -256,9 +232,6 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         tl.extra.cuda.gdc_launch_dependents()
     # the first weight tile before the wait for the kernel before (no kernel of the step writes weights)
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK]
-    if PREFETCH:  # and the rest of the slice on its way to L2
-        _prefetch(w_ptr, tile, first + BLOCK_K, tl.minimum(first + K_PER_SPLIT, in_features), out_features,
-                  w_stride, BLOCK_N, W_BYTES)
     if PDL:
         tl.extra.cuda.gdc_wait()
     mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
@@ -266,21 +239,11 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         mean, rstd = _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM, BLOCK_R, BLOCK_F, ONE_LOAD)
     x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
     acc = x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
-    if AHEAD:  # the next tile's load issued before this one's products (none past the slice)
-        end = tl.minimum(first + K_PER_SPLIT, in_features)
-        ahead = _tile(w_ptr, n, k + BLOCK_K, out_features, end, w_stride)
-        for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
-            k = start + tl.arange(0, BLOCK_K)
-            w = ahead
-            ahead = _tile(w_ptr, n, k + BLOCK_K, out_features, end, w_stride)
-            x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
-            acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
-    else:
-        for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
-            k = start + tl.arange(0, BLOCK_K)
-            w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
-            x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
-            acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
+    for start in tl.range(first + BLOCK_K, first + K_PER_SPLIT, BLOCK_K):
+        k = start + tl.arange(0, BLOCK_K)
+        w = _tile(w_ptr, n, k, out_features, in_features, w_stride)
+        x = _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
+        acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     out = _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride,
@@ -297,7 +260,7 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                      ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                      ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-                     EARLY: tl.constexpr, PREFETCH: tl.constexpr, W_BYTES: tl.constexpr):
+                     EARLY: tl.constexpr):
     tile, split = tl.program_id(0), tl.program_id(1)
     r = tl.arange(0, BLOCK_R)  # [BR]: the rows, padded with zeros to a dot's 16
     n = tile * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
@@ -306,9 +269,6 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
     if PDL and EARLY:
         tl.extra.cuda.gdc_launch_dependents()
     w = _tile(w_ptr, n, k, out_features, in_features, w_stride)  # [BN, BK], before the wait as in `_gemv_kernel`
-    if PREFETCH:
-        _prefetch(w_ptr, tile, first + BLOCK_K, tl.minimum(first + K_PER_SPLIT, in_features), out_features,
-                  w_stride, BLOCK_N, W_BYTES)
     if PDL:
         tl.extra.cuda.gdc_wait()
     mean, rstd = tl.zeros((BLOCK_R,), tl.float32), tl.zeros((BLOCK_R,), tl.float32)
@@ -374,7 +334,6 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
     common.update(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
                   NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
                   RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device, norm is not None))
-    common.update(PREFETCH=common["PDL"] and prefetches(weight), W_BYTES=weight.element_size())
     block_r = 16 if dot else max(1, triton.next_power_of_2(rows))
     # a norm's statistics: every row's features in one load where that is at most STATS_VALUES values
     common["BLOCK_F"] = max(block_k, min(triton.next_power_of_2(in_features), STATS_VALUES // block_r))
@@ -383,16 +342,7 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
         _gemv_dot_kernel[grid](*args, BLOCK_R=block_r, PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
                                **common)
     else:
-        _gemv_kernel[grid](*args, BLOCK_R=block_r, AHEAD=GEMV_AHEAD, **common)
-
-
-def prefetches(weight: torch.Tensor) -> bool:
-    """Whether a product's programs ask L2 for their weight slices before the wait (`L2_PREFETCH_BYTES`; rows
-    16-byte aligned, as a bulk prefetch needs them). Only where the kernels launch programmatically (the caller's
-    check): before the wait is when it pays."""
-    size = weight.numel() * weight.element_size()
-    return (L2_PREFETCH_BYTES is None or size <= L2_PREFETCH_BYTES) and L2_PREFETCH_BYTES != 0 and (
-        weight.data_ptr() % 16 == 0 and weight.stride(0) * weight.element_size() % 16 == 0)
+        _gemv_kernel[grid](*args, BLOCK_R=block_r, **common)
 
 
 def _launch(device: torch.device, norm: bool = False) -> dict:
