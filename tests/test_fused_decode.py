@@ -257,3 +257,53 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                   "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: this GPT-2 config sets scale_attn_by_inverse_layer_idx, which "
                              "the fused step does not implement; drop --fused-decode")
+
+
+@pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
+def test_persistent_layers_give_hf_tokens(model, tiny, workdir, monkeypatch):
+    """A one-row step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py):
+    HF generate's tokens, greedy, one prompt at a time (gpt2-offline's tanh GELU and the tiny model's exact one),
+    the kernel counted so a step that bypassed it fails. On the CPU it runs under Triton's interpreter as one
+    program; on CUDA as one program a multiprocessor, meeting at its device-wide barriers."""
+    import dataclasses
+
+    from CausalLM import fused_step
+    from GPT2 import persistent
+    from NNDF.generation import GenerationConfig
+
+    calls = []
+    real = persistent.run_layers
+    monkeypatch.setattr(persistent, "run_layers", lambda *a, **k: calls.append(1) or real(*a, **k))
+    settings = dataclasses.replace(KERNELS_EVERYWHERE, persistent_layers=True)
+    monkeypatch.setattr(fused_step, "DECODER_SETTINGS", settings)  # the slots' buffers made for it
+    run = _run(workdir, torch_dir=tiny if model == "tiny" else None)
+    eos = run.tokenizer.eos_token_id
+    with backend_steps(run, "frameworks") as (_, steps):
+        assert steps.fused.settings.persistent_layers
+        for text in PROMPTS[:2]:
+            prompt = encode(run, [text])
+            config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=run.tokenizer.pad_token_id)
+            result = generate_prompt(steps, prompt, config)
+            assert [result.new_tokens(0, eos)] == _hf_tokens(run, prompt, 1, eos), text
+    assert len(calls) >= 2 * (NEW - 1)
+
+
+def test_persistent_layers_refusals(workdir, monkeypatch):
+    """The persistent kernel refuses, in one line, a slot whose K/V buffers are not one tensor and folded norms."""
+    import dataclasses
+
+    import torch
+
+    from CausalLM.fused_step import kv_slot
+
+    run = _run(workdir)
+    with backend_steps(run, "frameworks") as (_, steps):
+        fused = steps.fused
+        fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, persistent_layers=True)
+        slot = kv_slot(1, 16, len(fused.layers), fused.heads, fused.head_dim, fused.dtype, fused.device)
+        x = torch.zeros(1, fused.wte.shape[1])
+        with pytest.raises(UsageError, match="K/V buffers in one tensor"):
+            fused._persistent(x, slot, torch.ones(1, 16, dtype=torch.bool))
+        fused.folded = True
+        with pytest.raises(UsageError, match="folded norms"):
+            fused._persistent(x, slot, torch.ones(1, 16, dtype=torch.bool))

@@ -338,7 +338,8 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
-              "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
+              "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "pbn8",
+              "pbn32", "pbk512", "pbk2048", "pw4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -364,8 +365,10 @@ def loop_mode(mode: str):
     partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
     compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
-    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
-    defaults are; "MODE+MODE": both."""
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "persist": a
+    one-row GPT-2 step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py),
+    "pbnN", "pbkN", "pwN": its tiling (`GPT2.persistent.TILING`'s block_n, block_k, warps); "": as the defaults
+    are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -380,6 +383,8 @@ def loop_mode(mode: str):
     settings = fused_step.DECODER_SETTINGS
     dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
+    from GPT2 import persistent
+    persistent_tiling = dict(persistent.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -388,6 +393,11 @@ def loop_mode(mode: str):
         compile_options.PROGRAMMATIC_LAUNCH = False
     elif mode in ("late", "allearly"):
         compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
+    elif mode == "persist":
+        fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, persistent_layers=True)
+    elif mode.startswith(("pbn", "pbk", "pw")):
+        key = next(k for k in ("pbn", "pbk", "pw") if mode.startswith(k))
+        persistent.TILING[dict(pbn="block_n", pbk="block_k", pw="warps")[key]] = int(mode.removeprefix(key))
     elif mode.startswith(("bn", "warps", "prog")):
         key = next(k for k in ("bn", "warps", "prog") if mode.startswith(k))
         kernels.TILING[dict(bn="block_n", warps="warps", prog="programs")[key]] = int(mode.removeprefix(key))
@@ -415,6 +425,8 @@ def loop_mode(mode: str):
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
         kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
+        persistent.TILING.clear()
+        persistent.TILING.update(persistent_tiling)
         fused_step.DECODER_SETTINGS = settings
 
 
