@@ -4,7 +4,8 @@ The fused step runs five kernels a layer (the q/k/v product, the attention, thre
 one before: at gpt2-xl (48 layers, 5-20 MB products) a step of 244 kernels reads its 3.1 GB at ~1.7 TB/s, 40% of
 an H200's copy bandwidth, and no tiling of our GEMV moved that by more than 2% (docs/PERFORMANCE.md). Here every
 layer runs inside ONE launch of `P` programs, all resident at once (at most one a streaming multiprocessor), which
-walk the layers together and meet at a device-wide barrier between a layer's five phases:
+walk the layers together and meet at a device-wide barrier between a layer's five phases (each phase that reads a
+weight first asks L2 for the rows of the next such phase, `TILING["prefetch"]`):
 
     1  qkv = layer_norm_1(x) @ W_attn + b          (each program a contiguous range of output rows; the key and
                                                    value columns also written into the layer's cache at `write`)
@@ -29,9 +30,13 @@ import torch
 import triton
 import triton.language as tl
 
-# the kernel's tiling on CUDA: rows of a product a load, features a load, warps a program
-TILING = dict(block_n=16, block_k=1024, warps=8)
-INTERPRETED = dict(block_n=16, block_k=64, warps=1)
+# the kernel's tiling on CUDA: rows of a product a load, features a load, warps a program; `prefetch`: each program
+# asks L2 for its rows of the next product's weight as a phase starts (one bulk prefetch a program and product,
+# compute capability 9.0+), so the weight reads of the next phase run while this one computes and while the
+# programs wait at the barrier or attend (no weights)
+# `block_l`: the attention's cache columns a load (one program walks a head's columns alone: few, wide loads)
+TILING = dict(block_n=16, block_k=1024, warps=8, prefetch=True, block_l=128)
+INTERPRETED = dict(block_n=16, block_k=64, warps=1, prefetch=False, block_l=32)
 GELU_CODES = {"tanh": 2, "none": 3}  # F.gelu's `approximate` -> how the kernel applies it
 
 
@@ -44,6 +49,19 @@ def _grid_sync(counter_ptr, target):
     while seen < target:
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
+
+
+@triton.jit
+def _prefetch_rows(w_ptr, pid, programs, N, K, W_BYTES: tl.constexpr):
+    """Ask L2 for this program's contiguous rows of a weight [N, K] (the rows `_product` gives it): one
+    `cp.async.bulk.prefetch.L2` by one thread; a hint nothing waits for."""
+    first, last = pid * N // programs, (pid + 1) * N // programs
+    nbytes = (last - first) * K * W_BYTES // 16 * 16
+    if nbytes > 0:
+        tl.inline_asm_elementwise(
+            "{ .reg .u32 t; .reg .pred p; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r", [w_ptr + first * K, nbytes], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -150,15 +168,20 @@ def _attention(qkv_ptr, k_ptr, v_ptr, valid_ptr, out_ptr, at, pid, programs, hea
 def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_g, ln2_b,
                    fc_w, fc_b, out_w, out_b, cache_ptr, write_ptr, valid_ptr, counter_ptr, layers, E, heads,
                    length, eps, scale, HEAD_DIM: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr):
+                   BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
+                   PREFETCH: tl.constexpr, W_BYTES: tl.constexpr):
     pid, programs = tl.program_id(0), tl.num_programs(0)
     at = tl.load(write_ptr)
     cache_stride = length * HEAD_DIM  # a head's columns
     kv_size = heads * cache_stride  # one layer's K (or V) buffer
     arrivals = pid * 0  # the barriers' count so far
+    if PREFETCH:  # each weight phase asks for the next one's rows as it starts (the first: here)
+        _prefetch_rows(attn_w, pid, programs, 3 * E, E, W_BYTES)
     for layer in range(layers):
         keys = cache_ptr + (2 * layer) * kv_size
         values = cache_ptr + (2 * layer + 1) * kv_size
+        if PREFETCH:
+            _prefetch_rows(proj_w + layer * E * E, pid, programs, E, E, W_BYTES)
         _product(x_ptr, attn_w + layer * 3 * E * E, attn_b + layer * 3 * E, qkv_ptr, x_ptr, ln1_g + layer * E,
                  ln1_b + layer * E, keys, values, at, pid, programs, 3 * E, E, E, eps, HEAD_DIM, cache_stride,
                  True, 0, False, True, BLOCK_N, BLOCK_K, BLOCK_E)
@@ -168,16 +191,22 @@ def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, p
                    HEAD_DIM, BLOCK_D, BLOCK_L)
         arrivals += programs
         _grid_sync(counter_ptr, arrivals)
+        if PREFETCH:
+            _prefetch_rows(fc_w + layer * 4 * E * E, pid, programs, 4 * E, E, W_BYTES)
         _product(a_ptr, proj_w + layer * E * E, proj_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at,
                  pid, programs, E, E, E, eps, HEAD_DIM, cache_stride, False, 0, True, False, BLOCK_N, BLOCK_K,
                  BLOCK_E)
         arrivals += programs
         _grid_sync(counter_ptr, arrivals)
+        if PREFETCH:
+            _prefetch_rows(out_w + layer * 4 * E * E, pid, programs, E, 4 * E, W_BYTES)
         _product(x_ptr, fc_w + layer * 4 * E * E, fc_b + layer * 4 * E, h_ptr, x_ptr, ln2_g + layer * E,
                  ln2_b + layer * E, keys, values, at, pid, programs, 4 * E, E, E, eps, HEAD_DIM, cache_stride,
                  True, 0, False, False, BLOCK_N, BLOCK_K, BLOCK_E)
         arrivals += programs
         _grid_sync(counter_ptr, arrivals)
+        if PREFETCH and layer + 1 < layers:
+            _prefetch_rows(attn_w + (layer + 1) * 3 * E * E, pid, programs, 3 * E, E, W_BYTES)
         _product(h_ptr, out_w + layer * 4 * E * E, out_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values,
                  at, pid, programs, E, 4 * E, E, eps, HEAD_DIM, cache_stride, False, ACT, True, False, BLOCK_N,
                  BLOCK_K, BLOCK_E)
@@ -191,6 +220,11 @@ def programs_for(device: torch.device) -> int:
     if device.type != "cuda":
         return 1
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def prefetches(x: torch.Tensor, embed: int) -> bool:
+    """Whether the bulk L2 prefetch can run: CUDA of compute capability 9.0+, rows of 16-byte multiples."""
+    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9 and (embed * x.element_size()) % 16 == 0
 
 
 def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch.Tensor, valid: torch.Tensor,
@@ -211,5 +245,7 @@ def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch
         out, qkv, attended, hidden, *stacks, cache, write, valid.reshape(-1), counter, layers, embed, heads,
         length, float(eps), float(scale), HEAD_DIM=head_dim, ACT=GELU_CODES[gelu], BLOCK_N=tiling["block_n"],
         BLOCK_K=tiling["block_k"], BLOCK_E=triton.next_power_of_2(embed),
-        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_L=32, num_warps=tiling["warps"])
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_L=tiling["block_l"],
+        PREFETCH=bool(tiling["prefetch"]) and prefetches(x, embed), W_BYTES=stacks[2].element_size(),
+        num_warps=tiling["warps"])
     return out.reshape(1, embed)

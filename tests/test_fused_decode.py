@@ -259,24 +259,37 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                              "the fused step does not implement; drop --fused-decode")
 
 
-@pytest.mark.parametrize("model", ["gpt2-offline", "tiny"])
-def test_persistent_layers_give_hf_tokens(model, tiny, workdir, monkeypatch):
+# the persistent kernel's L2 prefetch runs on CUDA only (compute capability 9.0+): both ways there
+PREFETCH = [True, False] if DEVICE == "cuda" else [False]
+
+
+@pytest.fixture(scope="module")
+def tiny_tanh(tmp_path_factory):
+    return _tiny_dir(tmp_path_factory.mktemp("tiny-gpt2-tanh"), activation_function="gelu_new")
+
+
+@pytest.mark.parametrize("prefetch", PREFETCH, ids=lambda on: "prefetch" if on else "plain")
+@pytest.mark.parametrize("model", ["tiny", "tiny_tanh"] + (["gpt2-offline"] if DEVICE == "cuda" else []))
+def test_persistent_layers_give_hf_tokens(model, prefetch, request, workdir, monkeypatch):
     """A one-row step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py):
-    HF generate's tokens, greedy, one prompt at a time (gpt2-offline's tanh GELU and the tiny model's exact one),
-    the kernel counted so a step that bypassed it fails. On the CPU it runs under Triton's interpreter as one
-    program; on CUDA as one program a multiprocessor, meeting at its device-wide barriers."""
+    HF generate's tokens, greedy, one prompt at a time (tiny random GPT-2s with the exact and the tanh GELU; on
+    CUDA also gpt2-offline), the kernel counted so a step that bypassed it fails. On the CPU it runs under Triton's
+    interpreter as one program (a trained 12-layer model takes a minute there); on CUDA as one program a
+    multiprocessor, meeting at its device-wide barriers, with and without its L2 prefetch."""
     import dataclasses
 
     from CausalLM import fused_step
     from GPT2 import persistent
     from NNDF.generation import GenerationConfig
 
+    monkeypatch.setitem(persistent.TILING, "prefetch", prefetch)
+
     calls = []
     real = persistent.run_layers
     monkeypatch.setattr(persistent, "run_layers", lambda *a, **k: calls.append(1) or real(*a, **k))
     settings = dataclasses.replace(KERNELS_EVERYWHERE, persistent_layers=True)
     monkeypatch.setattr(fused_step, "DECODER_SETTINGS", settings)  # the slots' buffers made for it
-    run = _run(workdir, torch_dir=tiny if model == "tiny" else None)
+    run = _run(workdir, torch_dir=None if model == "gpt2-offline" else request.getfixturevalue(model))
     eos = run.tokenizer.eos_token_id
     with backend_steps(run, "frameworks") as (_, steps):
         assert steps.fused.settings.persistent_layers

@@ -339,7 +339,8 @@ LLAMA_VARIANTS = {
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
               "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "pbn8",
-              "pbn32", "pbk512", "pbk2048", "pw4")
+              "pbn32", "pbk512", "pbk2048", "pw4", "pnopf", "pbl32",
+              "pbl64")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -367,8 +368,8 @@ def loop_mode(mode: str):
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
     write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "persist": a
     one-row GPT-2 step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py),
-    "pbnN", "pbkN", "pwN": its tiling (`GPT2.persistent.TILING`'s block_n, block_k, warps); "": as the defaults
-    are; "MODE+MODE": both."""
+    "pbnN", "pbkN", "pwN", "pblN": its tiling (`GPT2.persistent.TILING`'s block_n, block_k, warps, block_l),
+    "pnopf": without its L2 prefetch; "": as the defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -395,9 +396,12 @@ def loop_mode(mode: str):
         compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
     elif mode == "persist":
         fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, persistent_layers=True)
-    elif mode.startswith(("pbn", "pbk", "pw")):
-        key = next(k for k in ("pbn", "pbk", "pw") if mode.startswith(k))
-        persistent.TILING[dict(pbn="block_n", pbk="block_k", pw="warps")[key]] = int(mode.removeprefix(key))
+    elif mode == "pnopf":
+        persistent.TILING["prefetch"] = False
+    elif mode.startswith(("pbn", "pbk", "pbl", "pw")):
+        key = next(k for k in ("pbn", "pbk", "pbl", "pw") if mode.startswith(k))
+        field = dict(pbn="block_n", pbk="block_k", pbl="block_l", pw="warps")[key]
+        persistent.TILING[field] = int(mode.removeprefix(key))
     elif mode.startswith(("bn", "warps", "prog")):
         key = next(k for k in ("bn", "warps", "prog") if mode.startswith(k))
         kernels.TILING[dict(bn="block_n", warps="warps", prog="programs")[key]] = int(mode.removeprefix(key))
