@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from NNDF.backends.torch.kernels import gelu
+
 # the kernel's tiling on CUDA: rows of a product a load, features a load, warps a program; `prefetch`: each program
 # asks L2 for its rows of the next product's weight as a phase starts (one bulk prefetch a program and product,
 # compute capability 9.0+), so the weight reads of the next phase run while this one computes and while the
@@ -84,12 +86,8 @@ def _input(x_ptr, k, K, mean, rstd, gain_ptr, shift_ptr, NORM: tl.constexpr, ACT
         gain = tl.load(gain_ptr + k, mask=in_k, other=0.0).to(tl.float32)
         shift = tl.load(shift_ptr + k, mask=in_k, other=0.0).to(tl.float32)
         x = ((x.to(tl.float32) - mean) * rstd * gain + shift).to(x.dtype)
-    if ACT == 2:
-        y = x.to(tl.float32)
-        x = (y * tl.sigmoid(1.5957691216057308 * (y + 0.044715 * y * y * y))).to(x.dtype)
-    elif ACT == 3:
-        y = x.to(tl.float32)
-        x = (0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))).to(x.dtype)
+    if ACT != 0:
+        x = gelu(x, ACT == 3)
     return x
 
 
