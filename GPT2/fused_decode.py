@@ -195,7 +195,7 @@ class FusedGPT2Step:
                              "with FusedSettings.persistent_layers set)")
         if self._stacks is None:
             self._stacks = tuple(torch.stack([_flat(layer)[i] for layer in self.layers]) for i in range(12))
-            self._counter = torch.zeros(1, dtype=torch.int32, device=self.device)
+            self._counter = torch.zeros(2, dtype=torch.int32, device=self.device)  # run_layers's
         return persistent.run_layers(x, self._stacks, cache, slot.write, valid, self._counter, heads=self.heads,
                                      eps=self.eps, scale=self.scale, gelu=self.gelu)
 

@@ -40,16 +40,24 @@ from NNDF.backends.torch.kernels import gelu
 TILING = dict(block_n=16, block_k=1024, warps=8, prefetch=True, block_l=128)
 INTERPRETED = dict(block_n=16, block_k=64, warps=1, prefetch=False, block_l=32)
 GELU_CODES = {"tanh": 2, "none": 3}  # F.gelu's `approximate` -> how the kernel applies it
+MAX_SPINS = tl.constexpr(1 << 20)  # polls of a barrier before a program counts it failed (about a second)
 
 
 @triton.jit
 def _grid_sync(counter_ptr, target):
-    """Every program's stores so far visible to every program, once `target` arrivals are counted."""
+    """Every program's stores so far visible to every program, once `target` arrivals are counted at counter_ptr[0].
+    A program that polls MAX_SPINS times in vain counts a failure at counter_ptr[1] and goes on, and no barrier
+    waits once one has failed: a broken barrier gives wrong values and a count, never a hung GPU."""
     tl.debug_barrier()
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-    while seen < target:
+    failed = tl.atomic_add(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
+    spins = seen * 0
+    while (seen < target) & (failed == 0) & (spins < MAX_SPINS):
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        spins += 1
+    if (seen < target) & (failed == 0):
+        tl.atomic_add(counter_ptr + 1, 1, sem="relaxed", scope="gpu")
     tl.debug_barrier()
 
 
@@ -231,13 +239,13 @@ def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch
     dimension of layers, in `FusedGPT2Step`'s order (layer norm 1's gain and bias [L, E], c_attn [L, 3E, E] and its
     bias, c_proj [L, E, E] and its bias, layer norm 2, c_fc [L, 4E, E] and its bias, mlp's c_proj [L, E, 4E] and its
     bias; [out, in], contiguous); `cache` [2L, 1, heads, length, head size] (K0, V0, K1, ...), written at
-    `write` [1]; `valid` [1, length] the columns the row attends to; `counter` [1] int32, the barriers' (zeroed
-    here)."""
+    `write` [1]; `valid` [1, length] the columns the row attends to; `counter` [2] int32: the barriers' arrivals
+    (zeroed here) and the barriers that gave up waiting, summed over every launch (`_grid_sync`; 0 unless broken)."""
     layers, embed = stacks[2].shape[0], x.shape[-1]
     head_dim, length = embed // heads, cache.shape[-2]
     out = x.reshape(embed).clone()
     qkv, attended, hidden = x.new_empty(3 * embed), x.new_empty(embed), x.new_empty(4 * embed)
-    counter.zero_()
+    counter[:1].zero_()
     tiling = TILING if x.is_cuda else INTERPRETED
     _layers_kernel[(programs_for(x.device),)](
         out, qkv, attended, hidden, *stacks, cache, write, valid.reshape(-1), counter, layers, embed, heads,

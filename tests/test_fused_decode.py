@@ -297,6 +297,7 @@ def test_persistent_layers_give_hf_tokens(model, prefetch, request, workdir, mon
             prompt = encode(run, [text])
             config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=run.tokenizer.pad_token_id)
             result = generate_prompt(steps, prompt, config)
+            assert steps.fused._counter[1].item() == 0, "a barrier gave up waiting"
             assert [result.new_tokens(0, eos)] == _hf_tokens(run, prompt, 1, eos), text
     assert len(calls) >= 2 * (NEW - 1)
 
