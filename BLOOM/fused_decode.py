@@ -38,9 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from BLOOM.attention import alibi_slopes
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
-                                 prompt_mask)
-from NNDF.errors import UsageError
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot,
+                                 layer_norm, product, prompt_mask)
 from NNDF.slots import KVSlot
 
 MODEL_TYPES = ("bloom",)  # HF model types this step runs
@@ -48,9 +47,7 @@ MODEL_TYPES = ("bloom",)  # HF model types this step runs
 
 def check_config(config) -> None:
     """Refuse, in one line, a config this step does not reproduce."""
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES)
 
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, stacked_zeros, step_inputs, write_kv_columns
 
 
@@ -268,6 +269,13 @@ DECODER_SETTINGS = FusedSettings(gemv_above=0, attention="auto", gemv_fusion=("g
 # every program of a wide product reads the whole input row again for the norm's statistics or SwiGLU's two
 # halves, and the products a residual is added to run unsplit), so only GPT-2's steps fuse by default
 FUSING_TYPES = ("gpt2", "opt", "llama", "mistral", "qwen2", "qwen3", "phi3")
+
+
+def check_model_type(config, model_types, step: str = "fused step") -> None:
+    """Refuse, in one line, a config whose HF model type `step` (a family's fused decode step) does not run."""
+    if getattr(config, "model_type", None) not in model_types:
+        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no {step} on frameworks "
+                         f"(model types with one: {', '.join(model_types)})")
 
 
 def decoder_settings(settings: FusedSettings | None = None) -> FusedSettings:

@@ -41,8 +41,8 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
-                                 prompt_mask)
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot,
+                                 layer_norm, product, prompt_mask)
 from GPT2.config import FUSED_GELUS
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
@@ -64,9 +64,7 @@ def rope_type(config) -> str:
 
 def check_config(config) -> None:
     """Refuse, in one line, a config this step does not reproduce."""
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES)
     act = activation(config)
     if act not in FUSED_GELUS:
         raise UsageError(f"--fused-decode: activation {act!r} is not one the fused step implements "

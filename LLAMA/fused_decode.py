@@ -34,8 +34,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function,
-                                 prompt_mask, rms_norm)
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot, product,
+                                 prompt_function, prompt_mask, rms_norm)
 from LLAMA import attention
 from LLAMA.config import FUSED_TYPES
 from NNDF.errors import UsageError
@@ -46,9 +46,7 @@ MODEL_TYPES = FUSED_TYPES  # HF model types this step runs
 
 def check_config(config) -> None:
     """Refuse, in one line, a config this step does not reproduce."""
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES)
     if config.hidden_act != "silu":
         raise UsageError(f"--fused-decode: activation {config.hidden_act!r} is not the SiLU the fused step "
                          "implements; drop --fused-decode")

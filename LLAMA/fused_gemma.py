@@ -26,8 +26,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_function,
-                                 prompt_mask)
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot, product,
+                                 prompt_function, prompt_mask)
 from LLAMA import attention
 from LLAMA.fused_decode import queries_keys
 from NNDF.errors import UsageError
@@ -39,9 +39,7 @@ SLIDING = "sliding_attention"  # the layer type whose attention reads a window (
 
 def check_config(config) -> None:
     """Refuse, in one line, a config this step does not reproduce."""
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no Gemma fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES, "Gemma fused step")
     if config.hidden_activation != "gelu_pytorch_tanh":
         raise UsageError(f"--fused-decode: activation {config.hidden_activation!r} is not the GELU (tanh form) the "
                          "Gemma fused step implements; drop --fused-decode")

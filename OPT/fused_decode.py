@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from CausalLM.fused_step import (FusedSettings, attend, compiled, decoder_settings, kv_slot, layer_norm, product,
-                                 prompt_mask)
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot,
+                                 layer_norm, product, prompt_mask)
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot
 
@@ -38,9 +38,7 @@ POSITION_OFFSET = 2  # OPT's learned position table starts two rows in (HF's OPT
 
 def check_config(config) -> None:
     """Refuse, in one line, a config this step does not reproduce."""
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES)
     if config.activation_function != "relu":
         raise UsageError(f"--fused-decode: activation {config.activation_function!r} is not the ReLU the fused "
                          "step implements; drop --fused-decode")
