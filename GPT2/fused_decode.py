@@ -35,7 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import FusedSettings, attend, compiled, decoder_settings, kv_slot, product, prompt_mask
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot, product,
+                                 prompt_mask)
 from NNDF.slots import KVSlot, stacked_view, write_kv_columns
 from NNDF.errors import UsageError
 
@@ -50,9 +51,7 @@ def check_config(config) -> None:
         "reorder_and_upcast_attn": "reorder_and_upcast_attn",
         "add_cross_attention": "cross attention (add_cross_attention)",
     }
-    if getattr(config, "model_type", None) not in MODEL_TYPES:
-        raise UsageError(f"--fused-decode: model type {config.model_type!r} has no fused step on frameworks "
-                         f"(model types with one: {', '.join(MODEL_TYPES)})")
+    check_model_type(config, MODEL_TYPES)
     for field, what in refusals.items():
         if getattr(config, field, False):
             raise UsageError(f"--fused-decode: this GPT-2 config sets {what}, which the fused step does not "
@@ -153,7 +152,7 @@ class FusedGPT2Step:
         self.layers = [_block_weights(block, self.settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
-        self._stacks = self._counter = None  # the persistent kernel's (`_persistent`)
+        self._stacks = self._counter = self._scratch = None  # the persistent kernel's (`_persistent`)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
         """Our static cache (`CausalLM.fused_step.kv_slot`), one K and one V buffer per layer."""
@@ -196,8 +195,9 @@ class FusedGPT2Step:
         if self._stacks is None:
             self._stacks = tuple(torch.stack([_flat(layer)[i] for layer in self.layers]) for i in range(12))
             self._counter = torch.zeros(2, dtype=torch.int32, device=self.device)  # run_layers's
-        return persistent.run_layers(x, self._stacks, cache, slot.write, valid, self._counter, heads=self.heads,
-                                     eps=self.eps, scale=self.scale, gelu=self.gelu)
+            self._scratch = persistent.scratch(x)
+        return persistent.run_layers(x, self._stacks, cache, slot.write, valid, self._counter, self._scratch,
+                                     heads=self.heads, eps=self.eps, scale=self.scale, gelu=self.gelu)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].

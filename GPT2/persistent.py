@@ -26,6 +26,8 @@ only.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -220,31 +222,49 @@ def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, p
         _grid_sync(counter_ptr, arrivals)
 
 
+@functools.cache
+def _cuda_facts(index: int) -> tuple[int, int]:
+    """(streaming multiprocessors, compute capability major) of CUDA device `index` (asked once, not a step)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count, torch.cuda.get_device_capability(index)[0]
+
+
+def _index(device: torch.device) -> int:
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
 def programs_for(device: torch.device) -> int:
     """How many programs the kernel runs: one a streaming multiprocessor on CUDA (each can always be resident, so
     the barriers never wait on a program that cannot start), one under Triton's interpreter."""
     if device.type != "cuda":
         return 1
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return _cuda_facts(_index(device))[0]
 
 
 def prefetches(x: torch.Tensor, embed: int) -> bool:
     """Whether the bulk L2 prefetch can run: CUDA of compute capability 9.0+, rows of 16-byte multiples."""
-    return x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9 and (embed * x.element_size()) % 16 == 0
+    return x.is_cuda and _cuda_facts(_index(x.device))[1] >= 9 and (embed * x.element_size()) % 16 == 0
+
+
+def scratch(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`run_layers`'s buffers between phases for a model of x's width: q/k/v [3E], the attention [E], fc [4E]."""
+    embed = x.shape[-1]
+    return x.new_empty(3 * embed), x.new_empty(embed), x.new_empty(4 * embed)
 
 
 def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch.Tensor, valid: torch.Tensor,
-               counter: torch.Tensor, *, heads: int, eps: float, scale: float, gelu: str) -> torch.Tensor:
+               counter: torch.Tensor, buffers: tuple, *, heads: int, eps: float, scale: float,
+               gelu: str) -> torch.Tensor:
     """Every layer of a GPT-2 for one row: x [1, E] -> [1, E]. `stacks`: the layers' weights stacked along a first
     dimension of layers, in `FusedGPT2Step`'s order (layer norm 1's gain and bias [L, E], c_attn [L, 3E, E] and its
     bias, c_proj [L, E, E] and its bias, layer norm 2, c_fc [L, 4E, E] and its bias, mlp's c_proj [L, E, 4E] and its
     bias; [out, in], contiguous); `cache` [2L, 1, heads, length, head size] (K0, V0, K1, ...), written at
     `write` [1]; `valid` [1, length] the columns the row attends to; `counter` [2] int32: the barriers' arrivals
-    (zeroed here) and the barriers that gave up waiting, summed over every launch (`_grid_sync`; 0 unless broken)."""
+    (zeroed here) and the barriers that gave up waiting, summed over every launch (`_grid_sync`; 0 unless broken);
+    `buffers`: `scratch`'s, made once by the caller."""
     layers, embed = stacks[2].shape[0], x.shape[-1]
     head_dim, length = embed // heads, cache.shape[-2]
     out = x.reshape(embed).clone()
-    qkv, attended, hidden = x.new_empty(3 * embed), x.new_empty(embed), x.new_empty(4 * embed)
+    qkv, attended, hidden = buffers
     counter[:1].zero_()
     tiling = TILING if x.is_cuda else INTERPRETED
     _layers_kernel[(programs_for(x.device),)](
