@@ -4,8 +4,7 @@ The fused step runs five kernels a layer (the q/k/v product, the attention, thre
 one before: at gpt2-xl (48 layers, 5-20 MB products) a step of 244 kernels reads its 3.1 GB at ~1.7 TB/s, 40% of
 an H200's copy bandwidth, and no tiling of our GEMV moved that by more than 2% (docs/PERFORMANCE.md). Here every
 layer runs inside ONE launch of `P` programs, all resident at once (at most one a streaming multiprocessor), which
-walk the layers together and meet at a device-wide barrier between a layer's five phases (each phase that reads a
-weight first asks L2 for the rows of the next such phase, `TILING["prefetch"]`):
+walk the layers together and meet at a device-wide barrier between a layer's five phases:
 
     1  qkv = layer_norm_1(x) @ W_attn + b          (each program a contiguous range of output rows; the key and
                                                    value columns also written into the layer's cache at `write`)
@@ -14,9 +13,12 @@ weight first asks L2 for the rows of the next such phase, `TILING["prefetch"]`):
     4  h = layer_norm_2(x) @ W_fc + b
     5  x = x + gelu(h) @ W_out + b
 
-A barrier is a counter: a program's threads finish their stores, one of them adds 1 with release semantics, then
-polls with acquire semantics until all `P` programs of this barrier have arrived (the counter is zeroed before each
-launch; barrier n waits for (n + 1) x P). Activations written by other programs are read past the L1 cache.
+A barrier is a counter, in two halves: a program that finished a phase's stores arrives (one thread adds 1 with
+release semantics) and goes on to load the first weight tile of its next phase, which depends on no other program;
+only then it waits (polls with acquire semantics until all `P` programs of that phase have arrived; the counter is
+zeroed before each launch, so the n-th wait is for n x P). Within a phase each program keeps the load of its next
+weight tile in flight while it sums the current one. Activations written by other programs are read past the L1
+cache.
 
 Values: the same operations in the same precision as the step on our GEMV with `gemv_fusion` (each norm and GELU
 rounded to the activations' dtype, products summed in fp32 and rounded once, plus the bias, then the residual), so
@@ -34,24 +36,29 @@ import triton.language as tl
 
 from NNDF.backends.torch.kernels import gelu
 
-# the kernel's tiling on CUDA: rows of a product a load, features a load, warps a program; `prefetch`: each program
-# asks L2 for its rows of the next product's weight as a phase starts (one bulk prefetch a program and product,
-# compute capability 9.0+), so the weight reads of the next phase run while this one computes and while the
-# programs wait at the barrier or attend (no weights)
-# `block_l`: the attention's cache columns a load (one program walks a head's columns alone: few, wide loads)
-TILING = dict(block_n=16, block_k=1024, warps=8, prefetch=True, block_l=128)
-INTERPRETED = dict(block_n=16, block_k=64, warps=1, prefetch=False, block_l=32)
+# the kernel's tiling on CUDA: `tile` weight elements a load (BLOCK_N rows x BLOCK_K features, BLOCK_K the
+# product's input width rounded up to a power of two, at most `block_k`), `warps` a program, the attention's
+# `block_l` cache columns a load (one program walks a head's columns alone: few, wide loads); `ahead`: each
+# load of the next tile issued before the current one is summed, `early`: a phase's first tile loaded before the
+# program waits at the barrier for the phase before (weights never depend on it; only activations do)
+TILING = dict(tile=16384, block_k=2048, warps=8, block_l=128, ahead=True, early=True)
+INTERPRETED = dict(tile=512, block_k=32, warps=1, block_l=32, ahead=True, early=True)
 GELU_CODES = {"tanh": 2, "none": 3}  # F.gelu's `approximate` -> how the kernel applies it
 MAX_SPINS = tl.constexpr(1 << 20)  # polls of a barrier before a program counts it failed (about a second)
 
 
 @triton.jit
-def _grid_sync(counter_ptr, target):
-    """Every program's stores so far visible to every program, once `target` arrivals are counted at counter_ptr[0].
-    A program that polls MAX_SPINS times in vain counts a failure at counter_ptr[1] and goes on, and no barrier
-    waits once one has failed: a broken barrier gives wrong values and a count, never a hung GPU."""
+def _arrive(counter_ptr):
+    """This program's stores so far made visible to every program that waits past its arrival (`_wait`)."""
     tl.debug_barrier()
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _wait(counter_ptr, target):
+    """Back once `target` arrivals are counted at counter_ptr[0]. A program that polls MAX_SPINS times in vain
+    counts a failure at counter_ptr[1] and goes on, and no barrier waits once one has failed: a broken barrier
+    gives wrong values and a count, never a hung GPU."""
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     failed = tl.atomic_add(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
     spins = seen * 0
@@ -64,16 +71,12 @@ def _grid_sync(counter_ptr, target):
 
 
 @triton.jit
-def _prefetch_rows(w_ptr, pid, programs, N, K, W_BYTES: tl.constexpr):
-    """Ask L2 for this program's contiguous rows of a weight [N, K] (the rows `_product` gives it): one
-    `cp.async.bulk.prefetch.L2` by one thread; a hint nothing waits for."""
-    first, last = pid * N // programs, (pid + 1) * N // programs
-    nbytes = (last - first) * K * W_BYTES // 16 * 16
-    if nbytes > 0:
-        tl.inline_asm_elementwise(
-            "{ .reg .u32 t; .reg .pred p; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-            "=r,l,r", [w_ptr + first * K, nbytes], dtype=tl.int32, is_pure=False, pack=1)
+def _tile(w_ptr, t, first, last, K, chunks, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Tile t of rows [first, last) of a weight [N, K]: rows first + (t // chunks) * BLOCK_N ..., features
+    (t % chunks) * BLOCK_K ...; zeros past either end (a t past the last tile loads nothing)."""
+    n = first + (t // chunks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    k = (t % chunks) * BLOCK_K + tl.arange(0, BLOCK_K)
+    return tl.load(w_ptr + n[:, None] * K + k[None, :], mask=(n < last)[:, None] & (k < K)[None, :], other=0.0)
 
 
 @triton.jit
@@ -103,39 +106,60 @@ def _input(x_ptr, k, K, mean, rstd, gain_ptr, shift_ptr, NORM: tl.constexpr, ACT
 
 @triton.jit
 def _product(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, gain_ptr, shift_ptr, k_ptr, v_ptr, at, pid, programs, N, K,
-             E, eps, HEAD_DIM: tl.constexpr, cache_stride, NORM: tl.constexpr, ACT: tl.constexpr,
-             RESIDUAL: tl.constexpr, KV: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             BLOCK_E: tl.constexpr):
-    """This program's range of the N outputs of input [K] times weight [N, K] + bias: stored in out (plus the
-    residual's same rows with RESIDUAL); with KV the outputs [E, 2E) and [2E, 3E) also stored as the keys and
-    values at column `at` of the caches [heads, length, HEAD_DIM] (head stride `cache_stride`)."""
+             E, eps, counter_ptr, target, HEAD_DIM: tl.constexpr, cache_stride, NORM: tl.constexpr,
+             ACT: tl.constexpr, RESIDUAL: tl.constexpr, KV: tl.constexpr, BLOCK_N: tl.constexpr,
+             BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr):
+    """This program's range of the N outputs of input [K] times weight [N, K] + bias, once `target` arrivals are
+    counted (the phase before wrote the input): stored in out (plus the residual's same rows with RESIDUAL); with
+    KV the outputs [E, 2E) and [2E, 3E) also stored as the keys and values at column `at` of the caches
+    [heads, length, HEAD_DIM] (head stride `cache_stride`). The rows are walked in tiles, feature chunks inner."""
     first, last = pid * N // programs, (pid + 1) * N // programs
+    chunks = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(last - first, BLOCK_N) * chunks
+    if EARLY:
+        w = _tile(w_ptr, 0, first, last, K, chunks, BLOCK_N, BLOCK_K)
+    _wait(counter_ptr, target)
+    if not EARLY:
+        w = _tile(w_ptr, 0, first, last, K, chunks, BLOCK_N, BLOCK_K)
     mean, rstd = 0.0, 0.0
     if NORM:
         mean, rstd = _stats(x_ptr, E, eps, BLOCK_E)
-    for start in range(first, last, BLOCK_N):
-        n = start + tl.arange(0, BLOCK_N)
-        in_n = n < last
-        acc = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
-            w = tl.load(w_ptr + n[:, None] * K + k[None, :], mask=in_n[:, None] & (k < K)[None, :], other=0.0)
-            x = _input(x_ptr, k, K, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
-            acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
-        out = tl.sum(acc, axis=1) + tl.load(b_ptr + n, mask=in_n, other=0.0).to(tl.float32)
-        out = out.to(out_ptr.dtype.element_ty)
-        if RESIDUAL:
-            residual = tl.load(res_ptr + n, mask=in_n, other=0.0, cache_modifier=".cg").to(tl.float32)
-            out = (out.to(tl.float32) + residual).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + n, out, mask=in_n)
-        if KV:
-            j = n - E
-            is_k = in_n & (j >= 0) & (j < E)
-            is_v = in_n & (j >= E)
-            j = tl.where(is_v, j - E, j)
-            offsets = (j // HEAD_DIM) * cache_stride + at * HEAD_DIM + j % HEAD_DIM
-            tl.store(k_ptr + offsets, out, mask=is_k)
-            tl.store(v_ptr + offsets, out, mask=is_v)
+    acc = tl.zeros((BLOCK_N,), tl.float32)
+    for t in range(tiles):
+        if AHEAD:
+            following = _tile(w_ptr, t + 1, first, last, K, chunks, BLOCK_N, BLOCK_K)
+        x = _input(x_ptr, (t % chunks) * BLOCK_K + tl.arange(0, BLOCK_K), K, mean, rstd, gain_ptr, shift_ptr,
+                   NORM, ACT)
+        acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
+        if not AHEAD:
+            following = _tile(w_ptr, t + 1, first, last, K, chunks, BLOCK_N, BLOCK_K)
+        done = t % chunks == chunks - 1
+        if done:
+            n = first + (t // chunks) * BLOCK_N + tl.arange(0, BLOCK_N)
+            _store(acc, n, last, b_ptr, out_ptr, res_ptr, k_ptr, v_ptr, at, E, cache_stride, HEAD_DIM, RESIDUAL, KV)
+        acc = tl.where(done, 0.0, acc)
+        w = following
+
+
+@triton.jit
+def _store(acc, n, last, b_ptr, out_ptr, res_ptr, k_ptr, v_ptr, at, E, cache_stride, HEAD_DIM: tl.constexpr,
+           RESIDUAL: tl.constexpr, KV: tl.constexpr):
+    """Outputs n (those under `last`) of a product summed in fp32 (`acc`): plus the bias, rounded, plus the
+    residual with RESIDUAL and rounded again; with KV also written as keys and values (`_product`)."""
+    in_n = n < last
+    out = (acc + tl.load(b_ptr + n, mask=in_n, other=0.0).to(tl.float32)).to(out_ptr.dtype.element_ty)
+    if RESIDUAL:
+        residual = tl.load(res_ptr + n, mask=in_n, other=0.0, cache_modifier=".cg").to(tl.float32)
+        out = (out.to(tl.float32) + residual).to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + n, out, mask=in_n)
+    if KV:
+        j = n - E
+        is_k = in_n & (j >= 0) & (j < E)
+        is_v = in_n & (j >= E)
+        j = tl.where(is_v, j - E, j)
+        offsets = (j // HEAD_DIM) * cache_stride + at * HEAD_DIM + j % HEAD_DIM
+        tl.store(k_ptr + offsets, out, mask=is_k)
+        tl.store(v_ptr + offsets, out, mask=is_v)
 
 
 @triton.jit
@@ -176,60 +200,52 @@ def _attention(qkv_ptr, k_ptr, v_ptr, valid_ptr, out_ptr, at, pid, programs, hea
 def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_g, ln2_b,
                    fc_w, fc_b, out_w, out_b, cache_ptr, write_ptr, valid_ptr, counter_ptr, layers, E, heads,
                    length, eps, scale, HEAD_DIM: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr,
-                   PREFETCH: tl.constexpr, W_BYTES: tl.constexpr):
+                   BLOCK_K: tl.constexpr, BLOCK_N4: tl.constexpr, BLOCK_K4: tl.constexpr, BLOCK_E: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr):
+    """Every layer (the module docstring's phases); BLOCK_N x BLOCK_K tiles for the products of E inputs,
+    BLOCK_N4 x BLOCK_K4 for the MLP's second (4E inputs). Offsets that scale with the layer are 64-bit."""
     pid, programs = tl.program_id(0), tl.num_programs(0)
     at = tl.load(write_ptr)
     cache_stride = length * HEAD_DIM  # a head's columns
-    kv_size = heads * cache_stride  # one layer's K (or V) buffer
-    arrivals = pid * 0  # the barriers' count so far
-    if PREFETCH:  # each weight phase asks for the next one's rows as it starts (the first: here)
-        _prefetch_rows(attn_w, pid, programs, 3 * E, E, W_BYTES)
-    for layer in range(layers):
-        keys = cache_ptr + (2 * layer) * kv_size
-        values = cache_ptr + (2 * layer + 1) * kv_size
-        if PREFETCH:
-            _prefetch_rows(proj_w + layer * E * E, pid, programs, E, E, W_BYTES)
-        _product(x_ptr, attn_w + layer * 3 * E * E, attn_b + layer * 3 * E, qkv_ptr, x_ptr, ln1_g + layer * E,
-                 ln1_b + layer * E, keys, values, at, pid, programs, 3 * E, E, E, eps, HEAD_DIM, cache_stride,
-                 True, 0, False, True, BLOCK_N, BLOCK_K, BLOCK_E)
+    wide = tl.full((), 0, tl.int64)  # added to make an offset 64-bit
+    kv_size = heads * cache_stride + wide  # one layer's K (or V) buffer
+    arrivals = pid * 0  # the barriers' count so far: a phase waits for every program's arrival from the one before
+    for i in range(layers):
+        layer = i + wide
+        keys = cache_ptr + 2 * layer * kv_size
+        values = keys + kv_size
+        square = layer * E * E  # a layer's offset in the [L, E, E]-sized stacks (c_attn: 3 of them, MLP: 4)
+        _product(x_ptr, attn_w + 3 * square, attn_b + layer * 3 * E, qkv_ptr, x_ptr, ln1_g + layer * E,
+                 ln1_b + layer * E, keys, values, at, pid, programs, 3 * E, E, E, eps, counter_ptr, arrivals,
+                 HEAD_DIM, cache_stride, True, 0, False, True, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+        _arrive(counter_ptr)
         arrivals += programs
-        _grid_sync(counter_ptr, arrivals)
+        _wait(counter_ptr, arrivals)
         _attention(qkv_ptr, keys, values, valid_ptr, a_ptr, at, pid, programs, heads, cache_stride, scale,
                    HEAD_DIM, BLOCK_D, BLOCK_L)
+        _arrive(counter_ptr)
         arrivals += programs
-        _grid_sync(counter_ptr, arrivals)
-        if PREFETCH:
-            _prefetch_rows(fc_w + layer * 4 * E * E, pid, programs, 4 * E, E, W_BYTES)
-        _product(a_ptr, proj_w + layer * E * E, proj_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at,
-                 pid, programs, E, E, E, eps, HEAD_DIM, cache_stride, False, 0, True, False, BLOCK_N, BLOCK_K,
-                 BLOCK_E)
+        _product(a_ptr, proj_w + square, proj_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at, pid,
+                 programs, E, E, E, eps, counter_ptr, arrivals, HEAD_DIM, cache_stride, False, 0, True, False,
+                 BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+        _arrive(counter_ptr)
         arrivals += programs
-        _grid_sync(counter_ptr, arrivals)
-        if PREFETCH:
-            _prefetch_rows(out_w + layer * 4 * E * E, pid, programs, E, 4 * E, W_BYTES)
-        _product(x_ptr, fc_w + layer * 4 * E * E, fc_b + layer * 4 * E, h_ptr, x_ptr, ln2_g + layer * E,
-                 ln2_b + layer * E, keys, values, at, pid, programs, 4 * E, E, E, eps, HEAD_DIM, cache_stride,
-                 True, 0, False, False, BLOCK_N, BLOCK_K, BLOCK_E)
+        _product(x_ptr, fc_w + 4 * square, fc_b + layer * 4 * E, h_ptr, x_ptr, ln2_g + layer * E,
+                 ln2_b + layer * E, keys, values, at, pid, programs, 4 * E, E, E, eps, counter_ptr, arrivals,
+                 HEAD_DIM, cache_stride, True, 0, False, False, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+        _arrive(counter_ptr)
         arrivals += programs
-        _grid_sync(counter_ptr, arrivals)
-        if PREFETCH and layer + 1 < layers:
-            _prefetch_rows(attn_w + (layer + 1) * 3 * E * E, pid, programs, 3 * E, E, W_BYTES)
-        _product(h_ptr, out_w + layer * 4 * E * E, out_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values,
-                 at, pid, programs, E, 4 * E, E, eps, HEAD_DIM, cache_stride, False, ACT, True, False, BLOCK_N,
-                 BLOCK_K, BLOCK_E)
+        _product(h_ptr, out_w + 4 * square, out_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at, pid,
+                 programs, E, 4 * E, E, eps, counter_ptr, arrivals, HEAD_DIM, cache_stride, False, ACT, True,
+                 False, BLOCK_N4, BLOCK_K4, BLOCK_E, AHEAD, EARLY)
+        _arrive(counter_ptr)
         arrivals += programs
-        _grid_sync(counter_ptr, arrivals)
 
 
 @functools.cache
-def _cuda_facts(index: int) -> tuple[int, int]:
-    """(streaming multiprocessors, compute capability major) of CUDA device `index` (asked once, not a step)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count, torch.cuda.get_device_capability(index)[0]
-
-
-def _index(device: torch.device) -> int:
-    return torch.cuda.current_device() if device.index is None else device.index
+def _sm_count(index: int) -> int:
+    """Streaming multiprocessors of CUDA device `index` (asked once, not a step)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def programs_for(device: torch.device) -> int:
@@ -237,12 +253,14 @@ def programs_for(device: torch.device) -> int:
     the barriers never wait on a program that cannot start), one under Triton's interpreter."""
     if device.type != "cuda":
         return 1
-    return _cuda_facts(_index(device))[0]
+    return _sm_count(torch.cuda.current_device() if device.index is None else device.index)
 
 
-def prefetches(x: torch.Tensor, embed: int) -> bool:
-    """Whether the bulk L2 prefetch can run: CUDA of compute capability 9.0+, rows of 16-byte multiples."""
-    return x.is_cuda and _cuda_facts(_index(x.device))[1] >= 9 and (embed * x.element_size()) % 16 == 0
+def tile_shape(features: int, tiling: dict) -> tuple[int, int]:
+    """(rows, features) of a product's weight tile for `features` inputs: the features rounded up to a power of
+    two, at most `block_k`; as many rows as make `tile` elements."""
+    block_k = min(triton.next_power_of_2(features), tiling["block_k"])
+    return max(1, tiling["tile"] // block_k), block_k
 
 
 def scratch(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -259,7 +277,7 @@ def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch
     bias, c_proj [L, E, E] and its bias, layer norm 2, c_fc [L, 4E, E] and its bias, mlp's c_proj [L, E, 4E] and its
     bias; [out, in], contiguous); `cache` [2L, 1, heads, length, head size] (K0, V0, K1, ...), written at
     `write` [1]; `valid` [1, length] the columns the row attends to; `counter` [2] int32: the barriers' arrivals
-    (zeroed here) and the barriers that gave up waiting, summed over every launch (`_grid_sync`; 0 unless broken);
+    (zeroed here) and the barriers that gave up waiting, summed over every launch (`_wait`; 0 unless broken);
     `buffers`: `scratch`'s, made once by the caller."""
     layers, embed = stacks[2].shape[0], x.shape[-1]
     head_dim, length = embed // heads, cache.shape[-2]
@@ -267,11 +285,11 @@ def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch
     qkv, attended, hidden = buffers
     counter[:1].zero_()
     tiling = TILING if x.is_cuda else INTERPRETED
+    (block_n, block_k), (block_n4, block_k4) = tile_shape(embed, tiling), tile_shape(4 * embed, tiling)
     _layers_kernel[(programs_for(x.device),)](
         out, qkv, attended, hidden, *stacks, cache, write, valid.reshape(-1), counter, layers, embed, heads,
-        length, float(eps), float(scale), HEAD_DIM=head_dim, ACT=GELU_CODES[gelu], BLOCK_N=tiling["block_n"],
-        BLOCK_K=tiling["block_k"], BLOCK_E=triton.next_power_of_2(embed),
-        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_L=tiling["block_l"],
-        PREFETCH=bool(tiling["prefetch"]) and prefetches(x, embed), W_BYTES=stacks[2].element_size(),
-        num_warps=tiling["warps"])
+        length, float(eps), float(scale), HEAD_DIM=head_dim, ACT=GELU_CODES[gelu], BLOCK_N=block_n,
+        BLOCK_K=block_k, BLOCK_N4=block_n4, BLOCK_K4=block_k4, BLOCK_E=triton.next_power_of_2(embed),
+        BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_L=tiling["block_l"], AHEAD=bool(tiling["ahead"]),
+        EARLY=bool(tiling["early"]), num_warps=tiling["warps"])
     return out.reshape(1, embed)

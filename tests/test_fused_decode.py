@@ -259,8 +259,9 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                              "the fused step does not implement; drop --fused-decode")
 
 
-# the persistent kernel's L2 prefetch runs on CUDA only (compute capability 9.0+): both ways there
-PREFETCH = [True, False] if DEVICE == "cuda" else [False]
+# the persistent kernel's ways of ordering its loads (`GPT2.persistent.TILING`'s `ahead` and `early`): the default
+# on the CPU, each on CUDA too, where the barriers run between many programs
+ORDERS = ["default"] + (["serial"] if DEVICE == "cuda" else [])
 
 
 @pytest.fixture(scope="module")
@@ -268,21 +269,24 @@ def tiny_tanh(tmp_path_factory):
     return _tiny_dir(tmp_path_factory.mktemp("tiny-gpt2-tanh"), activation_function="gelu_new")
 
 
-@pytest.mark.parametrize("prefetch", PREFETCH, ids=lambda on: "prefetch" if on else "plain")
+@pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("model", ["tiny", "tiny_tanh"] + (["gpt2-offline"] if DEVICE == "cuda" else []))
-def test_persistent_layers_give_hf_tokens(model, prefetch, request, workdir, monkeypatch):
+def test_persistent_layers_give_hf_tokens(model, order, request, workdir, monkeypatch):
     """A one-row step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py):
     HF generate's tokens, greedy, one prompt at a time (tiny random GPT-2s with the exact and the tanh GELU; on
     CUDA also gpt2-offline), the kernel counted so a step that bypassed it fails. On the CPU it runs under Triton's
     interpreter as one program (a trained 12-layer model takes a minute there); on CUDA as one program a
-    multiprocessor, meeting at its device-wide barriers, with and without its L2 prefetch."""
+    multiprocessor, meeting at its device-wide barriers, also with its loads in order ("serial": no tile's load
+    before the previous tile is summed or before the barrier)."""
     import dataclasses
 
     from CausalLM import fused_step
     from GPT2 import persistent
     from NNDF.generation import GenerationConfig
 
-    monkeypatch.setitem(persistent.TILING, "prefetch", prefetch)
+    if order == "serial":
+        monkeypatch.setitem(persistent.TILING, "ahead", False)
+        monkeypatch.setitem(persistent.TILING, "early", False)
 
     calls = []
     real = persistent.run_layers

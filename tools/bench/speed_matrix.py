@@ -338,9 +338,8 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
-              "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "pbn8",
-              "pbn32", "pbk512", "pbk2048", "pw4", "pnopf", "pbl32",
-              "pbl64")
+              "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "ptile8192",
+              "ptile32768", "pbk1024", "pbk4096", "pw4", "pw16", "pnoahead", "pnoearly", "pbl32", "pbl64")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -368,8 +367,9 @@ def loop_mode(mode: str):
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
     write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "persist": a
     one-row GPT-2 step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py),
-    "pbnN", "pbkN", "pwN", "pblN": its tiling (`GPT2.persistent.TILING`'s block_n, block_k, warps, block_l),
-    "pnopf": without its L2 prefetch; "": as the defaults are; "MODE+MODE": both."""
+    "ptileN", "pbkN", "pwN", "pblN": its tiling (`GPT2.persistent.TILING`'s tile, block_k, warps, block_l),
+    "pnoahead", "pnoearly": no weight tile loaded before the one before is summed, or before the barrier before
+    its phase; "": as the defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -396,11 +396,11 @@ def loop_mode(mode: str):
         compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
     elif mode == "persist":
         fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, persistent_layers=True)
-    elif mode == "pnopf":
-        persistent.TILING["prefetch"] = False
-    elif mode.startswith(("pbn", "pbk", "pbl", "pw")):
-        key = next(k for k in ("pbn", "pbk", "pbl", "pw") if mode.startswith(k))
-        field = dict(pbn="block_n", pbk="block_k", pbl="block_l", pw="warps")[key]
+    elif mode in ("pnoahead", "pnoearly"):
+        persistent.TILING[mode.removeprefix("pno")] = False
+    elif mode.startswith(("ptile", "pbk", "pbl", "pw")):
+        key = next(k for k in ("ptile", "pbk", "pbl", "pw") if mode.startswith(k))
+        field = dict(ptile="tile", pbk="block_k", pbl="block_l", pw="warps")[key]
         persistent.TILING[field] = int(mode.removeprefix(key))
     elif mode.startswith(("bn", "warps", "prog")):
         key = next(k for k in ("bn", "warps", "prog") if mode.startswith(k))
