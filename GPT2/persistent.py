@@ -40,9 +40,10 @@ from NNDF.backends.torch.kernels import gelu
 # product's input width rounded up to a power of two, at most `block_k`), `warps` a program, the attention's
 # `block_l` cache columns a load (one program walks a head's columns alone: few, wide loads); `ahead`: each
 # load of the next tile issued before the current one is summed, `early`: a phase's first tile loaded before the
-# program waits at the barrier for the phase before (weights never depend on it; only activations do)
-TILING = dict(tile=16384, block_k=2048, warps=8, block_l=128, ahead=True, early=True)
-INTERPRETED = dict(tile=512, block_k=32, warps=1, block_l=32, ahead=True, early=True)
+# program waits at the barrier for the phase before (weights never depend on it; only activations do); `poll`:
+# how a waiting program reads the barrier's count, "atomics" or "loads" (`_wait`)
+TILING = dict(tile=16384, block_k=2048, warps=8, block_l=128, ahead=True, early=True, poll="atomics")
+INTERPRETED = dict(tile=512, block_k=32, warps=1, block_l=32, ahead=True, early=True, poll="atomics")
 GELU_CODES = {"tanh": 2, "none": 3}  # F.gelu's `approximate` -> how the kernel applies it
 MAX_SPINS = tl.constexpr(1 << 20)  # polls of a barrier before a program counts it failed (about a second)
 
@@ -55,16 +56,25 @@ def _arrive(counter_ptr):
 
 
 @triton.jit
-def _wait(counter_ptr, target):
-    """Back once `target` arrivals are counted at counter_ptr[0]. A program that polls MAX_SPINS times in vain
-    counts a failure at counter_ptr[1] and goes on, and no barrier waits once one has failed: a broken barrier
-    gives wrong values and a count, never a hung GPU."""
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+def _wait(counter_ptr, target, POLL_LOADS: tl.constexpr):
+    """Back once `target` arrivals are counted at counter_ptr[0]: polled with acquiring atomics, or with
+    POLL_LOADS with plain loads past the caches and one acquiring atomic once they see it. A program that polls
+    MAX_SPINS times in vain counts a failure at counter_ptr[1] and goes on, and no barrier waits once one has
+    failed: a broken barrier gives wrong values and a count, never a hung GPU."""
+    if POLL_LOADS:
+        seen = tl.load(counter_ptr, volatile=True)
+    else:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     failed = tl.atomic_add(counter_ptr + 1, 0, sem="relaxed", scope="gpu")
     spins = seen * 0
     while (seen < target) & (failed == 0) & (spins < MAX_SPINS):
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        if POLL_LOADS:
+            seen = tl.load(counter_ptr, volatile=True)
+        else:
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
         spins += 1
+    if POLL_LOADS:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     if (seen < target) & (failed == 0):
         tl.atomic_add(counter_ptr + 1, 1, sem="relaxed", scope="gpu")
     tl.debug_barrier()
@@ -108,7 +118,8 @@ def _input(x_ptr, k, K, mean, rstd, gain_ptr, shift_ptr, NORM: tl.constexpr, ACT
 def _product(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, gain_ptr, shift_ptr, k_ptr, v_ptr, at, pid, programs, N, K,
              E, eps, counter_ptr, target, HEAD_DIM: tl.constexpr, cache_stride, NORM: tl.constexpr,
              ACT: tl.constexpr, RESIDUAL: tl.constexpr, KV: tl.constexpr, BLOCK_N: tl.constexpr,
-             BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr):
+             BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr,
+             POLL_LOADS: tl.constexpr):
     """This program's range of the N outputs of input [K] times weight [N, K] + bias, once `target` arrivals are
     counted (the phase before wrote the input): stored in out (plus the residual's same rows with RESIDUAL); with
     KV the outputs [E, 2E) and [2E, 3E) also stored as the keys and values at column `at` of the caches
@@ -118,27 +129,30 @@ def _product(x_ptr, w_ptr, b_ptr, out_ptr, res_ptr, gain_ptr, shift_ptr, k_ptr, 
     tiles = tl.cdiv(last - first, BLOCK_N) * chunks
     if EARLY:
         w = _tile(w_ptr, 0, first, last, K, chunks, BLOCK_N, BLOCK_K)
-    _wait(counter_ptr, target)
+    _wait(counter_ptr, target, POLL_LOADS)
     if not EARLY:
         w = _tile(w_ptr, 0, first, last, K, chunks, BLOCK_N, BLOCK_K)
     mean, rstd = 0.0, 0.0
     if NORM:
         mean, rstd = _stats(x_ptr, E, eps, BLOCK_E)
+    x = _input(x_ptr, tl.arange(0, BLOCK_K), K, mean, rstd, gain_ptr, shift_ptr, NORM, ACT)
     acc = tl.zeros((BLOCK_N,), tl.float32)
     for t in range(tiles):
         if AHEAD:
             following = _tile(w_ptr, t + 1, first, last, K, chunks, BLOCK_N, BLOCK_K)
-        x = _input(x_ptr, (t % chunks) * BLOCK_K + tl.arange(0, BLOCK_K), K, mean, rstd, gain_ptr, shift_ptr,
-                   NORM, ACT)
+            x_following = _input(x_ptr, ((t + 1) % chunks) * BLOCK_K + tl.arange(0, BLOCK_K), K, mean, rstd,
+                                 gain_ptr, shift_ptr, NORM, ACT)
         acc += tl.sum(w.to(tl.float32) * x.to(tl.float32)[None, :], axis=1)
         if not AHEAD:
             following = _tile(w_ptr, t + 1, first, last, K, chunks, BLOCK_N, BLOCK_K)
+            x_following = _input(x_ptr, ((t + 1) % chunks) * BLOCK_K + tl.arange(0, BLOCK_K), K, mean, rstd,
+                                 gain_ptr, shift_ptr, NORM, ACT)
         done = t % chunks == chunks - 1
         if done:
             n = first + (t // chunks) * BLOCK_N + tl.arange(0, BLOCK_N)
             _store(acc, n, last, b_ptr, out_ptr, res_ptr, k_ptr, v_ptr, at, E, cache_stride, HEAD_DIM, RESIDUAL, KV)
         acc = tl.where(done, 0.0, acc)
-        w = following
+        w, x = following, x_following
 
 
 @triton.jit
@@ -201,7 +215,8 @@ def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, p
                    fc_w, fc_b, out_w, out_b, cache_ptr, write_ptr, valid_ptr, counter_ptr, layers, E, heads,
                    length, eps, scale, HEAD_DIM: tl.constexpr, ACT: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_K: tl.constexpr, BLOCK_N4: tl.constexpr, BLOCK_K4: tl.constexpr, BLOCK_E: tl.constexpr,
-                   BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr):
+                   BLOCK_D: tl.constexpr, BLOCK_L: tl.constexpr, AHEAD: tl.constexpr, EARLY: tl.constexpr,
+                   POLL_LOADS: tl.constexpr):
     """Every layer (the module docstring's phases); BLOCK_N x BLOCK_K tiles for the products of E inputs,
     BLOCK_N4 x BLOCK_K4 for the MLP's second (4E inputs). Offsets that scale with the layer are 64-bit."""
     pid, programs = tl.program_id(0), tl.num_programs(0)
@@ -217,27 +232,29 @@ def _layers_kernel(x_ptr, qkv_ptr, a_ptr, h_ptr, ln1_g, ln1_b, attn_w, attn_b, p
         square = layer * E * E  # a layer's offset in the [L, E, E]-sized stacks (c_attn: 3 of them, MLP: 4)
         _product(x_ptr, attn_w + 3 * square, attn_b + layer * 3 * E, qkv_ptr, x_ptr, ln1_g + layer * E,
                  ln1_b + layer * E, keys, values, at, pid, programs, 3 * E, E, E, eps, counter_ptr, arrivals,
-                 HEAD_DIM, cache_stride, True, 0, False, True, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+                 HEAD_DIM, cache_stride, True, 0, False, True, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY,
+                 POLL_LOADS)
         _arrive(counter_ptr)
         arrivals += programs
-        _wait(counter_ptr, arrivals)
+        _wait(counter_ptr, arrivals, POLL_LOADS)
         _attention(qkv_ptr, keys, values, valid_ptr, a_ptr, at, pid, programs, heads, cache_stride, scale,
                    HEAD_DIM, BLOCK_D, BLOCK_L)
         _arrive(counter_ptr)
         arrivals += programs
         _product(a_ptr, proj_w + square, proj_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at, pid,
                  programs, E, E, E, eps, counter_ptr, arrivals, HEAD_DIM, cache_stride, False, 0, True, False,
-                 BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+                 BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY, POLL_LOADS)
         _arrive(counter_ptr)
         arrivals += programs
         _product(x_ptr, fc_w + 4 * square, fc_b + layer * 4 * E, h_ptr, x_ptr, ln2_g + layer * E,
                  ln2_b + layer * E, keys, values, at, pid, programs, 4 * E, E, E, eps, counter_ptr, arrivals,
-                 HEAD_DIM, cache_stride, True, 0, False, False, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY)
+                 HEAD_DIM, cache_stride, True, 0, False, False, BLOCK_N, BLOCK_K, BLOCK_E, AHEAD, EARLY,
+                 POLL_LOADS)
         _arrive(counter_ptr)
         arrivals += programs
         _product(h_ptr, out_w + 4 * square, out_b + layer * E, x_ptr, x_ptr, ln1_g, ln1_b, keys, values, at, pid,
                  programs, E, 4 * E, E, eps, counter_ptr, arrivals, HEAD_DIM, cache_stride, False, ACT, True,
-                 False, BLOCK_N4, BLOCK_K4, BLOCK_E, AHEAD, EARLY)
+                 False, BLOCK_N4, BLOCK_K4, BLOCK_E, AHEAD, EARLY, POLL_LOADS)
         _arrive(counter_ptr)
         arrivals += programs
 
@@ -291,5 +308,6 @@ def run_layers(x: torch.Tensor, stacks: tuple, cache: torch.Tensor, write: torch
         length, float(eps), float(scale), HEAD_DIM=head_dim, ACT=GELU_CODES[gelu], BLOCK_N=block_n,
         BLOCK_K=block_k, BLOCK_N4=block_n4, BLOCK_K4=block_k4, BLOCK_E=triton.next_power_of_2(embed),
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_L=tiling["block_l"], AHEAD=bool(tiling["ahead"]),
-        EARLY=bool(tiling["early"]), num_warps=tiling["warps"])
+        EARLY=bool(tiling["early"]), POLL_LOADS=tiling["poll"] == "loads",
+        num_warps=tiling["warps"])
     return out.reshape(1, embed)

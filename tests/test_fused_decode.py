@@ -259,9 +259,11 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                              "the fused step does not implement; drop --fused-decode")
 
 
-# the persistent kernel's ways of ordering its loads (`GPT2.persistent.TILING`'s `ahead` and `early`): the default
-# on the CPU, each on CUDA too, where the barriers run between many programs
-ORDERS = ["default"] + (["serial"] if DEVICE == "cuda" else [])
+# the persistent kernel's ways of ordering its loads (`GPT2.persistent.TILING`'s `ahead` and `early`; "serial":
+# neither) and of polling its barriers (`poll`): the default on the CPU, each on CUDA too, where the barriers run
+# between many programs
+ORDERS = {"default": {}, "serial": dict(ahead=False, early=False), "poll-loads": dict(poll="loads")}
+ORDERS = {name: ORDERS[name] for name in (ORDERS if DEVICE == "cuda" else ["default"])}
 
 
 @pytest.fixture(scope="module")
@@ -276,17 +278,15 @@ def test_persistent_layers_give_hf_tokens(model, order, request, workdir, monkey
     HF generate's tokens, greedy, one prompt at a time (tiny random GPT-2s with the exact and the tanh GELU; on
     CUDA also gpt2-offline), the kernel counted so a step that bypassed it fails. On the CPU it runs under Triton's
     interpreter as one program (a trained 12-layer model takes a minute there); on CUDA as one program a
-    multiprocessor, meeting at its device-wide barriers, also with its loads in order ("serial": no tile's load
-    before the previous tile is summed or before the barrier)."""
+    multiprocessor, meeting at its device-wide barriers, in each of its ways of loading and polling (`ORDERS`)."""
     import dataclasses
 
     from CausalLM import fused_step
     from GPT2 import persistent
     from NNDF.generation import GenerationConfig
 
-    if order == "serial":
-        monkeypatch.setitem(persistent.TILING, "ahead", False)
-        monkeypatch.setitem(persistent.TILING, "early", False)
+    for key, value in ORDERS[order].items():
+        monkeypatch.setitem(persistent.TILING, key, value)
 
     calls = []
     real = persistent.run_layers

@@ -9,7 +9,7 @@
 #       # profiled; HF static beside onnxrt; ARGS go to decoder_graphs.py (--row-variants, --variants, ...)
 #
 #   bash tools/bench/fused_check.sh persistent  # GPT-2's layers as one persistent kernel (GPT2/persistent.py): its
-#       # CUDA tests (fp32 parity with HF, its loads ahead and in order), then gpt2-xl's and GPT-2 124M's rows and
+#       # CUDA tests (fp32 parity with HF in each way it loads and polls), then gpt2-xl's and GPT-2 124M's rows and
 #       # captured steps against the default step, with its tiling variants (torch only; about 4 minutes)
 #
 #   bash tools/bench/fused_check.sh ort-gpt2    # onnxrt: CUDA tests + fused/static/growing one-token step, GPT-2 124M
@@ -43,7 +43,7 @@ case $MODE in
     for model in gpt2-xl gpt2; do
       python3 tools/bench/decoder_graphs.py "$OUT/persistent-$model" --models $model \
         --skip build,onnxrt,kernels,flash,batch8,loop,tokens,eager --shapes-dir /tmp/shapes --deadline 200 \
-        --row-variants default+persist --variants default,default+persist,default+persist+pnoahead,default+persist+pnoearly,default+persist+pnoahead+pnoearly,default+persist+pw16,default+persist+ptile8192,default+persist+pbk1024,default
+        --row-variants default+persist --variants default,default+persist,default+persist+ppolloads,default+persist+pw16+ptile32768,default+persist+pbk1024,default+persist+pbl256,default+persist+pnoahead,default
     done;;
   ort-gpt2)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -s -p no:cacheprovider tests/test_fused_decode_ort.py 2>&1 | tail -25

@@ -339,7 +339,8 @@ LLAMA_VARIANTS = {
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
               "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "ptile8192",
-              "ptile32768", "pbk1024", "pbk4096", "pw4", "pw16", "pnoahead", "pnoearly", "pbl32", "pbl64")
+              "ptile32768", "pbk1024", "pbk4096", "pw4", "pw16", "pnoahead", "pnoearly", "ppolloads", "pbl32", "pbl64",
+              "pbl256")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -369,7 +370,7 @@ def loop_mode(mode: str):
     one-row GPT-2 step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py),
     "ptileN", "pbkN", "pwN", "pblN": its tiling (`GPT2.persistent.TILING`'s tile, block_k, warps, block_l),
     "pnoahead", "pnoearly": no weight tile loaded before the one before is summed, or before the barrier before
-    its phase; "": as the defaults are; "MODE+MODE": both."""
+    its phase; "ppolloads": its barriers polled with loads (`TILING["poll"]`); "": as the defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -398,6 +399,8 @@ def loop_mode(mode: str):
         fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, persistent_layers=True)
     elif mode in ("pnoahead", "pnoearly"):
         persistent.TILING[mode.removeprefix("pno")] = False
+    elif mode == "ppolloads":
+        persistent.TILING["poll"] = "loads"
     elif mode.startswith(("ptile", "pbk", "pbl", "pw")):
         key = next(k for k in ("ptile", "pbk", "pbl", "pw") if mode.startswith(k))
         field = dict(ptile="tile", pbk="block_k", pbl="block_l", pw="warps")[key]
