@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from NNDF.errors import UsageError
-from NNDF.slots import KVSlot, stacked_zeros, step_inputs, write_kv_columns
+from NNDF.slots import KVSlot, step_inputs, write_kv_columns
 
 
 def compiled(functions: tuple, compile_options: dict | None) -> tuple:
@@ -35,17 +35,13 @@ def prompt_function(function, compiled_step: bool, device: torch.device, setting
 
 
 def kv_slot(rows: int, max_length: int, layers: int, heads: int, head_dim: int, dtype, device,
-            transposed_values: bool = False, one_buffer: bool = False) -> KVSlot:
+            transposed_values: bool = False) -> KVSlot:
     """A fused step's static cache: per layer a K and a V buffer [rows, heads, max_length, head_dim] (`past` holds
-    them as K0, V0, K1, V1, ...; with `transposed_values` each V is [rows, heads, head_dim, max_length]; with
-    `one_buffer` they are the views of one [2 x layers, rows, ...] tensor), the full-width mask, ids, positions and
-    the write position [1] on the device."""
+    them as K0, V0, K1, V1, ...; with `transposed_values` each V is [rows, heads, head_dim, max_length]), the
+    full-width mask, ids, positions and the write position [1] on the device."""
     shape = (rows, heads, max_length, head_dim)
     value_shape = (rows, heads, head_dim, max_length) if transposed_values else shape
-    if one_buffer and not transposed_values:
-        past = stacked_zeros(2 * layers, shape, dtype, device)
-    else:
-        past = [torch.zeros(value_shape if i % 2 else shape, dtype=dtype, device=device) for i in range(2 * layers)]
+    past = [torch.zeros(value_shape if i % 2 else shape, dtype=dtype, device=device) for i in range(2 * layers)]
     inputs = step_inputs(rows, max_length, device)
     inputs["cache_position"] = torch.zeros(1, dtype=torch.long, device=device)
     return KVSlot(rows, max_length, past, inputs)
@@ -186,10 +182,6 @@ class FusedSettings:
     # prompt pass launches some 100 ops a layer from the host, which the GPU waits on: Qwen3-8B's 36 layers took
     # 46.6 ms against HF static's 33.5 (H200, docs/PERFORMANCE.md)
     compiled_prompt: bool = True
-    # a one-row step's layers as one persistent kernel of ours, its programs meeting at device-wide barriers between
-    # a layer's phases (where a step implements it, on CUDA or with `kernels_everywhere`: GPT-2, GPT2/persistent.py;
-    # its layers' weights then held a second time, stacked)
-    persistent_layers: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:

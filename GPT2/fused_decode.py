@@ -19,10 +19,6 @@ norms and the GELU to its input, adds the residual and writes the K/V buffers: f
 product, the attention, three products). `fold_norms` folds each layer norm's gain into the product that
 follows it.
 
-With `persistent_layers` a one-row step runs all its layers as one kernel of ours (GPT2/persistent.py) between
-the embedding and the head, over a copy of the layers' weights stacked by kind (made at its first step) and a slot
-whose K/V buffers are views of one tensor.
-
 The prompt pass (left-padded rows) is eager: `F.linear` and SDPA with a causal + padding mask, writing the same
 buffers. Weights are the loaded HF model's own tensors (Conv1D weights [in, out] transposed once to [out, in]:
 a copy, so the layers' weights are held twice while the step lives).
@@ -37,7 +33,7 @@ import torch.nn.functional as F
 from GPT2.config import FUSED_GELUS
 from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot, product,
                                  prompt_mask)
-from NNDF.slots import KVSlot, stacked_view, write_kv_columns
+from NNDF.slots import KVSlot, write_kv_columns
 from NNDF.errors import UsageError
 
 MODEL_TYPES = ("gpt2",)  # HF model types this step runs
@@ -152,12 +148,10 @@ class FusedGPT2Step:
         self.layers = [_block_weights(block, self.settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
-        self._stacks = self._counter = self._scratch = None  # the persistent kernel's (`_persistent`)
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
         """Our static cache (`CausalLM.fused_step.kv_slot`), one K and one V buffer per layer."""
-        return kv_slot(rows, max_length, len(self.layers), self.heads, self.head_dim, self.dtype, self.device,
-                       one_buffer=self.settings.persistent_layers)
+        return kv_slot(rows, max_length, len(self.layers), self.heads, self.head_dim, self.dtype, self.device)
 
     def one_token(self, slot: KVSlot) -> torch.Tensor:
         """Logits [R, 1, V] of the token in `slot.ids`, its K/V written at `slot.write`."""
@@ -166,38 +160,12 @@ class FusedGPT2Step:
         forms = settings.forms(rows, self.compiled, width, self.device, w[1], w[3], w[6], w[8])
         attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
-        if rows == 1 and settings.persistent_layers and settings.kernels_on(self.device):
-            x = self._persistent(x, slot, valid)
-        else:
-            x = self._layers(x, slot, valid, forms, attention)
-        head = settings.head_form(rows, self.compiled, width, self.device)
-        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
-
-    def _layers(self, x, slot: KVSlot, valid, forms: tuple, attention: str):
-        settings = self.settings
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
                             gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded,
                             fuse=settings.fuses("gpt2"))
-        return x
-
-    def _persistent(self, x, slot: KVSlot, valid):
-        """Every layer in one launch of GPT2/persistent.py's kernel (the weights stacked at the first call)."""
-        from GPT2 import persistent
-
-        if self.folded:
-            raise UsageError("the persistent layers kernel applies the layer norms itself; it does not take "
-                             "folded norms (FusedSettings.fold_norms)")
-        cache = stacked_view(slot.past)  # [2L, rows, heads, length, head size]: K0, V0, K1, ...
-        if cache is None:
-            raise UsageError("the persistent layers kernel needs the slot's K/V buffers in one tensor (a slot made "
-                             "with FusedSettings.persistent_layers set)")
-        if self._stacks is None:
-            self._stacks = tuple(torch.stack([_flat(layer)[i] for layer in self.layers]) for i in range(12))
-            self._counter = torch.zeros(2, dtype=torch.int32, device=self.device)  # run_layers's
-            self._scratch = persistent.scratch(x)
-        return persistent.run_layers(x, self._stacks, cache, slot.write, valid, self._counter, self._scratch,
-                                     heads=self.heads, eps=self.eps, scale=self.scale, gelu=self.gelu)
+        head = settings.head_form(rows, self.compiled, width, self.device)
+        return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
 
     def prefill(self, input_ids, mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass, eager: input_ids [R, S] at columns mask.shape[1] - S ..., mask [R, columns so far].
@@ -243,9 +211,3 @@ def _block_weights(block, fold: bool) -> tuple:
     plain = lambda conv: (conv.weight.detach().t().contiguous(), conv.bias.detach())  # noqa: E731
     return (*_normed(block.ln_1, attn.c_attn, fold), *plain(attn.c_proj), *_normed(block.ln_2, mlp.c_fc, fold),
             *plain(mlp.c_proj))
-
-
-def _flat(layer: tuple) -> tuple:
-    """A layer's weights (`_block_weights`) as twelve tensors: the norms' (gain, bias) pairs opened."""
-    norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = layer
-    return (*norm1, qkv_w, qkv_b, proj_w, proj_b, *norm2, fc_w, fc_b, out_w, out_b)

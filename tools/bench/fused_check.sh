@@ -8,10 +8,6 @@
 #       # frameworks-inductor (the same step without them), the captured step's GPU time and kernels, both loops
 #       # profiled; HF static beside onnxrt; ARGS go to decoder_graphs.py (--row-variants, --variants, ...)
 #
-#   bash tools/bench/fused_check.sh persistent  # GPT-2's layers as one persistent kernel (GPT2/persistent.py): its
-#       # CUDA tests (fp32 parity with HF in each way it loads and polls), then gpt2-xl's and GPT-2 124M's rows and
-#       # captured steps against the default step, with its tiling variants (torch only; about 4 minutes)
-#
 #   bash tools/bench/fused_check.sh ort-gpt2    # onnxrt: CUDA tests + fused/static/growing one-token step, GPT-2 124M
 #   bash tools/bench/fused_check.sh ort-xl      # the same bench for gpt2-xl shapes (two full exports: minutes)
 #   bash tools/bench/fused_check.sh steps       # frameworks: HF's compiled step vs the fused variants (GPU time, kernels)
@@ -24,7 +20,7 @@
 # temp/bench); shapes models in $SHAPES (default temp/shapes).
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
-MODE=${1:?usage: fused_check.sh kernels-tests|kernels-rows MODELS|persistent|ort-gpt2|ort-xl|steps|tests|matrix-gpt2|matrix-xl|final}
+MODE=${1:?usage: fused_check.sh kernels-tests|kernels-rows MODELS|ort-gpt2|ort-xl|steps|tests|matrix-gpt2|matrix-xl|final}
 {
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm,clocks.max.mem --format=csv
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
@@ -37,14 +33,6 @@ case $MODE in
   kernels-rows)
     python3 tools/bench/decoder_graphs.py "$OUT/kernels-rows" --models "${2:?kernels-rows MODELS}" \
       --skip build,kernels,flash,batch8 --shapes-dir /tmp/shapes --deadline 500 "${@:3}";;
-  persistent)
-    HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_fused_decode.py -k persistent \
-      2>&1 | tail -15
-    for model in gpt2-xl gpt2; do
-      python3 tools/bench/decoder_graphs.py "$OUT/persistent-$model" --models $model \
-        --skip build,onnxrt,kernels,flash,batch8,loop,tokens,eager --shapes-dir /tmp/shapes --deadline 200 \
-        --row-variants default+persist --variants default,default+persist,default+persist+ppolloads,default+persist+pw16+ptile32768,default+persist+pbk1024,default+persist+pbl256,default+persist+pnoahead,default
-    done;;
   ort-gpt2)
     HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -s -p no:cacheprovider tests/test_fused_decode_ort.py 2>&1 | tail -25
     python3 tools/bench/ort_fused_bench.py --out "$OUT/ort-gpt2" --models gpt2 --shapes-dir "$SHAPES" --working-dir /tmp/wd;;

@@ -338,9 +338,7 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
-              "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "persist", "ptile8192",
-              "ptile32768", "pbk1024", "pbk4096", "pw4", "pw16", "pnoahead", "pnoearly", "ppolloads", "pbl32", "pbl64",
-              "pbl256")
+              "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -366,11 +364,8 @@ def loop_mode(mode: str):
     partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
     compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
-    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "persist": a
-    one-row GPT-2 step's layers as one persistent kernel (`FusedSettings.persistent_layers`, GPT2/persistent.py),
-    "ptileN", "pbkN", "pwN", "pblN": its tiling (`GPT2.persistent.TILING`'s tile, block_k, warps, block_l),
-    "pnoahead", "pnoearly": no weight tile loaded before the one before is summed, or before the barrier before
-    its phase; "ppolloads": its barriers polled with loads (`TILING["poll"]`); "": as the defaults are; "MODE+MODE": both."""
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
+    defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -385,8 +380,6 @@ def loop_mode(mode: str):
     settings = fused_step.DECODER_SETTINGS
     dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
-    from GPT2 import persistent
-    persistent_tiling = dict(persistent.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
     elif mode == "beamhost":
@@ -395,16 +388,6 @@ def loop_mode(mode: str):
         compile_options.PROGRAMMATIC_LAUNCH = False
     elif mode in ("late", "allearly"):
         compile_options.EARLY_LAUNCH = "all" if mode == "allearly" else "none"
-    elif mode == "persist":
-        fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, persistent_layers=True)
-    elif mode in ("pnoahead", "pnoearly"):
-        persistent.TILING[mode.removeprefix("pno")] = False
-    elif mode == "ppolloads":
-        persistent.TILING["poll"] = "loads"
-    elif mode.startswith(("ptile", "pbk", "pbl", "pw")):
-        key = next(k for k in ("ptile", "pbk", "pbl", "pw") if mode.startswith(k))
-        field = dict(ptile="tile", pbk="block_k", pbl="block_l", pw="warps")[key]
-        persistent.TILING[field] = int(mode.removeprefix(key))
     elif mode.startswith(("bn", "warps", "prog")):
         key = next(k for k in ("bn", "warps", "prog") if mode.startswith(k))
         kernels.TILING[dict(bn="block_n", warps="warps", prog="programs")[key]] = int(mode.removeprefix(key))
@@ -432,8 +415,6 @@ def loop_mode(mode: str):
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
         kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
-        persistent.TILING.clear()
-        persistent.TILING.update(persistent_tiling)
         fused_step.DECODER_SETTINGS = settings
 
 
