@@ -134,8 +134,8 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir, monkeyp
 def test_compiled_prompt_pass_matches_eager(workdir):
     """The prompt pass's layer function compiled (what `prompt_function` makes of it on CUDA; here on the CPU, in one
     graph: no break) gives eager's logits and K/V buffers at prompts of other lengths and rows (recompiled for
-    them, once dynamic), a left-padded batch and a pass that starts at column 3; on qwen3-offline's head norms.
-    On the CPU the step itself keeps the eager prompt pass."""
+    them, once dynamic), a left-padded batch and a pass that starts at column 3; on qwen3-offline's head norms,
+    on the test device. On the CPU the step itself keeps the eager prompt pass."""
     import torch
 
     from CausalLM.fused_step import prompt_function
@@ -151,6 +151,7 @@ def test_compiled_prompt_pass_matches_eager(workdir):
             mask[-1, :2] = 0
             ids = torch.randint(0, run.source.config.vocab_size, (rows, length), generator=generator)
             positions = (mask.cumsum(1) - 1).clamp(min=0)[:, -length:]
+            mask, ids, positions = (t.to(fused.device) for t in (mask, ids, positions))
             got = []
             for function in (eager, compiled):
                 fused._prompt = function
