@@ -182,10 +182,6 @@ class FusedSettings:
     # prompt pass launches some 100 ops a layer from the host, which the GPU waits on: Qwen3-8B's 36 layers took
     # 46.6 ms against HF static's 33.5 (H200, docs/PERFORMANCE.md)
     compiled_prompt: bool = True
-    # a one-row q/k/v product's attention inside its GEMV kernel, run by the last program to finish each head's rows
-    # (`kernels.gemv`'s `attend`; where a step implements it, with `gemv_fusion` and our attention kernel: GPT-2):
-    # one kernel a layer less
-    gemv_attention: bool = False
 
     def __post_init__(self):
         if self.attention not in ATTENTIONS:

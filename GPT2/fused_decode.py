@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from GPT2.config import FUSED_GELUS
-from CausalLM.fused_step import (GEMV, FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot,
-                                 product, prompt_mask, triton_kernels)
+from CausalLM.fused_step import (FusedSettings, attend, check_model_type, compiled, decoder_settings, kv_slot, product,
+                                 prompt_mask)
 from NNDF.slots import KVSlot, write_kv_columns
 from NNDF.errors import UsageError
 
@@ -90,23 +90,17 @@ def fold_norm(gain, shift, weight, bias) -> tuple:
 
 
 def layer_step(x, w: tuple, keys, values, write, valid, *, heads: int, eps: float, gelu: str, scale: float,
-               forms: tuple, attention: str, folded: bool, fuse: bool = False, done=None):
+               forms: tuple, attention: str, folded: bool, fuse: bool = False):
     """One GPT-2 block for one token per row: x [R, E] -> [R, E]; writes this token's K/V at `write` [1].
     `forms`: `product`'s form for c_attn, attn.c_proj, c_fc and mlp.c_proj; `attention`: `attend`'s; `fuse`:
     the norms, the GELU, the residual adds and the K/V writes inside our GEMV where it runs a product
-    (`product`); `done` [heads] int32 zeros: the attention inside the q/k/v product's kernel (one row, our GEMV,
-    `fuse`: `FusedSettings.gemv_attention`)."""
+    (`product`)."""
     norm1, qkv_w, qkv_b, proj_w, proj_b, norm2, fc_w, fc_b, out_w, out_b = w
     qkv_form, proj_form, fc_form, out_form = forms
     rows, embed = x.shape
-    if done is not None:
-        kernels = triton_kernels()
-        a = kernels.gemv(x, qkv_w, qkv_b, norm=("layer", *norm1, eps), cache=kernels.Cache(keys, values, write, embed),
-                         attend=kernels.Attend(valid, scale, done))
-    else:
-        qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded, fuse, cache=(keys, values, write, embed))
-        q = qkv[:, :embed].reshape(rows, heads, embed // heads)
-        a = attend(attention, q, keys, values, write, valid, scale).reshape(rows, embed)
+    qkv = _norm_product(x, norm1, qkv_w, qkv_b, eps, qkv_form, folded, fuse, cache=(keys, values, write, embed))
+    q = qkv[:, :embed].reshape(rows, heads, embed // heads)
+    a = attend(attention, q, keys, values, write, valid, scale).reshape(rows, embed)
     x = product(a, proj_w, proj_b, proj_form, residual=x, fuse=fuse)
     h = _norm_product(x, norm2, fc_w, fc_b, eps, fc_form, folded, fuse)
     return product(h, out_w, out_b, out_form, activation=gelu, residual=x, fuse=fuse)
@@ -154,7 +148,6 @@ class FusedGPT2Step:
         self.layers = [_block_weights(block, self.settings.fold_norms) for block in core.h]
         self.dtype, self.device = self.wte.dtype, self.wte.device
         self._embed, self._layer, self._head = compiled((embed_step, layer_step, head_step), compile_options)
-        self._done = torch.zeros(self.heads, dtype=torch.int32, device=self.device)  # `layer_step`'s
 
     def new_slot(self, rows: int, max_length: int) -> KVSlot:
         """Our static cache (`CausalLM.fused_step.kv_slot`), one K and one V buffer per layer."""
@@ -167,13 +160,10 @@ class FusedGPT2Step:
         forms = settings.forms(rows, self.compiled, width, self.device, w[1], w[3], w[6], w[8])
         attention = settings.attention_on(self.device, slot.max_length, self.head_dim)
         x, valid = self._embed(slot.ids, slot.positions, slot.mask, slot.write, self.wte, self.wpe)
-        fuse = settings.fuses("gpt2")
-        inside = (settings.gemv_attention and rows == 1 and fuse and forms[0] == GEMV and attention == "kernel"
-                  and not self.folded)
         for weights, keys, values in zip(self.layers, slot.past[0::2], slot.past[1::2]):
             x = self._layer(x, weights, keys, values, slot.write, valid, heads=self.heads, eps=self.eps,
                             gelu=self.gelu, scale=self.scale, forms=forms, attention=attention, folded=self.folded,
-                            fuse=fuse, done=self._done if inside else None)
+                            fuse=settings.fuses("gpt2"))
         head = settings.head_form(rows, self.compiled, width, self.device)
         return self._head(x, self.ln_f, self.lm_head, eps=self.eps, form=head, folded=self.folded)
 

@@ -257,31 +257,3 @@ def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
                   "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: this GPT-2 config sets scale_attn_by_inverse_layer_idx, which "
                              "the fused step does not implement; drop --fused-decode")
-
-
-@pytest.mark.parametrize("model", ["tiny"] + (["gpt2-offline"] if DEVICE == "cuda" else []))
-def test_attention_inside_the_qkv_kernel(model, request, workdir, monkeypatch):
-    """A one-row step's attention run by the q/k/v product's GEMV kernel (`FusedSettings.gemv_attention`: the last
-    program of each head attends for it) gives HF generate's tokens, one prompt at a time, two generations on the
-    same buffers (the heads' counts back at zero after each kernel), no attention kernel of its own; padded rows
-    keep the attention kernel."""
-    import dataclasses
-
-    from NNDF.generation import GenerationConfig
-
-    calls = counted_kernels(monkeypatch)
-    run = _run(workdir, torch_dir=None if model == "gpt2-offline" else request.getfixturevalue(model))
-    eos = run.tokenizer.eos_token_id
-    config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=run.tokenizer.pad_token_id)
-    with backend_steps(run, "frameworks") as (_, steps):
-        steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, gemv_attention=True)
-        for text in PROMPTS[:2]:
-            prompt = encode(run, [text])
-            result = generate_prompt(steps, prompt, config)
-            assert [result.new_tokens(0, eos)] == _hf_tokens(run, prompt, 1, eos), text
-        assert calls["gemv+cache"] and not calls["decode_attention"], calls
-        assert not steps.fused._done.any()
-        prompt = encode(run, PROMPTS)
-        result = generate_prompt(steps, prompt, config)
-        assert [result.new_tokens(r, eos) for r in range(prompt.batch)] == _hf_tokens(run, prompt, 1, eos)
-        assert calls["decode_attention"], calls

@@ -134,41 +134,6 @@ def test_gemv_writes_keys_and_values(rows, tiling, dot):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("block_n", [4, 32])  # 4: 3 x 4 programs a head; 32: cut to the head size, 3 a head
-def test_gemv_attends_after_the_qkv_product(block_n, dtype):
-    """`gemv` with `attend`: a one-row q/k/v product (a layer norm on load, the K/V columns written at the write
-    position) followed in the same kernel by the query's attention over the padded buffers, each head by the last
-    of its programs: torch's product, cache writes and softmax attention; every head's count back at zero."""
-    torch.manual_seed(4)
-    heads, dim, length, at, features = 4, 8, 12, 6, 48
-    x = torch.randn(1, features, device=DEVICE).to(dtype)
-    weight = (0.3 * torch.randn(3 * heads * dim, features, device=DEVICE)).to(dtype)
-    bias = (0.1 * torch.randn(3 * heads * dim, device=DEVICE)).to(dtype)
-    gain, shift = (torch.randn(features, device=DEVICE).to(dtype) for _ in range(2))
-    keys, values = (torch.randn(1, heads, length, dim, device=DEVICE).to(dtype) for _ in range(2))
-    valid = torch.arange(length, device=DEVICE)[None] <= at
-    valid[0, 1] = False  # a padding column
-    done = torch.zeros(heads, dtype=torch.int32, device=DEVICE)
-    write = torch.tensor([at], device=DEVICE)
-    expect_k, expect_v = keys.double(), values.double()
-    normed = torch.nn.functional.layer_norm(x.double(), (features,), gain.double(), shift.double(), 1e-5)
-    qkv = normed.to(dtype).double() @ weight.double().T + bias.double()
-    q, k, v = qkv.view(3, heads, dim)
-    expect_k[0, :, at], expect_v[0, :, at] = k, v
-    scores = (q[:, None] * expect_k[0]).sum(-1) * 0.3  # [H, L]
-    expected = (scores.masked_fill(~valid, float("-inf")).softmax(-1)[..., None] * expect_v[0]).sum(1)
-    config = kernels.gemv_config(1, 3 * heads * dim, features, programs=1, block_n=block_n, block_k=16)
-    got = kernels.gemv(x, weight, bias, config, norm=("layer", gain, shift, 1e-5),
-                       cache=kernels.Cache(keys, values, write, heads * dim),
-                       attend=kernels.Attend(valid, 0.3, done))
-    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
-    assert got.dtype == dtype and got.shape == (1, heads * dim)
-    torch.testing.assert_close(got.double(), expected.reshape(1, -1), rtol=tolerance, atol=tolerance)
-    torch.testing.assert_close(keys[0, :, at].double(), k, rtol=tolerance, atol=tolerance)
-    assert not done.any()
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows, tiling, dot", [
     (1, dict(programs=1, block_n=32, block_k=64), False),
     (3, dict(programs=64, block_n=8, block_k=64), False),

@@ -338,7 +338,7 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "whole16", "whole32", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4",
-              "prog2048", "res1", "res2", "res4", "res8", "rwarps4", "attgemv")
+              "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -364,8 +364,7 @@ def loop_mode(mode: str):
     partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
     compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
-    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "attgemv": a
-    one-row step's attention inside its q/k/v product's kernel (`FusedSettings.gemv_attention`); "": as the
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
     defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
@@ -408,8 +407,6 @@ def loop_mode(mode: str):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     elif mode == "splitres":
         kernels.WHOLE_TILING = None
-    elif mode == "attgemv":
-        fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, gemv_attention=True)
     elif mode == "eagerprompt":
         fused_step.DECODER_SETTINGS = dataclasses.replace(fused_step.DECODER_SETTINGS, compiled_prompt=False)
     try:

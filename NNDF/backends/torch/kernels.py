@@ -25,7 +25,6 @@ Imported only where a step uses them (Triton is CUDA-only otherwise).
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -227,9 +226,7 @@ def _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width,
 @triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr, rows,
                  out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
-                 cache_row_stride, cache_head_stride, done_ptr, valid_ptr, att_ptr, length, scale,
-                 HEAD_DIM: tl.constexpr, KV: tl.constexpr, ATTEND: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_L: tl.constexpr,
+                 cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                  ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                  ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
@@ -261,38 +258,12 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
     if KV:
         _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
                      cache_head_stride, HEAD_DIM)
-    if ATTEND:
-        _attend_last(out_ptr, k_ptr, v_ptr, write_ptr, done_ptr, valid_ptr, att_ptr, tile, length, scale,
-                     q_features, cache_head_stride, HEAD_DIM, BLOCK_N, BLOCK_D, BLOCK_L)
-
-
-@triton.jit
-def _attend_last(qkv_ptr, k_ptr, v_ptr, write_ptr, done_ptr, valid_ptr, att_ptr, tile, length, scale, q_features,
-                 cache_head_stride, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 BLOCK_L: tl.constexpr):
-    """After a program of a one-row q/k/v product stored its tile (rows of one head's q, k or v: BLOCK_N divides
-    HEAD_DIM): the last of that head's 3 x HEAD_DIM / BLOCK_N programs to get here attends for it (`_attend`, reading
-    what the others wrote past L1) into att [1, heads x HEAD_DIM], and zeroes the head's count `done_ptr[head]`
-    for the next launch. Each program's stores are done before it counts itself (release); the last one's loads
-    come after its count (acquire)."""
-    head = (tile * BLOCK_N % q_features) // HEAD_DIM
-    tl.debug_barrier()
-    seen = tl.atomic_add(done_ptr + head, 1, sem="acq_rel", scope="gpu")
-    if seen == 3 * HEAD_DIM // BLOCK_N - 1:
-        tl.debug_barrier()
-        tl.atomic_xchg(done_ptr + head, 0, sem="relaxed", scope="gpu")
-        out = _attend(qkv_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, qkv_ptr, qkv_ptr, qkv_ptr, 0, head, length, scale,
-                      0, 0, cache_head_stride, 0, 0, 0, 0, 1, HEAD_DIM, BLOCK_D, BLOCK_L, 0, False, False, ".cg")
-        d = tl.arange(0, BLOCK_D)
-        tl.store(att_ptr + head * HEAD_DIM + d, out.to(att_ptr.dtype.element_ty), mask=d < HEAD_DIM)
 
 
 @triton.jit
 def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr,
                      rows, out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
-                     cache_row_stride, cache_head_stride, done_ptr, valid_ptr, att_ptr, length, scale,
-                     HEAD_DIM: tl.constexpr, KV: tl.constexpr, ATTEND: tl.constexpr, BLOCK_D: tl.constexpr,
-                     BLOCK_L: tl.constexpr,
+                     cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                      ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                      ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
@@ -355,7 +326,7 @@ class Cache(NamedTuple):
 
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
                  dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None,
-                 cache: Cache | None = None, attend: tuple | None = None):
+                 cache: Cache | None = None):
     rows, in_features = x.shape[0], weight.shape[1]
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
@@ -365,14 +336,8 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
     args = (x, weight, x if bias is None else bias, out, gain, shift, x if residual is None else residual, keys, values,
             write, rows, out_features, in_features, x.stride(0), weight.stride(0),
             0 if residual is None else residual.stride(0), 0.0 if norm is None else float(norm.eps), q_features,
-            kv_width, 0 if cache is None else keys.stride(0), 0 if cache is None else keys.stride(1),
-            *((x, x, x, 0, 0.0) if attend is None else attend))
-    head_dim = 1 if cache is None else keys.shape[3]
-    common = dict(HEAD_DIM=head_dim, KV=cache is not None, ATTEND=attend is not None,
-                  BLOCK_D=triton.next_power_of_2(head_dim))
-    # the attention after the product (`_attend_last`) loads as many K (and V) values a thread as
-    # `decode_attention`'s default does with its 4 warps at head size 64
-    common["BLOCK_L"] = max(16, 32 * warps * 64 // common["BLOCK_D"])
+            kv_width, 0 if cache is None else keys.stride(0), 0 if cache is None else keys.stride(1))
+    common = dict(HEAD_DIM=1 if cache is None else keys.shape[3], KV=cache is not None)
     common.update(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
                   NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
                   RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device, norm is not None))
@@ -411,12 +376,12 @@ def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps, residual,
-           cache: Cache | None = None, attend: tuple | None = None) -> torch.Tensor:
-    """`gemv_whole`'s, `gemv_cache`'s and `gemv_attend`'s launch: the product in one slice, in `dtype`."""
+           cache: Cache | None = None) -> torch.Tensor:
+    """`gemv_whole`'s and `gemv_cache`'s launch: the product in one slice, in `dtype`."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
     norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
     _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps,
-                 dot, activation, norm, residual, cache, attend)
+                 dot, activation, norm, residual, cache)
     return out
 
 
@@ -443,37 +408,6 @@ def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, keys, va
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
-@custom_op("nndf::gemv_attend", mutates_args=("keys", "values", "done"))
-def gemv_attend(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-                warps: int, dtype: torch.dtype, keys: torch.Tensor, values: torch.Tensor, write: torch.Tensor,
-                valid: torch.Tensor, done: torch.Tensor, scale: float, norm_kind: str | None = None,
-                gain: torch.Tensor | None = None, shift: torch.Tensor | None = None,
-                eps: float = 0.0) -> torch.Tensor:
-    """`gemv_cache` of one row's q/k/v product (q, keys and values of as many heads), followed in the same kernel
-    by the attention of its query over the buffers up to `write` where `valid` [1, L] keeps them (`Attend`): the
-    attention [1, q features] in `dtype`. `done` [heads] int32, zeros: each head's programs counted (`_attend_last`;
-    zero again after the kernel)."""
-    att = x.new_empty((1, keys.shape[1] * keys.shape[3]), dtype=dtype)
-    _whole(x, weight, bias, block_n, block_k, warps, False, None, dtype, norm_kind, gain, shift, eps, None,
-           Cache(keys, values, write, att.shape[1]), (done, valid, att, keys.shape[2], float(scale)))
-    return att
-
-
-@gemv_attend.register_fake
-def _(x, weight, bias, block_n, block_k, warps, dtype, keys, values, write, valid, done, scale, norm_kind=None,
-      gain=None, shift=None, eps=0.0):
-    return x.new_empty((1, keys.shape[1] * keys.shape[3]), dtype=dtype)
-
-
-class Attend(NamedTuple):
-    """What `gemv` needs to also run a one-row q/k/v product's attention (`gemv_attend`): the columns the row
-    attends to `valid` [1, L], the scores' `scale`, and `done` [heads] int32 zeros the kernel counts in."""
-
-    valid: torch.Tensor
-    scale: float
-    done: torch.Tensor
-
-
 @custom_op("nndf::gemv_partials", mutates_args=())
 def gemv_partials(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, splits: int, k_per_split: int,
                   warps: int, dot: bool = False, activation: str | None = None, norm_kind: str | None = None,
@@ -496,8 +430,7 @@ def _(x, weight, block_n, block_k, splits, k_per_split, warps, dot=False, activa
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
          config: GemvConfig | None = None, relu: bool = False, dtype: torch.dtype | None = None,
          norm: Norm | tuple | None = None, activation: str | None = None,
-         residual: torch.Tensor | None = None, cache: Cache | None = None,
-         attend: Attend | None = None) -> torch.Tensor:
+         residual: torch.Tensor | None = None, cache: Cache | None = None) -> torch.Tensor:
     """x [..., in] times weight [out, in]^T + bias, in `dtype` (x's by default), summed in fp32 (the same products
     as the reduction form of `CausalLM.fused_step.product`). `config`: the tiling, `gemv_config`'s by default.
     What the kernel does as it loads x, so that no kernel of its own runs before it: `norm` (`Norm`, or a tuple of
@@ -508,9 +441,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     what reads the product (a q the attention kernel takes as it is, the next layer) needs no kernel of its own to
     sum and cast it first; split, the partial sums' sum, bias and residual are plain ops inductor fuses with what
     follows. `cache` (`Cache`, one row of x a row of the buffers): the keys and values among the outputs also
-    written into the cache (by the kernel where unsplit, else by plain ops after it). `attend` (`Attend`, with
-    `cache`, one row, as many query as key/value heads): returns the query's attention over the cache [1, q
-    features] instead of the product (`gemv_attend`: in the same kernel, unsplit, in tiles within one head)."""
+    written into the cache (by the kernel where unsplit, else by plain ops after it)."""
     dtype = dtype or x.dtype
     activation = "relu" if relu else activation
     lead, in_features = x.shape[:-1], weight.shape[1]
@@ -528,8 +459,6 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                 tiling = {**tiling, **WHOLE_TILING}
             config = gemv_config(rows, weight.shape[0], in_features, **tiling)
     norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
-    if attend is not None:
-        return _gemv_attend(flat, weight, bias, config, dtype, cache, attend, norm_args)
     if config.splits == 1:
         res = None if residual is None else residual.reshape(-1, weight.shape[0])
         if res is not None and res.stride(-1) != 1:
@@ -555,19 +484,6 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     return out.reshape(*lead, weight.shape[0])
 
 
-def _gemv_attend(x, weight, bias, config: GemvConfig, dtype, cache: Cache, attend: Attend, norm_args: tuple):
-    """`gemv`'s q/k/v product with the attention after it (`gemv_attend`): unsplit, elementwise sums, in tiles of
-    at most the configured rows that divide the head size (each program's rows in one head's q, k or v)."""
-    keys = cache.keys
-    head_dim, kv_width = keys.shape[3], keys.shape[1] * keys.shape[3]
-    if x.shape[0] != 1 or cache.q_features != kv_width or weight.shape[0] != 3 * kv_width:
-        raise ValueError("gemv's attention runs after a one-row q/k/v product with as many query as key/value heads")
-    block_n = math.gcd(config.block_n, head_dim)
-    block_k = config.block_k
-    return gemv_attend(x, weight, bias, block_n, block_k, config.warps, dtype, keys, cache.values, cache.write,
-                       attend.valid, attend.done, float(attend.scale), *norm_args)
-
-
 @triton.jit
 def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, bias_ptr, out_ptr, length,
                       scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
@@ -579,28 +495,9 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, off
     if PDL:  # every input may be the kernel before's output
         tl.extra.cuda.gdc_wait()
     row, head = tl.program_id(0), tl.program_id(1)
-    out = _attend(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, bias_ptr, row, head, length,
-                  scale, q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride,
-                  bias_row_stride, bias_head_stride, GROUP, DIM, BLOCK_D, BLOCK_L, WINDOW, ALIBI, BIAS, "")
-    if PDL and not EARLY:
-        tl.extra.cuda.gdc_launch_dependents()
-    d = tl.arange(0, BLOCK_D)
-    tl.store(out_ptr + row * out_row_stride + head * DIM + d, out.to(out_ptr.dtype.element_ty), mask=d < DIM)
-
-
-@triton.jit
-def _attend(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, bias_ptr, row, head, length, scale,
-            q_row_stride, k_row_stride, k_head_stride, valid_row_stride, offsets_row_stride, bias_row_stride,
-            bias_head_stride, GROUP: tl.constexpr, DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-            BLOCK_L: tl.constexpr, WINDOW: tl.constexpr, ALIBI: tl.constexpr, BIAS: tl.constexpr,
-            CACHE: tl.constexpr):
-    """One query's attention [BLOCK_D] in fp32 (row `row`, query head `head`): its scores over the columns up to the
-    write position that `valid` keeps (from the window's first with WINDOW), an online softmax and p.V. `CACHE`:
-    the loads' cache modifier for q, K and V (".cg": past L1, for values other programs of the same kernel wrote)."""
     d = tl.arange(0, BLOCK_D)
     in_d = d < DIM
-    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0,
-                cache_modifier=CACHE).to(tl.float32)  # [BD]
+    q = tl.load(q_ptr + row * q_row_stride + head * DIM + d, mask=in_d, other=0.0).to(tl.float32)  # [BD]
     end = tl.load(write_ptr) + 1  # columns up to the write position
     first = 0
     if WINDOW > 0:
@@ -614,9 +511,8 @@ def _attend(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, 
         keep = (c >= first) & (c < end) & (c < length)
         keep &= tl.load(valid_ptr + row * valid_row_stride + c, mask=keep, other=0) != 0
         kv_mask = keep[:, None] & in_d[None, :]
-        keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0,
-                       cache_modifier=CACHE)  # [BL, BD]
-        values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0, cache_modifier=CACHE)
+        keys = tl.load(k_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)  # [BL, BD]
+        values = tl.load(v_ptr + base + c[:, None] * DIM + d[None, :], mask=kv_mask, other=0.0)
         s = tl.sum(q[None, :] * keys.to(tl.float32), axis=1) * scale  # [BL]
         if ALIBI:  # + slope_h * (key position - query position)
             s += tl.load(slopes_ptr + head) * tl.load(offsets_ptr + row * offsets_row_stride + c, mask=keep, other=0.0)
@@ -630,7 +526,9 @@ def _attend(q_ptr, k_ptr, v_ptr, valid_ptr, write_ptr, slopes_ptr, offsets_ptr, 
         acc = acc * correction + tl.sum(p[:, None] * values.to(tl.float32), axis=0)
         total = total * correction + tl.sum(p, axis=0)
         m = m_new
-    return acc / total
+    if PDL and not EARLY:
+        tl.extra.cuda.gdc_launch_dependents()
+    tl.store(out_ptr + row * out_row_stride + head * DIM + d, (acc / total).to(out_ptr.dtype.element_ty), mask=in_d)
 
 
 @custom_op("nndf::decode_attention", mutates_args=())
