@@ -15,7 +15,8 @@ Validation compares the exported graph with the module the frameworks backend ru
 right-padded batch of real texts and on one text alone.
 
 `optimize_for_ort` runs ONNX Runtime's `optimizer.optimize_model(model_type="bert")` (fused Attention,
-SkipLayerNormalization, BiasGelu, EmbedLayerNormalization where it matches) after two exact rewrites of
+SkipLayerNormalization (on CUDA; `CPU_UNFUSED`), BiasGelu, EmbedLayerNormalization where it matches) after two
+exact rewrites of
 what the dynamo exporter writes differently from the TorchScript exporter the fuser's patterns come from: the
 mask's `Unsqueeze(axes=[1, 2])` becomes two single-axis Unsqueezes (the attention fusion follows them back to
 the 2-D mask), and `ReduceL2` (the L2 normalization of sentence embeddings) becomes Sqrt(ReduceSum(x * x)) in
@@ -42,6 +43,11 @@ log = logging.getLogger(__name__)
 RECIPE = "eager attention, HF 4 additive [B,1,T,T] mask, dynamo"
 # The rewrites `optimize_for_ort` makes before the optimizer (part of the optimized graph's fingerprint)
 PREPARE = "mask Unsqueeze split per axis, ReduceL2 as fp32 Sqrt(ReduceSum(x * x))"
+# The fusions `optimize_for_ort` leaves out for the CPU (part of the optimized graph's fingerprint): ONNX Runtime
+# 1.31's CPU SkipLayerNormalization is slow (MiniLM's twelve took 9.5 of a 66.0 ms forward at 8 x 128, 2 threads;
+# with Add and LayerNormalization in their place the forward ran 57.3 ms: docs/PERFORMANCE.md); the CPU sessions
+# keep ONNX Runtime from fusing them again (`NNDF.backends.onnxrt.steps.CPU_SESSION`)
+CPU_UNFUSED = ("skip_layer_norm",)
 # Real texts of different lengths: the validation batch is right padded
 VALIDATION_TEXTS = ("The weather is lovely today.", "He drove to the stadium.",
                     "A man is playing a guitar on a quiet street corner while people walk past him.")
@@ -123,10 +129,12 @@ def validate_encoder(head: EncoderHead, steps, batch: dict, alone: dict, spec: E
 # --- ONNX Runtime's transformer optimizer ------------------------------------------------------------------
 
 def optimize_for_ort(plain: Path, out: Path, dims: ModelDims, use_gpu: bool) -> dict[str, int]:
-    """ONNX Runtime's BERT optimizer over the plain export, written to `out`; returns its fused-operator
-    statistics (operator -> count, the non-zero ones). The intermediate file is removed."""
+    """ONNX Runtime's BERT optimizer over the plain export, written to `out` (for the CPU without the fusions in
+    `CPU_UNFUSED`); returns its fused-operator statistics (operator -> count, the non-zero ones). The intermediate
+    file is removed."""
     import onnx
     import onnxruntime as ort
+    from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
     large = plain.with_name(plain.name + ".data").is_file()
@@ -136,8 +144,11 @@ def optimize_for_ort(plain: Path, out: Path, dims: ModelDims, use_gpu: bool) -> 
     save_onnx(proto, prepared, large)
     ort.set_default_logger_severity(3)  # its sessions warn about every unused initializer otherwise
     try:
+        options = FusionOptions("bert")
+        for fusion in () if use_gpu else CPU_UNFUSED:
+            setattr(options, f"enable_{fusion}", False)
         optimized = optimize_model(str(prepared), model_type="bert", num_heads=dims.heads, hidden_size=dims.hidden,
-                                   use_gpu=use_gpu)
+                                   use_gpu=use_gpu, optimization_options=options)
         optimized.save_model_to_file(str(out), use_external_data_format=large)
     except Exception as exc:  # the optimizer raises whatever its passes raise
         raise ArtifactError(f"ONNX Runtime's transformer optimizer failed on {plain} ({type(exc).__name__}: "

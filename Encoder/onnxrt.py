@@ -13,7 +13,7 @@ import json
 import logging
 from pathlib import Path
 
-from Encoder.export import (PREPARE, RECIPE, VALIDATION_TEXTS, encoder_mismatch, export_encoder,
+from Encoder.export import (CPU_UNFUSED, PREPARE, RECIPE, VALIDATION_TEXTS, encoder_mismatch, export_encoder,
                             optimize_for_ort, validate_encoder)
 from Encoder.ort_steps import OrtEncoderSteps
 from NNDF.backends.onnxrt.artifact import VALIDATION, OnnxArtifact
@@ -107,7 +107,8 @@ class OrtEncoderOnnx(EncoderOnnx):
         record = self.plain.fingerprint(run)
         record["ort_optimizer"] = {"model_type": "bert", "num_heads": dims.heads, "hidden_size": dims.hidden,
                                    "use_gpu": run.device.type == "cuda", "onnxruntime": onnxruntime.__version__,
-                                   "prepare": PREPARE}
+                                   "prepare": PREPARE,
+                                   "unfused": [] if run.device.type == "cuda" else list(CPU_UNFUSED)}
         return record
 
     def paths(self, run: RunContext, force: bool = False) -> tuple[dict[str, Path], bool]:

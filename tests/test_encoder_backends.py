@@ -86,15 +86,20 @@ def test_padded_batch_equals_each_text_alone(encoder, variant, backend):
 
 
 def test_optimizer_fuses_and_keeps_the_numbers(encoder):
-    """ONNX Runtime's transformer optimizer fused attention, skip layer norms and GELU in MiniLM's export, and the
-    fused graph (CPU execution provider) gives the plain graph's numbers."""
+    """ONNX Runtime's transformer optimizer fused attention and GELU in MiniLM's export (and the skip layer norms
+    on CUDA only: on the CPU they stay Add + LayerNormalization, `Encoder.export.CPU_UNFUSED`), and the fused graph
+    (CPU execution provider) gives the plain graph's numbers."""
     run, fused_steps = encoder(MINILM, "onnxrt-optimized")
     from NNDF import registry
 
     backend = registry.backend(run.family, "onnxrt")
     backend.setup(run).close()  # current artifacts: reads what the optimizer recorded
     fused = backend.onnx.fused_operators
-    assert fused["Attention"] == 6 and fused["SkipLayerNormalization"] == 12 and fused["BiasGelu"] == 6, fused
+    assert fused["Attention"] == 6 and fused["BiasGelu"] == 6, fused
+    if run.device.type == "cpu":
+        assert "SkipLayerNormalization" not in fused and fused["LayerNormalization"] == 13, fused
+    else:
+        assert fused["SkipLayerNormalization"] == 12, fused
     assert backend.export_max_diff() <= ATOL
     plain_run, plain_steps = encoder(MINILM, "onnxrt-plain")
     inputs = _encode(run, TEXTS)
@@ -300,3 +305,47 @@ def test_ort_cuda_graph_slots_per_input_shape(monkeypatch):
     assert graph.bindings[0][0]["input_ids"].tolist() == [[7, 8], [9, 10]]  # the slot's own buffer, refilled
     steps.close()
     assert len(steps.slots) == 0
+
+
+@pytest.mark.parametrize("unfused, fused_ops", [("SkipLayerNormFusion", set()), ("", {"SkipLayerNormalization"})])
+def test_cpu_sessions_leave_skip_layer_norm_unfused(unfused, fused_ops, tmp_path, monkeypatch):
+    """ONNX Runtime's own SkipLayerNormFusion stays out of our CPU sessions (`CPU_SESSION["unfused"]`, its CPU kernel
+    being the slower): the graph ONNX Runtime optimized keeps Add + LayerNormalization; with the setting emptied it
+    fuses them (what the setting prevents)."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnx import helper, numpy_helper
+
+    from NNDF.backends.onnxrt import steps
+
+    width = 16
+    floats = [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [2, 3, width]) for name in ("x", "skip")]
+    weights = [numpy_helper.from_array(np.full(width, value, np.float32), name)
+               for name, value in (("gain", 1.5), ("shift", 0.1), ("bias", 0.2))]
+    # a layer's residual add as exported: (x + bias) + skip, then the norm
+    nodes = [helper.make_node("Add", ["x", "bias"], ["biased"]), helper.make_node("Add", ["biased", "skip"], ["sum"]),
+             helper.make_node("LayerNormalization", ["sum", "gain", "shift"], ["y"], axis=-1, epsilon=1e-5)]
+    graph = helper.make_graph(nodes, "skip-ln", floats, [helper.make_tensor_value_info(
+        "y", onnx.TensorProto.FLOAT, [2, 3, width])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path, written = tmp_path / "skip-ln.onnx", tmp_path / "as-run.onnx"
+    onnx.save(model, str(path))
+
+    class Options(ort.SessionOptions):  # the graph as ONNX Runtime optimized it, written out
+        def __init__(self):
+            super().__init__()
+            self.optimized_model_filepath = str(written)
+
+    monkeypatch.setattr(ort, "SessionOptions", Options)
+    monkeypatch.setitem(steps.CPU_SESSION, "unfused", unfused)
+    session = steps.make_session(path, torch.device("cpu"), threads=1)
+    x, skip = (np.random.default_rng(i).standard_normal((2, 3, width)).astype(np.float32) for i in range(2))
+    got = session.run(None, {"x": x, "skip": skip})[0]
+    expected = torch.nn.functional.layer_norm(torch.from_numpy(x + skip + 0.2), (width,),
+                                              torch.full((width,), 1.5), torch.full((width,), 0.1), 1e-5)
+    assert np.allclose(got, expected.numpy(), atol=1e-5)
+    ops = {node.op_type for node in onnx.load(str(written)).graph.node}
+    assert ops & {"SkipLayerNormalization"} == fused_ops, ops

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Our CPU rows against the CPU engines people pick instead, measured side by side in one process tree with
 interleaved rounds (every round runs each row once, in turn, so a burst of load from other processes hits every
-row alike), for a shared machine: medians per row and ratios to a reference row.
+row alike; --gap seconds idle before each call, so no row starts while the threads of the one before still spin),
+for a shared machine: medians per row and ratios to a reference row.
 
     python tools/bench/cpu_compare.py --rounds 10 \
         --gpt2 onnxrt onnxrt-int8 onnxrt-int4 ct2-int8 ct2-float32 \
@@ -331,6 +332,9 @@ def main() -> None:
     parser.add_argument("--encoder-tokens", type=int, default=1024,
                         help="tokens per MiniLM call (forwards repeated up to this many: short shapes are ~ms)")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--gap", type=float, default=0.2,
+                        help="seconds idle before each row's call, so that the threads of the row before (spinning "
+                             "after their last work, in this process or a worker) are asleep when it starts")
     parser.add_argument("--json", help="write every sample and the summary here")
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args()
@@ -344,6 +348,7 @@ def main() -> None:
         for round_ in range(args.rounds + 1):  # round 0: warm-up, not kept
             for row in rows:
                 torch.set_num_threads(row.torch_threads)
+                time.sleep(args.gap)
                 seconds = row.call(1000 * round_ + rows.index(row))
                 if round_:
                     row.seconds.append(seconds)
@@ -351,10 +356,11 @@ def main() -> None:
     load_after = os.getloadavg()
     summary = summarize(rows, args)
     info = {"machine": machine(), "other_python": other_versions(args.other_python), "rounds": args.rounds,
-            "threads": args.threads, "prompt": args.prompt, "new": args.new,
+            "threads": args.threads, "prompt": args.prompt, "new": args.new, "gap_s": args.gap,
             "load_average_before": load_before, "load_average_after": load_after,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:]}
-    header = (f"{args.rounds} interleaved rounds, {args.threads} threads, {info['machine']['cpu']} "
+    header = (f"{args.rounds} interleaved rounds ({args.gap} s idle before each call), {args.threads} threads, "
+              f"{info['machine']['cpu']} "
               f"({info['machine']['cpus']} CPUs), load average {load_before[0]:.2f} before / {load_after[0]:.2f} "
               f"after, {info['date']}; ours: onnxruntime {info['machine']['onnxruntime']}, torch "
               f"{info['machine']['torch']}, transformers {info['machine']['transformers']}; others: "

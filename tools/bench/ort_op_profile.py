@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Where one decode step of an exported decoder graph spends its time on ONNX Runtime: ORT's own profiler over
-N one-token steps (growing-cache graph: past length P), summed per operator type, plus the total kernel count.
+"""Where one decode step of an exported decoder graph (or one forward of an encoder graph) spends its time on ONNX
+Runtime: ORT's own profiler over N one-token steps (growing-cache graph: past length P), summed per operator type,
+plus the total kernel count.
 
     python3 tools/bench/ort_op_profile.py model.onnx [--past 128] [--steps 20] [--provider CUDAExecutionProvider]
+    python3 tools/bench/ort_op_profile.py encoder.onnx --batch 8 --sequence 128 --provider CPUExecutionProvider \
+        --threads 2 [--unfused SkipLayerNormFusion]
 
-Inputs are made from the graph's declared inputs: `input_ids` random, `attention_mask` ones, `position_ids` = P,
-`past.*` random in the graph's float type with the dimension named `past` = P and `batch` = 1. The profile's
+Inputs are made from the graph's declared inputs: `input_ids` random, `attention_mask` ones, `token_type_ids`
+zeros, `position_ids` = P, `past.*` random in the graph's float type, with the dimensions named `past` = P,
+`batch` = --batch (1) and `sequence` = --sequence (an encoder's tokens). `--unfused`: ONNX Runtime graph
+transformers left out (as `NNDF.backends.onnxrt.steps.CPU_SESSION["unfused"]` does on the CPU). The profile's
 first steps (warm-up) are dropped. Prints one line per operator type: share of node time, ms per step, nodes
 per step.
 
@@ -30,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository r
 FLOATS = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16}
 
 
-def feeds(model: onnx.ModelProto, past: int, rng: np.random.Generator) -> dict:
-    sizes = {"batch": 1, "seq": 1, "past": past, "total": past + 1}
+def feeds(model: onnx.ModelProto, past: int, rng: np.random.Generator, batch: int = 1, sequence: int = 1) -> dict:
+    sizes = {"batch": batch, "seq": 1, "sequence": sequence, "past": past, "total": past + 1,
+             "batch_size": batch, "sequence_length": sequence}  # the last two: Optimum's exports
     out = {}
     for value in model.graph.input:
         tensor = value.type.tensor_type
@@ -40,6 +46,8 @@ def feeds(model: onnx.ModelProto, past: int, rng: np.random.Generator) -> dict:
             out[value.name] = rng.integers(0, 1000, shape, dtype=np.int64)
         elif value.name == "attention_mask":
             out[value.name] = np.ones(shape, np.int64)
+        elif value.name == "token_type_ids":
+            out[value.name] = np.zeros(shape, np.int64)
         elif value.name == "position_ids":
             out[value.name] = np.full(shape, past, np.int64)
         else:
@@ -82,9 +90,13 @@ def main() -> None:
     parser.add_argument("--provider", default="CUDAExecutionProvider",
                         help="ONNX Runtime execution provider (CPUExecutionProvider: a CPU run)")
     parser.add_argument("--gpu-kernels", action="store_true", help="CUDA kernels from torch's profiler instead")
+    parser.add_argument("--batch", type=int, default=1, help="the dimension named `batch`")
+    parser.add_argument("--sequence", type=int, default=1, help="the dimension named `sequence` (encoders)")
+    parser.add_argument("--threads", type=int, default=0, help="ONNX Runtime's intra-op threads (0: its default)")
+    parser.add_argument("--unfused", default="", help="comma-separated ONNX Runtime graph transformers to leave out")
     args = parser.parse_args()
     model = onnx.load(args.model, load_external_data=False)
-    inputs = feeds(model, args.past, np.random.default_rng(0))
+    inputs = feeds(model, args.past, np.random.default_rng(0), args.batch, args.sequence)
     if args.gpu_kernels:
         print(f"{args.model}: past {args.past}, CUDA kernels")
         session = ort.InferenceSession(args.model, providers=["CUDAExecutionProvider"])
@@ -92,7 +104,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
         options.enable_profiling, options.profile_file_prefix = True, os.path.join(tmp, "profile")
-        session = ort.InferenceSession(args.model, options, providers=[args.provider])
+        options.intra_op_num_threads = args.threads
+        session = ort.InferenceSession(args.model, options, providers=[args.provider],
+                                       disabled_optimizers=[name for name in args.unfused.split(",") if name])
         for _ in range(args.warmup + args.steps):
             session.run(None, inputs)
         events = json.load(open(session.end_profiling()))

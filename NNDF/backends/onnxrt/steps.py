@@ -47,8 +47,12 @@ class TensorMeta:
 # - spin_us: with spinning, how long a thread spins before it sleeps ("": ONNX Runtime's default)
 # - dynamic_block: `session.dynamic_block_base`, parallel loops split into shrinking blocks threads take as they
 #   come ("0": off, the default: equal static blocks)
+# - unfused: ONNX Runtime's graph transformers left out, comma-separated ("SkipLayerNormFusion", the default: its
+#   CPU SkipLayerNormalization is slower than the Adds and LayerNormalization it replaces, MiniLM's twelve took 9.5
+#   of a 66.0 ms forward at 8 x 128, which ran 57.3 ms without them; GPT-2's generation is level either way;
+#   docs/PERFORMANCE.md; "": none)
 CPU_SESSION = {"spinning": "1", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
-               "dynamic_block": "0"}
+               "dynamic_block": "0", "unfused": "SkipLayerNormFusion"}
 
 
 def _graph_level(ort, name: str):
@@ -78,6 +82,7 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
             options.add_session_config_entry("session.dynamic_block_base", cpu["dynamic_block"])
         if cpu["execution"] == "parallel":
             options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    unfused = [name for name in CPU_SESSION["unfused"].split(",") if name] if device.type == "cpu" else []
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise BackendUnavailable(
@@ -103,7 +108,7 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
     else:
         providers = ["CPUExecutionProvider"]
     try:
-        return ort.InferenceSession(str(path), options, providers=providers)
+        return ort.InferenceSession(str(path), options, providers=providers, disabled_optimizers=unfused)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable/invalid models
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise ArtifactError(f"ONNX Runtime cannot load {path}: {first}") from exc
