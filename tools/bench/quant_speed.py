@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """fp32 / int8 / int4 onnxrt speed measured interleaved, for a shared CPU: every round generates once with each
-row in turn (fresh random prompt, exactly --new tokens, EOS suppressed, as `benchmark`), so a burst of load
-from other processes hits every row alike; reports per row the median and the best TPOT, tokens/s as `benchmark`
+row in turn (fresh random prompt, exactly --new tokens, EOS suppressed, as `benchmark`; --gap seconds idle before
+each, so no row starts while the threads of the one before still spin), so a burst of load from other processes
+hits every row alike; reports per row the median and the best TPOT, tokens/s as `benchmark`
 computes it (new tokens / median end to end, prefill included), and the ratios to the first row.
 
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
@@ -18,6 +19,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -36,6 +38,8 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--gap", type=float, default=0.2,
+                        help="seconds idle before each generation, so the row before's spinning threads are asleep")
     parser.add_argument("--static-cache", action="store_true",
                         help="the static-cache rows (on the CPU: the graph built from the weights, quantized)")
     args = parser.parse_args()
@@ -60,6 +64,7 @@ def main() -> None:
         torch.set_num_threads(1)  # as backend_steps sets it for onnxrt on the CPU (several are open here)
         for round_ in range(args.rounds + 1):  # round 0: warm-up
             for name, steps in opened:
+                time.sleep(args.gap)
                 prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
                 clock = GenerationClock(run.device)
                 generate_prompt(steps, prompt, config, clock)
@@ -69,7 +74,8 @@ def main() -> None:
                     e2e.setdefault(name, []).append(times["e2e"])
     first = statistics.median(next(iter(tpot.values())))
     first_rate = args.new / statistics.median(next(iter(e2e.values())))
-    print(f"{args.rounds} interleaved rounds, prompt {args.prompt}, {args.new} new tokens, batch 1, "
+    print(f"{args.rounds} interleaved rounds ({args.gap} s idle before each), prompt {args.prompt}, {args.new} new "
+          f"tokens, batch 1, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row |")
     print("|---|---|---|---|---|---|")
