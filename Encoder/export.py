@@ -15,13 +15,12 @@ Validation compares the exported graph with the module the frameworks backend ru
 right-padded batch of real texts and on one text alone.
 
 `optimize_for_ort` runs ONNX Runtime's `optimizer.optimize_model(model_type="bert")` (fused Attention,
-SkipLayerNormalization (on CUDA; `CPU_UNFUSED`), BiasGelu, EmbedLayerNormalization where it matches) after two
-exact rewrites of
-what the dynamo exporter writes differently from the TorchScript exporter the fuser's patterns come from: the
-mask's `Unsqueeze(axes=[1, 2])` becomes two single-axis Unsqueezes (the attention fusion follows them back to
-the 2-D mask), and `ReduceL2` (the L2 normalization of sentence embeddings) becomes Sqrt(ReduceSum(x * x)) in
-fp32 (ONNX Runtime's symbolic shape inference has no rule for ReduceL2 with opset-18 axes inputs, and without
-shapes it skips every SkipLayerNormalization fusion).
+SkipLayerNormalization on CUDA only (`CPU_UNFUSED`), BiasGelu, EmbedLayerNormalization where it matches) after two
+exact rewrites of what the dynamo exporter writes differently from the TorchScript exporter the fuser's patterns
+come from: the mask's `Unsqueeze(axes=[1, 2])` becomes two single-axis Unsqueezes (the attention fusion follows
+them back to the 2-D mask), and `ReduceL2` (the L2 normalization of sentence embeddings) becomes
+Sqrt(ReduceSum(x * x)) in fp32 (ONNX Runtime's symbolic shape inference has no rule for ReduceL2 with opset-18
+axes inputs, and without shapes it skips every SkipLayerNormalization fusion).
 """
 from __future__ import annotations
 

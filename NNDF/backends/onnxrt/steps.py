@@ -70,8 +70,10 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
     ort.set_default_logger_severity(3)  # ORT warns about plugin EP discovery on every session otherwise
     if threads:
         options.intra_op_num_threads = threads
+    unfused: list[str] = []  # graph transformers ONNX Runtime leaves out
     if device.type == "cpu":
         cpu = CPU_SESSION
+        unfused = [name for name in cpu["unfused"].split(",") if name]
         options.add_session_config_entry("session.intra_op.allow_spinning", cpu["spinning"])
         options.add_session_config_entry("session.inter_op.allow_spinning", cpu["spinning"])
         options.enable_mem_pattern = cpu["mem_pattern"] == "1"
@@ -82,7 +84,6 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
             options.add_session_config_entry("session.dynamic_block_base", cpu["dynamic_block"])
         if cpu["execution"] == "parallel":
             options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    unfused = [name for name in CPU_SESSION["unfused"].split(",") if name] if device.type == "cpu" else []
     if device.type == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise BackendUnavailable(
