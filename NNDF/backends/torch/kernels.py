@@ -149,7 +149,7 @@ def _row_stats(x_ptr, r, rows, in_features, x_stride, eps, NORM: tl.constexpr, B
 
 
 @triton.jit
-def gelu(x, EXACT: tl.constexpr):
+def _gelu(x, EXACT: tl.constexpr):
     """F.gelu(x) in fp32, rounded to x's dtype: exact (erf), or tanh's approximation (x * sigmoid(2u) is
     x * (1 + tanh(u)) / 2)."""
     y = x.to(tl.float32)
@@ -166,7 +166,7 @@ def _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift
     """The product's input at features `k` [BR, BK] in x's dtype: x, or norm(x) (NORM, with `_row_stats`'s
     statistics) and act(x) (ACT, `ACTIVATION_CODES`), each rounded to x's dtype as the eager op before the product
     writes it: a layer norm in fp32 ((x - mean) * rstd * gain + shift); an RMS norm as HF's Llama and T5 (x * rstd
-    in fp32, rounded, times the gain); ReLU; GELU (`gelu`); SwiGLU (silu(gate) * up, the row's two halves)."""
+    in fp32, rounded, times the gain); ReLU; GELU (`_gelu`); SwiGLU (silu(gate) * up, the row's two halves)."""
     x = _tile(x_ptr, r, k, rows, in_features, x_stride)
     if NORM != 0:
         in_k = k < in_features
@@ -179,7 +179,7 @@ def _input(x_ptr, r, k, rows, in_features, x_stride, mean, rstd, gain_ptr, shift
     if ACT == 1:
         x = tl.maximum(x, 0.0).to(x.dtype)  # exact (the scalar would make it fp32)
     elif ACT == 2 or ACT == 3:
-        x = gelu(x, ACT == 3)
+        x = _gelu(x, ACT == 3)
     elif ACT == 4:  # the row holds [gate | up], each in_features wide: silu(gate), rounded, times up
         y = x.to(tl.float32)
         up = _tile(x_ptr + in_features, r, k, rows, in_features, x_stride).to(tl.float32)
