@@ -58,6 +58,10 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
 DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4, max_splits=4)
+# the dot form's products that sum over at most `features` input features, unsplit in tiles of `block_n` weight rows
+# on CUDA (None: none): as one row's products of up to 1024 features are (`TILING`'s one load), so that no kernel
+# follows only to add their partial sums
+DOT_WHOLE: dict | None = None
 
 
 class GemvConfig(NamedTuple):
@@ -451,8 +455,10 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if config is None:
         rows = flat.shape[0]
         if uses_dot(rows, flat.dtype, weight.dtype):
-            config = dot_config(rows, weight.shape[0], in_features,
-                                **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
+            tiling = DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)
+            if x.is_cuda and DOT_WHOLE is not None and in_features <= DOT_WHOLE["features"]:
+                tiling = dict(tiling, block_n=DOT_WHOLE["block_n"], max_splits=1)
+            config = dot_config(rows, weight.shape[0], in_features, **tiling)
         else:
             tiling = TILING if x.is_cuda else INTERPRETED
             if (residual is not None or cache is not None) and x.is_cuda and WHOLE_TILING is not None:
