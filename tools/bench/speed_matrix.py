@@ -337,7 +337,7 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
-              "splits8", "block16", "block32", "whole16", "whole32", "dw16", "dw32", "dw64", "splitres", "k512",
+              "splits8", "block16", "block32", "whole16", "whole32", "dw16", "dw32", "dw64", "dwarps2", "dwarps8", "splitres", "k512",
               "k2048", "eagerprompt", "bn2", "bn8", "warps4",
               "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
 
@@ -362,7 +362,7 @@ def loop_mode(mode: str):
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
     kernel); "dwN": the dot form's products of up to 1024 features unsplit in tiles of N, the others as the
-    defaults are (`kernels.DOT_WHOLE`); "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
+    defaults are (`kernels.DOT_WHOLE`); "dwarpsN": the dot form with N warps a program; "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
     partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
     compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
@@ -405,6 +405,8 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
     elif mode.startswith("block"):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
+    elif mode.startswith("dwarps"):
+        kernels.DOT_TILING["warps"] = int(mode.removeprefix("dwarps"))
     elif mode.startswith("dw"):
         kernels.DOT_WHOLE = dict(features=1024, block_n=int(mode.removeprefix("dw")))
     elif mode.startswith("whole"):

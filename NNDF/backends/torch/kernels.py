@@ -48,16 +48,18 @@ INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # 0.249, Qwen2.5-0.5B 0.669 / 0.670 / 0.670, OPT-6.7B 3.914 / 3.912 / 3.912 (docs/PERFORMANCE.md)
 WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
-# tensor-core dots (None: never); their tiling on CUDA: 64 weight rows a program, loads of 128 features, 4 warps
-# (the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on an H200,
-# tools/bench/kernel_bench.py --dot: 1.8-4.5 us, against cuBLAS's 4.2-7.9 at 8 rows), split to ~1024 programs but
+# tensor-core dots (None: never); their tiling on CUDA: 32 weight rows a program, loads of 128 features, 4 warps
+# (64 rows were the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on
+# an H200, tools/bench/kernel_bench.py --dot: 1.8-4.5 us, against cuBLAS's 4.2-7.9 at 8 rows; in the step, 32 rows
+# were faster: ms a step on an H200 at batch 8 / 4 beams, t5-base 0.483 / 0.679 against 0.490 / 0.691, BLIP-large
+# 0.577 / 0.752 against 0.590 / 0.759, docs/PERFORMANCE.md), split to ~1024 programs but
 # in at most 4 slices: the next kernel reads and adds every slice's partial sums, and inductor unrolls a sum of
 # fewer than 8 (`unroll_reductions_threshold`) into the kernel that reads it, where 8 or more take a reduction kernel
 # of their own (at batch 8 on an H200, ms a step with at most 4 slices against any number: flan-T5-XL 1.862 against
 # 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=64, block_k=128, warps=4, max_splits=4)
+DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=4, max_splits=4)
 # the dot form's products that sum over at most `features` input features, unsplit in tiles of `block_n` weight rows
 # on CUDA (None: none): as one row's products of up to 1024 features are (`TILING`'s one load), so that no kernel
 # follows only to add their partial sums
