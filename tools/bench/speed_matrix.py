@@ -337,7 +337,7 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
-              "splits8", "block16", "block32", "block64", "whole16", "whole32", "dw16", "dw32", "dw64", "dwarps2", "dwarps8", "splitres", "k512",
+              "splits8", "block16", "block32", "block64", "whole16", "whole32", "dw16", "dw32", "dw64", "dwarps2", "dwarps4", "dwarps8", "splitres", "k512",
               "k2048", "eagerprompt", "bn2", "bn8", "warps4",
               "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
 

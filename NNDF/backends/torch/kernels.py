@@ -59,7 +59,7 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=4, max_splits=4)
+DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=4)
 # the dot form's products that sum over at most `features` input features, unsplit in tiles of `block_n` weight rows
 # on CUDA (None: none): as one row's products of up to 1024 features are (`TILING`'s one load), so that no kernel
 # follows only to add their partial sums
