@@ -337,9 +337,9 @@ LLAMA_VARIANTS = {
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
-              "splits8", "block16", "block32", "block64", "whole16", "whole32", "dw16", "dw32", "dw64", "dwarps2", "dwarps4", "dwarps8", "splitres", "k512",
-              "k2048", "eagerprompt", "bn2", "bn8", "warps4",
-              "prog2048", "res1", "res2", "res4", "res8", "rwarps4")
+              "splits8", "block16", "block32", "block64", "whole16", "whole32", "dwarps2", "dwarps4", "dwarps8",
+              "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2", "res4",
+              "res8", "rwarps4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -361,9 +361,8 @@ def loop_mode(mode: str):
     tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
     slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
     programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
-    kernel); "dwN": the dot form's products of up to 1024 features unsplit in tiles of N, the others as the
-    defaults are (`kernels.DOT_WHOLE`); "dwarpsN": the dot form with N warps a program; "splitres": one-row products that add a residual or write the K/V cache tiled as any other, in
-    partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
+    kernel); "dwarpsN": the dot form with N warps a program; "splitres": one-row products that add a residual or
+    write the K/V cache tiled as any other, in partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
     compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
     write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
@@ -380,7 +379,7 @@ def loop_mode(mode: str):
         return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     settings = fused_step.DECODER_SETTINGS
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING, kernels.DOT_WHOLE
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
@@ -407,8 +406,6 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
     elif mode.startswith("dwarps"):
         kernels.DOT_TILING["warps"] = int(mode.removeprefix("dwarps"))
-    elif mode.startswith("dw"):
-        kernels.DOT_WHOLE = dict(features=1024, block_n=int(mode.removeprefix("dw")))
     elif mode.startswith("whole"):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     elif mode == "splitres":
@@ -419,7 +416,7 @@ def loop_mode(mode: str):
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING, kernels.DOT_WHOLE = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
         fused_step.DECODER_SETTINGS = settings
 

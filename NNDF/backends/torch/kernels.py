@@ -48,22 +48,22 @@ INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # 0.249, Qwen2.5-0.5B 0.669 / 0.670 / 0.670, OPT-6.7B 3.914 / 3.912 / 3.912 (docs/PERFORMANCE.md)
 WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
-# tensor-core dots (None: never); their tiling on CUDA: 32 weight rows a program, loads of 128 features, 4 warps
-# (64 rows were the fastest kernel alone at 4 and 8 rows for every product of t5-base's and BART-large's layers on
-# an H200, tools/bench/kernel_bench.py --dot: 1.8-4.5 us, against cuBLAS's 4.2-7.9 at 8 rows; in the step, 32 rows
-# were faster: ms a step on an H200 at batch 8 / 4 beams, t5-base 0.483 / 0.679 against 0.490 / 0.691, BLIP-large
-# 0.577 / 0.752 against 0.590 / 0.759, docs/PERFORMANCE.md), split to ~1024 programs but
+# tensor-core dots (None: never); their tiling on CUDA: 32 weight rows a program, loads of 128 features, 2 warps.
+# Alone, 64 rows and 4 warps were the fastest kernel at 4 and 8 rows for every product of t5-base's and
+# BART-large's layers on an H200 (tools/bench/kernel_bench.py --dot: 1.8-4.5 us, against cuBLAS's 4.2-7.9 at 8
+# rows); in the captured steps, 32 rows and 2 warps are faster (ms a step on an H200 at 4 beams / batch 8, against
+# 64 rows and 4 warps in the same call: t5-base 0.679 / 0.472 against 0.695 / 0.486, BLIP-large 0.750 / 0.567
+# against 0.768 / 0.582, flan-T5-XL 2.148 / 1.886 against 2.182 / 1.913; BART-large 0.778 / 0.623 against 0.792 /
+# 0.607, its batch 8 the one loss; docs/device-runs/2026-11-29-h200-dot-tiling). Split to ~1024 programs but
 # in at most 4 slices: the next kernel reads and adds every slice's partial sums, and inductor unrolls a sum of
 # fewer than 8 (`unroll_reductions_threshold`) into the kernel that reads it, where 8 or more take a reduction kernel
 # of their own (at batch 8 on an H200, ms a step with at most 4 slices against any number: flan-T5-XL 1.862 against
-# 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559)
+# 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559). Unsplit
+# products, even only those of up to 1024 features, lose more to their fewer programs than the partial sums' adds
+# cost (t5-base at batch 8: 0.506-0.585 ms against 0.490, BART-large 0.770 against 0.611)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
 DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=4)
-# the dot form's products that sum over at most `features` input features, unsplit in tiles of `block_n` weight rows
-# on CUDA (None: none): as one row's products of up to 1024 features are (`TILING`'s one load), so that no kernel
-# follows only to add their partial sums
-DOT_WHOLE: dict | None = None
 
 
 class GemvConfig(NamedTuple):
@@ -457,10 +457,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     if config is None:
         rows = flat.shape[0]
         if uses_dot(rows, flat.dtype, weight.dtype):
-            tiling = DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)
-            if x.is_cuda and DOT_WHOLE is not None and in_features <= DOT_WHOLE["features"]:
-                tiling = dict(tiling, block_n=DOT_WHOLE["block_n"], max_splits=1)
-            config = dot_config(rows, weight.shape[0], in_features, **tiling)
+            config = dot_config(rows, weight.shape[0], in_features,
+                                **(DOT_TILING if x.is_cuda else dict(INTERPRETED, max_splits=None)))
         else:
             tiling = TILING if x.is_cuda else INTERPRETED
             if (residual is not None or cache is not None) and x.is_cuda and WHOLE_TILING is not None:
