@@ -338,8 +338,8 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "block64", "whole16", "whole32", "dwarps2", "dwarps4", "dwarps8",
-              "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2", "res4",
-              "res8", "rwarps4")
+              "reduce", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2",
+              "res4", "res8", "rwarps4")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -351,22 +351,24 @@ def known_variant(name: str, table: dict) -> bool:
 
 @contextlib.contextmanager
 def loop_mode(mode: str):
-    """The generation loop on DEVICE while the block runs: "loop", greedy generations' tokens chosen by the loop,
-    not the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamhost", beam searches' bookkeeping
+    """The generation loop on DEVICE while the block runs: "loop", greedy generations' tokens chosen by the loop, not
+    the static step (DEVICE out of `NNDF.generation.GREEDY_IN_STEP`); "beamhost", beam searches' bookkeeping
     launched op by op from the host, not as one graph (DEVICE out of `NNDF.generation.BEAMS_IN_GRAPH`); "nopdl": the
     fused steps' kernels without programmatic dependent launch (`NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH`;
-    the steps compiled afresh); "late": none of our kernels letting the next start before its loads are done, "allearly": every one letting
-    it start as it starts (`compile.EARLY_LAUNCH` "none", "all"); "kN": our GEMV's one-row products in loads of N features (`kernels.TILING`'s
-    `block_k`); "nodot": our GEMV's products of several rows summed elementwise, not through
-    tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the dot form's products in at most N
-    slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of N weight rows (`block_n`: more
-    programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no partial sums to add after the
-    kernel); "dwarpsN": the dot form with N warps a program; "splitres": one-row products that add a residual or
-    write the K/V cache tiled as any other, in partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not
-    compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
-    (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
-    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
-    defaults are; "MODE+MODE": both."""
+    the steps compiled afresh); "late": none of our kernels letting the next start before its loads are done,
+    "allearly": every one letting it start as it starts (`compile.EARLY_LAUNCH` "none", "all"); "kN": our GEMV's
+    one-row products in loads of N features (`kernels.TILING`'s `block_k`); "nodot": our GEMV's products of several
+    rows summed elementwise, not through tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the
+    dot form's products in at most N slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of
+    N weight rows (`block_n`: more programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no
+    partial sums to add after the kernel); "dwarpsN": the dot form with N warps a program; "reduce": split products
+    added by their own kernel's last program of each output tile (`kernels.REDUCE_SPLITS`); "splitres": one-row
+    products that add a residual or write the K/V cache tiled as any other, in partial sums where split
+    (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not compiled
+    (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling (`kernels.TILING`'s
+    block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or write the K/V cache in
+    tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the defaults are;
+    "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options
@@ -379,7 +381,7 @@ def loop_mode(mode: str):
         return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     settings = fused_step.DECODER_SETTINGS
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING, kernels.REDUCE_SPLITS
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
@@ -404,6 +406,8 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
     elif mode.startswith("block"):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
+    elif mode == "reduce":
+        kernels.REDUCE_SPLITS = True
     elif mode.startswith("dwarps"):
         kernels.DOT_TILING["warps"] = int(mode.removeprefix("dwarps"))
     elif mode.startswith("whole"):
@@ -416,7 +420,7 @@ def loop_mode(mode: str):
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING, kernels.REDUCE_SPLITS = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
         fused_step.DECODER_SETTINGS = settings
 
