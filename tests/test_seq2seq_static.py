@@ -90,8 +90,8 @@ def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, reduce, wo
     if reduce:
         monkeypatch.setattr(kernels, "REDUCE_SPLITS", True)
         monkeypatch.setattr(kernels, "INTERPRETED", dict(kernels.INTERPRETED, programs=16, block_k=32))
-        monkeypatch.setattr(kernels, "tile_counts", lambda device, tiles, _real=kernels.tile_counts:
-                            reduced.append(tiles) or _real(device, tiles))
+        monkeypatch.setattr(kernels, "tile_counts", lambda weight, tiles, _real=kernels.tile_counts:
+                            reduced.append(tiles) or _real(weight, tiles))
     run = _run(family, variant, workdir)
     model, tok = run.torch_model(), run.tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id

@@ -372,23 +372,21 @@ class Cache(NamedTuple):
 
 
 # one count per output tile of a product whose slices its own kernel adds (`_finish`'s REDUCE), zeros between
-# launches, per device: the kernels on a device run one after another (a kernel launched early waits for the one
-# before it to end before it counts), so they share them
-COUNTS = 1 << 17
+# launches, by the product's weight: two models' steps on two streams of a device never share one (the launches of
+# one weight's product run one after another on a step's stream)
 _counts: dict = {}
 
 
-def tile_counts(device: torch.device, tiles: int) -> torch.Tensor:
-    """The device's counts (int32 [COUNTS], zeros), made on first use, which must come before a CUDA graph's capture
-    (a step's warm-up runs do)."""
-    if tiles > COUNTS:
-        raise ValueError(f"{tiles} output tiles: the counts of a product added in its kernel hold {COUNTS}")
-    counts = _counts.get(device)
-    if counts is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+def tile_counts(weight: torch.Tensor, tiles: int) -> torch.Tensor:
+    """The counts (int32 [tiles], zeros) of `weight`'s product, made on first use, which must come before a CUDA
+    graph's capture (a step's warm-up runs do)."""
+    key = (weight.device, weight.data_ptr())
+    counts = _counts.get(key)
+    if counts is None or counts.numel() < tiles:  # or another tensor now at that address
+        if weight.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("a product added in its kernel first ran inside a CUDA graph's capture: run it once "
                                "before capturing")
-        counts = _counts[device] = torch.zeros(COUNTS, dtype=torch.int32, device=device)
+        counts = _counts[key] = torch.zeros(tiles, dtype=torch.int32, device=weight.device)
     return counts
 
 
@@ -400,7 +398,7 @@ def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, 
     rows, in_features = x.shape[0], weight.shape[1]
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
-    reduce = (x, x) if part is None else (part, tile_counts(x.device, grid[0]))
+    reduce = (x, x) if part is None else (part, tile_counts(weight, grid[0]))
     gain, shift = (x, x) if norm is None else (norm.gain, x if norm.shift is None else norm.shift)
     keys, values, write, q_features = (x, x, x, 0) if cache is None else cache
     kv_width = 0 if cache is None else keys.shape[1] * keys.shape[3]
