@@ -5,9 +5,10 @@ one-token step leaves the card's bandwidth unused with inductor's kernels and cu
   of `block_n` weight rows (contiguous along `in`, so every load is a wide coalesced read) over one of `splits`
   slices of the input features and keeps elementwise fp32 sums, reduced once at its end; the partial sums
   [splits, rows, out] go back to the caller, whose sum over `splits` inductor fuses with what follows (bias,
-  activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
-  reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
-  per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
+  activation, residual, the next norm), or with `REDUCE_SPLITS` the last of a tile's programs adds them itself.
+  Splitting a long sum over many programs is what keeps enough weight reads in flight for a product with few
+  outputs (a 4864-feature sum into 896 outputs: inductor's one-program-per-output reduction reads it at ~1 TB/s
+  on an H100), and no split-K reduction kernel follows (cuBLAS's does).
   Unsplit (one slice covers the features), the kernel adds the bias and writes the caller's dtype itself. From
   `DOT_ROWS` rows (beams, batches: up to 16) the programs sum through tensor-core dots instead (`tl.dot` of the rows,
   padded to 16, with a tile of 16+ weight rows): the same fp32 sums of exact products, in another order, at one
