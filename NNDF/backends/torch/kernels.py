@@ -62,14 +62,14 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559). Unsplit
 # products, even only those of up to 1024 features, lose more to their fewer programs than the partial sums' adds
 # cost (t5-base at batch 8: 0.506-0.585 ms against 0.490, BART-large 0.770 against 0.611)
+DOT_ROWS: int | None = 2
+DOT_MAX_ROWS = 16
+DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=4)
 # the products split in several slices added by their own kernel's last program of each output tile, where their
 # caller wants the whole product (`_finish`), not by a kernel of inductor's after it (False: inductor's, as it reads
 # them); one row's products of up to 1024 features and the ones that add a residual or write the K/V cache are
 # unsplit already (`TILING`, `WHOLE_TILING`), the dot form's of several rows are split (`DOT_TILING`)
 REDUCE_SPLITS = False
-DOT_ROWS: int | None = 2
-DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=4)
 
 
 class GemvConfig(NamedTuple):
@@ -240,12 +240,13 @@ def _finish(out_ptr, acc, bias_ptr, res_ptr, part_ptr, count_ptr, k_ptr, v_ptr, 
             out_features, res_stride, q_features, kv_width, cache_row_stride, cache_head_stride,
             HEAD_DIM: tl.constexpr, KV: tl.constexpr, BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
             REDUCE: tl.constexpr):
-    """A program's sums `acc` [BR, BN] fp32 written out (`_write`, then `_write_cache` with KV). With REDUCE (a
-    product in several slices whose caller wants the whole product): the slice's partial sums go to part [splits,
-    rows, out_features], and the last of the tile's programs to finish adds every slice's, in slice order (as
-    `partials.sum(0)` does), and writes the product as one slice would, bias, residual and K/V included. Each
-    program's stores are done before it counts itself in `count_ptr[tile]` (release); the last one's loads come
-    after its count (acquire) and bypass L1; it sets the count back to 0 for the next launch."""
+    """A program's sums `acc` [BR, BN] fp32 written out (`_write`, then `_write_cache` with KV). With REDUCE (a product
+    in several slices whose caller wants the whole product): the slice's partial sums go to part [splits, rows,
+    out_features], and the last of the tile's programs to finish adds every slice's, in slice order (as
+    inductor's unrolled sum of the partial sums does), and writes the product as one slice would, bias, residual
+    and K/V included. Each program's stores are done before it counts itself in `count_ptr[tile]` (release); the
+    last one's loads come after its count (acquire) and bypass L1; it sets the count back to 0 for the next
+    launch."""
     if REDUCE:
         _write(part_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, False, False)
         tl.debug_barrier()
