@@ -84,11 +84,22 @@ def test_list_has_a_header_and_stops_quietly_in_a_pipe():
     assert proc.returncode == 0 and proc.stdout.splitlines()[1] == (
         "list: every family's variants (--variant), then the backends and whether they work on this machine")
     assert _table(proc.stdout, "backend")[0].startswith("| backend    | usable here ")
+    # a reader that stops after two lines (as `run.py list | head -2`), through a pipe too small (4 KiB) to take
+    # the whole listing at once, so the listing is still writing when its reader goes, however busy the machine
+    import fcntl
+
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    piped = subprocess.run(f"'{sys.executable}' run.py list | head -2; exit ${{PIPESTATUS[0]}}", shell=True,
-                           executable="/bin/bash", cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert piped.stderr == "" and piped.returncode == 141
-    assert piped.stdout.splitlines()[1].startswith("list: every family's variants")
+    read, write = os.pipe()
+    fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+    piped = subprocess.Popen([sys.executable, "run.py", "list"], cwd=ROOT, env=env, stdout=write,
+                             stderr=subprocess.PIPE, text=True)
+    os.close(write)
+    with os.fdopen(read) as reader:
+        first = [reader.readline() for _ in range(2)]
+    _, stderr = piped.communicate(timeout=120)
+    assert len(proc.stdout.encode()) > 4096 + 8192  # more than the pipe holds and the reader's first read takes
+    assert stderr == "" and piped.returncode == 141
+    assert first[1].startswith("list: every family's variants")
 
 
 def test_chat_prints_each_answer_once(workdir, tmp_path):
