@@ -338,8 +338,8 @@ LLAMA_VARIANTS = {
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "block64", "whole16", "whole32", "dwarps2", "dwarps4", "dwarps8",
-              "reduce", "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2",
-              "res4", "res8", "rwarps4")
+              "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2",
+              "res4", "res8", "rwarps4", "dk64", "dk256")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -361,8 +361,8 @@ def loop_mode(mode: str):
     rows summed elementwise, not through tensor-core dots (`NNDF.backends.torch.kernels.DOT_ROWS`); "splitsN": the
     dot form's products in at most N slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of
     N weight rows (`block_n`: more programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no
-    partial sums to add after the kernel); "dwarpsN": the dot form with N warps a program; "reduce": split products
-    added by their own kernel's last program of each output tile (`kernels.REDUCE_SPLITS`); "splitres": one-row
+    partial sums to add after the kernel); "dwarpsN": the dot form with N warps a program; "dkN": its loads of N
+    features (`block_k`); "splitres": one-row
     products that add a residual or write the K/V cache tiled as any other, in partial sums where split
     (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not compiled
     (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling (`kernels.TILING`'s
@@ -381,7 +381,7 @@ def loop_mode(mode: str):
         return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     settings = fused_step.DECODER_SETTINGS
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING, kernels.REDUCE_SPLITS
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
@@ -406,10 +406,10 @@ def loop_mode(mode: str):
         kernels.DOT_TILING["max_splits"] = int(mode.removeprefix("splits"))
     elif mode.startswith("block"):
         kernels.DOT_TILING["block_n"] = int(mode.removeprefix("block"))
-    elif mode == "reduce":
-        kernels.REDUCE_SPLITS = True
     elif mode.startswith("dwarps"):
         kernels.DOT_TILING["warps"] = int(mode.removeprefix("dwarps"))
+    elif mode.startswith("dk"):
+        kernels.DOT_TILING["block_k"] = int(mode.removeprefix("dk"))
     elif mode.startswith("whole"):
         kernels.DOT_TILING.update(block_n=int(mode.removeprefix("whole")), max_splits=1)
     elif mode == "splitres":
@@ -420,7 +420,7 @@ def loop_mode(mode: str):
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING, kernels.REDUCE_SPLITS = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
         fused_step.DECODER_SETTINGS = settings
 
