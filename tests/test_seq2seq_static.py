@@ -70,28 +70,18 @@ def test_static_cache_gives_hf_tokens(family, variant, backend, workdir, hf_rows
             assert _ours_once(run, steps, prompt, beams, early) == expected, f"EOS case, beams={beams}"
 
 
-@pytest.mark.parametrize("reduce", [False, True], ids=["summed-after", "added-in-kernel"])
 @pytest.mark.parametrize("family,variant", [("T5", "flan-t5-offline"), ("BART", "bart-offline")])
-def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, reduce, workdir, hf_rows, monkeypatch):
+def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, workdir, hf_rows, monkeypatch):
     """The encoder-decoder steps' default settings as they run on CUDA (`Seq2Seq.fused_step.SEQ2SEQ_SETTINGS`,
     here with our Triton kernels under Triton's interpreter): one row through our GEMV and one attention program
     per head; a padded batch of 3 through our GEMV's dot form, still one attention program per row and head; its
-    3 beams (9 rows, above `gemv_rows` and `split_rows`) through F.linear and the split attention; HF's tokens.
-    `reduce`: the products split in slices (off CUDA: as many programs as on CUDA) and added by their own kernel
-    (`kernels.REDUCE_SPLITS`)."""
+    3 beams (9 rows, above `gemv_rows` and `split_rows`) through F.linear and the split attention; HF's tokens."""
     from dataclasses import replace
 
-    from NNDF.backends.torch import kernels
     from Seq2Seq import fused_step
     from conftest import counted_kernels
 
     monkeypatch.setattr(fused_step, "SEQ2SEQ_SETTINGS", replace(fused_step.SEQ2SEQ_SETTINGS, kernels_everywhere=True))
-    reduced = []  # the output tiles of each product added in its kernel
-    if reduce:
-        monkeypatch.setattr(kernels, "REDUCE_SPLITS", True)
-        monkeypatch.setattr(kernels, "INTERPRETED", dict(kernels.INTERPRETED, programs=16, block_k=32))
-        monkeypatch.setattr(kernels, "tile_counts", lambda weight, tiles, _real=kernels.tile_counts:
-                            reduced.append(tiles) or _real(weight, tiles))
     run = _run(family, variant, workdir)
     model, tok = run.torch_model(), run.tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id
@@ -108,7 +98,6 @@ def test_default_step_on_our_kernels_gives_hf_tokens(family, variant, reduce, wo
                                                                          beams, True, eos, pad), f"beams={beams}"
             assert (calls["gemv"] > gemv) == few and bool(calls["decode_attention_split"]) != few, (beams, calls)
             gemv = calls["gemv"]
-    assert bool(reduced) == reduce
 
 
 @pytest.mark.skipif(DEVICE != "cuda", reason="CUDA graphs need CUDA; compiled on the CPU in test_t5_fused.py etc.")

@@ -135,53 +135,6 @@ def test_gemv_writes_keys_and_values(rows, tiling, dot):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("rows, tiling, dot", [
-    (1, dict(programs=16, block_n=8, block_k=64), False),
-    (3, dict(programs=9, block_n=16, block_k=128), False),
-    (8, dict(programs=64, block_n=16, block_k=32, max_splits=4), True),  # the last slice short
-])
-def test_split_product_added_in_its_kernel(rows, tiling, dot, dtype, monkeypatch):
-    """`REDUCE_SPLITS`: a split product's slices added by its own kernel (the last program of each output tile, in
-    slice order) give exactly what the partial sums summed after it give (3-4 slices, which inductor adds in
-    order, as torch does here; bias, rounding, ReLU on load, the residual, the K/V writes), and every tile's count
-    is back to 0 for the next launch."""
-    torch.manual_seed(5)
-    heads, kv_heads, dim, length, at = 2, 1, 8, 5, 3
-    out_features, in_features = (heads + 2 * kv_heads) * dim + 5, 300  # 37: a ragged last tile of outputs
-    x = torch.randn(rows, in_features, device=DEVICE).to(dtype)
-    weight = torch.randn(out_features, in_features, device=DEVICE).to(dtype)
-    bias, residual = torch.randn(out_features, device=DEVICE).to(dtype), torch.randn(
-        rows, out_features, device=DEVICE).to(dtype)
-    config = (kernels.dot_config if dot else kernels.gemv_config)(rows, out_features, in_features, **tiling)
-    assert 3 <= config.splits <= 4
-
-    def run(reduce: bool):
-        monkeypatch.setattr(kernels, "REDUCE_SPLITS", reduce)
-        keys, values = (torch.zeros(rows, kv_heads, length, dim, device=DEVICE, dtype=dtype) for _ in range(2))
-        cache = kernels.Cache(keys, values, torch.tensor([at], device=DEVICE), heads * dim)
-        outs = [kernels.gemv(x, weight, bias, config), kernels.gemv(x, weight, None, config, relu=True),
-                kernels.gemv(x, weight, bias, config, residual=residual),
-                kernels.gemv(x, weight, bias, config, cache=cache, dtype=dtype)]
-        return outs + [keys, values]
-
-    for reduced, summed in zip(run(True), run(False)):
-        assert reduced.dtype == summed.dtype
-        if DEVICE == "cpu":
-            assert torch.equal(reduced, summed)
-        else:  # torch's sum over the slices on the GPU need not add them in order
-            assert torch.allclose(reduced.float(), summed.float(), rtol=1e-3, atol=1e-3)
-    # in slice order, exactly, on any device
-    partials = kernels.gemv_partials(x, weight, config.block_n, config.block_k, config.splits, config.k_per_split,
-                                     config.warps, config.dot)
-    ordered = partials[0]
-    for part in partials[1:]:
-        ordered = ordered + part
-    monkeypatch.setattr(kernels, "REDUCE_SPLITS", True)
-    assert torch.equal(kernels.gemv(x, weight, bias, config), (ordered + bias.float()).to(dtype))
-    assert not kernels.tile_counts(weight, 1).any()
-
-
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("rows, tiling, dot", [
     (1, dict(programs=1, block_n=32, block_k=64), False),
     (3, dict(programs=64, block_n=8, block_k=64), False),
     (4, dict(programs=1, block_n=16, block_k=64), True),

@@ -14,7 +14,6 @@
 #
 #   bash tools/bench/seq2seq_check.sh kernels-tests                 # no onnxruntime-gpu needed
 #   bash tools/bench/seq2seq_check.sh kernels-rows MODELS [ARGS]    # e.g. t5-small,bart-large --variants inductor
-#   bash tools/bench/seq2seq_check.sh reduce [MODELS]               # split products added in their own kernel
 # kernels-tests: the static-cache steps' CUDA tests (our Triton kernels in fp32 against HF, graphs, compiled);
 # kernels-rows: tools/bench/seq2seq_speed.py's frameworks jobs for MODELS (comma-separated), ARGS passed on.
 #
@@ -57,19 +56,6 @@ if [ "$MODE" = kernels-tests ]; then
 HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_torch_kernels.py \
   tests/test_t5_fused.py tests/test_bart_fused.py tests/test_blip_fused.py tests/test_seq2seq_static.py \
   tests/test_greedy_in_step.py tests/test_beam_graph.py 2>&1 | tail -15
-fi
-if [ "$MODE" = reduce ]; then
-# split products added by their own kernel (kernels.REDUCE_SPLITS): its CUDA tests, then the encoder-decoders at
-# 1 row, 4 beams and 8 rows with and without it, the 8-row step's kernels each way, fp16 tokens with it; the
-# 1-row benchmark with it only for flan-T5-XL (the others' one-row products are unsplit: it changes nothing there)
-ONE_ROW=",compiled-default+reduce"
-case "${2:-}" in *flan-t5-xl*) ONE_ROW="" ;; esac
-HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_torch_kernels.py \
-  tests/test_seq2seq_static.py -k "added_in_its_kernel or default_step" 2>&1 | tail -5
-python3 tools/bench/seq2seq_speed.py "$OUT/reduce" --models "${2:-t5-base,blip-large,bart-large}" \
-  --deadline 380 --row-variants default+reduce --variants "" --batch-variants default+reduce \
-  --skip eager,onnxrt,beams-onnxrt,batch8-onnxrt,loop,loop-beams,tokens,kernels,kernels-rows4,kernels-onnxrt,\
-kernels-onnxrt-rows4,kernels-autotuned,autotuned,kernels-rows4-default+reduce$ONE_ROW
 fi
 if [ "$MODE" = kernels-rows ]; then
 MODELS=$2; shift 2

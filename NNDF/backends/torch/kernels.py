@@ -5,10 +5,9 @@ one-token step leaves the card's bandwidth unused with inductor's kernels and cu
   of `block_n` weight rows (contiguous along `in`, so every load is a wide coalesced read) over one of `splits`
   slices of the input features and keeps elementwise fp32 sums, reduced once at its end; the partial sums
   [splits, rows, out] go back to the caller, whose sum over `splits` inductor fuses with what follows (bias,
-  activation, residual, the next norm), or with `REDUCE_SPLITS` the last of a tile's programs adds them itself.
-  Splitting a long sum over many programs is what keeps enough weight reads in flight for a product with few
-  outputs (a 4864-feature sum into 896 outputs: inductor's one-program-per-output reduction reads it at ~1 TB/s
-  on an H100), and no split-K reduction kernel follows (cuBLAS's does).
+  activation, residual, the next norm). Splitting a long sum over many programs is what keeps enough weight
+  reads in flight for a product with few outputs (a 4864-feature sum into 896 outputs: inductor's one-program-
+  per-output reduction reads it at ~1 TB/s on an H100), and no split-K reduction kernel follows (cuBLAS's does).
   Unsplit (one slice covers the features), the kernel adds the bias and writes the caller's dtype itself. From
   `DOT_ROWS` rows (beams, batches: up to 16) the programs sum through tensor-core dots instead (`tl.dot` of the rows,
   padded to 16, with a tile of 16+ weight rows): the same fp32 sums of exact products, in another order, at one
@@ -56,20 +55,19 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # 64 rows and 4 warps in the same call: t5-base 0.679 / 0.472 against 0.695 / 0.486, BLIP-large 0.750 / 0.567
 # against 0.768 / 0.582, flan-T5-XL 2.148 / 1.886 against 2.182 / 1.913; BART-large 0.778 / 0.623 against 0.792 /
 # 0.607, its batch 8 the one loss; docs/device-runs/2026-11-29-h200-dot-tiling). Split to ~1024 programs but
-# in at most 4 slices: the next kernel reads and adds every slice's partial sums, and inductor unrolls a sum of
+# in at most 7 slices: the next kernel reads and adds every slice's partial sums, and inductor unrolls a sum of
 # fewer than 8 (`unroll_reductions_threshold`) into the kernel that reads it, where 8 or more take a reduction kernel
 # of their own (at batch 8 on an H200, ms a step with at most 4 slices against any number: flan-T5-XL 1.862 against
-# 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559). Unsplit
+# 2.089, BART-large 0.627 against 0.851, t5-base 0.563 against 0.597; BLIP-large 0.610 against 0.559). At most 7
+# rather than 4 (t5-base's products of 768 features in 6 slices of one load each, not 3 of two), in one call, batch
+# 8 / 4 beams, ms a step: t5-base 0.421 / 0.626 against 0.464 / 0.671, BLIP-large 0.511 / 0.687 against 0.556 /
+# 0.735, BART-large 0.603 / 0.756 against 0.612 / 0.767, flan-T5-XL 1.865 / 2.128 against 1.867 / 2.131; t5-small
+# 0.227 / 0.419 against 0.223 / 0.418 (docs/device-runs/2026-11-29-h200-dot-splits). Unsplit
 # products, even only those of up to 1024 features, lose more to their fewer programs than the partial sums' adds
 # cost (t5-base at batch 8: 0.506-0.585 ms against 0.490, BART-large 0.770 against 0.611)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
-DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=4)
-# the products split in several slices added by their own kernel's last program of each output tile, where their
-# caller wants the whole product (`_finish`), not by a kernel of inductor's after it (False: inductor's, as it reads
-# them); one row's products of up to 1024 features and the ones that add a residual or write the K/V cache are
-# unsplit already (`TILING`, `WHOLE_TILING`), the dot form's of several rows are split (`DOT_TILING`)
-REDUCE_SPLITS = False
+DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=7)
 
 
 class GemvConfig(NamedTuple):
@@ -236,48 +234,9 @@ def _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width,
 
 
 @triton.jit
-def _finish(out_ptr, acc, bias_ptr, res_ptr, part_ptr, count_ptr, k_ptr, v_ptr, write_ptr, r, n, tile, split, rows,
-            out_features, res_stride, q_features, kv_width, cache_row_stride, cache_head_stride,
-            HEAD_DIM: tl.constexpr, KV: tl.constexpr, BIAS: tl.constexpr, RESIDUAL: tl.constexpr,
-            REDUCE: tl.constexpr):
-    """A program's sums `acc` [BR, BN] fp32 written out (`_write`, then `_write_cache` with KV). With REDUCE (a product
-    in several slices whose caller wants the whole product): the slice's partial sums go to part [splits, rows,
-    out_features], and the last of the tile's programs to finish adds every slice's, in slice order (as
-    inductor's unrolled sum of the partial sums does), and writes the product as one slice would, bias, residual
-    and K/V included. Each program's stores are done before it counts itself in `count_ptr[tile]` (release); the
-    last one's loads come after its count (acquire) and bypass L1; it sets the count back to 0 for the next
-    launch."""
-    if REDUCE:
-        _write(part_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, False, False)
-        tl.debug_barrier()
-        splits = tl.num_programs(1)
-        seen = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if seen == splits - 1:
-            tl.debug_barrier()
-            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
-            keep = (r[:, None] < rows) & (n[None, :] < out_features)
-            offsets = r[:, None] * out_features + n[None, :]
-            total = tl.load(part_ptr + offsets, mask=keep, other=0.0, cache_modifier=".cg")
-            for s in range(1, splits):
-                total += tl.load(part_ptr + s * rows * out_features + offsets, mask=keep, other=0.0,
-                                 cache_modifier=".cg")
-            out = _write(out_ptr, total, bias_ptr, res_ptr, r, n, 0, rows, out_features, res_stride, BIAS,
-                         RESIDUAL)
-            if KV:
-                _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
-                             cache_head_stride, HEAD_DIM)
-    else:
-        out = _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
-        if KV:
-            _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
-                         cache_head_stride, HEAD_DIM)
-
-
-@triton.jit
 def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr, rows,
                  out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
-                 cache_row_stride, cache_head_stride, part_ptr, count_ptr, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
-                 REDUCE: tl.constexpr,
+                 cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                  BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                  ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                  ACT: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr):
@@ -304,16 +263,17 @@ def _gemv_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, 
         acc += x.to(tl.float32)[:, None, :] * w[None, :, :].to(tl.float32)
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
-    _finish(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, part_ptr, count_ptr, k_ptr, v_ptr, write_ptr, r, n,
-            tile, split, rows, out_features, res_stride, q_features, kv_width, cache_row_stride, cache_head_stride,
-            HEAD_DIM, KV, BIAS, RESIDUAL, REDUCE)
+    out = _write(out_ptr, tl.sum(acc, axis=2), bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride,
+                 BIAS, RESIDUAL)
+    if KV:
+        _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
+                     cache_head_stride, HEAD_DIM)
 
 
 @triton.jit
 def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_ptr, k_ptr, v_ptr, write_ptr,
                      rows, out_features, in_features, x_stride, w_stride, res_stride, eps, q_features, kv_width,
-                     cache_row_stride, cache_head_stride, part_ptr, count_ptr, HEAD_DIM: tl.constexpr,
-                     KV: tl.constexpr, REDUCE: tl.constexpr,
+                     cache_row_stride, cache_head_stride, HEAD_DIM: tl.constexpr, KV: tl.constexpr,
                      BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr,
                      ONE_LOAD: tl.constexpr, K_PER_SPLIT: tl.constexpr, BIAS: tl.constexpr, NORM: tl.constexpr,
                      ACT: tl.constexpr, RESIDUAL: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
@@ -340,9 +300,10 @@ def _gemv_dot_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, gain_ptr, shift_ptr, res_p
         acc = tl.dot(x, tl.trans(w), acc, input_precision=PRECISION, out_dtype=tl.float32)
     if PDL and not EARLY:
         tl.extra.cuda.gdc_launch_dependents()
-    _finish(out_ptr, acc, bias_ptr, res_ptr, part_ptr, count_ptr, k_ptr, v_ptr, write_ptr, r, n, tile, split, rows,
-            out_features, res_stride, q_features, kv_width, cache_row_stride, cache_head_stride, HEAD_DIM, KV, BIAS,
-            RESIDUAL, REDUCE)
+    out = _write(out_ptr, acc, bias_ptr, res_ptr, r, n, split, rows, out_features, res_stride, BIAS, RESIDUAL)
+    if KV:
+        _write_cache(k_ptr, v_ptr, write_ptr, out, r, n, rows, q_features, kv_width, cache_row_stride,
+                     cache_head_stride, HEAD_DIM)
 
 
 # the activations `gemv` applies to its input as it loads it (`_input`'s ACT), by name: F.gelu's `approximate`
@@ -373,42 +334,20 @@ class Cache(NamedTuple):
     q_features: int
 
 
-# one count per output tile of a product whose slices its own kernel adds (`_finish`'s REDUCE), zeros between
-# launches, by the product's weight: two models' steps on two streams of a device never share one (the launches of
-# one weight's product run one after another on a step's stream)
-_counts: dict = {}
-
-
-def tile_counts(weight: torch.Tensor, tiles: int) -> torch.Tensor:
-    """The counts (int32 [tiles], zeros) of `weight`'s product, made on first use, which must come before a CUDA
-    graph's capture (a step's warm-up runs do)."""
-    key = (weight.device, weight.data_ptr())
-    counts = _counts.get(key)
-    if counts is None or counts.numel() < tiles:  # or another tensor now at that address
-        if weight.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("a product added in its kernel first ran inside a CUDA graph's capture: run it once "
-                               "before capturing")
-        counts = _counts[key] = torch.zeros(tiles, dtype=torch.int32, device=weight.device)
-    return counts
-
-
 def _gemv_launch(x, weight, bias, out, block_n: int, block_k: int, splits: int, k_per_split: int, warps: int,
                  dot: bool, activation: str | None, norm: Norm | None = None, residual: torch.Tensor | None = None,
-                 cache: Cache | None = None, part: torch.Tensor | None = None):
-    """One launch of the GEMV kernels: `out` [splits, rows, out] of partial sums, or, with `part` (a workspace
-    [splits, rows, out] fp32), the whole product [rows, out] added in the kernel (`_finish`'s REDUCE)."""
+                 cache: Cache | None = None):
     rows, in_features = x.shape[0], weight.shape[1]
     out_features = weight.shape[0]
     grid = (triton.cdiv(out_features, block_n), splits)
-    reduce = (x, x) if part is None else (part, tile_counts(weight, grid[0]))
     gain, shift = (x, x) if norm is None else (norm.gain, x if norm.shift is None else norm.shift)
     keys, values, write, q_features = (x, x, x, 0) if cache is None else cache
     kv_width = 0 if cache is None else keys.shape[1] * keys.shape[3]
     args = (x, weight, x if bias is None else bias, out, gain, shift, x if residual is None else residual, keys, values,
             write, rows, out_features, in_features, x.stride(0), weight.stride(0),
             0 if residual is None else residual.stride(0), 0.0 if norm is None else float(norm.eps), q_features,
-            kv_width, 0 if cache is None else keys.stride(0), 0 if cache is None else keys.stride(1), *reduce)
-    common = dict(HEAD_DIM=1 if cache is None else keys.shape[3], KV=cache is not None, REDUCE=part is not None)
+            kv_width, 0 if cache is None else keys.stride(0), 0 if cache is None else keys.stride(1))
+    common = dict(HEAD_DIM=1 if cache is None else keys.shape[3], KV=cache is not None)
     common.update(BLOCK_N=block_n, BLOCK_K=block_k, K_PER_SPLIT=k_per_split, BIAS=bias is not None,
                   NORM=NORM_CODES[None if norm is None else norm.kind], ACT=ACTIVATION_CODES[activation],
                   RESIDUAL=residual is not None, num_warps=warps, **_launch(x.device, norm is not None))
@@ -438,33 +377,27 @@ def _launch(device: torch.device, norm: bool = False) -> dict:
 def gemv_whole(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
                warps: int, dot: bool, activation: str | None, dtype: torch.dtype, norm_kind: str | None = None,
                gain: torch.Tensor | None = None, shift: torch.Tensor | None = None, eps: float = 0.0,
-               residual: torch.Tensor | None = None, splits: int = 1, k_per_split: int = 0) -> torch.Tensor:
+               residual: torch.Tensor | None = None) -> torch.Tensor:
     """x [rows, in] (features contiguous; norm(x) with `norm_kind` (`Norm`), then activation(x)) times weight
     [out, in]^T + bias in one sum per output (through dots with `dot`): [rows, out] in `dtype`, summed in fp32 and
-    rounded once (what the partial sums summed and cast give); plus `residual` [rows, out] (after that rounding).
-    In `splits` slices of `k_per_split` features, the kernel's last program of each tile adds them (`_finish`)."""
+    rounded once (what the partial sums summed and cast give); plus `residual` [rows, out] (after that rounding)."""
     return _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps,
-                  residual, splits=splits, k_per_split=k_per_split)
+                  residual)
 
 
 def _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps, residual,
-           cache: Cache | None = None, splits: int = 1, k_per_split: int = 0) -> torch.Tensor:
-    """`gemv_whole`'s and `gemv_cache`'s launch: the whole product in `dtype`, in one slice or added in the kernel."""
+           cache: Cache | None = None) -> torch.Tensor:
+    """`gemv_whole`'s and `gemv_cache`'s launch: the product in one slice, in `dtype`."""
     out = x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
     norm = None if norm_kind is None else Norm(norm_kind, gain, shift, eps)
-    part = None
-    if splits > 1:
-        part = torch.empty((splits, x.shape[0], weight.shape[0]), dtype=torch.float32, device=x.device)
-    else:
-        k_per_split = triton.cdiv(weight.shape[1], block_k) * block_k
-    _gemv_launch(x, weight, bias, out, block_n, block_k, splits, k_per_split, warps, dot, activation, norm, residual,
-                 cache, part)
+    _gemv_launch(x, weight, bias, out, block_n, block_k, 1, triton.cdiv(weight.shape[1], block_k) * block_k, warps,
+                 dot, activation, norm, residual, cache)
     return out
 
 
 @gemv_whole.register_fake
 def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind=None, gain=None, shift=None,
-      eps=0.0, residual=None, splits=1, k_per_split=0):
+      eps=0.0, residual=None):
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
@@ -473,15 +406,15 @@ def gemv_cache(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                warps: int, dot: bool, activation: str | None, dtype: torch.dtype, keys: torch.Tensor,
                values: torch.Tensor, write: torch.Tensor, q_features: int, norm_kind: str | None = None,
                gain: torch.Tensor | None = None, shift: torch.Tensor | None = None, eps: float = 0.0,
-               residual: torch.Tensor | None = None, splits: int = 1, k_per_split: int = 0) -> torch.Tensor:
+               residual: torch.Tensor | None = None) -> torch.Tensor:
     """`gemv_whole`, its key and value columns also written into `keys` / `values` at `write` (`Cache`)."""
     return _whole(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, norm_kind, gain, shift, eps,
-                  residual, Cache(keys, values, write, q_features), splits, k_per_split)
+                  residual, Cache(keys, values, write, q_features))
 
 
 @gemv_cache.register_fake
 def _(x, weight, bias, block_n, block_k, warps, dot, activation, dtype, keys, values, write, q_features,
-      norm_kind=None, gain=None, shift=None, eps=0.0, residual=None, splits=1, k_per_split=0):
+      norm_kind=None, gain=None, shift=None, eps=0.0, residual=None):
     return x.new_empty((x.shape[0], weight.shape[0]), dtype=dtype)
 
 
@@ -517,9 +450,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     eager adds them). Unsplit, the kernel adds the bias and the residual and writes the output's dtype itself, so
     what reads the product (a q the attention kernel takes as it is, the next layer) needs no kernel of its own to
     sum and cast it first; split, the partial sums' sum, bias and residual are plain ops inductor fuses with what
-    follows, or with `REDUCE_SPLITS` the kernel adds them itself as unsplit. `cache` (`Cache`, one row of x a row
-    of the buffers): the keys and values among the outputs also written into the cache (by the kernel where
-    unsplit or added in it, else by plain ops after it)."""
+    follows. `cache` (`Cache`, one row of x a row of the buffers): the keys and values among the outputs also
+    written into the cache (by the kernel where unsplit, else by plain ops after it)."""
     dtype = dtype or x.dtype
     activation = "relu" if relu else activation
     lead, in_features = x.shape[:-1], weight.shape[1]
@@ -537,13 +469,11 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
                 tiling = {**tiling, **WHOLE_TILING}
             config = gemv_config(rows, weight.shape[0], in_features, **tiling)
     norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
-    if config.splits == 1 or REDUCE_SPLITS:
+    if config.splits == 1:
         res = None if residual is None else residual.reshape(-1, weight.shape[0])
         if res is not None and res.stride(-1) != 1:
             res = res.contiguous()
         extra = {} if res is None else dict(residual=res)
-        if config.splits > 1:
-            extra.update(splits=config.splits, k_per_split=config.k_per_split)
         tiling = (config.block_n, config.block_k, config.warps, config.dot, activation, dtype)
         if cache is None:
             out = gemv_whole(flat, weight, bias, *tiling, *norm_args, **extra)
