@@ -362,13 +362,12 @@ def loop_mode(mode: str):
     dot form's products in at most N slices (`kernels.DOT_TILING["max_splits"]`); "blockN": the dot form's tiles of
     N weight rows (`block_n`: more programs for narrow outputs); "wholeN": both, unsplit in tiles of N rows (no
     partial sums to add after the kernel); "dwarpsN": the dot form with N warps a program; "dkN": its loads of N
-    features (`block_k`); "splitres": one-row
-    products that add a residual or write the K/V cache tiled as any other, in partial sums where split
-    (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run eagerly, not compiled
-    (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling (`kernels.TILING`'s
-    block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or write the K/V cache in
-    tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the defaults are;
-    "MODE+MODE": both."""
+    features (`block_k`); "splitres": one-row products that add a residual or write the K/V cache tiled as any
+    other, in partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run
+    eagerly, not compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
+    (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
+    defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
     from NNDF.backends.torch import compile as compile_options

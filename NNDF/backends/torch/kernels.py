@@ -62,9 +62,9 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # rather than 4 (t5-base's products of 768 features in 6 slices of one load each, not 3 of two), in one call, batch
 # 8 / 4 beams, ms a step: t5-base 0.421 / 0.626 against 0.464 / 0.671, BLIP-large 0.511 / 0.687 against 0.556 /
 # 0.735, BART-large 0.603 / 0.756 against 0.612 / 0.767, flan-T5-XL 1.865 / 2.128 against 1.867 / 2.131; t5-small
-# 0.227 / 0.419 against 0.223 / 0.418 (docs/device-runs/2026-11-29-h200-dot-splits). Unsplit
-# products, even only those of up to 1024 features, lose more to their fewer programs than the partial sums' adds
-# cost (t5-base at batch 8: 0.506-0.585 ms against 0.490, BART-large 0.770 against 0.611)
+# 0.227 / 0.419 against 0.223 / 0.418 (docs/device-runs/2026-11-29-h200-dot-splits). Unsplit products, even only
+# those of up to 1024 features, lose more to their fewer programs than the partial sums' adds cost (t5-base at
+# batch 8: 0.506-0.585 ms against 0.490, BART-large 0.770 against 0.611)
 DOT_ROWS: int | None = 2
 DOT_MAX_ROWS = 16
 DOT_TILING = dict(programs=1024, block_n=32, block_k=128, warps=2, max_splits=7)
