@@ -17,7 +17,7 @@ demo: $(VENV)/.installed  ## compare the offline GPT2 default on PyTorch and ONN
 
 # The suite runs in two processes (pytest-xdist, one per core); --dist loadfile keeps each file's tests on one
 # process, so a module's fixtures are built once, and the three Triton files share one process and one server
-# (tests/conftest.py). Each process has its own working dir for the offline models and exports (`workdir`).
+# (tests/conftest.py). Both processes share one working dir for the offline models and exports (`workdir`).
 test: $(VENV)/.installed  ## the test suite (CPU, offline, two processes; budget 20 minutes on 2 cores; the 25 slowest tests listed)
 	$(PY) -m pytest -q -n 2 --dist loadfile tests --durations=25
 

@@ -153,7 +153,7 @@ def prompt_layer(x, w: tuple, keys, values, start: int, allowed, cos, sin, *, he
     else:
         values[:, :, start:end] = v
     a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed, scale=scale,
-                                       enable_gqa=heads != kv_heads)
+                                       enable_gqa=q.shape[1] != keys.shape[1])
     x = x + F.linear(a.transpose(1, 2).reshape(rows, length, heads * d), o_w, o_b)
     gate, up = F.linear(rms_norm(x, norm2, eps), gate_up_w).chunk(2, dim=-1)
     return x + F.linear(F.silu(gate) * up, down_w)

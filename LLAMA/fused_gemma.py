@@ -92,7 +92,7 @@ def prompt_layer(x, w: tuple, keys, values, start: int, allowed, cos, sin, *, he
     keys[:, :, start:end] = k
     values[:, :, start:end] = qkv[..., (heads + kv_heads) * d:].reshape(rows, length, kv_heads, d).transpose(1, 2)
     a = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], attn_mask=allowed, scale=scale,
-                                       enable_gqa=heads != kv_heads)
+                                       enable_gqa=q.shape[1] != keys.shape[1])
     x = x + gemma_norm(F.linear(a.transpose(1, 2).reshape(rows, length, heads * d), o_w, o_b), norm_attn, eps)
     gate, up = F.linear(gemma_norm(x, norm_pre_mlp, eps), gate_up_w).chunk(2, dim=-1)
     return x + gemma_norm(F.linear(F.gelu(gate, approximate="tanh") * up, down_w), norm_mlp, eps)

@@ -47,9 +47,15 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory) -> Path:
-    """The session's working dir: offline models and exports built once and shared by the tests (one per process
-    under pytest-xdist: `make test` runs two; tmp_path_factory's folders are the process's own)."""
-    return tmp_path_factory.mktemp("work")
+    """The session's working dir: offline models and exports built once and shared by the tests. Under
+    pytest-xdist (`make test` runs two processes) both processes share one, beside their own temporary folders:
+    an artifact one builds, the other finds current or waits for under the artifact's build lock
+    (NNDF/artifacts.py), so no export is made twice. Tests that damage or remove artifacts copy them first."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return tmp_path_factory.mktemp("work")
+    shared = tmp_path_factory.getbasetemp().parent / "work"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 @pytest.fixture(scope="session")

@@ -142,7 +142,9 @@ def test_compiled_prompt_pass_matches_eager(workdir):
 
     run = _run(workdir, variant="qwen3-offline", family="LLAMA")
     with backend_steps(run, "frameworks") as (_, steps):
-        fused, eager = steps.fused, steps.fused._prompt
+        # on CUDA the step's prompt pass is already compiled (`prompt_function`): the function it compiled
+        fused = steps.fused
+        eager = getattr(fused._prompt, "_torchdynamo_orig_callable", fused._prompt)
         assert prompt_function(eager, True, torch.device("cpu"), fused.settings) is eager
         compiled = torch.compile(eager, fullgraph=True)
         generator = torch.Generator().manual_seed(0)

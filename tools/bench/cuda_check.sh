@@ -8,6 +8,9 @@
 #   bash tools/bench/cuda_check.sh             # any CUDA machine with the requirements plus onnxruntime-gpu
 #   bash tools/bench/cuda_check.sh baselines   # only: GPT-2 124M shapes at batch 8 and gpt2-xl shapes at batch 1
 #                                              # (fp16, prompt 128, 256 new tokens)
+#   bash tools/bench/cuda_check.sh tests [N] [FILES]   # only: every test file that runs on CUDA (those reading
+#       # HARNESS_TEST_DEVICE; or FILES, space-separated), in N pytest-xdist processes (default 4; 1 without
+#       # pytest-xdist), sharing the GPU and one working dir; the failures' and skips' reasons at the end
 #
 # Logs and JSON go to $OUT (default temp/bench).
 set -uo pipefail
@@ -16,6 +19,14 @@ set -uo pipefail
 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
 python3 -c "import torch, transformers, onnxruntime as o; print('torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
 WD=/tmp/wd
+if [ "${1:-all}" = tests ]; then
+  FILES=${3:-$(grep -l HARNESS_TEST_DEVICE tests/test_*.py | tr '\n' ' ')}
+  PARALLEL="-n ${2:-4} --dist loadfile"
+  python3 -c "import xdist" 2>/dev/null || PARALLEL=""
+  # shellcheck disable=SC2086
+  HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider $PARALLEL --durations=15 $FILES
+  exit 0
+fi
 if [ "${1:-all}" = baselines ]; then
   make_shapes gpt2
   make_shapes gpt2-xl

@@ -75,7 +75,7 @@ def measure(path: Path, rows: int, k: int, layers: int, device: str, repeats: in
     from NNDF.backends.onnxrt.steps import make_session
 
     stream = torch.cuda.Stream()
-    session = make_session(path, torch.device("cuda", 0), cuda_graph_stream=stream)  # as the onnxrt backend's
+    session = make_session(path, torch.device("cuda", 0), stream=stream, cuda_graph=True)  # as the onnxrt backend's
     inputs, outputs = session.get_inputs()[0], session.get_outputs()[0]
     x = torch.randn([d if isinstance(d, int) else 1 for d in inputs.shape], dtype=torch.float16, device="cuda")
     y = torch.empty([d if isinstance(d, int) else 1 for d in outputs.shape], dtype=torch.float16, device="cuda")

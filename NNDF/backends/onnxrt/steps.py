@@ -2,8 +2,8 @@
 
 `OrtGraph` runs one session. On the CPU, torch tensors and numpy arrays share memory, so feeding the session and
 wrapping its outputs copies nothing. On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by
-pointer for every input and output, and ONNX Runtime runs on torch's current stream: tokens, masks and cache
-never visit the host. `CausalLM.ort_steps.OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
+pointer for every input and output, and ONNX Runtime runs on a stream of the session's own, ordered after torch's
+current stream before each run and before it after: tokens, masks and cache never visit the host. `CausalLM.ort_steps.OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
 tensors (present.* of the previous step become past.* of the next), or for a static-cache graph (one with a
 `cache_position` input) a `NNDF.slots.KVSlot`: full-length buffers bound as both past and present, so the graph
 writes the new keys and values in place and every one-token step has the same shapes and addresses. With
@@ -61,7 +61,7 @@ def _graph_level(ort, name: str):
     return levels[name]
 
 
-def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_stream=None):
+def make_session(path: Path, device: torch.device, threads: int = 0, stream=None, cuda_graph: bool = False):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -94,16 +94,20 @@ def make_session(path: Path, device: torch.device, threads: int = 0, cuda_graph_
         # and Llama-3-8B shapes and the same at BLOOM-7B1 and GPT-NeoX-20B (docs/PERFORMANCE.md); a value the user
         # sets wins
         os.environ.setdefault("ORT_ENABLE_XQA", "0")
-        # CUDA graphs cannot be captured on the legacy default stream: a graph session gets a stream of its own
-        stream = (cuda_graph_stream or torch.cuda.current_stream(device)).cuda_stream
+        # `stream` (a torch.cuda.Stream, never the legacy default stream): ONNX Runtime takes a null handle for "no
+        # stream given" and runs on a non-blocking stream of its own, which nothing orders against torch's work (a
+        # step could read inputs torch has not written yet: seen as wrong logits on a busy GPU); CUDA graphs cannot
+        # be captured on the legacy default stream either
+        if stream is None or not stream.cuda_stream:
+            raise ValueError("an ONNX Runtime CUDA session needs a torch.cuda.Stream of its own")
         # use_tf32=0: fp32 means fp32 (TF32 matmuls differ from PyTorch's fp32 by ~5e-3 on GPT-2 logits)
-        cuda = {"device_id": str(device.index or 0), "user_compute_stream": str(stream), "use_tf32": "0",
+        cuda = {"device_id": str(device.index or 0), "user_compute_stream": str(stream.cuda_stream), "use_tf32": "0",
                 # the arena grows by what is asked, not by powers of two: a 20B model's weights would otherwise
                 # reserve far more than they take on an 80 GB card
                 "arena_extend_strategy": "kSameAsRequested"}
         # weights take device memory of their own size, outside the arena (freed with the session)
         options.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
-        if cuda_graph_stream is not None:
+        if cuda_graph:
             cuda["enable_cuda_graph"] = "1"
         providers = [("CUDAExecutionProvider", cuda)]
     else:
@@ -127,8 +131,9 @@ class OrtGraph:
                  host_inputs: frozenset[str] = frozenset()):
         self.path, self.device = path, device
         self.host_inputs = host_inputs  # inputs a kernel reads on the CPU: bound in host memory
-        self.stream = torch.cuda.Stream(device) if cuda_graph else None
-        self.session = make_session(path, device, threads, self.stream)
+        self.cuda_graph = cuda_graph
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None  # the session's (`run_bound`)
+        self.session = make_session(path, device, threads, self.stream, cuda_graph)
         # plain copies of the graph's input / output metadata: ONNX Runtime's NodeArg objects keep the session (and
         # its device memory) alive as long as any of them lives
         self.inputs = {i.name: TensorMeta(i.name, tuple(i.shape), i.type) for i in self.session.get_inputs()}
@@ -157,7 +162,7 @@ class OrtGraph:
                    torch.empty(self._shape(name, dims), dtype=self.dtype(name), device=self.device)
                    for name in self.output_names]
         binding = self.bind(feeds, dict(zip(self.output_names, results)))
-        self.run_bound(binding, self.run_options(graph_id) if self.stream is not None else None)
+        self.run_bound(binding, self.run_options(graph_id) if self.cuda_graph else None)
         return results
 
     def bind(self, feeds: dict, outputs: dict):
@@ -190,7 +195,7 @@ class OrtGraph:
         return options
 
     def run_bound(self, binding, run_options=None) -> None:
-        """Run a binding; on a CUDA-graph session's own stream, ordered after and before torch's stream."""
+        """Run a binding; on CUDA on the session's own stream, ordered after and before torch's current stream."""
         if self.stream is None:
             self.session.run_with_iobinding(binding)
             return
