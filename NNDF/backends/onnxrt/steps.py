@@ -2,13 +2,14 @@
 
 `OrtGraph` runs one session. On the CPU, torch tensors and numpy arrays share memory, so feeding the session and
 wrapping its outputs copies nothing. On CUDA, IO binding hands ONNX Runtime torch-allocated device buffers by
-pointer for every input and output, and ONNX Runtime runs on a stream of the session's own, ordered after torch's
-current stream before each run and before it after: tokens, masks and cache never visit the host. `CausalLM.ort_steps.OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch
-tensors (present.* of the previous step become past.* of the next), or for a static-cache graph (one with a
-`cache_position` input) a `NNDF.slots.KVSlot`: full-length buffers bound as both past and present, so the graph
-writes the new keys and values in place and every one-token step has the same shapes and addresses. With
-`cuda_graph`, ONNX Runtime captures that step once per slot (its CUDA-graph mode, `gpu_graph_id` = the slot's
-id) and replays it; the prompt pass runs uncaptured (`gpu_graph_id` -1).
+pointer for every input and output, and ONNX Runtime runs on a stream of the session's own: each run waits for
+torch's current stream, and torch's stream waits for the run. Tokens, masks and cache never visit the host.
+`CausalLM.ort_steps.OrtSteps` is the decoder-only contract over one graph; its cache is a tuple of torch tensors
+(present.* of the previous step become past.* of the next), or for a static-cache graph (one with a `cache_position`
+input) a `NNDF.slots.KVSlot`: full-length buffers bound as both past and present, so the graph writes the new keys
+and values in place and every one-token step has the same shapes and addresses. With `cuda_graph`, ONNX Runtime
+captures that step once per slot (its CUDA-graph mode, `gpu_graph_id` = the slot's id) and replays it; the prompt
+pass runs uncaptured (`gpu_graph_id` -1).
 """
 from __future__ import annotations
 
