@@ -2,8 +2,8 @@
 `Seq2Seq.fused_graph.Seq2SeqBuilder`: ONNX Runtime's fused attention ops, the decoder's self-attention cache
 written in place) as a stored artifact, and the steps that drive them.
 
-    encoder.onnx  the encoder (built by the family's builder, or the kind's torch.onnx export where the builder
-                  leaves it out, e.g. an image encoder)
+    encoder.onnx  the encoder, text or image (built by the family's builder; the kind's torch.onnx export where a
+                  builder's `parts` leave it out)
     cross.onnx    encoder_hidden_states -> every decoder layer's cross-attention keys and values
     decoder.onnx  one decoder pass over full-length self-attention buffers bound as past and present
 

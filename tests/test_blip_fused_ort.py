@@ -1,12 +1,13 @@
-"""BLIP's caption decoder graphs built from the weights for ONNX Runtime (BLIP/fused_onnx.py: "cross" and "decoder";
-the image encoder stays the torch.onnx export), run by plain ONNX Runtime sessions on the CPU (fp32) against HF:
-every layer's cross-attention keys and values of the image embeddings, and the decoder's logits at every position
-(a prompt pass over [DEC] + a text prompt, then one-token steps writing the shared past/present buffers in place,
-as the steps bind them), on blip-offline and on the tiny random BLIP of tests/test_blip_fused.py (vision width
-unlike the text width, tanh-GELU, every norm and bias moved off HF's ones and zeros); one row's image tokens
-partly masked out in one case (HF's logits without those tokens); greedy decoding through the graphs gives HF
-`generate`'s caption. A checkpoint with a text decoder weight the graphs leave out, and models the graphs cannot
-run, are refused by message."""
+"""BLIP's captioning graphs built from the weights for ONNX Runtime (BLIP/fused_onnx.py: "encoder", "cross" and
+"decoder"), run by plain ONNX Runtime sessions on the CPU (fp32) against HF: the image encoder's output (HF's
+`vision_model(...).last_hidden_state`) for two random images and for the processor's two test images, every layer's
+cross-attention keys and values of the image embeddings, and the decoder's logits at every position (a prompt pass
+over [DEC] + a text prompt, then one-token steps writing the shared past/present buffers in place, as the steps bind
+them), on blip-offline and on the tiny random BLIP of tests/test_blip_fused.py (vision width unlike the text width,
+tanh-GELU, every norm and bias moved off HF's ones and zeros); one row's image tokens partly masked out in one case
+(HF's logits without those tokens); greedy decoding through the graphs, from the built encoder's image embeddings,
+gives HF `generate`'s caption. A checkpoint with a weight the graphs leave out (text decoder or vision encoder), and
+models the graphs cannot run, are refused by message."""
 import numpy as np
 import pytest
 import torch
@@ -113,6 +114,22 @@ def test_graphs_give_hf_logits(name, mask_tail, runs, built):  # noqa: F811
 
 
 @pytest.mark.parametrize("name", ["blip-offline", "tiny"])
+def test_encoder_gives_hf_vision_output(name, built):
+    """The encoder graph on two random images (fixed seed): HF's `vision_model(pixel_values).last_hidden_state`
+    [2, 1 + patches, vision width]; the graph takes pixel_values as the torch.onnx export did ([B, 3, size, size]
+    in the graph's float type) and gives `encoder_hidden_states`."""
+    model, sessions = built[name]
+    vision = model.config.vision_config
+    pixels = torch.randn(2, 3, vision.image_size, vision.image_size, generator=torch.Generator().manual_seed(3))
+    (out,) = sessions["encoder"].run(["encoder_hidden_states"], {"pixel_values": pixels.numpy()})
+    with torch.no_grad():
+        expected = model.vision_model(pixel_values=pixels).last_hidden_state
+    assert [i.name for i in sessions["encoder"].get_inputs()] == ["pixel_values"]
+    assert out.shape == (2, (vision.image_size // vision.patch_size) ** 2 + 1, vision.hidden_size) == expected.shape
+    np.testing.assert_allclose(out, expected.numpy(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["blip-offline", "tiny"])
 def test_greedy_captions_match_hf_generate(name, runs, built):  # noqa: F811
     run = runs[name]
     model, sessions = built[name]
@@ -121,8 +138,10 @@ def test_greedy_captions_match_hf_generate(name, runs, built):  # noqa: F811
     inputs = run.family.task.hf_generate_inputs(run, encode(run, [ImagePrompt(i, TEXT) for i in IMAGES]))
     with torch.no_grad():
         expected = model.generate(**inputs, max_new_tokens=new, do_sample=False, num_beams=1)[:, prompt.shape[1]:]
-    decoder = _Decoder(sessions["decoder"], sessions["cross"].run(None, {"encoder_hidden_states": image.numpy()}),
-                       mask)
+    pixels = inputs["pixel_values"].numpy()
+    ours = sessions["encoder"].run(None, {"pixel_values": pixels})[0]  # the built encoder's image embeddings
+    np.testing.assert_allclose(ours, image.numpy(), atol=1e-4, rtol=1e-4)
+    decoder = _Decoder(sessions["decoder"], sessions["cross"].run(None, {"encoder_hidden_states": ours}), mask)
     token = decoder.run(prompt, 0)[:, -1].argmax(-1)
     tokens = [token]
     for position in range(prompt.shape[1], prompt.shape[1] + new - 1):
@@ -140,6 +159,10 @@ def test_leftover_weight_and_unsupported_models_are_refused(runs, tmp_path):  # 
     weights = fg.StateDict(tensors.__getitem__, tensors, "test")
     with pytest.raises(ArtifactError, match=r"text_decoder\.bert\.encoder\.layer\.0\.extra\.weight"):
         _build(model, tmp_path, weights)
+    tensors = {**model.state_dict(), "vision_model.encoder.layers.0.extra.weight": torch.zeros(2)}
+    weights = fg.StateDict(tensors.__getitem__, tensors, "test")
+    with pytest.raises(ArtifactError, match=r"vision_model\.encoder\.layers\.0\.extra\.weight"):
+        _build(model, tmp_path / "vision", weights)
     text = type(model.config.text_config)(**{**model.config.text_config.to_dict(), "hidden_act": "silu"})
     config = type(model.config)(text_config=text.to_dict(), vision_config=model.config.vision_config.to_dict())
     assert BUILDER.refusal(config) == ("onnxrt's built BLIP graphs have no op for activation 'silu' (they have gelu, "
@@ -147,13 +170,21 @@ def test_leftover_weight_and_unsupported_models_are_refused(runs, tmp_path):  # 
     text = type(text)(**{**text.to_dict(), "hidden_act": "gelu", "hidden_size": 36, "num_attention_heads": 6})
     config = type(config)(text_config=text.to_dict(), vision_config=config.vision_config.to_dict())
     assert "head size that is a multiple of 8" in BUILDER.refusal(config)
-    assert BUILDER.refusal(model.config) is None and BUILDER.parts == ("cross", "decoder")
+    vision = type(config.vision_config)(**{**config.vision_config.to_dict(), "hidden_act": "silu"})
+    config = type(config)(text_config=model.config.text_config.to_dict(), vision_config=vision.to_dict())
+    assert "no op for activation 'silu'" in BUILDER.refusal(config)
+    assert BUILDER.refusal(model.config) is None and BUILDER.parts == ("encoder", "cross", "decoder")
 
 
-def test_static_cache_gives_hf_captions(models, tmp_path):  # noqa: F811
-    """Through the harness (`onnxrt --static-cache`: the image encoder exported, these graphs built and validated,
-    the kind's steps binding the pooled buffers) on the tiny model: HF's captions (fp16 on CUDA)."""
-    run = _run(models["tiny"], tmp_path, static_cache=True, fp16=DEVICE == "cuda")
+@pytest.mark.parametrize("name", ["blip-offline", "tiny"])
+def test_static_cache_gives_hf_captions(name, models, tmp_path):  # noqa: F811
+    """Through the harness (`onnxrt --static-cache`: all three graphs built from the checkpoint's files and validated
+    against PyTorch, no encoder exported, the kind's steps binding the pooled buffers): HF's captions, greedy and
+    beams (fp16 on CUDA)."""
+    run = _run(models[name], tmp_path, static_cache=True, fp16=DEVICE == "cuda")
     with backend_steps(run, "onnxrt") as (backend, steps):
         assert backend.choice.startswith("the fused decode graph built from the weights")
+        record = backend.onnx.record
+        assert record["encoder"] == "built" and record["built_from"] == "checkpoint files", record
+        assert record["nodes"]["encoder"]["MultiHeadAttention"] == run.source.config.vision_config.num_hidden_layers
         check_static_cache_captions(run, steps)
