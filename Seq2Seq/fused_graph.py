@@ -4,8 +4,7 @@ decoder step with these and `CausalLM.fused_graph`'s (norms, products, GELUs, th
 `GraphBuilder` per part, and returns the ModelProtos by part name.
 
 The three graphs and their inputs and outputs (the steps bind them by these names):
-- encoder: input_ids, attention_mask int64 [B, T] (an image encoder: pixel_values [B, 3, H, W] in the graph's
-  float type) -> encoder_hidden_states [B, T, E] (the encoder's final output);
+- encoder: input_ids, attention_mask int64 [B, T] -> encoder_hidden_states [B, T, E] (the encoder's final output);
 - cross: encoder_hidden_states [B, T, E] -> cross.<i>.key / cross.<i>.value [B, H, T, D] for every decoder layer,
   computed once per input into fixed buffers;
 - decoder: input_ids, position_ids int64 [B, S] (decoder positions, the buffer's columns: decoder rows are never
@@ -15,10 +14,9 @@ The three graphs and their inputs and outputs (the steps bind them by these name
   -> logits [B, S, V], present.<i>.key/.value.
 
 Self-attention is `CausalLM.fused_graph.attention` (GroupQueryAttention writing the shared past/present buffer).
-A model with an additive position bias (relative positions) cannot use that op (its CUDA kernel takes no bias):
-it writes its keys and values with ScatterND at their columns (`column_index`, `write_columns`; in place, since
-the kernel copies past to present only when they are different buffers) and attends with MultiHeadAttention over
-the whole present buffer as 4-D key/value [B, H, L, D] with an attention bias [B, H, S, L] gathered from a table built at
+A model with an additive position bias (relative positions) still writes its keys and values with that op, whose
+own output it discards (the op's CUDA kernel takes no bias), and attends with MultiHeadAttention over the whole
+present buffer as 4-D key/value [B, H, L, D] with an attention bias [B, H, S, L] gathered from a table built at
 build time (`relative_table`, `relative_bias`): the position bias of every (query, column) pair with a large negative
 value on the columns after the query's position, so the columns not yet written are never read into the result.
 Cross-attention is MultiHeadAttention over the cross buffers, the padded encoder columns excluded by an attention
@@ -134,26 +132,6 @@ def attend(g: GraphBuilder, q: str, k: str, v: str, heads: int, scale: float, bi
     `bias` [B or 1, H or 1, S, T] -> [B, S, H * D]."""
     inputs = [q, k, v, "", "", bias] if bias else [q, k, v]
     return g.op("MultiHeadAttention", inputs, [f"mha{g._count}"], domain=MS, num_heads=heads, scale=scale)
-
-
-def column_index(g: GraphBuilder, heads: int) -> str:
-    """ScatterND's indices [B, S, heads, 3] that put each new token's head h of row b at column position_ids[b, s]
-    of a [B, heads, L, D] buffer (`write_columns`); built once per pass."""
-    shape = g.op("Concat", [g.op("Shape", ["position_ids"]), constant(g, [heads, 1])], axis=0)  # [B, S, H, 1]
-    rows = g.op("Range", [constant(g, 0), g.op("Squeeze", [g.op("Gather", [g.op("Shape", ["position_ids"]),
-                                                                      constant(g, [0])]), constant(g, [0])]),
-                          constant(g, 1)])
-    parts = [g.op("Unsqueeze", [rows, constant(g, [1, 2, 3])]), constant(g, np.arange(heads).reshape(1, 1, heads, 1)),
-             g.op("Unsqueeze", ["position_ids", constant(g, [2, 3])])]
-    return g.op("Concat", [g.op("Expand", [part, shape]) for part in parts], axis=-1)
-
-
-def write_columns(g: GraphBuilder, new: str, past: str, present: str, index: str, heads: int, head_dim: int) -> str:
-    """present = past with the new keys or values `new` [B, S, heads * head_dim] written at their columns (`index`,
-    `column_index`): one ScatterND, which writes in place when past and present are bound to the same buffer (its
-    kernels copy past to present only when they differ)."""
-    shaped = g.op("Reshape", [new, constant(g, [0, 0, heads, head_dim])])  # [B, S, H, D]
-    return g.op("ScatterND", [past, index, shaped], [present])
 
 
 def relative_table(values: np.ndarray, buckets: Callable, reach: int, causal: bool, dtype) -> np.ndarray:

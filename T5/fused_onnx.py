@@ -9,10 +9,9 @@ the HF weights with `Seq2Seq.fused_graph` and `CausalLM.fused_graph`:
                         SkipSimplifiedLayerNorm(ff, residual)             -> the next layer's input (the last:
                                                                              final_layer_norm)
     cross:   every decoder layer's EncDecAttention k and v of the encoder's output, heads first
-    decoder: as the encoder, with per layer: h @ [q; k; v]'s keys and values written into the shared buffers at
-             their columns (ScatterND, in place: GroupQueryAttention would write them too, but its CUDA kernel takes
-             no bias), MultiHeadAttention of the queries over the whole buffer with the causal relative position
-             bias; cross-attention of h @ q over
+    decoder: as the encoder, with per layer: GroupQueryAttention writing h @ [q; k; v]'s keys and values into the
+             shared buffer (its own output discarded: its CUDA kernel takes no bias), MultiHeadAttention of the
+             queries over the whole buffer with the causal relative position bias; cross-attention of h @ q over
              the cross buffers (padded encoder columns hidden); logits = final_layer_norm (x d_model^-0.5 where HF
              rescales a tied head's input) @ lm_head^T
 
@@ -196,7 +195,6 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     table, reach = p.position_table("decoder", causal=True)
     self_bias = sg.relative_bias(g, table, reach, "position_ids", sg.arange(g, pasts[0][0], 2))  # [B, H, S, L]
     cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
-    columns = sg.column_index(g, p.heads)  # where each layer writes the new keys and values
     tokens, head = fg.embedding_and_head(g, p.take, p.arch, "decoder.embed_tokens.weight", "lm_head.weight")
     residual = p.stream(tokens)
     h = p.norm(residual, "decoder.block.0.layer.0.layer_norm")
@@ -204,9 +202,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     for i in range(layers):
         block, present = f"decoder.block.{i}", (f"present.{i}.key", f"present.{i}.value")
         qkv = p.qkv(h, f"{block}.layer.0.SelfAttention")  # [B, S, 3 H D]
-        q, *kv = g.op("Split", [qkv, sg.constant(g, [size] * 3)], 3, axis=-1)
-        for new, past, out in zip(kv, pasts[i], present):
-            sg.write_columns(g, new, past, out, columns, p.heads, p.head_dim)
+        fg.attention(g, qkv, pasts[i], present, p.heads, 1.0)  # writes the buffer; its output is not used
+        q = g.op("Slice", [qkv, sg.constant(g, [0]), sg.constant(g, [size]), sg.constant(g, [-1])])
         attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
         h, residual = p.add_norm(p.into_stream(attn, f"{block}.layer.0.SelfAttention.o"), residual,
                                  f"{block}.layer.1.layer_norm")
@@ -225,4 +222,4 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     return g.model("t5_decoder")
 
 
-BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="3", build=build, refusal=refusal)  # bump when a graph changes
+BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="2", build=build, refusal=refusal)  # bump when a graph changes
