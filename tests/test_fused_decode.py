@@ -122,16 +122,18 @@ def _check_kernels(run, steps, monkeypatch, fusion: bool = False):
     assert calls["gemv"] and not any(calls[f"gemv+{part}"] for part in ("norm", "activation", "residual", "cache"))
 
 
-def _check_parity(run, steps):
+def _check_parity(run, steps, tokens=_fused_tokens):
+    """HF generate's tokens from `tokens` (our loop; by default twice on the same buffers): greedy and 3 beams on a
+    left-padded batch, then EOS mid-way."""
     prompt = encode(run, PROMPTS)
     assert len(set(prompt.attention_mask.sum(1).tolist())) == 3  # left-padded rows of three lengths
     eos = run.tokenizer.eos_token_id
     for beams in (1, 3):
         expected = _hf_tokens(run, prompt, beams, eos)
-        assert _fused_tokens(run, steps, prompt, beams, eos) == expected, f"beams={beams}"
+        assert tokens(run, steps, prompt, beams, eos) == expected, f"beams={beams}"
     early = expected[0][2]  # a token the search emits early becomes the EOS: rows stop at different steps
     for beams in (1, 3):
-        assert _fused_tokens(run, steps, prompt, beams, early) == _hf_tokens(run, prompt, beams, early)
+        assert tokens(run, steps, prompt, beams, early) == _hf_tokens(run, prompt, beams, early)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=_mode_id)

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode
+from NNDF.actions.common import backend_steps, encode, generate_prompt
 
 from conftest import counted_kernels, offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
@@ -73,8 +73,22 @@ def test_gemma3_step_on_our_kernels(workdir, monkeypatch):
     with backend_steps(run, "frameworks") as (_, steps):
         steps.fused.settings = FusedSettings(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel",
                                              kernels_everywhere=True)
-        _check_parity(run, steps)
+        _check_parity(run, steps, tokens=_kernel_tokens)
     assert calls["gemv"] and calls["decode_attention"], calls
+
+
+def _kernel_tokens(run, steps, prompt, beams, eos):
+    """Our loop's tokens on a step that runs our Triton kernels: on the CPU one generation (each takes seconds under
+    Triton's interpreter; a second generation on the same pooled buffers is checked on the default step, in
+    test_fused_step_matches_hf_generate), on CUDA twice (`_fused_tokens`: the second replays the captured graph)."""
+    if DEVICE == "cuda":
+        return _fused_tokens(run, steps, prompt, beams, eos)
+    from NNDF.generation import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
+                              pad_token_id=run.tokenizer.pad_token_id)
+    result = generate_prompt(steps, prompt, config)
+    return [result.new_tokens(r, eos) for r in range(prompt.batch)]
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
@@ -120,8 +134,9 @@ def test_step_settings_give_the_same_tokens(settings, compiled, workdir, monkeyp
         elif "split_above" in settings:  # long sums in parts (compiled)
             assert steps.fused.settings.form(3, True, 64, 128) == 4 and steps.fused.settings.form(3, True, 64, 64) == 1
         prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        tokens = _kernel_tokens if settings.get("kernels_everywhere") else _fused_tokens
         for beams in (1, 3):
-            assert _fused_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
+            assert tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
         slot = steps.fused.new_slot(1, 16)
         assert slot.past[1].shape[-1] == (16 if settings.get("transposed_values") else steps.fused.head_dim)
     fused = ("norm", "activation", "residual")
