@@ -91,20 +91,26 @@ def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: int
                           capture_output=True, text=True, timeout=timeout)
 
 
-def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
-    """Our loop's new tokens per row (up to EOS) for `prompt`, generated twice on the same steps: the second
-    generation reuses the pooled static buffers (and a captured graph) and must give the same tokens."""
+def generate_tokens(run, steps, prompt, new: int, beams: int, eos, times: int = 1, **settings):
+    """Our loop's new tokens per row (up to EOS) for `prompt`, generated `times` times on the same steps: every
+    generation after the first reuses the pooled static buffers (and a captured graph) and must give the same
+    tokens."""
     from NNDF.actions.common import generate_prompt
     from NNDF.generation import GenerationConfig
 
     out = []
-    for _ in range(2):
+    for _ in range(times):
         config = GenerationConfig(max_new_tokens=new, num_beams=beams, eos_token_id=eos,
                                   pad_token_id=run.tokenizer.pad_token_id, **settings)
         result = generate_prompt(steps, prompt, config)
         out.append([result.new_tokens(r, eos) for r in range(prompt.batch)])
-    assert out[0] == out[1], "a second generation on the same buffers differs"
+    assert all(o == out[0] for o in out), "a second generation on the same buffers differs"
     return out[0]
+
+
+def generate_twice(run, steps, prompt, new: int, beams: int, eos, **settings):
+    """`generate_tokens` twice: the second generation reuses the pooled static buffers (and a captured graph)."""
+    return generate_tokens(run, steps, prompt, new, beams, eos, times=2, **settings)
 
 
 def counted_kernels(monkeypatch):

@@ -14,14 +14,14 @@ import pytest
 
 from CausalLM.fused_step import DECODER_SETTINGS, FusedSettings
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode, generate_prompt, open_run
+from NNDF.actions.common import backend_steps, encode, open_run
 from CausalLM.torch_steps import TorchSteps
 from NNDF.backends.torch.compile import COMPILE_OPTIONS
 from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
-from conftest import counted_kernels, generate_twice, run_cli
+from conftest import counted_kernels, generate_tokens, generate_twice, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects"]
@@ -93,18 +93,13 @@ def _check_kernels(run, steps, monkeypatch, fusion: bool = False):
     each generation takes seconds: the cases are few.)"""
     import dataclasses
 
-    from NNDF.generation import GenerationConfig
-
     calls = counted_kernels(monkeypatch)
 
     prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
     for attention, searches in (("kernel", (1, 3)), ("split", (1,))):
         steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, attention=attention)
         for beams in searches:  # one generation each (the buffers' reuse is checked on the default step)
-            config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
-                                      pad_token_id=run.tokenizer.pad_token_id)
-            result = generate_prompt(steps, prompt, config)
-            got = [result.new_tokens(r, eos) for r in range(prompt.batch)]
+            got = generate_tokens(run, steps, prompt, NEW, beams, eos)
             assert got == _hf_tokens(run, prompt, beams, eos), f"{attention}, beams={beams}"
     assert calls["gemv"] and calls["decode_attention"] and calls["decode_attention_split"], calls
     if not fusion:
@@ -115,9 +110,7 @@ def _check_kernels(run, steps, monkeypatch, fusion: bool = False):
     assert calls["gemv+activation"] or calls["gemv+relu"], calls
     calls.clear()
     steps.fused.settings = dataclasses.replace(KERNELS_EVERYWHERE, gemv_fusion=())
-    config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=run.tokenizer.pad_token_id)
-    result = generate_prompt(steps, prompt, config)
-    assert [result.new_tokens(r, eos) for r in range(prompt.batch)] == _hf_tokens(run, prompt, 1, eos)
+    assert generate_tokens(run, steps, prompt, NEW, 1, eos) == _hf_tokens(run, prompt, 1, eos)
     # (a ReLU rides on the GEMV's load either way)
     assert calls["gemv"] and not any(calls[f"gemv+{part}"] for part in ("norm", "activation", "residual", "cache"))
 

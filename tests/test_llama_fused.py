@@ -15,9 +15,9 @@ import shutil
 import pytest
 
 from NNDF import registry
-from NNDF.actions.common import backend_steps, encode, generate_prompt
+from NNDF.actions.common import backend_steps, encode
 
-from conftest import counted_kernels, offline_variants, run_cli
+from conftest import counted_kernels, generate_tokens, offline_variants, run_cli
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # off CUDA our Triton kernels run interpreted (conftest.py)
@@ -80,15 +80,8 @@ def test_gemma3_step_on_our_kernels(workdir, monkeypatch):
 def _kernel_tokens(run, steps, prompt, beams, eos):
     """Our loop's tokens on a step that runs our Triton kernels: on the CPU one generation (each takes seconds under
     Triton's interpreter; a second generation on the same pooled buffers is checked on the default step, in
-    test_fused_step_matches_hf_generate), on CUDA twice (`_fused_tokens`: the second replays the captured graph)."""
-    if DEVICE == "cuda":
-        return _fused_tokens(run, steps, prompt, beams, eos)
-    from NNDF.generation import GenerationConfig
-
-    config = GenerationConfig(max_new_tokens=NEW, num_beams=beams, eos_token_id=eos,
-                              pad_token_id=run.tokenizer.pad_token_id)
-    result = generate_prompt(steps, prompt, config)
-    return [result.new_tokens(r, eos) for r in range(prompt.batch)]
+    test_fused_step_matches_hf_generate), on CUDA twice (the second replays the captured graph)."""
+    return generate_tokens(run, steps, prompt, NEW, beams, eos, times=2 if DEVICE == "cuda" else 1)
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA the compiled step runs in the parity tests")
