@@ -42,6 +42,10 @@ from Seq2Seq import fused_graph as sg
 # HF's dense_act_fn -> (the graph's op: None = Relu, True = the tanh GELU (FastGelu), False = the exact GELU)
 ACTIVATIONS = {"relu": None, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True, "gelu": False}
 RESIDUAL_SCALE = 2.0 ** -8  # the fp16 graphs' residual stream, in units of the model's
+# fp16 graphs: the residual stream and the norms in fp32 (HF's stream once its `wo` is fp32); False: in fp16 at
+# RESIDUAL_SCALE like every other product (no casts around the norms; a benchmark's variant, fingerprinted alike:
+# build it into another working directory)
+WIDE_STREAM = True
 
 
 def residual_scale(dtype) -> float:
@@ -77,7 +81,7 @@ class _Parts:
         config = arch.config
         self.arch, self.take, self.g, self.config = arch, take, g, config
         self.heads, self.head_dim, self.dim = config.num_heads, config.d_kv, config.d_model
-        self.wide = g.dtype != np.float32  # the residual stream and norms in fp32 (HF's, once `wo` is fp32)
+        self.wide = g.dtype != np.float32 and WIDE_STREAM  # the residual stream and norms in fp32
         self.scale = residual_scale(g.dtype)
         self.eps = config.layer_norm_epsilon * self.scale ** 2  # RMSNorm(s x) with eps s^2 = RMSNorm(x) with eps
 
@@ -87,7 +91,9 @@ class _Parts:
     def stream(self, x: str) -> str:
         """The residual stream from the embeddings: fp32 in an fp16 graph, at the stream's scale."""
         x = self.g.op("Cast", [x], to=TensorProto.FLOAT) if self.wide else x
-        return x if self.scale == 1 else self.g.op("Mul", [x, sg.constant(self.g, self.scale, np.float32)])
+        if self.scale == 1:
+            return x
+        return self.g.op("Mul", [x, sg.constant(self.g, self.scale, np.float32 if self.wide else self.g.dtype)])
 
     def norm(self, x: str, name: str, gamma=None) -> str:
         """RMSNorm(x) * the norm's weight, in the graph's float type (x: the residual stream)."""

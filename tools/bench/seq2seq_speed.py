@@ -13,7 +13,9 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               V+beamhost: also beam search's bookkeeping op by op from the host: NNDF.generation.BEAMS_IN_GRAPH;
               V+nopdl: also no programmatic dependent launch: NNDF.backends.torch.compile.PROGRAMMATIC_LAUNCH;
               V+nodot: also our GEMV's products of several rows summed elementwise: NNDF.backends.torch.kernels)
-  onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1
+  onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1; onnxrt-V:
+              the graphs built with variant V's settings (--ort-variants, ORT_VARIANTS) into their own working
+              directory (also batch8-onnxrt-V, tokens-onnxrt-V and kernels-onnxrt-V)
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
@@ -73,6 +75,10 @@ OVER_DEFAULT = {
     "split-rows": dict(split_rows=1),
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
+# the built ONNX Runtime graphs' settings a job can be built with instead of the default: module -> {constant: value}
+ORT_VARIANTS = {
+    "narrow": {"T5.fused_onnx": {"WIDE_STREAM": False}},  # T5's fp16 residual stream and norms in fp16, no casts
+}
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
 ROW_VARIANTS = ("inductor", "default+loop")
 
@@ -112,22 +118,45 @@ def step_settings(variant: str | None):
         fused_step.SEQ2SEQ_SETTINGS = saved
 
 
+@contextmanager
+def graph_settings(variant: str | None):
+    """The built ONNX Runtime graphs made with `variant`'s settings (ORT_VARIANTS; None: the default) while the
+    block runs."""
+    import importlib
+
+    changes = [(importlib.import_module(module), name, value)
+               for module, values in ORT_VARIANTS.get(variant or "", {}).items() for name, value in values.items()]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in changes]
+    for module, name, value in changes:
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
 def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),
-         row_variants: tuple[str, ...] = ROW_VARIANTS, batch_variants: tuple[str, ...] = ()):
+         row_variants: tuple[str, ...] = ROW_VARIANTS, batch_variants: tuple[str, ...] = (),
+         ort_variants: tuple[str, ...] = ()):
     folder, family = sm.SHAPES[shape], FAMILIES[shape]
     lengths = (prompt_length(family), NEW)
 
-    def rows(config: str, batch: int = 1, hf: bool = False, variant: str | None = None):
-        """The benchmark rows of `config` (its frameworks rows with `variant`'s step settings, labelled so)."""
+    def rows(config: str, batch: int = 1, hf: bool = False, variant: str | None = None, graphs: str | None = None):
+        """The benchmark rows of `config` (its frameworks rows with `variant`'s step settings, its onnxrt rows with
+        graphs built with `graphs`' settings, labelled so)."""
         def job():
-            with step_settings(variant):
-                got, report = sm.bench_rows(shape, family, folder, batch, config, workdir, iterations,
+            with step_settings(variant), graph_settings(graphs):
+                got, report = sm.bench_rows(shape, family, folder, batch, config, ort_dir(graphs), iterations,
                                             lengths=lengths, hf=hf)
-            for row in got if variant else ():
-                if row["backend"] == "frameworks":
-                    row["config"] = f"{config}@{variant}"
+            for row in got:
+                if variant and row["backend"] == "frameworks" or graphs and row["backend"] == "onnxrt":
+                    row["config"] = f"{config}@{variant or graphs}"
             return got, report
         return job
+
+    def ort_dir(graphs: str | None) -> str:
+        return f"{workdir}-{graphs}" if graphs else workdir
 
     todo = [("shapes", lambda: make_shapes(shape, folder)),
             ("compiled", rows("s2s-compiled", hf=True))]
@@ -140,6 +169,10 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
              ("batch8", rows("s2s-compiled", 8)),
              *((f"batch8-{v}", rows("s2s-compiled", 8, variant=v)) for v in batch_variants),
              ("batch8-onnxrt", rows("s2s-onnxrt", 8))]
+    for v in ort_variants:
+        todo += [(f"onnxrt-{v}", rows("s2s-onnxrt", graphs=v)), (f"batch8-onnxrt-{v}", rows("s2s-onnxrt", 8, graphs=v)),
+                 (f"tokens-onnxrt-{v}", lambda v=v: tokens(shape, ort_dir(v), graphs=v)),
+                 (f"kernels-onnxrt-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), graphs=v))]
     todo += [("loop", lambda: loop(shape, workdir)), ("loop-beams", lambda: loop(shape, workdir, beams=4))]
     todo += [("tokens", lambda: tokens(shape, workdir))]
     todo += [(f"tokens-{v}", lambda v=v: tokens(shape, workdir, variant=v)) for v in row_variants]
@@ -156,8 +189,8 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
                                                    workdir)),
              ("autotuned", rows("s2s-autotuned"))]
     if not keep:
-        todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
-                                                     for p in (Path(folder), Path(workdir))]}))
+        todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p) for p in (
+            Path(folder), Path(workdir), *(Path(ort_dir(v)) for v in ort_variants))]}))
     return todo
 
 
@@ -181,8 +214,10 @@ class Stepper:
         self.token = logits[:, -1:].argmax(-1)
 
 
-def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 1, variant: str | None = None) -> dict:
-    """The one-token step of `backend` under `options` (the fused step with `variant`'s settings, VARIANTS): wall
+def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 1, variant: str | None = None,
+            graphs: str | None = None) -> dict:
+    """The one-token step of `backend` under `options` (the fused step with `variant`'s settings, VARIANTS; the
+    built graphs with `graphs`', ORT_VARIANTS): wall
     ms per step (host work included) over 50 steps, and its GPU time and kernels per step over 20 more (torch's
     profiler; CUPTI sees ONNX Runtime's kernels too)."""
     import time
@@ -197,7 +232,8 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
     run = make_context(registry.family(family), ModelOptions(
         torch_dir=sm.SHAPES[shape], working_dir=workdir, device="cuda", fp16=True, use_cache=True, use_mask=True,
         batch_size=batch, **options))
-    with step_settings(variant), backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+    with step_settings(variant), graph_settings(graphs), \
+            backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
         stepper = Stepper(steps, run, batch, prompt_length(family), 1 + 10 + 50 + 20 + 2)
         for _ in range(10):  # capture, compilation, warm-up
             stepper.step()
@@ -208,7 +244,7 @@ def kernels(shape: str, backend: str, options: dict, workdir: str, batch: int = 
         torch.cuda.synchronize()
         wall = (time.perf_counter() - start) / 50 * 1e3
         table = kernel_table(stepper.step, 20, top=12)
-    return {"model": shape, "backend": backend, "options": options, "variant": variant, "batch": batch,
+    return {"model": shape, "backend": backend, "options": options, "variant": variant or graphs, "batch": batch,
             "step_wall_ms": round(wall, 4),
             "gpu_ms_per_step": table["us_per_step"] / 1e3, "kernels_per_step": table["kernels_per_step"],
             "top": [{"name": t["name"][:120], "us": round(t["us_per_step"], 1), "per_step": t["per_step"]}
@@ -226,18 +262,21 @@ def loop(shape: str, workdir: str, beams: int = 1) -> dict:
                         beams=beams)
 
 
-def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: str | None = None) -> dict:
+def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: str | None = None,
+           graphs: str | None = None) -> dict:
     """fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate` (its growing
     cache, eager) on the same random encoder inputs: the first position where each row differs (None: equal).
-    `variant`: the frameworks step alone, built with that variant's settings (VARIANTS, `step_settings`)."""
+    `variant`: the frameworks step alone, built with that variant's settings (VARIANTS, `step_settings`);
+    `graphs`: the onnxrt graphs alone, built with those settings (ORT_VARIANTS, `graph_settings`)."""
     from NNDF import registry
     from NNDF.actions.common import backend_steps, generate_prompt
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig
 
     family = FAMILIES[shape]
-    out = {"model": shape, "new_tokens": new, "variant": variant}
-    paths = (("frameworks", "frameworks", COMPILED),) + ((("onnxrt", "onnxrt", ORT),) if variant is None else ())
+    out = {"model": shape, "new_tokens": new, "variant": variant or graphs}
+    paths = ((("frameworks", "frameworks", COMPILED),) if graphs is None else ()) + (
+        (("onnxrt", "onnxrt", ORT),) if variant is None else ())
     for label, backend, options in paths:
         run = make_context(registry.family(family), replace(sm.options(sm.SHAPES[shape], batch, options, workdir),
                                                             use_mask=True))
@@ -250,7 +289,8 @@ def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: st
             out["hf"] = ref[:, -new:].cpu()
         config = GenerationConfig(max_new_tokens=new, min_new_tokens=new, pad_token_id=0, eos_token_id=None)
         try:  # one backend's failure (no onnxruntime-gpu) keeps the other's result
-            with step_settings(variant), backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
+            with step_settings(variant), graph_settings(graphs), \
+                    backend_steps(run, registry.backend(run.family, backend)) as (_, steps):
                 ours = generate_prompt(steps, prompt, config).sequences[:, -new:].cpu()
         except Exception as exc:  # noqa: BLE001 (a benchmark records what failed and goes on)
             out[label] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
@@ -285,6 +325,9 @@ def main() -> None:
     parser.add_argument("--batch-variants", default="", help="comma-separated step settings timed at 4 and 8 rows "
                         "and benchmarked with 4 beams and at batch 8 beside the default (kernels-rows4-V, "
                         "kernels-rows8-V, beams-V, batch8-V)")
+    parser.add_argument("--ort-variants", default="", help="comma-separated settings of the built ONNX Runtime "
+                        f"graphs ({', '.join(ORT_VARIANTS)}) benchmarked, timed and checked beside the default "
+                        "(onnxrt-V, batch8-onnxrt-V, kernels-onnxrt-V, tokens-onnxrt-V)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--iterations", type=int, default=5)
@@ -299,6 +342,10 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     variants, row_variants, batch_variants = (tuple(filter(None, v.split(",")))
                                               for v in (args.variants, args.row_variants, args.batch_variants))
+    ort_variants = tuple(filter(None, args.ort_variants.split(",")))
+    for name in ort_variants:
+        if name not in ORT_VARIANTS:
+            parser.error(f"ONNX Runtime graph variant {name!r}: one of {', '.join(ORT_VARIANTS)}")
     for name in variants + row_variants + batch_variants:
         if not sm.known_variant(name, VARIANTS):
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+MODE, "
@@ -308,7 +355,7 @@ def main() -> None:
         checks = ("tokens", "kernels", "loop")
         todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(checks) else "bench", job)
                  for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
-                                       row_variants, batch_variants)
+                                       row_variants, batch_variants, ort_variants)
                  if kind not in skip]
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
 
