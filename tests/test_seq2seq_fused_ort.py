@@ -297,8 +297,8 @@ def test_models_the_graphs_cannot_run_are_refused_by_message():
 
 
 def test_fp16_graphs_run_near_hf(built, tmp_path):
-    """The fp16 graphs (what CUDA runs; here on ONNX Runtime's CPU kernels) are well typed (T5's fp32 residual
-    stream at its scale, BART's clamps) and within fp16 noise of HF's fp32 logits: HF's own fp16 model differs from
+    """The fp16 graphs (what CUDA runs; here on ONNX Runtime's CPU kernels) are well typed (T5's residual stream at
+    its scale, BART's clamps) and within fp16 noise of HF's fp32 logits: HF's own fp16 model differs from
     its fp32 one by 1-3% of the logits' scale on these random models."""
     model, _, encoded = built
     sessions = _build(_builder(*_family(model)), model, tmp_path, dtype=np.float16)

@@ -57,6 +57,22 @@ def test_gemv_matches_torch(rows, out_features, in_features, tiling, dot, dtype)
                           atol=tolerance * in_features ** 0.5)
 
 
+def test_products_of_a_weight_size_take_more_warps(monkeypatch):
+    """On CUDA a one-row product whose weight has a size in `WIDE_WARPS`'s range takes its warps a program, one
+    outside it its tiling's (both give torch's result); under Triton's interpreter (the CPU) neither takes them."""
+    seen, tiled = [], kernels.gemv_config
+    monkeypatch.setattr(kernels, "gemv_config", lambda *args, **tiling: seen.append(tiling.get("warps"))
+                        or tiled(*args, **tiling))
+    monkeypatch.setattr(kernels, "WIDE_WARPS", (64 * 200, 64 * 200 + 1, 8))
+    torch.manual_seed(0)
+    x = torch.randn(1, 200, device=DEVICE)
+    for out_features in (64, 65):
+        weight = torch.randn(out_features, 200, device=DEVICE)
+        assert torch.allclose(kernels.gemv(x, weight).double(), x.double() @ weight.double().T, rtol=1e-4,
+                              atol=1e-4 * 200 ** 0.5)
+    assert seen == ([8, kernels.TILING["warps"]] if DEVICE == "cuda" else [None, None])
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("norm_kind, activation", [("layer", None), ("rms", None), (None, "tanh"), (None, "none"),
                                                     ("layer", "relu")])

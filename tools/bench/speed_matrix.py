@@ -339,7 +339,7 @@ LLAMA_VARIANTS = {
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "block64", "whole16", "whole32", "dwarps2", "dwarps4", "dwarps8",
               "splitres", "k512", "k2048", "eagerprompt", "bn2", "bn8", "warps4", "prog2048", "res1", "res2",
-              "res4", "res8", "rwarps4", "dk64", "dk256")
+              "res4", "res8", "rwarps4", "dk64", "dk256", "wide2", "wide4", "wide8", "wide16", "nowide")
 
 
 def known_variant(name: str, table: dict) -> bool:
@@ -366,7 +366,9 @@ def loop_mode(mode: str):
     other, in partial sums where split (`kernels.WHOLE_TILING` None); "eagerprompt": the prompt pass's layers run
     eagerly, not compiled (`FusedSettings.compiled_prompt`); "bnN", "warpsN", "progN": our GEMV's one-row tiling
     (`kernels.TILING`'s block_n, warps, programs); "resN", "rwarpsN": its one-row products that add a residual or
-    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "": as the
+    write the K/V cache in tiles of N weight rows, or with N warps a program (`kernels.WHOLE_TILING`); "wideN": 4
+    warps a program for the one-row products of weights of at least N Mi elements, "nowide": 2 for every product
+    (`kernels.WIDE_WARPS`); "": as the
     defaults are; "MODE+MODE": both."""
     from CausalLM import fused_step
     from NNDF import generation
@@ -380,7 +382,7 @@ def loop_mode(mode: str):
         return
     saved = generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH
     settings = fused_step.DECODER_SETTINGS
-    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING
+    dot = kernels.DOT_ROWS, dict(kernels.DOT_TILING), kernels.WHOLE_TILING, kernels.WIDE_WARPS
     launch, tiling = compile_options.EARLY_LAUNCH, dict(kernels.TILING)
     if mode == "loop":
         generation.GREEDY_IN_STEP = saved[0] - {DEVICE}
@@ -397,6 +399,10 @@ def loop_mode(mode: str):
         kernels.WHOLE_TILING = dict(kernels.WHOLE_TILING, block_n=int(mode.removeprefix("res")))
     elif mode.startswith("rwarps"):
         kernels.WHOLE_TILING = dict(kernels.WHOLE_TILING, warps=int(mode.removeprefix("rwarps")))
+    elif mode.startswith("wide"):
+        kernels.WIDE_WARPS = (int(mode.removeprefix("wide")) << 20, 1 << 62, 4)
+    elif mode == "nowide":
+        kernels.WIDE_WARPS = None
     elif mode.startswith("k"):
         kernels.TILING["block_k"] = int(mode.removeprefix("k"))
     elif mode == "nodot":
@@ -419,7 +425,7 @@ def loop_mode(mode: str):
         yield
     finally:
         generation.GREEDY_IN_STEP, generation.BEAMS_IN_GRAPH, compile_options.PROGRAMMATIC_LAUNCH = saved
-        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING = dot
+        kernels.DOT_ROWS, kernels.DOT_TILING, kernels.WHOLE_TILING, kernels.WIDE_WARPS = dot
         compile_options.EARLY_LAUNCH, kernels.TILING = launch, tiling
         fused_step.DECODER_SETTINGS = settings
 

@@ -47,6 +47,13 @@ INTERPRETED = dict(programs=1, block_n=256, block_k=128)
 # Captured steps on an H200, ms, tiles of 2 / 4 / 8 rows: gpt2-xl 1.827 / 1.792 / 1.996, GPT-2 124M 0.230 / 0.229 /
 # 0.249, Qwen2.5-0.5B 0.669 / 0.670 / 0.670, OPT-6.7B 3.914 / 3.912 / 3.912 (docs/PERFORMANCE.md)
 WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
+# (from, below, warps): one-row products of a weight of from..below-1 elements take that many warps a program on
+# CUDA (None: TILING's and WHOLE_TILING's warps for every product). Captured steps on an H100, ms of GPU time, 2 warps
+# for every product / 4 for those of 4-16 Mi weights / 4 for every product: gpt2-xl 1.949-1.957 / 1.895-1.904 /
+# 1.888-1.904, Qwen2.5-0.5B 0.765 / 0.760 (4 Mi and over) / 0.759, GPT-2 124M 0.2455 / (none in range) / 0.2523,
+# OPT-6.7B 5.101 / (none in range) / 5.374; tokens a second, ms a token, 2 warps / 4-16 Mi: gpt2-xl 2.009 / 1.965,
+# BART-large 0.5059 / 0.5034, flan-T5-XL 1.653 / 1.673 (the one loss) (docs/PERFORMANCE.md, 2026-12-06)
+WIDE_WARPS: tuple[int, int, int] | None = (4 << 20, 16 << 20, 4)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
 # tensor-core dots (None: never); their tiling on CUDA: 32 weight rows a program, loads of 128 features, 2 warps.
 # Alone, 64 rows and 4 warps were the fastest kernel at 4 and 8 rows for every product of t5-base's and
@@ -467,6 +474,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
             tiling = TILING if x.is_cuda else INTERPRETED
             if (residual is not None or cache is not None) and x.is_cuda and WHOLE_TILING is not None:
                 tiling = {**tiling, **WHOLE_TILING}
+            if x.is_cuda and WIDE_WARPS is not None and WIDE_WARPS[0] <= weight.numel() < WIDE_WARPS[1]:
+                tiling = {**tiling, "warps": WIDE_WARPS[2]}
             config = gemv_config(rows, weight.shape[0], in_features, **tiling)
     norm_args = () if norm is None else (*Norm(*norm)[:3], float(norm[3]))
     if config.splits == 1:
