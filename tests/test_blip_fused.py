@@ -241,9 +241,10 @@ def _hf_captions(model, prompt, beams: int, eos: int, pad: int) -> list[list[int
     return [row[: row.index(eos) + 1] if eos in row else row for row in rows]
 
 
-def check_static_cache_captions(run, steps):
+def check_static_cache_captions(run, steps, early_eos_beams: tuple[int, ...] = (1, 3)):
     """Greedy and 3 beams, one image with no text prompt and two images with one; then with a token greedy emits
-    early as the EOS (captions that end mid-way); each a second time on the same pooled buffers."""
+    early as the EOS (captions that end mid-way), greedy and with `early_eos_beams`; each a second time on the same
+    pooled buffers."""
     eos, pad = run.family.task.special_ids(run)
     model = run.torch_model()
     for items in CASES:
@@ -253,7 +254,7 @@ def check_static_cache_captions(run, steps):
             assert generate_twice(run, steps, prompt, NEW, beams, eos) == expected, (items, beams)
     row = _hf_captions(model, prompt, 1, eos, pad)[1]
     cut = min(i for i in range(1, len(row)) if row[i] not in row[:i])  # row 1's first token not seen before...
-    for beams in (1, 3):
+    for beams in early_eos_beams:
         expected = _hf_captions(model, prompt, beams, row[cut], pad)  # ...ends the captions
         assert beams > 1 or len(expected[1]) == cut + 1 < NEW
         assert generate_twice(run, steps, prompt, NEW, beams, row[cut]) == expected, ("EOS", beams)
