@@ -65,7 +65,8 @@ def test_norm_gains_drawn(variant, workdir):
 
 def test_gemma3_step_on_our_kernels(workdir, monkeypatch):
     """Gemma 3's step with our Triton GEMV and attention kernels for every product and both layer types (a
-    window's columns, the whole buffer; on the CPU under Triton's interpreter): HF generate's tokens."""
+    window's columns, the whole buffer; on the CPU under Triton's interpreter): HF generate's tokens, greedy and 3
+    beams (EOS mid-way is the loop's, checked on the default step in test_fused_step_matches_hf_generate)."""
     from CausalLM.fused_step import FusedSettings
 
     calls = counted_kernels(monkeypatch)
@@ -73,7 +74,9 @@ def test_gemma3_step_on_our_kernels(workdir, monkeypatch):
     with backend_steps(run, "frameworks") as (_, steps):
         steps.fused.settings = FusedSettings(gemv_above=0, gemv_rows=4, gemv_head=True, attention="kernel",
                                              kernels_everywhere=True)
-        _check_parity(run, steps, tokens=_kernel_tokens)
+        prompt, eos = encode(run, PROMPTS), run.tokenizer.eos_token_id
+        for beams in (1, 3):
+            assert _kernel_tokens(run, steps, prompt, beams, eos) == _hf_tokens(run, prompt, beams, eos)
     assert calls["gemv"] and calls["decode_attention"], calls
 
 
