@@ -51,8 +51,8 @@ WHOLE_TILING: dict | None = dict(programs=1, block_n=4)
 # CUDA (None: TILING's and WHOLE_TILING's warps for every product). Captured steps on an H100, ms of GPU time, 2 warps
 # for every product / 4 for those of 4-16 Mi weights / 4 for every product: gpt2-xl 1.949-1.957 / 1.895-1.904 /
 # 1.888-1.904, Qwen2.5-0.5B 0.765 / 0.760 (4 Mi and over) / 0.759, GPT-2 124M 0.2455 / (none in range) / 0.2523,
-# OPT-6.7B 5.101 / (none in range) / 5.374; tokens a second, ms a token, 2 warps / 4-16 Mi: gpt2-xl 2.009 / 1.965,
-# BART-large 0.5059 / 0.5034, flan-T5-XL 1.653 / 1.673 (the one loss) (docs/PERFORMANCE.md, 2026-12-06)
+# OPT-6.7B 5.101 / (none in range) / 5.374; ms a token, 2 warps / 4 for 4-16 Mi: gpt2-xl 2.009 / 1.965, BART-large
+# 0.5059 / 0.5034, flan-T5-XL 1.653 / 1.673 (the one loss) (docs/PERFORMANCE.md, 2026-12-06)
 WIDE_WARPS: tuple[int, int, int] | None = (4 << 20, 16 << 20, 4)
 # products of at least this many rows (and at most DOT_MAX_ROWS), inputs in the weight's dtype, sum through
 # tensor-core dots (None: never); their tiling on CUDA: 32 weight rows a program, loads of 128 features, 2 warps.
