@@ -310,6 +310,32 @@ def test_fp16_graphs_run_near_hf(built, tmp_path):
     assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
 
 
+@pytest.mark.parametrize("built", [("T5", "flan-t5-offline")], indirect=True, ids=["flan-t5-offline"])
+@pytest.mark.parametrize("wide", [False, True], ids=["fp16-stream", "fp32-stream"])
+def test_t5_fp16_graphs_hold_the_stream_in_fp16_or_fp32(built, wide, tmp_path, monkeypatch):
+    """T5's fp16 graphs hold the residual stream in fp16 (the default: nothing is cast to fp32) or, with
+    `WIDE_STREAM`, in fp32 (a cast on each side of every norm, as HF's stream is once its fp32 `wo` has run); both
+    within fp16 noise of HF's fp32 logits."""
+    from onnx import TensorProto
+
+    from T5 import fused_onnx
+
+    monkeypatch.setattr(fused_onnx, "WIDE_STREAM", wide)
+    model, _, encoded = built
+    sessions = _build(_builder("T5", "t5"), model, tmp_path, dtype=np.float16)
+    for part in ("encoder", "decoder"):
+        graph = fg.onnx.load(str(tmp_path / f"{part}.onnx"), load_external_data=False).graph
+        to_fp32 = [n for n in graph.node if n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT]
+        norms = sum(n.op_type.endswith("SimplifiedLayerNormalization") for n in graph.node)
+        assert len(to_fp32) == (norms if wide else 0), (part, len(to_fp32), norms)
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * ids.shape[0])
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
+    logits = _graph_logits(sessions, ids, mask, tokens, torch.float16)
+    assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
+
+
 @pytest.mark.parametrize("built", [("BART", "bart-relu")], indirect=True, ids=["bart-relu"])
 def test_a_checkpoint_without_final_logits_bias_builds_as_hf_loads_it(built, tmp_path):
     """HF loads a BART checkpoint without final_logits_bias (a buffer) with zeros; the graph leaves the add out."""
