@@ -296,18 +296,23 @@ def test_models_the_graphs_cannot_run_are_refused_by_message():
     assert "activation 'swish'" in bart.refusal(BartConfig(activation_function="swish"))
 
 
-def test_fp16_graphs_run_near_hf(built, tmp_path):
-    """The fp16 graphs (what CUDA runs; here on ONNX Runtime's CPU kernels) are well typed (T5's residual stream at
-    its scale, BART's clamps) and within fp16 noise of HF's fp32 logits: HF's own fp16 model differs from
-    its fp32 one by 1-3% of the logits' scale on these random models."""
-    model, _, encoded = built
-    sessions = _build(_builder(*_family(model)), model, tmp_path, dtype=np.float16)
+def _check_fp16_logits(model, sessions, encoded):
+    """The fp16 graphs' decoder logits over a 4-token decoder input are within fp16 noise of HF's fp32 ones: HF's own
+    fp16 model differs from its fp32 one by 1-3% of the logits' scale on these random models."""
     ids, mask = encoded["input_ids"], encoded["attention_mask"]
     tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * ids.shape[0])
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
     logits = _graph_logits(sessions, ids, mask, tokens, torch.float16)
     assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
+
+
+def test_fp16_graphs_run_near_hf(built, tmp_path):
+    """The fp16 graphs (what CUDA runs; here on ONNX Runtime's CPU kernels) are well typed (T5's residual stream at
+    its scale, BART's clamps) and within fp16 noise of HF's fp32 logits (`_check_fp16_logits`)."""
+    model, _, encoded = built
+    sessions = _build(_builder(*_family(model)), model, tmp_path, dtype=np.float16)
+    _check_fp16_logits(model, sessions, encoded)
 
 
 @pytest.mark.parametrize("built", [("T5", "flan-t5-offline")], indirect=True, ids=["flan-t5-offline"])
@@ -328,12 +333,7 @@ def test_t5_fp16_graphs_hold_the_stream_in_fp16_or_fp32(built, wide, tmp_path, m
         to_fp32 = [n for n in graph.node if n.op_type == "Cast" and n.attribute[0].i == TensorProto.FLOAT]
         norms = sum(n.op_type.endswith("SimplifiedLayerNormalization") for n in graph.node)
         assert len(to_fp32) == (norms if wide else 0), (part, len(to_fp32), norms)
-    ids, mask = encoded["input_ids"], encoded["attention_mask"]
-    tokens = torch.tensor([[model.config.decoder_start_token_id, 5, 6, 7]] * ids.shape[0])
-    with torch.no_grad():
-        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=tokens).logits.numpy()
-    logits = _graph_logits(sessions, ids, mask, tokens, torch.float16)
-    assert np.abs(logits - expected).max() < 0.08 * np.abs(expected).max()
+    _check_fp16_logits(model, sessions, encoded)
 
 
 @pytest.mark.parametrize("built", [("BART", "bart-relu")], indirect=True, ids=["bart-relu"])
