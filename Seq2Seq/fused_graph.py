@@ -4,7 +4,8 @@ decoder step with these and `CausalLM.fused_graph`'s (norms, products, GELUs, th
 `GraphBuilder` per part, and returns the ModelProtos by part name.
 
 The three graphs and their inputs and outputs (the steps bind them by these names):
-- encoder: input_ids, attention_mask int64 [B, T] -> encoder_hidden_states [B, T, E] (the encoder's final output);
+- encoder: input_ids, attention_mask int64 [B, T] (an image encoder: pixel_values [B, 3, H, W] in the graph's
+  float type) -> encoder_hidden_states [B, T, E] (the encoder's final output);
 - cross: encoder_hidden_states [B, T, E] -> cross.<i>.key / cross.<i>.value [B, H, T, D] for every decoder layer,
   computed once per input into fixed buffers;
 - decoder: input_ids, position_ids int64 [B, S] (decoder positions, the buffer's columns: decoder rows are never
