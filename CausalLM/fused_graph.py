@@ -15,9 +15,12 @@ onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
   the new keys and values are written in place at column seqlens_k - S + 1 of the full-length buffer, and a
   one-token step attends to columns 0..seqlens_k. Rows are right-aligned at column 0: the op reads no mask, so
   a left-padded prompt would attend to its pad tokens (its `attention_bias` input is refused by the CUDA kernel).
-- a prompt pass is recognised by S == total_sequence_length, a one-token step by S == 1; the CUDA kernel uses the
-  host scalar only for that and to size flash-decoding splits, reading the per-row lengths from seqlens_k on the
-  device. A captured CUDA graph freezes the host scalar: one-token steps always pass the buffer length L.
+- a prompt pass is recognised by S == total_sequence_length, a one-token step by S == 1. The per-row lengths come
+  from seqlens_k on the device, but the host scalar must be at least every row's length: on CUDA (1.31.1, H100) a
+  one-token step without a window runs cuDNN's flash attention over at most that many columns (a smaller value
+  changed the logits), while a windowed one (ORT's own flash-decoding kernel) and the CPU kernel gave the same
+  logits with any value (tools/bench/ort_gqa_probe.py). A captured CUDA graph freezes the host scalar: one-token
+  steps always pass the buffer length L.
 - kernels: CUDA float16 and bfloat16 only (no float32 on CUDA); CPU float32 and float16. head size a multiple of 8.
 - grouped heads and rotary (the LLAMA family): packed QKV [B, S, (H + 2 KV) * D]; with `do_rotary` the op rotates
   queries and keys from `cos_cache` / `sin_cache` [rows, rotary width / 2] (head size a multiple of 16, the

@@ -16,8 +16,9 @@ both past and present (the attention op writes each step's keys and values in pl
 ids, positions, per-row lengths (`seqlens_k`, int32 on the device) and logits at fixed addresses, so ONNX Runtime's
 CUDA graph captures that step once per slot and replays it. `total_sequence_length` is a host scalar (the CUDA
 kernel takes it on the CPU) that a captured graph freezes: one-token steps always pass the buffer length, which
-the kernel only uses to tell the step from a prompt pass and to size its split-K work; the per-row lengths come
-from `seqlens_k` (each row's mask sum - 1, written on the device every step). The op reads no attention mask, so
+tells the step from a prompt pass and bounds the columns the kernel may attend to (cuDNN's attention on CUDA reads
+no further); the per-row lengths come from `seqlens_k` (each row's mask sum - 1, written on the device every
+step). The op reads no attention mask, so
 every row's tokens start at column 0 of its buffers: a padded batch's prompt pass runs row by row over each row's
 own tokens (into that row's buffers), and later steps write each row at its own length, so a padded batch gives
 each row's batch-1 tokens.
