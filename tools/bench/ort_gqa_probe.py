@@ -31,7 +31,9 @@ import torch  # noqa: E402
 
 from NNDF.actions.common import backend_steps, open_run  # noqa: E402
 from NNDF.options import ModelOptions  # noqa: E402
+from NNDF.timing import sync  # noqa: E402
 from tools.assets import make_shapes_model as msm  # noqa: E402
+from tools.bench.decoder_graphs import family_of  # noqa: E402
 from tools.bench.kernel_table import kernel_table  # noqa: E402
 
 PROMPT, STEPS, KEPT, PROFILED = 128, 100, 5, 10
@@ -60,11 +62,11 @@ def without_window(folder: Path) -> Path:
     return other
 
 
-def probe(label: str, family: str, folder: Path, totals: list[int | None], device: str, workdir: Path) -> list[dict]:
+def probe(label: str, folder: Path, totals: list[int | None], device: str, workdir: Path) -> list[dict]:
     cuda = device == "cuda"
     options = ModelOptions(torch_dir=str(folder), device=device, fp16=cuda, use_cache=True, batch_size=1,
                            working_dir=str(workdir / label), static_cache=True, use_cuda_graph=cuda, fused_decode=True)
-    run = open_run(family, options, ("onnxrt",))
+    run = open_run(family_of(str(folder)), options, ("onnxrt",))
     ids = torch.randint(0, run.source.config.vocab_size, (1, PROMPT + STEPS + PROFILED),
                         generator=torch.Generator().manual_seed(0)).to(device)
     rows, reference = [], None
@@ -86,11 +88,11 @@ def probe(label: str, family: str, folder: Path, totals: list[int | None], devic
 
             for n in range(PROMPT, PROMPT + KEPT):
                 step(n)
-            sync(cuda)
+            sync(run.device)
             start = time.perf_counter()
             for n in range(PROMPT + KEPT, PROMPT + STEPS - PROFILED):
                 step(n)
-            sync(cuda)
+            sync(run.device)
             wall = (time.perf_counter() - start) / (STEPS - PROFILED - KEPT) * 1e3
             later = iter(range(PROMPT + STEPS - PROFILED, PROMPT + STEPS))
             table = kernel_table(lambda: step(next(later)), PROFILED, cuda=cuda)
@@ -106,11 +108,6 @@ def probe(label: str, family: str, folder: Path, totals: list[int | None], devic
     return rows
 
 
-def sync(cuda: bool) -> None:
-    if cuda:
-        torch.cuda.synchronize()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
@@ -123,19 +120,19 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
 
-    def run(label, family, folder, totals):
-        results.extend(probe(label, family, folder, totals, args.device, args.workdir))
+    def run(label, folder, totals):
+        results.extend(probe(label, folder, totals, args.device, args.workdir))
         (args.out / "gqa-probe.json").write_text(json.dumps(results, indent=1))
         shutil.rmtree(args.workdir / label, ignore_errors=True)
 
     made = lambda shape: make(shape, args.shapes_dir / shape, args.layers)  # noqa: E731
     if "mistral" in args.models:
-        run("mistral-7b-w64", "LLAMA", made("mistral-7b-w64"), [None, 64, 2])
-        run("mistral-7b-nowindow", "LLAMA", without_window(made("mistral-7b-w64")), [None, 2])
+        run("mistral-7b-w64", made("mistral-7b-w64"), [None, 64, 2])
+        run("mistral-7b-nowindow", without_window(made("mistral-7b-w64")), [None, 2])
     if "llama" in args.models:
-        run("llama-3-8b", "LLAMA", made("llama-3-8b"), [None, 2])
+        run("llama-3-8b", made("llama-3-8b"), [None, 2])
     if "opt" in args.models:
-        run("opt-6.7b", "OPT", made("opt-6.7b"), [None, 2])
+        run("opt-6.7b", made("opt-6.7b"), [None, 2])
 
 
 if __name__ == "__main__":

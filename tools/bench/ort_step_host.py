@@ -4,8 +4,8 @@ or the GPU runs the captured graph slower than its kernels' sum (the gaps betwee
 
     python tools/bench/ort_step_host.py OUT [--shape qwen2.5-0.5b]    # one CUDA machine with onnxruntime-gpu
 
-The shapes model (tools/assets/make_shapes_model.py, made in /tmp/shapes unless there) runs the LLAMA or OPT family's
-built graph (`onnxrt --static-cache --use-cuda-graph`, fp16) over a 128-token prompt; then 100 calls each of: the
+The shapes model (tools/assets/make_shapes_model.py, made in /tmp/shapes unless there) runs its family's built
+graph (`onnxrt --static-cache --use-cuda-graph`, fp16) over a 128-token prompt; then 100 calls each of: the
 loop's one-token step (`forward`: the inputs' copies, the per-row lengths, the replay), `OrtGraph.run_bound` (the
 replay with its stream waits), ONNX Runtime's `run_with_iobinding` alone on the session's stream, and the same
 with the run synchronising at its end (the run options without `disable_synchronize_execution_providers`). Per
@@ -30,6 +30,7 @@ import torch  # noqa: E402
 from NNDF.actions.common import backend_steps, open_run  # noqa: E402
 from NNDF.options import ModelOptions  # noqa: E402
 from tools.bench import speed_matrix as sm  # noqa: E402
+from tools.bench.decoder_graphs import family_of  # noqa: E402
 
 PROMPT, BUFFER, CALLS = 128, 1024, 100
 
@@ -41,7 +42,7 @@ def measure(shape: str, workdir: str) -> dict:
     sm.make_shapes(shape)
     options = ModelOptions(torch_dir=sm.SHAPES[shape], device="cuda", fp16=True, use_cache=True, batch_size=1,
                            working_dir=workdir, static_cache=True, use_cuda_graph=True, fused_decode=True)
-    run = open_run("OPT" if shape.startswith("opt") else "LLAMA", options, ("onnxrt",))
+    run = open_run(family_of(sm.SHAPES[shape]), options, ("onnxrt",))
     out = {"shape": shape}
     with backend_steps(run, "onnxrt") as (backend, steps):
         out["graph"] = backend.choice
@@ -95,7 +96,7 @@ def _timed(call) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--shape", default="qwen2.5-0.5b", help="a LLAMA or OPT shape of make_shapes_model.py")
+    parser.add_argument("--shape", default="qwen2.5-0.5b", help="a decoder shape of make_shapes_model.py")
     parser.add_argument("--workdir", default="/tmp/wd-host")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
