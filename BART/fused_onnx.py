@@ -90,8 +90,7 @@ class _Parts:
         weight = np.concatenate([self.take(f"{n}.weight") for n in names])
         bias = np.concatenate([self.take(f"{n}.bias") for n in names])
         fused = self.prefix(f"{attn}.qkv_proj")
-        y = self.g.op("MatMul", [x, self.g.weight(f"{fused}.weight", weight.T)])
-        return self.g.op("Add", [y, self.g.weight(f"{fused}.bias", bias)])
+        return self.g.matmul(x, f"{fused}.weight", weight, self.g.weight(f"{fused}.bias", bias))
 
     def feed_forward(self, x: str, layer: str) -> tuple[str, str | None]:
         """(act(x @ fc1 + b) @ fc2, fc2's bias) of layer `layer`."""
@@ -182,10 +181,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         after = f"layers.{i + 1}.self_attn_layer_norm" if i + 1 < layers else "layer_norm"
         h, residual = _add_norm(p, ff, residual, bias, f"{layer}.final_layer_norm", after)
     final_bias = p.take.optional("final_logits_bias")  # [1, V]; HF loads a checkpoint without it as zeros
-    if final_bias is None:
-        g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
-    else:
-        g.op("Add", [g.op("MatMul", [h, head]), g.weight("final_logits_bias", final_bias[0])], ["logits"])
+    bias = None if final_bias is None else g.weight("final_logits_bias", final_bias[0])
+    g.apply(h, head, bias, outputs=["logits"])  # [B, S, V]
     return g.model(f"{p.config.model_type}_decoder")
 
 

@@ -110,8 +110,7 @@ class _Parts:
         """x @ [q; k; v]^T + [q; k; v] biases [B, S, 3 H D]: the three projections as one product."""
         weight = np.concatenate([self.take(f"{attn}.{p}.weight") for p in ("query", "key", "value")])
         bias = np.concatenate([self.take(f"{attn}.{p}.bias") for p in ("query", "key", "value")])
-        y = self.g.op("MatMul", [x, self.g.weight(f"{attn}.qkv.weight", weight.T)])
-        return self.g.op("Add", [y, self.g.weight(f"{attn}.qkv.bias", bias)])
+        return self.g.matmul(x, f"{attn}.qkv.weight", weight, self.g.weight(f"{attn}.qkv.bias", bias))
 
 
 def _encoder(p: _Parts) -> "fg.onnx.ModelProto":
@@ -186,7 +185,7 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     h = fg.layer_norm(g, p.activation(h, f"{transform}.dense"), p.weight(f"{transform}.LayerNorm.weight"),
                       p.weight(f"{transform}.LayerNorm.bias"), p.eps)
     bias = p.weight(f"{DECODER}.cls.predictions.decoder.bias")
-    g.op("Add", [g.op("MatMul", [h, head]), bias], ["logits"])  # [B, S, V]
+    g.apply(h, head, bias, outputs=["logits"])  # [B, S, V]
     return g.model("blip_decoder")
 
 

@@ -81,15 +81,13 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         h, total = fg.skip_layer_norm(g, dense, residual, *_norm(g, take, f"{layer}.post_attention_layernorm"),
                                       dense_bias, eps)
         residual = h if post else total
-        up = g.weight(f"{layer}.mlp.dense_h_to_4h.weight", take(f"{layer}.mlp.dense_h_to_4h.weight").T)
-        up_bias = g.weight(f"{layer}.mlp.dense_h_to_4h.bias", take(f"{layer}.mlp.dense_h_to_4h.bias"))
-        inner = fg.gelu(g, fg.linear(g, h, up), up_bias, tanh=True)  # [B, S, 4E]
-        down = g.weight(f"{layer}.mlp.dense_4h_to_h.weight", take(f"{layer}.mlp.dense_4h_to_h.weight").T)
-        down_bias = g.weight(f"{layer}.mlp.dense_4h_to_h.bias", take(f"{layer}.mlp.dense_4h_to_h.bias"))
+        up, up_bias = fg.product(g, take, h, f"{layer}.mlp.dense_h_to_4h")
+        inner = fg.gelu(g, up, up_bias, tanh=True)  # [B, S, 4E]
+        down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.dense_4h_to_h")
         after = f"transformer.h.{i + 1}.input_layernorm" if i + 1 < config.n_layer else "transformer.ln_f"
-        h, total = fg.skip_layer_norm(g, fg.linear(g, inner, down), residual, *_norm(g, take, after), down_bias, eps)
+        h, total = fg.skip_layer_norm(g, down, residual, *_norm(g, take, after), down_bias, eps)
         residual = h if post else total
-    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("bloom_fused_decode")
 
@@ -122,16 +120,16 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, heads: int
     weight = np.pad(weight, pad + ((0, 0),)).reshape(3 * heads * wide, -1)  # [3 H D', E]
     bias = np.pad(bias, pad)
     bias[0, :, head_dim] = c
-    y = g.op("MatMul", [h, g.weight(f"{module}.weight", weight.T)])
-    return g.op("Add", [y, g.weight(f"{module}.bias", bias.reshape(-1))])
+    return g.matmul(h, f"{module}.weight", weight, g.weight(f"{module}.bias", bias.reshape(-1)))
 
 
 def _dense(g: fg.GraphBuilder, take: fg.StateDict, attn: str, module: str, heads: int, head_dim: int,
            wide: int) -> tuple[str, str]:
-    """(attn [B, S, H D'] @ W' [H D', E], the bias initializer): zero rows at each head's spare columns."""
-    weight = take(f"{module}.weight").T.reshape(heads, head_dim, -1)  # [H, D, E]
-    weight = np.pad(weight, ((0, 0), (0, wide - head_dim), (0, 0))).reshape(heads * wide, -1)
-    y = g.op("MatMul", [attn, g.weight(f"{module}.weight", weight)])
+    """(attn [B, S, H D'] @ W'^T (W' [E, H D']), the bias initializer): zero weight columns at each head's spare
+    columns."""
+    weight = take(f"{module}.weight").reshape(-1, heads, head_dim)  # [E, H, D]
+    weight = np.pad(weight, ((0, 0), (0, 0), (0, wide - head_dim))).reshape(-1, heads * wide)
+    y = g.matmul(attn, f"{module}.weight", weight)
     return y, g.weight(f"{module}.bias", take(f"{module}.bias"))
 
 

@@ -38,6 +38,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from CausalLM.graph_weights import StateDict, checkpoint_files  # noqa: F401 (the builders' names)
+from NNDF.backends.onnxrt import custom_ops
 from NNDF.errors import ArtifactError
 
 MS = "com.microsoft"
@@ -64,11 +65,14 @@ class GraphBuilder:
     """Nodes, weights (initializers in the graph's float type), inputs and outputs of one graph. With `data` (a file
     path), each weight is written there as it is added and the graph refers to it as external data, so the builder
     never holds more than one weight (graphs over 2 GB need external data anyway); the graph is then saved in the
-    same folder (`save`)."""
+    same folder (`save`). With `linear`, the checkpoint's products (`matmul`) are this project's Linear op
+    (NNDF/backends/onnxrt/custom_ops.py: on CUDA its one-token kernel reads the weights faster than cuBLAS), whose
+    library must then sit beside the graph; without, ONNX Runtime's MatMul."""
 
     ALIGN = 4096  # each weight's offset in the data file: page-aligned for memory-mapped reads
 
-    def __init__(self, dtype, data=None):
+    def __init__(self, dtype, data=None, linear: bool = False):
+        self.linear = linear
         self.dtype = np.dtype(dtype)
         self.elem = ELEM[self.dtype]
         self.nodes: list = []
@@ -110,12 +114,41 @@ class GraphBuilder:
                                            **attrs))
         return names[0] if len(names) == 1 else names
 
+    def stored(self, name: str, weight: np.ndarray) -> str:
+        """A checkpoint's nn.Linear weight [out, in] as the initializer `name` in the layout this builder's
+        products read: as it is for the Linear op (`linear`), transposed ([in, out]) for MatMul."""
+        return self.weight(name, weight if self.linear else weight.T)
+
+    def apply(self, x: str, weight: str, bias: str | None = None, relu: bool = False, alpha: float = 1.0,
+              outputs: int | list[str] = 1) -> str:
+        """alpha * x @ W^T (+ bias, then ReLU) for a weight `stored` under the name `weight`: the Linear op (one
+        node) with `linear`, else MatMul (FusedMatMul where alpha is not 1), an Add and a Relu."""
+        if self.linear:
+            attrs = {**({"alpha": float(alpha)} if alpha != 1.0 else {}), **({"activation": 1} if relu else {})}
+            return self.op("Linear", [x, weight] + ([bias] if bias else []), outputs, domain=custom_ops.DOMAIN,
+                           **attrs)
+        last = bias is None and not relu
+        if alpha != 1.0:
+            y = self.op("FusedMatMul", [x, weight], outputs if last else 1, domain=MS, alpha=alpha)
+        else:
+            y = self.op("MatMul", [x, weight], outputs if last else 1)
+        if bias:
+            y = self.op("Add", [y, bias], outputs if not relu else 1)
+        return self.op("Relu", [y], outputs) if relu else y
+
+    def matmul(self, x: str, name: str, weight: np.ndarray, bias: str | None = None, relu: bool = False,
+               alpha: float = 1.0, outputs: int | list[str] = 1) -> str:
+        """`apply` of the checkpoint's nn.Linear weight [out, in], `stored` as `name`."""
+        return self.apply(x, self.stored(name, weight), bias, relu, alpha, outputs)
+
     def model(self, name: str) -> onnx.ModelProto:
         if self._data is not None:
             self._data.close()
         graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.weights)
-        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)],
-                                 producer_name="fused-decode", ir_version=IR_VERSION)
+        domains = [helper.make_opsetid("", OPSET), helper.make_opsetid(MS, 1)]
+        if any(node.domain == custom_ops.DOMAIN for node in self.nodes):
+            domains.append(helper.make_opsetid(custom_ops.DOMAIN, 1))
+        return helper.make_model(graph, opset_imports=domains, producer_name="fused-decode", ir_version=IR_VERSION)
 
     def close(self) -> None:
         """Close the data file (a build that failed half way)."""
@@ -139,18 +172,20 @@ def product(g: GraphBuilder, take: StateDict, x: str, name: str) -> tuple[str, s
     """(x @ W^T, the bias initializer or None) for the checkpoint's nn.Linear `name` ([out, in] weight): the bias
     goes into the next fused op's kernel (a skip norm's or a GELU's)."""
     bias = take.optional(f"{name}.bias")
-    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
+    y = g.matmul(x, f"{name}.weight", take(f"{name}.weight"))
     return y, None if bias is None else g.weight(f"{name}.bias", bias)
 
 
 def embedding_and_head(g: GraphBuilder, take: StateDict, arch, embed: str, head: str) -> tuple[str, str]:
-    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer) from the checkpoint's `embed` and
-    `head` weights ([V, E] each). A head tied to the embedding is stored once, as the head: the embedding gathers
-    its columns ([E, B, S], transposed to [B, S, E])."""
+    """(the token embeddings [B, S, E], the LM head as an initializer `stored` for `g.apply`) from the checkpoint's
+    `embed` and `head` weights ([V, E] each). A head tied to the embedding is stored once, as the head: the
+    embedding gathers its rows (the Linear op's [V, E]) or its columns (MatMul's [E, V], transposed to [B, S, E])."""
     table, lm = take(embed), take(head)
     if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
-        return g.op("Gather", [g.weight(embed, table), "input_ids"]), g.weight(head, lm.T)
-    tied = g.weight(head, lm.T)
+        return g.op("Gather", [g.weight(embed, table), "input_ids"]), g.stored(head, lm)
+    tied = g.stored(head, lm)
+    if g.linear:
+        return g.op("Gather", [tied, "input_ids"]), tied
     return g.op("Transpose", [g.op("Gather", [tied, "input_ids"], axis=1)], perm=[1, 2, 0]), tied
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from NNDF.artifacts import digest, weights_identity
+from NNDF.backends.onnxrt import custom_ops
 from NNDF.backends.onnxrt.artifact import GraphArtifact, user_files
 from NNDF.backends.onnxrt.export import LogitsCheck
 from NNDF.backends.onnxrt.steps import OrtGraph
@@ -89,7 +90,9 @@ class BuiltGraphs(GraphArtifact):
         import onnxruntime
 
         fused = {"precision": run.options.precision, "device": run.device.type,
-                 "builder": f"{self.builder.build.__module__}@{self.builder.version}"}
+                 "builder": f"{self.builder.build.__module__}@{self.builder.version}", "products": self.products(run)}
+        if self.products(run) == "linear":
+            fused["ops"] = custom_ops.sources_digest(self.ops_target(run))
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
                 "fused": {**fused, **self.fingerprint_extra()},
@@ -98,6 +101,26 @@ class BuiltGraphs(GraphArtifact):
     def fingerprint_extra(self) -> dict:
         """What else the graphs depend on (none here)."""
         return {}
+
+    @staticmethod
+    def products(run: RunContext) -> str:
+        """"linear" (the graphs' products are this project's Linear op, whose library is built into the artifact
+        folder: `add_ops`) or "matmul" (ONNX Runtime's MatMul): --ort-products, by default linear on CUDA."""
+        from NNDF.backends.onnxrt.options import ORTOptions
+
+        return run.options_of(ORTOptions).products(run.device.type)
+
+    @staticmethod
+    def ops_target(run: RunContext) -> tuple[int, int] | None:
+        """What the ops library is compiled for: the run's GPU's compute capability (None: the CPU build)."""
+        return torch.cuda.get_device_capability(run.device) if run.device.type == "cuda" else None
+
+    def add_ops(self, run: RunContext, out_dir: Path) -> bool:
+        """Compile the ops library into the artifact folder where the graphs use it; whether they do."""
+        if self.products(run) != "linear":
+            return False
+        custom_ops.build(out_dir, self.ops_target(run))
+        return True
 
     def user_paths(self, run: RunContext) -> dict[str, Path] | None:
         if user_files(run, "onnx", run.options):
@@ -165,7 +188,7 @@ class FusedDecodeOnnx(BuiltGraphs):
         start = time.perf_counter()
         arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
         weights = self.weights(run, model, arch, dtype)
-        g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data")
+        g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data", linear=self.add_ops(run, out_dir))
         try:
             proto = self.builder.build(arch, weights, g)
         finally:

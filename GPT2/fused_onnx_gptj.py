@@ -63,25 +63,26 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     pasts = fg.decode_io(g, config.n_layer, heads, head_dim, config.vocab_size)
     order, width = fg.rotary_layout(head_dim, [(2 * j, 2 * j + 1) for j in range(config.rotary_dim // 2)])
     rotary = fg.rotary_tables(g, *_sinusoids(config), width)
-    x, head = embedding(g, take, arch, "transformer.wte.weight", "lm_head.weight")  # [B, S, E]; [E, V]
+    # [B, S, E]; the LM head's initializer
+    x, head = fg.embedding_and_head(g, take, arch, "transformer.wte.weight", "lm_head.weight")
     h = fg.layer_norm(g, x, *norm(g, take, "transformer.h.0.ln_1"), eps)
     residual = x
     tanh = FUSED_GELUS[config.activation_function] == "tanh"
     for i in range(config.n_layer):
         layer = f"transformer.h.{i}"
         names = [f"{layer}.attn.{p}_proj.weight" for p in "qkv"]
-        qkv = g.op("MatMul", [h, g.weight(f"{layer}.attn.qkv_proj.weight", qkv_weight(take, names, heads, order))])
+        qkv = g.matmul(h, f"{layer}.attn.qkv_proj.weight", qkv_weight(take, names, heads, order))
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             1 / math.sqrt(head_dim), rotary=rotary)  # [B, S, E]
-        fc_in = g.op("MatMul", [h, transposed(g, take, f"{layer}.mlp.fc_in.weight")])  # [B, S, 4E]
+        fc_in = g.matmul(h, f"{layer}.mlp.fc_in.weight", take(f"{layer}.mlp.fc_in.weight"))  # [B, S, 4E]
         inner = fg.gelu(g, fc_in, g.weight(f"{layer}.mlp.fc_in.bias", take(f"{layer}.mlp.fc_in.bias")), tanh)
-        both = np.concatenate([take(f"{layer}.attn.out_proj.weight").T, take(f"{layer}.mlp.fc_out.weight").T])
-        both = g.op("MatMul", [g.op("Concat", [attn, inner], axis=-1), g.weight(f"{layer}.out_fc_out.weight", both)])
+        # [E, E + 4E]: out_proj's and fc_out's inputs side by side
+        both = np.concatenate([take(f"{layer}.attn.out_proj.weight"), take(f"{layer}.mlp.fc_out.weight")], axis=1)
+        both = g.matmul(g.op("Concat", [attn, inner], axis=-1), f"{layer}.out_fc_out.weight", both)
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.n_layer else "transformer.ln_f"
         bias = g.weight(f"{layer}.mlp.fc_out.bias", take(f"{layer}.mlp.fc_out.bias"))
         h, residual = fg.skip_layer_norm(g, both, residual, *norm(g, take, after), bias, eps)
-    logits = g.op("MatMul", [h, head])  # [B, S, V]
-    g.op("Add", [logits, g.weight("lm_head.bias", take("lm_head.bias"))], ["logits"])
+    g.apply(h, head, g.weight("lm_head.bias", take("lm_head.bias")), outputs=["logits"])  # [B, S, V]
     take.used.update(name for name in take.names if MASK_BUFFERS.search(name))
     take.check_all_used()
     return g.model("gptj_fused_decode")
@@ -100,30 +101,16 @@ def _sinusoids(config) -> tuple[np.ndarray, np.ndarray]:
 
 
 def qkv_weight(take: fg.StateDict, names: list[str], heads: int, order: np.ndarray) -> np.ndarray:
-    """[E, 3 * H * D]: the query, key and value projections (nn.Linear's [out, in]) stacked for one product, each
+    """[3 * H * D, E]: the query, key and value projections (nn.Linear's [out, in]) stacked for one product, each
     query and key head's rows in the rotary `order`."""
     q, k, v = (take(name) for name in names)
-    return np.concatenate([fg.permute_heads(q, heads, order), fg.permute_heads(k, heads, order), v]).T
-
-
-def embedding(g: fg.GraphBuilder, take: fg.StateDict, arch, embed: str, head: str) -> tuple[str, str]:
-    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
-    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
-    table = g.weight(head, take(head).T)
-    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
-        return g.op("Gather", [g.weight(embed, take(embed)), "input_ids"]), table
-    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
+    return np.concatenate([fg.permute_heads(q, heads, order), fg.permute_heads(k, heads, order), v])
 
 
 def norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:
     """A LayerNorm's gamma and beta as initializers."""
     return (g.weight(f"{module}.weight", take(f"{module}.weight")),
             g.weight(f"{module}.bias", take(f"{module}.bias")))
-
-
-def transposed(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
-    """An nn.Linear weight [out, in] as a MatMul operand [in, out]."""
-    return g.weight(name, take(name).T)
 
 
 # bump the version when the graph changes

@@ -53,7 +53,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     heads, head_dim = config.num_heads, config.hidden_size // config.num_heads
     pasts = fg.decode_io(g, config.num_layers, heads, head_dim, config.vocab_size)
     eps = config.layer_norm_epsilon
-    tokens, head = _embedding(g, take, arch)  # [B, S, E]; the LM head's [E, V] initializer
+    # [B, S, E]; the LM head's initializer
+    tokens, head = fg.embedding_and_head(g, take, arch, "transformer.wte.weight", "lm_head.weight")
     positions = g.op("Gather", [_weight(g, take, "transformer.wpe.weight"), "position_ids"])  # [B, S, E]
     h, residual = fg.skip_layer_norm(g, tokens, positions, *_norm(g, take, "transformer.h.0.ln_1"), None, eps)
     tanh = FUSED_GELUS[config.activation_function] == "tanh"
@@ -62,31 +63,20 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         attn_module = f"{layer}.attn.attention"
         # [B, S, 3E]: the query heads, then the key heads, then the value heads
         qkv = np.concatenate([take(f"{attn_module}.{p}_proj.weight") for p in "qkv"])  # [3E, E]
-        qkv = g.op("MatMul", [h, g.weight(f"{attn_module}.qkv_proj.weight", qkv.T)])
+        qkv = g.matmul(h, f"{attn_module}.qkv_proj.weight", qkv)
         window = config.window_size if kind == "local" else None
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads, 1.0,
                             window=window)  # [B, S, E]
-        out, out_bias = _product(g, take, attn, f"{attn_module}.out_proj")
+        out, out_bias = fg.product(g, take, attn, f"{attn_module}.out_proj")
         h, residual = fg.skip_layer_norm(g, out, residual, *_norm(g, take, f"{layer}.ln_2"), out_bias, eps)
-        fc, fc_bias = _product(g, take, h, f"{layer}.mlp.c_fc")
+        fc, fc_bias = fg.product(g, take, h, f"{layer}.mlp.c_fc")
         inner = fg.gelu(g, fc, fc_bias, tanh)  # [B, S, I]
-        down, down_bias = _product(g, take, inner, f"{layer}.mlp.c_proj")
+        down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.c_proj")
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.num_layers else "transformer.ln_f"
         h, residual = fg.skip_layer_norm(g, down, residual, *_norm(g, take, after), down_bias, eps)
-    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("gpt_neo_fused_decode")
-
-
-def _embedding(g: fg.GraphBuilder, take: fg.StateDict, arch) -> tuple[str, str]:
-    """(the token embeddings [B, S, E], the LM head [E, V] as an initializer). A head tied to the embedding is
-    stored once, as the head: the embedding gathers its columns ([E, B, S], transposed to [B, S, E])."""
-    embed, head = take("transformer.wte.weight"), take("lm_head.weight")  # [V, E] each
-    if arch.get_output_embeddings().weight is not arch.get_input_embeddings().weight:
-        return g.op("Gather", [g.weight("transformer.wte.weight", embed), "input_ids"]), \
-            g.weight("lm_head.weight", head.T)
-    table = g.weight("lm_head.weight", embed.T)
-    return g.op("Transpose", [g.op("Gather", [table, "input_ids"], axis=1)], perm=[1, 2, 0]), table
 
 
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
@@ -96,12 +86,6 @@ def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
 def _norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:
     """A LayerNorm's (gamma, beta) initializers."""
     return _weight(g, take, f"{module}.weight"), _weight(g, take, f"{module}.bias")
-
-
-def _product(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str) -> tuple[str, str]:
-    """(x @ W^T, the bias initializer): nn.Linear's [out, in] weight; the bias goes into the next fused op."""
-    y = g.op("MatMul", [x, g.weight(f"{name}.weight", take(f"{name}.weight").T)])
-    return y, _weight(g, take, f"{name}.bias")
 
 
 # bump the version when the graph changes

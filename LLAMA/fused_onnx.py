@@ -60,7 +60,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     pasts = fg.decode_io(g, len(layers), kv_heads, head_dim, config.vocab_size)
     rotary = _rotary_tables(g, arch, head_dim)
     eps = config.rms_norm_eps
-    # [B, S, E]; the LM head's [E, V] initializer
+    # [B, S, E]; the LM head's initializer
     x, head = fg.embedding_and_head(g, take, arch, "model.embed_tokens.weight", "lm_head.weight")
     h = fg.rms_norm(g, x, _weight(g, take, "model.layers.0.input_layernorm.weight"), eps)
     residual = x
@@ -80,7 +80,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
-    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model(f"{config.model_type}_fused_decode")
 
@@ -134,12 +134,11 @@ def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed:
     weight = np.concatenate([take(f"{n}.weight") for n in names])  # [out, in]
     biases = [take.optional(f"{n}.bias") for n in names]
     fused = f"{module}.{packed[0]}"  # the initializers' names: the packed projection's
-    y = g.op("MatMul", [x, g.weight(f"{fused}.weight", weight.T)])
     if all(b is None for b in biases):
-        return y
+        return g.matmul(x, f"{fused}.weight", weight)
     if any(b is None for b in biases):
         raise ArtifactError(f"the LLAMA fused graph needs a bias on all of {', '.join(names)} or none")
-    return g.op("Add", [y, g.weight(f"{fused}.bias", np.concatenate(biases))])
+    return g.matmul(x, f"{fused}.weight", weight, g.weight(f"{fused}.bias", np.concatenate(biases)))
 
 
 # bump the version when the graph changes

@@ -63,15 +63,14 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
                             layers[i].self_attn.scaling)  # [B, S, E]
         out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.out_proj")
         h, residual = _add_norm(g, take, out, residual, norms[2 * i + 1], out_bias, eps, post, config.hidden_size)
-        up, up_bias = fg.product(g, take, h, f"{layer}.fc1")  # [B, S, F]
-        inner = g.op("Relu", [g.op("Add", [up, up_bias]) if up_bias else up])
+        inner = _linear(g, take, h, f"{layer}.fc1", relu=True)  # [B, S, F]
         down, down_bias = fg.product(g, take, inner, f"{layer}.fc2")  # [B, S, E]
         h, residual = _add_norm(g, take, down, residual, norms[2 * i + 2], down_bias, eps, post,
                                 config.hidden_size)
     if decoder.project_out is not None:
         h, _ = fg.product(g, take, h, "model.decoder.project_out")  # [B, S, word_embed_proj_dim]
-    head = take("lm_head.weight").T  # [P, V]: embed_tokens', unless the checkpoint has its own head
-    g.op("MatMul", [h, g.weight("lm_head.weight", head)], ["logits"])  # [B, S, V]
+    # [B, S, V]; the head: embed_tokens', unless the checkpoint has its own
+    g.matmul(h, "lm_head.weight", take("lm_head.weight"), outputs=["logits"])
     take.check_all_used()
     return g.model("opt_fused_decode")
 
@@ -117,11 +116,16 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str) -> str:
     """x @ [q; k; v]^T (+ [q; k; v] biases): the three nn.Linear projections ([out, in] each) as one product."""
     names = [f"{module}.{p}_proj" for p in "qkv"]
     weight = np.concatenate([take(f"{n}.weight") for n in names])  # [3E, E]
-    y = g.op("MatMul", [x, g.weight(f"{module}.qkv.weight", weight.T)])
     biases = [take.optional(f"{n}.bias") for n in names]
-    if any(b is None for b in biases):  # enable_bias False: none of them has one
-        return y
-    return g.op("Add", [y, g.weight(f"{module}.qkv.bias", np.concatenate(biases))])
+    bias = None if any(b is None for b in biases) else np.concatenate(biases)  # enable_bias False: none has one
+    return g.matmul(x, f"{module}.qkv.weight", weight, None if bias is None else g.weight(f"{module}.qkv.bias", bias))
+
+
+def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str, relu: bool = False) -> str:
+    """x @ W^T + b (then ReLU) for the checkpoint's nn.Linear `name` (a bias if it has one)."""
+    bias = take.optional(f"{name}.bias")
+    return g.matmul(x, f"{name}.weight", take(f"{name}.weight"),
+                    None if bias is None else g.weight(f"{name}.bias", bias), relu=relu)
 
 
 # bump the version when the graph changes

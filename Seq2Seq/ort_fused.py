@@ -83,9 +83,10 @@ class Seq2SeqFusedOnnx(BuiltGraphs):
         arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
         weights = self.weights(run, model, arch, dtype)
         builders: list = []
+        linear = self.add_ops(run, out_dir)
 
-        def make_graph(part: str):
-            builders.append(fused_graph.GraphBuilder(dtype, out_dir / f"{part}.onnx.data"))
+        def make_graph(part: str):  # the Linear op where it pays: the decoder's one-token steps
+            builders.append(fused_graph.GraphBuilder(dtype, out_dir / f"{part}.onnx.data", linear and part == "decoder"))
             return builders[-1]
 
         try:

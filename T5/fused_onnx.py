@@ -119,17 +119,14 @@ class _Parts:
     def qkv(self, x: str, attn: str) -> str:
         """x @ [q; k; v]^T [B, S, 3 H D] (T5's projections have no bias)."""
         weight = np.concatenate([self.take(f"{attn}.{p}.weight") for p in "qkv"])
-        return self.g.op("MatMul", [x, self.g.weight(f"{attn}.qkv.weight", weight.T)])
+        return self.g.matmul(x, f"{attn}.qkv.weight", weight)
 
     def linear(self, x: str, name: str) -> str:
-        return self.g.op("MatMul", [x, self.weight(f"{name}.weight", self.take(f"{name}.weight").T)])
+        return self.g.matmul(x, f"{name}.weight", self.take(f"{name}.weight"))
 
     def into_stream(self, x: str, name: str) -> str:
         """x @ the nn.Linear `name`'s weight^T at the residual stream's scale, in the graph's float type."""
-        if self.scale == 1:
-            return self.linear(x, name)
-        weight = self.weight(f"{name}.weight", self.take(f"{name}.weight").T)
-        return self.g.op("FusedMatMul", [x, weight], domain=fg.MS, alpha=self.scale)
+        return self.g.matmul(x, f"{name}.weight", self.take(f"{name}.weight"), alpha=self.scale)
 
     def feed_forward(self, x: str, ff: str) -> str:
         """T5's feed-forward of x [B, S, E] -> [B, S, E] at the residual stream's scale."""
@@ -139,7 +136,7 @@ class _Parts:
             inner = g.op("Relu", [inner]) if tanh is None else sg.gelu(g, inner, tanh)
         else:
             both = np.concatenate([self.take(f"{ff}.wi_0.weight"), self.take(f"{ff}.wi_1.weight")])
-            gate_up = g.op("MatMul", [x, g.weight(f"{ff}.wi.weight", both.T)])
+            gate_up = g.matmul(x, f"{ff}.wi.weight", both)
             size = self.config.d_ff
             gate, up = g.op("Split", [gate_up, sg.constant(g, [size, size])], 2, axis=-1)
             gate = g.op("Relu", [gate]) if tanh is None else sg.gelu(g, gate, tanh)
@@ -224,7 +221,7 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     if getattr(config, "scale_decoder_outputs", config.tie_word_embeddings):  # HF rescales a tied head's input
         gamma = gamma * config.d_model ** -0.5
     h, _ = p.add_norm(ff, residual, "decoder.final_layer_norm", gamma=gamma)
-    g.op("MatMul", [h, head], ["logits"])  # [B, S, V]
+    g.apply(h, head, outputs=["logits"])  # [B, S, V]
     return g.model("t5_decoder")
 
 

@@ -25,9 +25,10 @@ def _builder(family: str, model_type: str):
     return registry.load(registry.facts(registry.family(family), "onnxrt").fused[model_type])
 
 
-def _build(builder, model, folder, weights=None, dtype=np.float32, device: str = "cpu") -> dict:
+def _build(builder, model, folder, weights=None, dtype=np.float32, device: str = "cpu", linear=None) -> dict:
     """part -> an InferenceSession of that graph on `device` ("cpu" or "cuda"), built from `model`'s weights into
-    `folder` (graphs in `dtype`)."""
+    `folder` (graphs in `dtype`); `linear`: the Linear op's library, which the decoder's products then use (as the
+    onnxrt backend builds it)."""
     import onnxruntime as ort
 
     from transformers import AutoConfig
@@ -38,7 +39,7 @@ def _build(builder, model, folder, weights=None, dtype=np.float32, device: str =
     made = {}
 
     def make_graph(part):
-        made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data")
+        made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data", linear=bool(linear) and part == "decoder")
         return made[part]
 
     graphs = builder.build(arch, weights or fg.StateDict.of_model(model, "test", dtype), make_graph)
@@ -46,7 +47,10 @@ def _build(builder, model, folder, weights=None, dtype=np.float32, device: str =
     for part, proto in graphs.items():
         fg.save(proto, folder / f"{part}.onnx")
         provider = "CUDAExecutionProvider" if device == "cuda" else "CPUExecutionProvider"
-        sessions[part] = ort.InferenceSession(str(folder / f"{part}.onnx"), providers=[provider])
+        options = ort.SessionOptions()
+        if linear:
+            options.register_custom_ops_library(str(linear))
+        sessions[part] = ort.InferenceSession(str(folder / f"{part}.onnx"), options, providers=[provider])
     return sessions
 
 
@@ -186,6 +190,27 @@ def test_t5_residual_stream_at_a_scale_gives_hf_outputs(built, tmp_path, monkeyp
     for part in sessions:  # every graph adds products into its stream at the scale
         graph = onnx.load(str(tmp_path / f"{part}.onnx"), load_external_data=False).graph
         assert part == "cross" or any(n.op_type == "FusedMatMul" for n in graph.node), part
+    _check_hf_outputs(model, sessions, encoded)
+
+
+@pytest.mark.parametrize("built", [("T5", "flan-t5-offline"), ("BART", "bart-offline")], indirect=True,
+                         ids=["flan-t5-offline", "bart-offline"])
+def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_factory, monkeypatch):
+    """The decoder's products as this project's Linear op (NNDF/backends/onnxrt/custom_ops.py, its CPU build; on
+    CUDA the graphs' default), T5's at the residual stream's scale (the op's alpha): still HF's outputs and tokens."""
+    import onnx
+
+    from NNDF.backends.onnxrt import custom_ops
+    from T5 import fused_onnx
+
+    model, _, encoded = built
+    monkeypatch.setattr(fused_onnx, "residual_scale", lambda dtype: fused_onnx.RESIDUAL_SCALE)
+    library = custom_ops.build(tmp_path_factory.mktemp("ops"))
+    sessions = _build(_builder(*_family(model)), model, tmp_path, linear=library)
+    nodes = [n for n in onnx.load(str(tmp_path / "decoder.onnx"), load_external_data=False).graph.node]
+    assert not {"MatMul", "FusedMatMul"} & {n.op_type for n in nodes}
+    scaled = [n for n in nodes if n.op_type == "Linear" and n.attribute]
+    assert len(scaled) == (3 * model.config.num_decoder_layers if _family(model)[0] == "T5" else 0)
     _check_hf_outputs(model, sessions, encoded)
 
 

@@ -10,6 +10,8 @@ from ONNX Runtime's CUDA graph with bound buffers. Layouts:
     matmul      MatMul(x, W) with W stored [in, out] (the built graphs' form)
     transposed  FusedMatMul(x, W, transB=1) with W stored [out, in] (the checkpoint's own layout)
     gemm        Gemm(x, W, transB=1) on a 2-D x [rows, in], W stored [out, in]
+    linear      this project's Linear op (NNDF/backends/onnxrt/custom_ops.py) with W stored [out, in], its library
+                compiled once into OUT/ops for the GPU's compute capability (the CPU build with --device cpu)
 
 Per row: wall us a replay (synchronised, median of --repeats), GPU us per product and kernels per replay (torch's
 profiler: CUPTI sees ONNX Runtime's kernels), the kernels' names and the weights' GB/s. Writes OUT/layouts.json.
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -26,13 +30,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tools.bench
 
-LAYOUTS = ("matmul", "transposed", "gemm")
+from NNDF.backends.onnxrt import custom_ops  # noqa: E402
+
+LAYOUTS = ("matmul", "transposed", "gemm", "linear")
 
 
-def graph(layout: str, k: int, n: int, rows: int, layers: int, dtype, folder: Path) -> Path:
+def graph(layout: str, k: int, n: int, rows: int, layers: int, dtype, folder: Path, library: Path | None) -> Path:
     """A chain of `layers` products alternating [k -> n] and [n -> k], stated as `layout`; saved in `folder`."""
     from CausalLM import fused_graph as fg
 
@@ -48,24 +55,31 @@ def graph(layout: str, k: int, n: int, rows: int, layers: int, dtype, folder: Pa
             x = g.op("MatMul", [x, g.weight(f"w{i}", weight.T)])
         elif layout == "transposed":
             x = g.op("FusedMatMul", [x, g.weight(f"w{i}", weight)], domain=fg.MS, transB=1, alpha=1.0)
-        else:
+        elif layout == "gemm":
             x = g.op("Gemm", [x, g.weight(f"w{i}", weight)], transB=1)
+        else:
+            x = g.op("Linear", [x, g.weight(f"w{i}", weight)], domain=custom_ops.DOMAIN)
         width = out
     g.op("Identity", [x], ["y"])
     g.output("y", g.elem, [rows, width] if two_d else [1, rows, width])
     path = folder / f"{layout}.onnx"
-    fg.save(g.model("layouts"), path)
+    model = g.model("layouts")
+    if layout == "linear":
+        model.opset_import.append(onnx.helper.make_opsetid(custom_ops.DOMAIN, 1))
+        shutil.copy(library, folder / custom_ops.FILE)  # make_session registers the library beside a graph
+    fg.save(model, path)
     return path
 
 
 def measure(path: Path, rows: int, k: int, layers: int, device: str, repeats: int) -> dict:
-    import onnxruntime as ort
     import torch
 
     from tools.bench.kernel_table import kernel_table
 
     if device == "cpu":
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        from NNDF.backends.onnxrt.steps import make_session
+
+        session = make_session(path, torch.device("cpu"))
         shape = session.get_inputs()[0].shape
         x = np.random.default_rng(1).standard_normal([d if isinstance(d, int) else 1 for d in shape],
                                                      dtype=np.float32)
@@ -114,6 +128,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--linear-knobs", default="",
+                        help="comma-separated NNDF_ORT_LINEAR_TILE=... / NNDF_ORT_LINEAR_PDL=0 settings (joined by "
+                             "'+' for several at once): the linear layout is measured once with each, in new "
+                             "sessions of the same graph (the kernel reads them at every launch)")
     args = parser.parse_args()
     layouts = args.layouts.split(",")
     for layout in layouts:
@@ -121,6 +139,14 @@ def main() -> None:
             parser.error(f"layout {layout!r}: one of {', '.join(LAYOUTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = np.float16 if args.device == "cuda" else np.float32
+    library = None
+    if "linear" in layouts:
+        import torch
+
+        arch = torch.cuda.get_device_capability(0) if args.device == "cuda" else None
+        start = time.perf_counter()
+        library = custom_ops.build(args.out / "ops", arch)
+        print(json.dumps({"ops_library": str(library), "compile_s": round(time.perf_counter() - start, 1)}), flush=True)
     results = []
     for shape in args.shapes.split(","):
         k, n = (int(v) for v in shape.split("x"))
@@ -128,15 +154,21 @@ def main() -> None:
         for rows in (int(r) for r in args.rows.split(",")):
             for layout in layouts:
                 with tempfile.TemporaryDirectory() as folder:
-                    path = graph(layout, k, n, rows, args.layers, dtype, Path(folder))
-                    row = {"shape": shape, "rows": rows, "layout": layout,
-                           **measure(path, rows, k, args.layers, args.device, args.repeats)}
-                if "gpu_us" in row:
-                    row["gpu_us_per_product"] = row["gpu_us"] / args.layers
-                    row["weights_gb_s"] = weight_bytes / row["gpu_us"] / 1e3
-                results.append(row)
-                print(json.dumps({key: (round(v, 2) if isinstance(v, float) else v) for key, v in row.items()
-                                  if key != "top"}), flush=True)
+                    path = graph(layout, k, n, rows, args.layers, dtype, Path(folder), library)
+                    knobs = args.linear_knobs.split(",") if layout == "linear" and args.linear_knobs else [""]
+                    for knob in knobs:
+                        settings = dict(item.split("=", 1) for item in knob.split("+") if item)
+                        os.environ.update(settings)
+                        row = {"shape": shape, "rows": rows, "layout": layout, **({"knobs": knob} if knob else {}),
+                               **measure(path, rows, k, args.layers, args.device, args.repeats)}
+                        for key in settings:
+                            del os.environ[key]
+                        if "gpu_us" in row:
+                            row["gpu_us_per_product"] = row["gpu_us"] / args.layers
+                            row["weights_gb_s"] = weight_bytes / row["gpu_us"] / 1e3
+                        results.append(row)
+                        print(json.dumps({key: (round(v, 2) if isinstance(v, float) else v) for key, v in row.items()
+                                          if key != "top"}), flush=True)
                 (args.out / "layouts.json").write_text(json.dumps(results, indent=1))
 
 

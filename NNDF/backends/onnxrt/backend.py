@@ -108,7 +108,11 @@ class OnnxRuntimeBackend(Backend):
         Quantized rows of a decoder-only model on the CPU take the fused graph quantized (`fused_quantized`)."""
         self.onnx, self.choice = self.plain, None
         asked, options = getattr(run.options, "fused_decode", None), run.options
+        products = run.options_of(ORTOptions).ort_products
         if not options.static_cache:
+            if products:
+                raise UsageError("--ort-products applies to the graphs onnxrt builds from the weights, which only "
+                                 "--static-cache runs take; add --static-cache (or leave --ort-products out)")
             return
         why = self._no_fused_graph(run, asked)
         if why is None:
@@ -117,11 +121,15 @@ class OnnxRuntimeBackend(Backend):
             try:
                 how = "--fused-decode" if asked else "default"
                 if self.quantization is not None:
+                    if products == "linear":
+                        raise UsageError("--ort-products linear: the quantized graphs are ONNX Runtime's MatMulNBits "
+                                         "and quantized MatMul; leave --ort-products out with --quantize")
                     self.onnx = self.fused_quantized(self.fused[model_type], run)
                     self.choice = f"the fused decode graph built from the weights, {self.quantization.name} ({how})"
                     return
                 self.onnx = self.plain.fused(self.fused[model_type], run)
-                self.choice = f"the fused decode graph built from the weights ({how})"
+                op = {"linear": "the Linear op", "matmul": "ONNX Runtime's MatMul"}[self.onnx.products(run)]
+                self.choice = f"the fused decode graph built from the weights ({how}; products: {op})"
                 return
             except UsageError as exc:
                 if asked:
@@ -130,6 +138,9 @@ class OnnxRuntimeBackend(Backend):
         if not self.plain.static_export:
             raise UsageError(f"--static-cache on onnxrt runs the {self.task.kind} decoder graph built from the "
                              f"weights, and this run has none ({why}); drop --static-cache")
+        if products:
+            raise UsageError(f"--ort-products applies to the graphs onnxrt builds from the weights, and this run "
+                             f"takes the torch.onnx static-cache export ({why}); leave --ort-products out")
         self.choice = f"the torch.onnx static-cache export ({why})"
 
     def _no_fused_graph(self, run: RunContext, asked: bool | None) -> str | None:

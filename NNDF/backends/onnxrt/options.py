@@ -15,6 +15,7 @@ from NNDF.errors import UsageError
 from NNDF.options import HeadOptions, OptionGroup, flag
 
 QUANTIZE_CHOICES = ("none", "int8", "int4")
+PRODUCTS = ("linear", "matmul")  # what the graphs built from the weights state their products with
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # MatMulNBits block sizes ONNX Runtime's kernels take
 
 
@@ -47,7 +48,19 @@ class OrtOptimizeOptions(OptionGroup):
 
 
 @dataclass(frozen=True)
-class ORTOptions(QuantizeOptions, OrtOptimizeOptions):
+class BuiltGraphOptions(OptionGroup):
+    title = "ONNX Runtime: graphs built from the weights (onnxrt backend)"
+    owner = "the onnxrt backend"
+    backends = ("onnxrt",)
+    ort_products: str | None = flag(None, "--ort-products", choices=PRODUCTS, help="the products of the graphs onnxrt builds from the weights (--static-cache): linear (this project's Linear op, NNDF/backends/onnxrt/custom_ops.py: on CUDA its kernel reads a one-token step's weights, compiled by nvcc with the graph) or matmul (ONNX Runtime's MatMul: cuBLAS on CUDA, MLAS on the CPU). Default: linear on CUDA, matmul on the CPU; refused where the run takes no built graph")
+
+    def products(self, device: str) -> str:
+        """What this run's built graphs use on `device` (a torch device type)."""
+        return self.ort_products or ("linear" if device == "cuda" else "matmul")
+
+
+@dataclass(frozen=True)
+class ORTOptions(QuantizeOptions, OrtOptimizeOptions, BuiltGraphOptions):
     """What the onnxrt backend reads (`run.options_of(ORTOptions)`)."""
 
     def quantizations(self) -> tuple:

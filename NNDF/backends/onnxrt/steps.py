@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from NNDF.backends.onnxrt import custom_ops
 from NNDF.errors import ArtifactError, BackendUnavailable
 
 _NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -113,6 +114,9 @@ def make_session(path: Path, device: torch.device, threads: int = 0, stream=None
         providers = [("CUDAExecutionProvider", cuda)]
     else:
         providers = ["CPUExecutionProvider"]
+    library = Path(path).with_name(custom_ops.FILE)  # a graph that uses this project's ops carries their library
+    if library.is_file():
+        custom_ops.register(options, library)
     try:
         return ort.InferenceSession(str(path), options, providers=providers, disabled_optimizers=unfused)
     except Exception as exc:  # onnxruntime raises its own exception types for unreadable/invalid models

@@ -1,0 +1,96 @@
+"""This project's ONNX Runtime custom ops (domain `nndf`, sources in `ops/`), a shared library built with the
+machine's compilers and registered on the sessions whose graphs use them.
+
+`Linear(X [..., k], W [n, k], B [n])`: a checkpoint's nn.Linear with its weight as stored. On CUDA a one-token
+step's few rows (at most 8) read each weight row once in one warp's 16-byte loads, several in flight a thread,
+with fp32 sums, and issue their first loads before waiting on the kernel before them (programmatic dependent
+launch, Hopper and later); more rows (a prompt pass) go to cuBLAS through ONNX Runtime's own handle. The CPU
+kernel is a plain loop: it lets the CPU tests run a graph that uses the op against ONNX Runtime's MatMul.
+
+`build(folder, arch)` compiles the library into `folder` with `nvcc` for a CUDA compute capability (`arch`,
+e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
+and target is already there; the library declares the few pieces of ONNX Runtime's C ABI it calls itself
+(`ops/ort_abi.h`), so no ONNX Runtime headers are needed, and needs ONNX Runtime 1.16 or later.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from NNDF.errors import BackendUnavailable
+
+DOMAIN = "nndf"
+FILE = "libnndf_ort_ops.so"
+SOURCES = Path(__file__).with_name("ops")
+CPU_SOURCES = ("ops.cc",)
+CUDA_SOURCES = ("ops.cc", "linear.cu")
+DEFAULT_CUDA_HOME = "/usr/local/cuda"
+
+
+def sources_digest(arch: tuple[int, int] | None) -> str:
+    """The digest of the sources (and headers) and the target a library is built for."""
+    h = hashlib.sha256(repr(arch).encode())
+    for path in sorted(SOURCES.iterdir()):
+        if path.suffix in (".cc", ".cu", ".h"):
+            h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _nvcc() -> str:
+    found = shutil.which("nvcc")
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), DEFAULT_CUDA_HOME):
+        if not found and home and (Path(home) / "bin" / "nvcc").is_file():
+            found = str(Path(home) / "bin" / "nvcc")
+    if not found:
+        raise BackendUnavailable("the onnxrt graphs' Linear op is compiled with nvcc, which is not on PATH (nor in "
+                                 "$CUDA_HOME/bin); install the CUDA toolkit, or build the graph with --ort-linear "
+                                 "matmul (ONNX Runtime's MatMul)")
+    return found
+
+
+def _command(arch: tuple[int, int] | None, out: Path) -> list[str]:
+    if arch is None:
+        compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+        if not compiler:
+            raise BackendUnavailable("the CPU build of the onnxrt Linear op needs a C++ compiler (c++ or g++ on PATH)")
+        return [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", *(str(SOURCES / s) for s in CPU_SOURCES),
+                "-o", str(out)]
+    sm = f"{arch[0]}{arch[1]}"
+    return [_nvcc(), "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "-DNNDF_CUDA",
+            f"-gencode=arch=compute_{sm},code=[sm_{sm},compute_{sm}]",
+            *(str(SOURCES / s) for s in CUDA_SOURCES), "-o", str(out)]
+
+
+def build(folder: Path, arch: tuple[int, int] | None = None) -> Path:
+    """The ops library in `folder`, compiled there for `arch` (a CUDA compute capability; None: the CPU-only
+    build) unless the one there was built from the same sources for the same target. Written atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    library, stamp = folder / FILE, folder / (FILE + ".sources")
+    digest = sources_digest(arch)
+    if library.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return library
+    partial = folder / f".{FILE}.{os.getpid()}"
+    try:
+        done = subprocess.run(_command(arch, partial), capture_output=True, text=True)
+        if done.returncode != 0:
+            lines = [line for line in (done.stderr or done.stdout).splitlines() if "error" in line.lower()]
+            raise BackendUnavailable(f"compiling the onnxrt Linear op failed: "
+                                     f"{(lines or (done.stderr or 'no output').splitlines() or [''])[0][:300]}")
+        os.replace(partial, library)
+    finally:
+        partial.unlink(missing_ok=True)
+    stamp.write_text(digest + "\n")
+    return library
+
+
+def uses_ops(model) -> bool:
+    """Whether an ONNX ModelProto imports this library's domain."""
+    return any(op.domain == DOMAIN for op in model.opset_import)
+
+
+def register(options, library: Path) -> None:
+    """Register the library on an onnxruntime.SessionOptions."""
+    options.register_custom_ops_library(str(library))

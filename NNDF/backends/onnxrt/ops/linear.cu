@@ -1,0 +1,239 @@
+// Linear (y = x . w^T + b, w [n, k] as a checkpoint stores it) on the GPU: one weight row per warp for a few rows
+// of x (the one-token steps of a decode graph), cuBLAS through ONNX Runtime's own handle for more rows (a prompt
+// pass). The few-row kernel streams each weight row once in 16-byte loads, several in flight per thread, with fp32
+// sums; its first loads are issued before it waits on the kernel before it (programmatic dependent launch), since
+// the weights never depend on that kernel.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <initializer_list>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "linear.h"
+
+namespace {
+
+template <typename T> struct Pack;  // a 16-byte load as floats
+template <> struct Pack<__half> {
+  static constexpr int kCount = 8;
+  __device__ static void add(const uint4& w, const uint4& x, float& acc) {
+    const __half2* a = reinterpret_cast<const __half2*>(&w);
+    const __half2* b = reinterpret_cast<const __half2*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 fa = __half22float2(a[i]), fb = __half22float2(b[i]);
+      acc = fmaf(fa.x, fb.x, acc);
+      acc = fmaf(fa.y, fb.y, acc);
+    }
+  }
+};
+template <> struct Pack<float> {
+  static constexpr int kCount = 4;
+  __device__ static void add(const uint4& w, const uint4& x, float& acc) {
+    const float* a = reinterpret_cast<const float*>(&w);
+    const float* b = reinterpret_cast<const float*>(&x);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc = fmaf(a[i], b[i], acc);
+  }
+};
+
+__device__ __forceinline__ float as_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float as_float(float v) { return v; }
+__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+
+// x [M, k], w [n, k], bias [n] or null, y [M, n]; k a multiple of Pack<T>::kCount. A block of `Threads` threads
+// takes `Rows` weight rows: each pass over the features loads `Ahead` 16-byte chunks of each row a thread (all
+// issued before any is used) and the same chunks of x once for all `Rows` rows; the threads' fp32 sums are reduced
+// through warp shuffles and shared memory at the end.
+template <typename T, int M, int Rows, int Threads, int Ahead>
+__global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ bias, T* __restrict__ y, int n, int k,
+                                                   float alpha, int relu) {
+  constexpr int kPass = Threads * Ahead;  // chunks of a row one pass reads
+  const int first = blockIdx.x * Rows;
+  const int chunks = k / Pack<T>::kCount;
+  const uint4* wr[Rows];
+#pragma unroll
+  for (int r = 0; r < Rows; ++r)
+    wr[r] = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(first + r < n ? first + r : n - 1) * chunks;
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  uint4 now[Rows][Ahead];
+#pragma unroll
+  for (int r = 0; r < Rows; ++r)
+#pragma unroll
+    for (int a = 0; a < Ahead; ++a) {
+      const int c = threadIdx.x + a * Threads;
+      now[r][a] = c < chunks ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
+#endif
+  float acc[M][Rows];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < Rows; ++r) acc[m][r] = 0.f;
+  for (int base = 0; base < chunks; base += kPass) {
+#pragma unroll
+    for (int a = 0; a < Ahead; ++a) {
+      const int c = base + a * Threads + threadIdx.x;
+      if (c < chunks) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          const uint4 xv = __ldg(xr + static_cast<size_t>(m) * chunks + c);
+#pragma unroll
+          for (int r = 0; r < Rows; ++r) Pack<T>::add(now[r][a], xv, acc[m][r]);
+        }
+      }
+    }
+    if (base + kPass < chunks) {
+#pragma unroll
+      for (int r = 0; r < Rows; ++r)
+#pragma unroll
+        for (int a = 0; a < Ahead; ++a) {
+          const int c = base + kPass + a * Threads + threadIdx.x;
+          now[r][a] = c < chunks ? __ldcs(wr[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  constexpr int kWarpsHere = Threads / 32;
+  __shared__ float partial[kWarpsHere][M * Rows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int r = 0; r < Rows; ++r) {
+      float v = acc[m][r];
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+      if (lane == 0) partial[warp][m * Rows + r] = v;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M * Rows; i += Threads) {
+    const int m = i / Rows, r = i % Rows;
+    if (first + r < n) {
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kWarpsHere; ++j) sum += partial[j][i];
+      sum = alpha * sum + (bias ? as_float(bias[first + r]) : 0.f);
+      store(y + static_cast<size_t>(m) * n + first + r, relu ? fmaxf(sum, 0.f) : sum);
+    }
+  }
+}
+
+// y [rows, n] = y + bias (bias null: 0), then ReLU if asked: cuBLAS's product's epilogue
+template <typename T>
+__global__ void epilogue(T* y, const T* bias, size_t total, int n, int relu) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float v = as_float(y[i]) + (bias ? as_float(bias[i % n]) : 0.f);
+    store(y + i, relu ? fmaxf(v, 0.f) : v);
+  }
+}
+
+bool programmatic_launch() {  // read at every launch (a captured graph keeps what it was captured with)
+  const char* v = getenv("NNDF_ORT_LINEAR_PDL");
+  return !(v && v[0] == '0');
+}
+
+template <typename T, int M, int Rows, int Threads, int Ahead>
+cudaError_t launch_few(const void* x, const void* w, const void* bias, void* y, int n, int k, float alpha, int relu,
+                       cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((n + Rows - 1) / Rows);
+  config.blockDim = dim3(Threads);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead>, static_cast<const T*>(x),
+                            static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), n, k, alpha,
+                            relu);
+}
+
+// One and two rows: blocks of 128 threads over 4 weight rows, one 16-byte load of each row a thread per pass.
+// Kernel alone, reading a chain of products from ONNX Runtime's CUDA graph on an H100, us a product at one row
+// against cuBLAS's (ONNX Runtime's MatMul): 4096x4096 13.0 / 13.7, 2048x2048 4.4 / 5.8, 4096x12288 35.9 / 36.2,
+// 4096x16384 46.8 / 46.5; other tilings (4 rows x 64 threads x 2 loads, 2 x 64 x 4, 8 x 64 x 2, 4 x 64 x 4, one
+// row a warp with 8 loads) were slower at 2048 and 12288 features. At 4 and 8 rows this form was slower than
+// cuBLAS (16.0 / 13.5 and 18.8 / 13.5 us at 4096x4096), so from 3 rows cuBLAS takes the product
+// (docs/device-runs/2026-12-06-h100-ort-linear).
+template <typename T>
+cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, void* y, int n, int k, float alpha,
+                         int relu, cudaStream_t s) {
+  return rows == 1 ? launch_few<T, 1, 4, 128, 1>(x, w, b, y, n, k, alpha, relu, s)
+                   : launch_few<T, 2, 4, 128, 1>(x, w, b, y, n, k, alpha, relu, s);
+}
+
+// cublasGemmEx, found in the cuBLAS library ONNX Runtime's CUDA provider already loaded (its handle is passed in)
+using GemmEx = int (*)(void* handle, int transa, int transb, int m, int n, int k, const void* alpha, const void* a,
+                       int a_type, int lda, const void* b, int b_type, int ldb, const void* beta, void* c,
+                       int c_type, int ldc, int compute_type, int algo);
+constexpr int kOpN = 0, kOpT = 1, kR16F = 2, kR32F = 0, kCompute32F = 68, kGemmDefault = -1;
+
+int find_cublas(struct dl_phdr_info* info, size_t, void* found) {
+  const char* name = info->dlpi_name;
+  const char* base = name ? strrchr(name, '/') : nullptr;
+  base = base ? base + 1 : name;
+  if (base && !strncmp(base, "libcublas.so", 12) && !*static_cast<void**>(found))
+    *static_cast<void**>(found) = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+  return 0;
+}
+
+GemmEx gemm_ex() {
+  static const GemmEx fn = [] {
+    void* lib = nullptr;
+    dl_iterate_phdr(find_cublas, &lib);  // the cuBLAS ONNX Runtime's CUDA provider loaded, wherever it came from
+    for (const char* name : {"libcublas.so.13", "libcublas.so.12"})
+      if (!lib) lib = dlopen(name, RTLD_NOW);
+    return lib ? reinterpret_cast<GemmEx>(dlsym(lib, "cublasGemmEx")) : static_cast<GemmEx>(nullptr);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, void* y, int64_t rows,
+                             int64_t n, int64_t k, float alpha, int relu, void* stream_handle, void* cublas) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+  const bool half = dtype == kLinearFloat16;
+  const int pack = half ? 8 : 4;
+  cudaError_t status = cudaSuccess;
+  if (rows <= kLinearFewRows && k % pack == 0) {
+    status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, y, static_cast<int>(n),
+                                         static_cast<int>(k), alpha, relu, stream)
+                  : dispatch_few<float>(static_cast<int>(rows), x, w, bias, y, static_cast<int>(n),
+                                        static_cast<int>(k), alpha, relu, stream);
+    return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+  }
+  GemmEx gemm = gemm_ex();
+  if (!gemm || !cublas) return "nndf Linear: cuBLAS (cublasGemmEx) is not loaded in this process";
+  // row-major y [rows, n] = x [rows, k] . w^T is column-major y^T [n, rows] = w^T' [n, k] . x^T [k, rows]
+  const float zero = 0.f;
+  const int type = half ? kR16F : kR32F;
+  if (gemm(cublas, kOpT, kOpN, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(k), &alpha, w, type,
+           static_cast<int>(k), x, type, static_cast<int>(k), &zero, y, type, static_cast<int>(n), kCompute32F,
+           kGemmDefault) != 0)
+    return "nndf Linear: cublasGemmEx failed";
+  if (bias || relu) {
+    const size_t total = static_cast<size_t>(rows) * n;
+    const int blocks = static_cast<int>((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+    if (half)
+      epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(bias), total,
+                                                   static_cast<int>(n), relu);
+    else
+      epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(bias), total,
+                                                  static_cast<int>(n), relu);
+    status = cudaGetLastError();
+  }
+  return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}

@@ -1,0 +1,189 @@
+// ONNX Runtime custom ops of this project, domain "nndf", loaded with SessionOptions.register_custom_ops_library.
+//
+// Linear(X [..., k], W [n, k], B [n] optional) -> Y [..., n] = alpha * X . W^T + B, then ReLU with activation=1:
+// a checkpoint's nn.Linear as it is stored (attributes: alpha, float, default 1; activation, int, 0 or 1). On CUDA (float16, float32) a few rows of X go to this library's one-weight-row-per-warp kernel
+// (linear.cu), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to check
+// a graph that uses the op against ONNX Runtime's own MatMul.
+#include <stdio.h>
+#include <string.h>
+
+#include <vector>
+
+#include "linear.h"
+#include "ort_abi.h"
+
+namespace {
+
+const OrtApi* g_api = nullptr;
+
+OrtStatus* fail(const char* message) {
+  return ort_fn<OrtStatus* (*)(int, const char*)>(g_api, kCreateStatus)(kOrtInvalidArgument, message);
+}
+
+#define ORT_TRY(expr)                       \
+  do {                                      \
+    if (OrtStatus* status_ = (expr)) return status_; \
+  } while (0)
+
+struct Tensor {
+  int type = 0;
+  std::vector<int64_t> dims;
+  void* data = nullptr;
+};
+
+OrtStatus* read(const OrtValue* value, Tensor* out) {
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  ORT_TRY(ort_fn<OrtStatus* (*)(const OrtValue*, OrtTensorTypeAndShapeInfo**)>(g_api, kGetTensorTypeAndShape)(value, &info));
+  size_t count = 0;
+  OrtStatus* status = ort_fn<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int*)>(g_api, kGetTensorElementType)(info, &out->type);
+  if (!status) status = ort_fn<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, size_t*)>(g_api, kGetDimensionsCount)(info, &count);
+  if (!status) {
+    out->dims.resize(count);
+    status = ort_fn<OrtStatus* (*)(const OrtTensorTypeAndShapeInfo*, int64_t*, size_t)>(g_api, kGetDimensions)(
+        info, out->dims.data(), count);
+  }
+  ort_fn<void (*)(OrtTensorTypeAndShapeInfo*)>(g_api, kReleaseTensorTypeAndShapeInfo)(info);
+  if (!status) status = ort_fn<OrtStatus* (*)(OrtValue*, void**)>(g_api, kGetTensorMutableData)(
+      const_cast<OrtValue*>(value), &out->data);
+  return status;
+}
+
+struct LinearOp : OrtCustomOp {
+  int dtype;       // ONNX element type of every input and the output
+  const char* ep;  // null: the CPU provider
+};
+
+struct Kernel {
+  bool cuda;
+  float alpha;
+  int relu;
+};
+
+void cpu_linear(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t n, int64_t k,
+                float alpha, int relu) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float* xr = x + r * k;
+      const float* wr = w + j * k;
+      float sum = 0.f;
+      for (int64_t i = 0; i < k; ++i) sum += xr[i] * wr[i];
+      sum = alpha * sum + (b ? b[j] : 0.f);
+      y[r * n + j] = relu && sum < 0.f ? 0.f : sum;
+    }
+}
+
+OrtStatus* compute(void* kernel, OrtKernelContext* context) {
+  const Kernel& op = *static_cast<Kernel*>(kernel);
+  size_t inputs = 0;
+  ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetInputCount)(context, &inputs));
+  auto input = ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(g_api, kKernelContextGetInput);
+  const OrtValue *xv = nullptr, *wv = nullptr, *bv = nullptr;
+  ORT_TRY(input(context, 0, &xv));
+  ORT_TRY(input(context, 1, &wv));
+  if (inputs > 2) ORT_TRY(input(context, 2, &bv));
+  Tensor x, w, b;
+  ORT_TRY(read(xv, &x));
+  ORT_TRY(read(wv, &w));
+  if (bv) ORT_TRY(read(bv, &b));
+  if (x.dims.empty() || w.dims.size() != 2 || x.dims.back() != w.dims[1] || (bv && (b.dims.size() != 1 || b.dims[0] != w.dims[0]))) {
+    char message[256];
+    snprintf(message, sizeof message, "nndf Linear: X [..., %lld], W [%lld, %lld] and B of %zu dims do not fit",
+             x.dims.empty() ? -1LL : static_cast<long long>(x.dims.back()), w.dims.size() == 2 ? static_cast<long long>(w.dims[0]) : -1LL,
+             w.dims.size() == 2 ? static_cast<long long>(w.dims[1]) : -1LL, b.dims.size());
+    return fail(message);
+  }
+  const int64_t n = w.dims[0], k = w.dims[1];
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < x.dims.size(); ++i) rows *= x.dims[i];
+  std::vector<int64_t> dims = x.dims;
+  dims.back() = n;
+  OrtValue* yv = nullptr;
+  ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
+      context, 0, dims.data(), dims.size(), &yv));
+  Tensor y;
+  ORT_TRY(read(yv, &y));
+  if (rows == 0 || n == 0) return nullptr;
+#ifdef NNDF_CUDA
+  if (op.cuda) {
+    void* stream = nullptr;
+    void* cublas = nullptr;
+    ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, void**)>(g_api, kKernelContextGetGPUComputeStream)(context, &stream));
+    ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, int, int, void**)>(g_api, kKernelContextGetResource)(
+        context, kCudaResourceVersion, kCudaCublasHandle, &cublas));
+    const char* error = nndf_linear_cuda(x.type, x.data, w.data, bv ? b.data : nullptr, y.data, rows, n, k, op.alpha,
+                                         op.relu, stream, cublas);
+    return error ? fail(error) : nullptr;
+  }
+#endif
+  if (op.cuda || x.type != kLinearFloat32) return fail("nndf Linear: this build has no kernel for this provider and type");
+  cpu_linear(static_cast<const float*>(x.data), static_cast<const float*>(w.data),
+             bv ? static_cast<const float*>(b.data) : nullptr, static_cast<float*>(y.data), rows, n, k, op.alpha,
+             op.relu);
+  return nullptr;
+}
+
+// an attribute's value, or `fallback` where the node has none
+template <typename V>
+V attribute(const OrtKernelInfo* info, const char* name, V fallback, OrtSlot slot) {
+  V value = fallback;
+  if (OrtStatus* absent = ort_fn<OrtStatus* (*)(const OrtKernelInfo*, const char*, V*)>(g_api, slot)(info, name, &value)) {
+    ort_fn<void (*)(OrtStatus*)>(g_api, kReleaseStatus)(absent);
+    return fallback;
+  }
+  return value;
+}
+
+OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
+  const int64_t activation = attribute<int64_t>(info, "activation", 0, kKernelInfoGetAttributeInt64);
+  if (activation != 0 && activation != 1) return fail("nndf Linear: activation is 0 (none) or 1 (ReLU)");
+  *kernel = new Kernel{static_cast<const LinearOp*>(op)->ep != nullptr,
+                       attribute<float>(info, "alpha", 1.f, kKernelInfoGetAttributeFloat), static_cast<int>(activation)};
+  return nullptr;
+}
+
+LinearOp linear_op(int dtype, const char* ep) {
+  LinearOp op{};
+  op.version = kOrtApiVersion;
+  op.dtype = dtype;
+  op.ep = ep;
+  op.GetName = [](const OrtCustomOp*) { return "Linear"; };
+  op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const LinearOp*>(self)->ep; };
+  op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{3}; };
+  op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{1}; };
+  op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index == 2 ? kInputOptional : kInputRequired; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return kInputRequired; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.CreateKernelV2 = create_kernel;
+  op.KernelComputeV2 = compute;
+  return op;
+}
+
+LinearOp g_ops[] = {
+    linear_op(kLinearFloat32, nullptr),
+#ifdef NNDF_CUDA
+    linear_op(kLinearFloat16, "CUDAExecutionProvider"),
+    linear_op(kLinearFloat32, "CUDAExecutionProvider"),
+#endif
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(OrtSessionOptions* options,
+                                                                                const OrtApiBase* base) {
+  g_api = base->GetApi(kOrtApiVersion);
+  if (!g_api) return nullptr;  // ONNX Runtime older than 1.16: the graph then fails to load, naming the op
+  static OrtCustomOpDomain* domain = nullptr;
+  if (!domain) {
+    ORT_TRY(ort_fn<OrtStatus* (*)(const char*, OrtCustomOpDomain**)>(g_api, kCreateCustomOpDomain)("nndf", &domain));
+    for (LinearOp& op : g_ops)
+      ORT_TRY(ort_fn<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(g_api, kCustomOpDomainAdd)(domain, &op));
+  }
+  return ort_fn<OrtStatus* (*)(OrtSessionOptions*, OrtCustomOpDomain*)>(g_api, kAddCustomOpDomain)(options, domain);
+}

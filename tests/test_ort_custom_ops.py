@@ -1,0 +1,164 @@
+"""This project's ONNX Runtime custom ops (NNDF/backends/onnxrt/custom_ops.py, sources in ops/): `nndf.Linear`
+(X . W^T + B, W stored [out, in]) against numpy / torch, on ONNX Runtime's CPU provider (the library's CPU
+build, compiled here with the C++ compiler) and, with HARNESS_TEST_DEVICE=cuda, onnxruntime-gpu and nvcc, on
+CUDA: the few-row kernel at 1-8 rows (float16 and float32, with and without a bias, widths that are and are not
+a multiple of its loads), cuBLAS past 8 rows and for widths its 16-byte loads cannot take, and replays of
+ONNX Runtime's CUDA graph."""
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from NNDF.backends.onnxrt import custom_ops
+from NNDF.backends.onnxrt.steps import make_session
+from NNDF.errors import BackendUnavailable
+
+DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
+ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
+
+
+def linear_graph(folder: Path, w: np.ndarray, b: np.ndarray | None, library: Path, **attrs) -> Path:
+    """y = Linear(x, w, b) with x [batch, seq, k] (k symbolic, so a wrong width reaches the op); the library
+    copied beside the graph, where make_session finds it."""
+    elem = ELEM[w.dtype.type]
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
+    node = helper.make_node("Linear", ["x", "w"] + (["b"] if b is not None else []), ["y"], domain=custom_ops.DOMAIN,
+                            **attrs)
+    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(library, folder / custom_ops.FILE)
+    onnx.save(model, str(folder / "linear.onnx"))
+    return folder / "linear.onnx"
+
+
+@pytest.fixture(scope="module")
+def cpu_library(tmp_path_factory) -> Path:
+    return custom_ops.build(tmp_path_factory.mktemp("ops-cpu"))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_on_the_cpu_is_x_times_w_transposed(cpu_library, tmp_path, bias):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((48, 64), dtype=np.float32)
+    b = rng.standard_normal(48, dtype=np.float32) if bias else None
+    session = make_session(linear_graph(tmp_path, w, b, cpu_library), torch.device("cpu"))
+    for shape in [(1, 1, 64), (2, 3, 64), (1, 0, 64)]:
+        x = rng.standard_normal(shape, dtype=np.float32)
+        (y,) = session.run(None, {"x": x})
+        expected = x @ w.T + (b if bias else 0)
+        assert y.shape == shape[:2] + (48,)
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha, relu", [(0.25, False), (1.0, True), (2.0, True)])
+def test_linear_scales_and_rectifies_on_the_cpu(cpu_library, tmp_path, alpha, relu):
+    rng = np.random.default_rng(1)
+    w, b = rng.standard_normal((40, 24), dtype=np.float32), rng.standard_normal(40, dtype=np.float32)
+    attrs = {"alpha": alpha, **({"activation": 1} if relu else {})}
+    session = make_session(linear_graph(tmp_path, w, b, cpu_library, **attrs), torch.device("cpu"))
+    x = rng.standard_normal((1, 5, 24), dtype=np.float32)
+    (y,) = session.run(None, {"x": x})
+    expected = alpha * (x @ w.T) + b
+    np.testing.assert_allclose(y, np.maximum(expected, 0) if relu else expected, rtol=1e-5, atol=1e-5)
+    assert (y < 0).any() != relu
+
+
+def test_linear_refuses_an_input_of_another_width(cpu_library, tmp_path):
+    w = np.ones((8, 16), dtype=np.float32)
+    session = make_session(linear_graph(tmp_path, w, None, cpu_library), torch.device("cpu"))
+    with pytest.raises(Exception, match=r"nndf Linear: X \[\.\.\., 17\], W \[8, 16\] .* do not fit"):
+        session.run(None, {"x": np.ones((1, 1, 17), dtype=np.float32)})
+
+
+def test_the_library_is_rebuilt_only_when_its_sources_change(cpu_library, tmp_path):
+    first = custom_ops.build(tmp_path)
+    stamp = first.stat().st_mtime_ns
+    assert custom_ops.build(tmp_path).stat().st_mtime_ns == stamp
+    (tmp_path / (custom_ops.FILE + ".sources")).write_text("another digest\n")
+    assert custom_ops.build(tmp_path).stat().st_mtime_ns != stamp
+
+
+def test_a_cuda_build_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(custom_ops, "DEFAULT_CUDA_HOME", str(tmp_path))
+    with pytest.raises(BackendUnavailable, match="compiled with nvcc, which is not on PATH"):
+        custom_ops.build(tmp_path / "ops", (9, 0))
+    assert not (tmp_path / "ops" / custom_ops.FILE).exists()
+
+
+def _cuda_library(tmp_path_factory) -> Path:
+    if DEVICE != "cuda":
+        pytest.skip("runs with HARNESS_TEST_DEVICE=cuda")
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("needs onnxruntime-gpu")
+    return custom_ops.build(tmp_path_factory.mktemp("ops-cuda"), torch.cuda.get_device_capability(0))
+
+
+@pytest.fixture(scope="module")
+def cuda_library(tmp_path_factory) -> Path:
+    return _cuda_library(tmp_path_factory)
+
+
+def _run_cuda(session, x: torch.Tensor, n: int) -> torch.Tensor:
+    y = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device="cuda")
+    binding = session.io_binding()
+    elem = np.float16 if x.dtype == torch.float16 else np.float32
+    binding.bind_input("x", "cuda", 0, elem, tuple(x.shape), x.data_ptr())
+    binding.bind_output("y", "cuda", 0, elem, tuple(y.shape), y.data_ptr())
+    session.run_with_iobinding(binding)
+    torch.cuda.synchronize()
+    return y
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("k", [4096, 2056, 20])
+@pytest.mark.parametrize("bias, alpha, relu", [(True, 1.0, False), (False, 1.0, False), (True, 0.5, True)])
+def test_linear_on_cuda_matches_torch(cuda_library, tmp_path, dtype, k, bias, alpha, relu):
+    n = 1000
+    gen = torch.Generator().manual_seed(k)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
+    b = torch.randn(n, generator=gen).numpy().astype(dtype) if bias else None
+    stream = torch.cuda.Stream()
+    attrs = {"alpha": alpha, **({"activation": 1} if relu else {})}
+    session = make_session(linear_graph(tmp_path, w, b, cuda_library, **attrs), torch.device("cuda", 0), stream=stream)
+    wt, bt = torch.from_numpy(w).cuda().float(), (torch.from_numpy(b).cuda().float() if bias else 0)
+    tol = 2e-3 if dtype == np.float16 else 1e-4
+    with torch.cuda.stream(stream):
+        for rows in [1, 2, 3, 5, 8, 9, 130]:
+            x = torch.randn(1, rows, k, generator=gen).to("cuda", torch.float16 if dtype == np.float16 else torch.float32)
+            y = _run_cuda(session, x, n)
+            expected = alpha * (x.float() @ wt.T) + bt
+            expected = expected.relu() if relu else expected
+            torch.testing.assert_close(y.float(), expected, rtol=tol, atol=tol, msg=f"{rows} rows")
+
+
+def test_linear_replays_from_a_cuda_graph(cuda_library, tmp_path):
+    k, n = 4096, 512
+    w = (np.random.default_rng(0).standard_normal((n, k)) * k ** -0.5).astype(np.float16)
+    stream = torch.cuda.Stream()
+    session = make_session(linear_graph(tmp_path, w, None, cuda_library), torch.device("cuda", 0), stream=stream,
+                           cuda_graph=True)
+    x = torch.empty(1, 1, k, dtype=torch.float16, device="cuda")
+    y = torch.empty(1, 1, n, dtype=torch.float16, device="cuda")
+    binding = session.io_binding()
+    binding.bind_input("x", "cuda", 0, np.float16, tuple(x.shape), x.data_ptr())
+    binding.bind_output("y", "cuda", 0, np.float16, tuple(y.shape), y.data_ptr())
+    wt = torch.from_numpy(w).cuda().float()
+    with torch.cuda.stream(stream):
+        for i in range(4):  # the first runs capture, later ones replay with new inputs in the same buffers
+            x.copy_(torch.randn(1, 1, k, device="cuda"))
+            session.run_with_iobinding(binding)
+            torch.cuda.synchronize()
+            torch.testing.assert_close(y.float(), x.float() @ wt.T, rtol=2e-3, atol=2e-3, msg=f"run {i}")

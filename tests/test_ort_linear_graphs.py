@@ -1,0 +1,60 @@
+"""The decoder graphs onnxrt builds from the weights, with their products as this project's Linear op
+(`--ort-products linear`, the default on CUDA; NNDF/backends/onnxrt/custom_ops.py), on the CPU in fp32 (the op's
+CPU build): every decoder family's offline variant gives HF `generate`'s tokens (greedy and 3 beams; Mistral's with
+a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op), the graph has no MatMul
+left, and the library sits in the artifact folder. `--ort-products` where no graph is built is refused."""
+import pytest
+import torch
+
+from CausalLM.ort_fused import FusedDecodeOnnx
+from NNDF import registry
+from NNDF.actions.common import backend_steps
+from NNDF.backends.onnxrt import custom_ops
+from NNDF.backends.onnxrt.options import ORTOptions
+from NNDF.context import make_context
+from NNDF.errors import UsageError
+from NNDF.options import ModelOptions
+
+from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
+
+VARIANTS = [("OPT", "opt-offline"), ("BLOOM", "bloom-offline"), ("LLAMA", "mistral-offline"),
+            ("LLAMA", "qwen2-offline"), ("LLAMA", "phi3-offline"), ("GPT2", "gptj-offline"),
+            ("GPT2", "gpt-neox-offline"), ("GPT2", "gpt-neo-offline")]
+NEW, ROWS, PROMPT = 10, 2, 7
+
+
+def _run(workdir, family: str, variant: str, **flags):
+    options = ModelOptions(variant=variant, working_dir=str(workdir), use_cache=True, use_mask=True, device="cpu",
+                           fp16=False, static_cache=True, **flags)
+    return make_context(registry.family(family), options, ORTOptions(ort_products="linear"))
+
+
+@pytest.mark.parametrize("family, variant", VARIANTS, ids=[v for _, v in VARIANTS])
+def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir):
+    run = _run(workdir, family, variant)
+    config = run.source.config
+    ids = torch.randint(0, config.vocab_size - 1, (ROWS, PROMPT), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    pad = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else config.eos_token_id
+    with backend_steps(run, "onnxrt") as (backend, steps):
+        assert isinstance(backend.onnx, FusedDecodeOnnx)
+        assert "products: the Linear op" in backend.choice
+        nodes = backend.onnx.record["nodes"]
+        assert nodes["Linear"] >= 3 * config.num_hidden_layers and "MatMul" not in nodes, nodes
+        assert (backend.paths["decoder"].parent / custom_ops.FILE).is_file()
+        assert backend.export_max_diff() < 1e-3
+        for beams in (1, 3):
+            expected = hf_tokens(run, ids, mask, beams, None, pad, new=NEW)
+            assert fused_tokens(steps, ids, mask, beams, None, pad, new=NEW) == expected, f"beams={beams}"
+
+
+def test_ort_products_without_a_built_graph_is_refused(workdir):
+    from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend  # noqa: F401 (the backend the registry makes)
+
+    run = make_context(registry.family("OPT"), ModelOptions(variant="opt-offline", working_dir=str(workdir),
+                                                             use_cache=True, device="cpu"),
+                       ORTOptions(ort_products="matmul"))
+    with pytest.raises(UsageError, match="--ort-products applies to the graphs onnxrt builds from the weights, "
+                                         "which only --static-cache runs take"):
+        with backend_steps(run, "onnxrt"):
+            pass
