@@ -10,8 +10,11 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            checkpoint's bytes
   onnxrt   `benchmark ... onnxrt --static-cache --use-cuda-graph` (the fused graph by default), batch 1, with HF
            `generate`'s static-cache row beside it (--hf-baseline)
+  onnxrt-matmul  the same with the graph's products as ONNX Runtime's MatMul (`--ort-products matmul`; the
+           default is this project's Linear op on CUDA), no HF row
   kernels  the onnxrt one-token step under torch's profiler (CUPTI sees ONNX Runtime's kernels): GPU time per step,
-           kernels per step, the top kernels
+           kernels per step, the top kernels (XQA on: `flash` is the default path, XQA off; `flash-matmul` that
+           with `--ort-products matmul`)
   frameworks  `benchmark ... frameworks --static-cache --use-cuda-graph --torch-compile` (HF's model under our
            static cache; `--fused-decode` too where the family has a fused torch step), batch 1
   frameworks-<variant>  the same with the fused step built with each of --row-variants' settings (default
@@ -79,7 +82,7 @@ def build(shape: str, folder: str, workdir: str) -> dict:
             "peak_over_weights": round(peak[0] / weights, 2) if peak else None}
 
 
-def kernels(shape: str, folder: str, workdir: str, xqa: bool = True) -> dict:
+def kernels(shape: str, folder: str, workdir: str, xqa: bool = True, products: str | None = None) -> dict:
     """The onnxrt one-token step's GPU time and kernels (tools/bench/ort_fused_bench.py's measurement); `xqa`
     False: with ONNX Runtime's XQA decode attention off (ORT_ENABLE_XQA=0, read when the session is made), so
     GroupQueryAttention takes its flash-decoding path instead."""
@@ -88,20 +91,21 @@ def kernels(shape: str, folder: str, workdir: str, xqa: bool = True) -> dict:
     before = os.environ.get("ORT_ENABLE_XQA")
     os.environ["ORT_ENABLE_XQA"] = "1" if xqa else "0"
     try:
-        return {"xqa": xqa, **_kernels(shape, folder, workdir)}
+        return {"xqa": xqa, **_kernels(shape, folder, workdir, products)}
     finally:
         os.environ.pop("ORT_ENABLE_XQA") if before is None else os.environ.update(ORT_ENABLE_XQA=before)
 
 
-def _kernels(shape: str, folder: str, workdir: str) -> dict:
+def _kernels(shape: str, folder: str, workdir: str, products: str | None = None) -> dict:
     from NNDF import registry
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.context import make_context
     from NNDF.options import ModelOptions
     from tools.bench import ort_fused_bench as ofb
 
     options = ModelOptions(torch_dir=folder, working_dir=workdir, device="cuda", fp16=True, use_cache=True,
                            use_mask=True, static_cache=True, use_cuda_graph=True)
-    run = make_context(registry.family(family_of(folder)), options)
+    run = make_context(registry.family(family_of(folder)), options, ORTOptions(ort_products=products))
     backend = registry.backend(run.family, "onnxrt")
     steps = backend.setup(run)
     run.release_torch_model()
@@ -112,10 +116,13 @@ def _kernels(shape: str, folder: str, workdir: str) -> dict:
         steps.close()
 
 
-def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool, variant: str = "default") -> tuple:
+def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool, variant: str = "default",
+          products: str | None = None) -> tuple:
     """One benchmark row set (speed_matrix's), fused torch step where the family has one for frameworks (built with
-    `variant`'s settings, speed_matrix.LLAMA_VARIANTS: `inductor` is the step without our Triton kernels)."""
+    `variant`'s settings, speed_matrix.LLAMA_VARIANTS: `inductor` is the step without our Triton kernels); onnxrt's
+    graph with `products` (--ort-products; None: its default)."""
     from NNDF import registry
+    from NNDF.backends.onnxrt.options import ORTOptions
 
     config = "static-graph" if backend == "onnxrt" else "compiled"
     model_type = json.loads((Path(folder) / "config.json").read_text())["model_type"]
@@ -124,9 +131,11 @@ def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: b
         config = "fused"
     with sm.step_settings(variant):
         rows, report = sm.bench_rows(shape, family_of(folder), folder, batch, config, workdir, 5, lengths=(128, NEW),
-                                     hf=hf, backends=(backend,))
+                                     hf=hf, backends=(backend,), backend_options=(ORTOptions(ort_products=products),))
     if variant != "default":
         rows = [{**row, "config": f"{row['config']}-{variant}"} for row in rows]
+    if products:
+        rows = [{**row, "config": f"{row['config']}-{products}"} for row in rows]
     return rows, report
 
 
@@ -176,8 +185,10 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
     done = [("shapes", lambda: sm.make_shapes(shape)),
             ("build", lambda: build(shape, folder, workdir)),
             ("onnxrt", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=True)),
+            ("onnxrt-matmul", lambda: bench(shape, folder, workdir, "onnxrt", 1, hf=False, products="matmul")),
             ("kernels", lambda: kernels(shape, folder, workdir)),
             ("flash", lambda: kernels(shape, folder, workdir, xqa=False)),
+            ("flash-matmul", lambda: kernels(shape, folder, workdir, xqa=False, products="matmul")),
             ("frameworks", lambda: bench(shape, folder, workdir, "frameworks", 1, hf=False)),
             ("step", lambda: sm.step_time(shape, family_of(folder), folder, 1, "fused", workdir)),
             ("loop", lambda: loops(shape, folder, workdir)),
@@ -194,7 +205,7 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
     return done
 
 
-BENCH = ("onnxrt", "frameworks", "eager", "batch8")
+BENCH = ("onnxrt", "onnxrt-matmul", "frameworks", "eager", "batch8")
 
 
 def main() -> None:
@@ -254,7 +265,7 @@ def _collect(doc: dict, kind: str, job):
 
     def run():
         got = job()
-        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "loop": "loops",
+        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "flash-matmul": "kernels", "loop": "loops",
                "tokens": "tokens"}.get(kind, "other")
         doc.setdefault(key, []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)

@@ -78,6 +78,8 @@ VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
 # the built ONNX Runtime graphs' settings a job can be built with instead of the default: module -> {constant: value}
 ORT_VARIANTS = {
     "wide": {"T5.fused_onnx": {"WIDE_STREAM": True}},  # T5's fp16 graphs' residual stream and norms in fp32
+    # the decoder's products as ONNX Runtime's MatMul, not this project's Linear op (--ort-products matmul)
+    "matmul": {"NNDF.backends.onnxrt.options": {"CUDA_PRODUCTS": "matmul"}},
 }
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
 ROW_VARIANTS = ("inductor", "default+loop")

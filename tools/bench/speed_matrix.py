@@ -112,13 +112,15 @@ def options(torch_dir, batch, extra, workdir) -> ModelOptions:
                         working_dir=workdir, **extra)
 
 
-def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None, backends=None):
+def bench_rows(label, family, torch_dir, batch, config, workdir, iterations, lengths=None, hf=None, backends=None,
+               backend_options: tuple = ()):
+    """`backend_options`: option groups the backends own (e.g. onnxrt's ORTOptions), as the CLI's flags give them."""
     prompt, new = lengths or (PROMPT, NEW)
     hf = config in ("eager", "static-graph") if hf is None else hf
     backends = backends or backends_of(config)
     report = benchmark(family, backends, options(torch_dir, batch, CONFIGS[config]["options"], workdir),
                        SamplingOptions(), TimingOptions(iterations=iterations, warmup=2),
-                       BenchmarkOptions(input_seq_len=prompt, output_seq_len=new, hf_baseline=hf))
+                       BenchmarkOptions(input_seq_len=prompt, output_seq_len=new, hf_baseline=hf), *backend_options)
     rows = []
     for r in report.results:
         rows.append({"model": label, "batch": batch, "config": config, "backend": r.backend, "prompt": prompt,

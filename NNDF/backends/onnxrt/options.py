@@ -16,6 +16,7 @@ from NNDF.options import HeadOptions, OptionGroup, flag
 
 QUANTIZE_CHOICES = ("none", "int8", "int4")
 PRODUCTS = ("linear", "matmul")  # what the graphs built from the weights state their products with
+CUDA_PRODUCTS = "linear"  # their default on CUDA (docs/PERFORMANCE.md); on the CPU ONNX Runtime's MatMul
 BLOCK_SIZES = (16, 32, 64, 128, 256)  # MatMulNBits block sizes ONNX Runtime's kernels take
 
 
@@ -56,7 +57,7 @@ class BuiltGraphOptions(OptionGroup):
 
     def products(self, device: str) -> str:
         """What this run's built graphs use on `device` (a torch device type)."""
-        return self.ort_products or ("linear" if device == "cuda" else "matmul")
+        return self.ort_products or (CUDA_PRODUCTS if device == "cuda" else "matmul")
 
 
 @dataclass(frozen=True)
