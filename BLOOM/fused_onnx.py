@@ -73,8 +73,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     residual = h if post else x
     for i in range(config.n_layer):
         layer = f"transformer.h.{i}"
-        qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c)
-        qkv = g.op("Add", [qkv, alibi])  # [B, S, 3 H D']: queries, keys, values, each head widened
+        # [B, S, 3 H D']: queries, keys, values, each head widened, the keys' ALiBi column added
+        qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c, alibi)
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             arch.transformer.h[i].self_attention.inv_norm_factor)  # [B, S, H D']
         dense, dense_bias = _dense(g, take, attn, f"{layer}.self_attention.dense", heads, head_dim, wide)
@@ -111,16 +111,17 @@ def _alibi(g: fg.GraphBuilder, heads: int, head_dim: int, wide: int, c: float) -
 
 
 def _qkv(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, heads: int, head_dim: int, wide: int,
-         c: float) -> str:
-    """h @ W' + b' [B, S, 3 H D']: HF's per-head [H, 3, D] rows reordered into all queries, all keys, all values,
-    each head widened to D' with zero weight columns; the bias carries c in each query head's spare column."""
+         c: float, alibi: str) -> str:
+    """h @ W' + b' + alibi [B, S, 3 H D']: HF's per-head [H, 3, D] rows reordered into all queries, all keys, all
+    values, each head widened to D' with zero weight columns; the bias carries c in each query head's spare
+    column."""
     weight = take(f"{module}.weight").reshape(heads, 3, head_dim, -1).transpose(1, 0, 2, 3)  # [3, H, D, E]
     bias = take(f"{module}.bias").reshape(heads, 3, head_dim).transpose(1, 0, 2)  # [3, H, D]
     pad = ((0, 0), (0, 0), (0, wide - head_dim))
     weight = np.pad(weight, pad + ((0, 0),)).reshape(3 * heads * wide, -1)  # [3 H D', E]
     bias = np.pad(bias, pad)
     bias[0, :, head_dim] = c
-    return g.matmul(h, f"{module}.weight", weight, g.weight(f"{module}.bias", bias.reshape(-1)))
+    return g.matmul(h, f"{module}.weight", weight, g.weight(f"{module}.bias", bias.reshape(-1)), addend=alibi)
 
 
 def _dense(g: fg.GraphBuilder, take: fg.StateDict, attn: str, module: str, heads: int, head_dim: int,

@@ -120,26 +120,25 @@ class GraphBuilder:
         return self.weight(name, weight if self.linear else weight.T)
 
     def apply(self, x: str, weight: str, bias: str | None = None, relu: bool = False, alpha: float = 1.0,
-              outputs: int | list[str] = 1) -> str:
-        """alpha * x @ W^T (+ bias, then ReLU) for a weight `stored` under the name `weight`: the Linear op (one
-        node) with `linear`, else MatMul (FusedMatMul where alpha is not 1), an Add and a Relu."""
+              outputs: int | list[str] = 1, addend: str | None = None) -> str:
+        """alpha * x @ W^T (+ bias) (+ addend, a tensor of the output's shape), then ReLU, for a weight `stored`
+        under the name `weight`: the Linear op (one node) with `linear`, else MatMul (FusedMatMul where alpha is
+        not 1), an Add each and a Relu."""
         if self.linear:
             attrs = {**({"alpha": float(alpha)} if alpha != 1.0 else {}), **({"activation": 1} if relu else {})}
-            return self.op("Linear", [x, weight] + ([bias] if bias else []), outputs, domain=custom_ops.DOMAIN,
-                           **attrs)
-        last = bias is None and not relu
-        if alpha != 1.0:
-            y = self.op("FusedMatMul", [x, weight], outputs if last else 1, domain=MS, alpha=alpha)
-        else:
-            y = self.op("MatMul", [x, weight], outputs if last else 1)
-        if bias:
-            y = self.op("Add", [y, bias], outputs if not relu else 1)
-        return self.op("Relu", [y], outputs) if relu else y
+            inputs = [x, weight] + ([bias or "", addend] if addend else [bias] if bias else [])
+            return self.op("Linear", inputs, outputs, domain=custom_ops.DOMAIN, **attrs)
+        nodes = [("FusedMatMul", [weight], dict(domain=MS, alpha=alpha)) if alpha != 1.0 else ("MatMul", [weight], {})]
+        nodes += [("Add", [term], {}) for term in (bias, addend) if term] + ([("Relu", [], {})] if relu else [])
+        y = x
+        for i, (op_type, more, attrs) in enumerate(nodes):  # the last node's output carries `outputs`' name
+            y = self.op(op_type, [y, *more], outputs if i == len(nodes) - 1 else 1, **attrs)
+        return y
 
     def matmul(self, x: str, name: str, weight: np.ndarray, bias: str | None = None, relu: bool = False,
-               alpha: float = 1.0, outputs: int | list[str] = 1) -> str:
+               alpha: float = 1.0, outputs: int | list[str] = 1, addend: str | None = None) -> str:
         """`apply` of the checkpoint's nn.Linear weight [out, in], `stored` as `name`."""
-        return self.apply(x, self.stored(name, weight), bias, relu, alpha, outputs)
+        return self.apply(x, self.stored(name, weight), bias, relu, alpha, outputs, addend)
 
     def model(self, name: str) -> onnx.ModelProto:
         if self._data is not None:

@@ -71,6 +71,27 @@ def test_linear_scales_and_rectifies_on_the_cpu(cpu_library, tmp_path, alpha, re
     assert (y < 0).any() != relu
 
 
+def test_linear_adds_a_tensor_of_the_outputs_shape(cpu_library, tmp_path):
+    """The fourth input (A [..., n]) is added after the bias, before ReLU; a wrong shape is refused by message."""
+    rng = np.random.default_rng(2)
+    w, b = rng.standard_normal((12, 8), dtype=np.float32), rng.standard_normal(12, dtype=np.float32)
+    node = helper.make_node("Linear", ["x", "w", "b", "a"], ["y"], domain=custom_ops.DOMAIN, activation=1)
+    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", d])
+                                                 for n, d in (("x", "k"), ("a", "n"))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    shutil.copy(cpu_library, tmp_path / custom_ops.FILE)
+    onnx.save(model, str(tmp_path / "linear.onnx"))
+    session = make_session(tmp_path / "linear.onnx", torch.device("cpu"))
+    x, a = rng.standard_normal((2, 3, 8), dtype=np.float32), rng.standard_normal((2, 3, 12), dtype=np.float32)
+    (y,) = session.run(None, {"x": x, "a": a})
+    np.testing.assert_allclose(y, np.maximum(x @ w.T + b + a, 0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="the addend A must have the output's shape"):
+        session.run(None, {"x": x, "a": a[:, :1]})
+
+
 def test_linear_refuses_an_input_of_another_width(cpu_library, tmp_path):
     w = np.ones((8, 16), dtype=np.float32)
     session = make_session(linear_graph(tmp_path, w, None, cpu_library), torch.device("cpu"))
@@ -126,6 +147,7 @@ def _run_cuda(session, x: torch.Tensor, n: int) -> torch.Tensor:
 @pytest.mark.parametrize("k", [4096, 2056, 20])
 @pytest.mark.parametrize("bias, alpha, relu", [(True, 1.0, False), (False, 1.0, False), (True, 0.5, True)])
 def test_linear_on_cuda_matches_torch(cuda_library, tmp_path, dtype, k, bias, alpha, relu):
+    """Without an addend (the CPU tests check the addend input; BLOOM's CUDA graph tests use it)."""
     n = 1000
     gen = torch.Generator().manual_seed(k)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
@@ -162,3 +184,34 @@ def test_linear_replays_from_a_cuda_graph(cuda_library, tmp_path):
             session.run_with_iobinding(binding)
             torch.cuda.synchronize()
             torch.testing.assert_close(y.float(), x.float() @ wt.T, rtol=2e-3, atol=2e-3, msg=f"run {i}")
+
+
+def test_linear_on_cuda_adds_a_tensor_of_the_outputs_shape(cuda_library, tmp_path):
+    k, n = 1024, 520
+    gen = torch.Generator().manual_seed(3)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).half()
+    b = torch.randn(n, generator=gen).half()
+    node = helper.make_node("Linear", ["x", "w", "b", "a"], ["y"], domain=custom_ops.DOMAIN)
+    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info(name, TensorProto.FLOAT16, ["b", "s", d])
+                                                 for name, d in (("x", k), ("a", n))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)],
+                              [numpy_helper.from_array(w.numpy(), "w"), numpy_helper.from_array(b.numpy(), "b")])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    shutil.copy(cuda_library, tmp_path / custom_ops.FILE)
+    onnx.save(model, str(tmp_path / "linear.onnx"))
+    stream = torch.cuda.Stream()
+    session = make_session(tmp_path / "linear.onnx", torch.device("cuda", 0), stream=stream)
+    with torch.cuda.stream(stream):
+        for rows in (1, 2, 9):  # the few-row kernel, then cuBLAS and the epilogue kernel
+            x = torch.randn(1, rows, k, device="cuda", dtype=torch.float16)
+            a = torch.randn(1, rows, n, device="cuda", dtype=torch.float16)
+            y = torch.empty(1, rows, n, device="cuda", dtype=torch.float16)
+            binding = session.io_binding()
+            for name, t in (("x", x), ("a", a)):
+                binding.bind_input(name, "cuda", 0, np.float16, tuple(t.shape), t.data_ptr())
+            binding.bind_output("y", "cuda", 0, np.float16, tuple(y.shape), y.data_ptr())
+            session.run_with_iobinding(binding)
+            torch.cuda.synchronize()
+            expected = x.float() @ w.cuda().float().T + b.cuda().float() + a.float()
+            torch.testing.assert_close(y.float(), expected, rtol=2e-3, atol=2e-3, msg=f"{rows} rows")

@@ -51,8 +51,8 @@ __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 // through warp shuffles and shared memory at the end.
 template <typename T, int M, int Rows, int Threads, int Ahead>
 __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, const T* __restrict__ w,
-                                                   const T* __restrict__ bias, T* __restrict__ y, int n, int k,
-                                                   float alpha, int relu) {
+                                                   const T* __restrict__ bias, const T* __restrict__ addend,
+                                                   T* __restrict__ y, int n, int k, float alpha, int relu) {
   constexpr int kPass = Threads * Ahead;  // chunks of a row one pass reads
   const int first = blockIdx.x * Rows;
   const int chunks = k / Pack<T>::kCount;
@@ -122,18 +122,19 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kWarpsHere; ++j) sum += partial[j][i];
-      sum = alpha * sum + (bias ? as_float(bias[first + r]) : 0.f);
-      store(y + static_cast<size_t>(m) * n + first + r, relu ? fmaxf(sum, 0.f) : sum);
+      const size_t at = static_cast<size_t>(m) * n + first + r;
+      sum = alpha * sum + (bias ? as_float(bias[first + r]) : 0.f) + (addend ? as_float(addend[at]) : 0.f);
+      store(y + at, relu ? fmaxf(sum, 0.f) : sum);
     }
   }
 }
 
-// y [rows, n] = y + bias (bias null: 0), then ReLU if asked: cuBLAS's product's epilogue
+// y [rows, n] = y + bias + addend (either null: 0), then ReLU if asked: cuBLAS's product's epilogue
 template <typename T>
-__global__ void epilogue(T* y, const T* bias, size_t total, int n, int relu) {
+__global__ void epilogue(T* y, const T* bias, const T* addend, size_t total, int n, int relu) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float v = as_float(y[i]) + (bias ? as_float(bias[i % n]) : 0.f);
+    const float v = as_float(y[i]) + (bias ? as_float(bias[i % n]) : 0.f) + (addend ? as_float(addend[i]) : 0.f);
     store(y + i, relu ? fmaxf(v, 0.f) : v);
   }
 }
@@ -144,8 +145,8 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
 }
 
 template <typename T, int M, int Rows, int Threads, int Ahead>
-cudaError_t launch_few(const void* x, const void* w, const void* bias, void* y, int n, int k, float alpha, int relu,
-                       cudaStream_t stream) {
+cudaError_t launch_few(const void* x, const void* w, const void* bias, const void* addend, void* y, int n, int k,
+                       float alpha, int relu, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((n + Rows - 1) / Rows);
   config.blockDim = dim3(Threads);
@@ -156,8 +157,8 @@ cudaError_t launch_few(const void* x, const void* w, const void* bias, void* y, 
   config.attrs = attribute;
   config.numAttrs = programmatic_launch() ? 1 : 0;
   return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead>, static_cast<const T*>(x),
-                            static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<T*>(y), n, k, alpha,
-                            relu);
+                            static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(addend),
+                            static_cast<T*>(y), n, k, alpha, relu);
 }
 
 // One and two rows: blocks of 128 threads over 4 weight rows, one 16-byte load of each row a thread per pass.
@@ -168,10 +169,10 @@ cudaError_t launch_few(const void* x, const void* w, const void* bias, void* y, 
 // cuBLAS (16.0 / 13.5 and 18.8 / 13.5 us at 4096x4096), so from 3 rows cuBLAS takes the product
 // (docs/device-runs/2026-12-06-h100-ort-linear).
 template <typename T>
-cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, void* y, int n, int k, float alpha,
-                         int relu, cudaStream_t s) {
-  return rows == 1 ? launch_few<T, 1, 4, 128, 1>(x, w, b, y, n, k, alpha, relu, s)
-                   : launch_few<T, 2, 4, 128, 1>(x, w, b, y, n, k, alpha, relu, s);
+cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                         float alpha, int relu, cudaStream_t s) {
+  return rows == 1 ? launch_few<T, 1, 4, 128, 1>(x, w, b, a, y, n, k, alpha, relu, s)
+                   : launch_few<T, 2, 4, 128, 1>(x, w, b, a, y, n, k, alpha, relu, s);
 }
 
 // cublasGemmEx, found in the cuBLAS library ONNX Runtime's CUDA provider already loaded (its handle is passed in)
@@ -202,16 +203,17 @@ GemmEx gemm_ex() {
 
 }  // namespace
 
-const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, void* y, int64_t rows,
-                             int64_t n, int64_t k, float alpha, int relu, void* stream_handle, void* cublas) {
+const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
+                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, void* stream_handle,
+                             void* cublas) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const bool half = dtype == kLinearFloat16;
   const int pack = half ? 8 : 4;
   cudaError_t status = cudaSuccess;
   if (rows <= kLinearFewRows && k % pack == 0) {
-    status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, y, static_cast<int>(n),
+    status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
                                          static_cast<int>(k), alpha, relu, stream)
-                  : dispatch_few<float>(static_cast<int>(rows), x, w, bias, y, static_cast<int>(n),
+                  : dispatch_few<float>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
                                         static_cast<int>(k), alpha, relu, stream);
     return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
   }
@@ -224,15 +226,17 @@ const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void
            static_cast<int>(k), x, type, static_cast<int>(k), &zero, y, type, static_cast<int>(n), kCompute32F,
            kGemmDefault) != 0)
     return "nndf Linear: cublasGemmEx failed";
-  if (bias || relu) {
+  if (bias || addend || relu) {
     const size_t total = static_cast<size_t>(rows) * n;
     const int blocks = static_cast<int>((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
     if (half)
-      epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(bias), total,
-                                                   static_cast<int>(n), relu);
+      epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(bias),
+                                                   static_cast<const __half*>(addend), total, static_cast<int>(n),
+                                                   relu);
     else
-      epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(bias), total,
-                                                  static_cast<int>(n), relu);
+      epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(bias),
+                                                  static_cast<const float*>(addend), total, static_cast<int>(n),
+                                                  relu);
     status = cudaGetLastError();
   }
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);

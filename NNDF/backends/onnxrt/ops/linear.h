@@ -6,7 +6,7 @@ constexpr int kLinearFloat32 = 1;   // ONNX's element types
 constexpr int kLinearFloat16 = 10;
 constexpr int64_t kLinearFewRows = 2;  // rows of x this library's kernel takes; more go to cuBLAS
 
-// y [rows, n] = alpha * x [rows, k] . w [n, k]^T (+ bias [n]), then ReLU if `relu`, on `stream` (a cudaStream_t);
-// `cublas` is ONNX Runtime's cuBLAS handle for that stream. Returns null, or what failed.
-const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, void* y, int64_t rows,
-                             int64_t n, int64_t k, float alpha, int relu, void* stream, void* cublas);
+// y [rows, n] = alpha * x [rows, k] . w [n, k]^T (+ bias [n]) (+ addend [rows, n]), then ReLU if `relu`, on
+// `stream` (a cudaStream_t); `cublas` is ONNX Runtime's cuBLAS handle for that stream. Returns null, or what failed.
+const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
+                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, void* stream, void* cublas);

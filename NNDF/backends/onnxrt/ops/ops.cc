@@ -1,7 +1,8 @@
 // ONNX Runtime custom ops of this project, domain "nndf", loaded with SessionOptions.register_custom_ops_library.
 //
-// Linear(X [..., k], W [n, k], B [n] optional) -> Y [..., n] = alpha * X . W^T + B, then ReLU with activation=1:
-// a checkpoint's nn.Linear as it is stored (attributes: alpha, float, default 1; activation, int, 0 or 1). On CUDA (float16, float32) a few rows of X go to this library's one-weight-row-per-warp kernel
+// Linear(X [..., k], W [n, k], B [n] optional, A [..., n] optional) -> Y [..., n] = alpha * X . W^T + B + A, then
+// ReLU with activation=1: a checkpoint's nn.Linear as it is stored, and a tensor of the output's shape added in the
+// same kernel (attributes: alpha, float, default 1; activation, int, 0 or 1). On CUDA (float16, float32) a few rows of X go to this library's one-weight-row-per-warp kernel
 // (linear.cu), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to check
 // a graph that uses the op against ONNX Runtime's own MatMul.
 #include <stdio.h>
@@ -59,15 +60,15 @@ struct Kernel {
   int relu;
 };
 
-void cpu_linear(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t n, int64_t k,
-                float alpha, int relu) {
+void cpu_linear(const float* x, const float* w, const float* b, const float* a, float* y, int64_t rows, int64_t n,
+                int64_t k, float alpha, int relu) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j) {
       const float* xr = x + r * k;
       const float* wr = w + j * k;
       float sum = 0.f;
       for (int64_t i = 0; i < k; ++i) sum += xr[i] * wr[i];
-      sum = alpha * sum + (b ? b[j] : 0.f);
+      sum = alpha * sum + (b ? b[j] : 0.f) + (a ? a[r * n + j] : 0.f);
       y[r * n + j] = relu && sum < 0.f ? 0.f : sum;
     }
 }
@@ -77,14 +78,16 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
   size_t inputs = 0;
   ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetInputCount)(context, &inputs));
   auto input = ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(g_api, kKernelContextGetInput);
-  const OrtValue *xv = nullptr, *wv = nullptr, *bv = nullptr;
+  const OrtValue *xv = nullptr, *wv = nullptr, *bv = nullptr, *av = nullptr;
   ORT_TRY(input(context, 0, &xv));
   ORT_TRY(input(context, 1, &wv));
   if (inputs > 2) ORT_TRY(input(context, 2, &bv));
-  Tensor x, w, b;
+  if (inputs > 3) ORT_TRY(input(context, 3, &av));
+  Tensor x, w, b, a;
   ORT_TRY(read(xv, &x));
   ORT_TRY(read(wv, &w));
   if (bv) ORT_TRY(read(bv, &b));
+  if (av) ORT_TRY(read(av, &a));
   if (x.dims.empty() || w.dims.size() != 2 || x.dims.back() != w.dims[1] || (bv && (b.dims.size() != 1 || b.dims[0] != w.dims[0]))) {
     char message[256];
     snprintf(message, sizeof message, "nndf Linear: X [..., %lld], W [%lld, %lld] and B of %zu dims do not fit",
@@ -97,6 +100,7 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
   for (size_t i = 0; i + 1 < x.dims.size(); ++i) rows *= x.dims[i];
   std::vector<int64_t> dims = x.dims;
   dims.back() = n;
+  if (av && a.dims != dims) return fail("nndf Linear: the addend A must have the output's shape [..., n]");
   OrtValue* yv = nullptr;
   ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
       context, 0, dims.data(), dims.size(), &yv));
@@ -110,15 +114,15 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
     ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, void**)>(g_api, kKernelContextGetGPUComputeStream)(context, &stream));
     ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, int, int, void**)>(g_api, kKernelContextGetResource)(
         context, kCudaResourceVersion, kCudaCublasHandle, &cublas));
-    const char* error = nndf_linear_cuda(x.type, x.data, w.data, bv ? b.data : nullptr, y.data, rows, n, k, op.alpha,
-                                         op.relu, stream, cublas);
+    const char* error = nndf_linear_cuda(x.type, x.data, w.data, bv ? b.data : nullptr, av ? a.data : nullptr, y.data,
+                                         rows, n, k, op.alpha, op.relu, stream, cublas);
     return error ? fail(error) : nullptr;
   }
 #endif
   if (op.cuda || x.type != kLinearFloat32) return fail("nndf Linear: this build has no kernel for this provider and type");
   cpu_linear(static_cast<const float*>(x.data), static_cast<const float*>(w.data),
-             bv ? static_cast<const float*>(b.data) : nullptr, static_cast<float*>(y.data), rows, n, k, op.alpha,
-             op.relu);
+             bv ? static_cast<const float*>(b.data) : nullptr, av ? static_cast<const float*>(a.data) : nullptr,
+             static_cast<float*>(y.data), rows, n, k, op.alpha, op.relu);
   return nullptr;
 }
 
@@ -149,11 +153,11 @@ LinearOp linear_op(int dtype, const char* ep) {
   op.GetName = [](const OrtCustomOp*) { return "Linear"; };
   op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const LinearOp*>(self)->ep; };
   op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
-  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{3}; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{4}; };
   op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
   op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{1}; };
   op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
-  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index == 2 ? kInputOptional : kInputRequired; };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 2 ? kInputOptional : kInputRequired; };
   op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return kInputRequired; };
   op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
   op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
