@@ -74,7 +74,11 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     for i in range(config.n_layer):
         layer = f"transformer.h.{i}"
         # [B, S, 3 H D']: queries, keys, values, each head widened, the keys' ALiBi column added
-        qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c, alibi)
+        if ALIBI_IN_PRODUCT and g.linear:
+            qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c, alibi)
+        else:
+            qkv = g.op("Add", [_qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c),
+                               alibi])
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             arch.transformer.h[i].self_attention.inv_norm_factor)  # [B, S, H D']
         dense, dense_bias = _dense(g, take, attn, f"{layer}.self_attention.dense", heads, head_dim, wide)
@@ -90,6 +94,12 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("bloom_fused_decode")
+
+
+# the ALiBi columns added inside the q/k/v product (the Linear op's addend) instead of by an Add after it: one
+# kernel a layer less; checked on the CPU (tests/test_ort_linear_graphs.py), compiled for sm_90 but not yet run on a
+# GPU, so off until measured
+ALIBI_IN_PRODUCT = False
 
 
 def slopes(heads: int) -> np.ndarray:
@@ -111,8 +121,8 @@ def _alibi(g: fg.GraphBuilder, heads: int, head_dim: int, wide: int, c: float) -
 
 
 def _qkv(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, heads: int, head_dim: int, wide: int,
-         c: float, alibi: str) -> str:
-    """h @ W' + b' + alibi [B, S, 3 H D']: HF's per-head [H, 3, D] rows reordered into all queries, all keys, all
+         c: float, alibi: str | None = None) -> str:
+    """h @ W' + b' (+ alibi) [B, S, 3 H D']: HF's per-head [H, 3, D] rows reordered into all queries, all keys, all
     values, each head widened to D' with zero weight columns; the bias carries c in each query head's spare
     column."""
     weight = take(f"{module}.weight").reshape(heads, 3, head_dim, -1).transpose(1, 0, 2, 3)  # [3, H, D, E]

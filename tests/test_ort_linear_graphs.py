@@ -1,8 +1,9 @@
 """The decoder graphs onnxrt builds from the weights, with their products as this project's Linear op
 (`--ort-products linear`, the default on CUDA; NNDF/backends/onnxrt/custom_ops.py), on the CPU in fp32 (the op's
 CPU build): every decoder family's offline variant gives HF `generate`'s tokens (greedy and 3 beams; Mistral's with
-a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op), the graph has no MatMul
-left, and the library sits in the artifact folder. `--ort-products` where no graph is built is refused."""
+a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op; BLOOM's ALiBi columns as
+the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left, and the library sits in the
+artifact folder. `--ort-products` where no graph is built is refused."""
 import pytest
 import torch
 
@@ -30,7 +31,10 @@ def _run(workdir, family: str, variant: str, **flags):
 
 
 @pytest.mark.parametrize("family, variant", VARIANTS, ids=[v for _, v in VARIANTS])
-def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir):
+def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, monkeypatch):
+    from BLOOM import fused_onnx
+
+    monkeypatch.setattr(fused_onnx, "ALIBI_IN_PRODUCT", True)  # BLOOM's ALiBi columns as the op's addend
     run = _run(workdir, family, variant)
     config = run.source.config
     ids = torch.randint(0, config.vocab_size - 1, (ROWS, PROMPT), generator=torch.Generator().manual_seed(2))
