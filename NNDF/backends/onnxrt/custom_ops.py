@@ -1,11 +1,13 @@
 """This project's ONNX Runtime custom ops (domain `nndf`, sources in `ops/`), a shared library built with the
 machine's compilers and registered on the sessions whose graphs use them.
 
-`Linear(X [..., k], W [n, k], B [n])`: a checkpoint's nn.Linear with its weight as stored. On CUDA a one-token
+`Linear(X [..., k], W [n, k], B [n], A [..., n])`: a checkpoint's nn.Linear with its weight as stored. On CUDA a one-token
 step's few rows (at most 8) read each weight row once in one warp's 16-byte loads, several in flight a thread,
 with fp32 sums, and issue their first loads before waiting on the kernel before them (programmatic dependent
-launch, Hopper and later); more rows (a prompt pass) go to cuBLAS through ONNX Runtime's own handle. The CPU
-kernel is a plain loop: it lets the CPU tests run a graph that uses the op against ONNX Runtime's MatMul.
+launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches them plainly, for measurements); more rows (a prompt
+pass) go to cuBLAS through ONNX Runtime's own handle. Optional: a bias [n], an addend of the output's shape, a scale
+(`alpha`) and ReLU (`activation=1`), all in the same kernel. The CPU kernel is a plain loop: it lets the CPU tests
+run a graph that uses the op against ONNX Runtime's MatMul.
 
 `build(folder, arch)` compiles the library into `folder` with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
