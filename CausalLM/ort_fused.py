@@ -108,7 +108,12 @@ class BuiltGraphs(GraphArtifact):
         folder: `add_ops`) or "matmul" (ONNX Runtime's MatMul): --ort-products, by default linear on CUDA."""
         from NNDF.backends.onnxrt.options import ORTOptions
 
-        return run.options_of(ORTOptions).products(run.device.type)
+        products = run.options_of(ORTOptions).products(run.device.type)
+        if products == "linear" and run.device.type == "cuda" and (run.device.index or 0) != 0:
+            # the op's library launches on its own CUDA runtime's device, the first visible one
+            raise UsageError(f"the onnxrt graphs' Linear op runs on the first visible GPU, not {run.device}: select "
+                             f"the GPU with CUDA_VISIBLE_DEVICES (and --device cuda), or pass --ort-products matmul")
+        return products
 
     @staticmethod
     def ops_target(run: RunContext) -> tuple[int, int] | None:

@@ -233,7 +233,9 @@ def test_static_cache_takes_the_fused_graph_by_default(workdir):
     from NNDF.backends.onnxrt.quantized import QuantizedOnnx
     from CausalLM.onnxrt import DecoderOnnx
 
-    for fused, kind, note in ((None, FusedDecodeOnnx, "fused decode graph built from the weights (default)"),
+    products = "the Linear op" if DEVICE == "cuda" else "ONNX Runtime's MatMul"  # --ort-products' defaults
+    for fused, kind, note in ((None, FusedDecodeOnnx, f"fused decode graph built from the weights (default; products: "
+                                                      f"{products})"),
                               (False, DecoderOnnx, "torch.onnx static-cache export (--no-fused-decode)")):
         run = _run(workdir, {"variant": "gpt2-offline"}, fused_decode=fused)
         backend = registry.backend(run.family, "onnxrt")
