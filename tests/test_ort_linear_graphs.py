@@ -62,3 +62,17 @@ def test_ort_products_without_a_built_graph_is_refused(workdir):
                                          "which only --static-cache runs take"):
         with backend_steps(run, "onnxrt"):
             pass
+
+
+def test_cli_refuses_ort_products_without_a_built_graph(workdir):
+    from conftest import run_cli
+
+    proc = run_cli("generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "linear", "--prompt", "Hello",
+                   "-wd", str(workdir))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "--ort-products applies to the graphs onnxrt builds from the weights" in lines[0]
+    proc = run_cli("generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "fused", "--prompt", "Hello")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "--ort-products: invalid choice: 'fused'" in lines[0]
+    assert "linear" in lines[0] and "matmul" in lines[0]
