@@ -73,23 +73,23 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     residual = h if post else x
     for i in range(config.n_layer):
         layer = f"transformer.h.{i}"
-        # [B, S, 3 H D']: queries, keys, values, each head widened, the keys' ALiBi column added
-        if ALIBI_IN_PRODUCT and g.linear:
-            qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c, alibi)
-        else:
-            qkv = g.op("Add", [_qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c),
-                               alibi])
+        # [B, S, 3 H D']: queries, keys, values, each head widened, the keys' ALiBi column added (in the product
+        # itself, or by an Add after it)
+        inside = ALIBI_IN_PRODUCT and g.linear
+        qkv = _qkv(g, take, h, f"{layer}.self_attention.query_key_value", heads, head_dim, wide, c,
+                   alibi if inside else None)
+        qkv = qkv if inside else g.op("Add", [qkv, alibi])
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             arch.transformer.h[i].self_attention.inv_norm_factor)  # [B, S, H D']
         dense, dense_bias = _dense(g, take, attn, f"{layer}.self_attention.dense", heads, head_dim, wide)
-        h, total = fg.skip_layer_norm(g, dense, residual, *_norm(g, take, f"{layer}.post_attention_layernorm"),
+        h, total = fg.skip_layer_norm(g, dense, residual, *fg.norm_weights(g, take, f"{layer}.post_attention_layernorm"),
                                       dense_bias, eps)
         residual = h if post else total
         up, up_bias = fg.product(g, take, h, f"{layer}.mlp.dense_h_to_4h")
         inner = fg.gelu(g, up, up_bias, tanh=True)  # [B, S, 4E]
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.dense_4h_to_h")
         after = f"transformer.h.{i + 1}.input_layernorm" if i + 1 < config.n_layer else "transformer.ln_f"
-        h, total = fg.skip_layer_norm(g, down, residual, *_norm(g, take, after), down_bias, eps)
+        h, total = fg.skip_layer_norm(g, down, residual, *fg.norm_weights(g, take, after), down_bias, eps)
         residual = h if post else total
     g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
@@ -144,13 +144,8 @@ def _dense(g: fg.GraphBuilder, take: fg.StateDict, attn: str, module: str, heads
     return y, g.weight(f"{module}.bias", take(f"{module}.bias"))
 
 
-def _norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:
-    """A LayerNorm's gamma and beta as initializers."""
-    return tuple(g.weight(f"{module}.{p}", take(f"{module}.{p}")) for p in ("weight", "bias"))
-
-
 def _layer_norm(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, eps: float) -> str:
-    return g.op("LayerNormalization", [x, *_norm(g, take, module)], axis=-1, epsilon=eps)
+    return g.op("LayerNormalization", [x, *fg.norm_weights(g, take, module)], axis=-1, epsilon=eps)
 
 
 # bump the version when the graph changes

@@ -171,8 +171,19 @@ def product(g: GraphBuilder, take: StateDict, x: str, name: str) -> tuple[str, s
     """(x @ W^T, the bias initializer or None) for the checkpoint's nn.Linear `name` ([out, in] weight): the bias
     goes into the next fused op's kernel (a skip norm's or a GELU's)."""
     bias = take.optional(f"{name}.bias")
-    y = g.matmul(x, f"{name}.weight", take(f"{name}.weight"))
-    return y, None if bias is None else g.weight(f"{name}.bias", bias)
+    return projection(g, take, x, name, bias=False), None if bias is None else g.weight(f"{name}.bias", bias)
+
+
+def projection(g: GraphBuilder, take: StateDict, x: str, name: str, bias: bool = True, relu: bool = False) -> str:
+    """x @ W^T (+ b where the checkpoint's nn.Linear `name` has one and `bias`; then ReLU) in the product itself."""
+    b = take.optional(f"{name}.bias") if bias else None
+    return g.matmul(x, f"{name}.weight", take(f"{name}.weight"), None if b is None else g.weight(f"{name}.bias", b),
+                    relu=relu)
+
+
+def norm_weights(g: GraphBuilder, take: StateDict, module: str) -> tuple[str, str]:
+    """A LayerNorm's gamma and beta (the checkpoint's `module.weight`, `module.bias`) as initializers."""
+    return tuple(g.weight(f"{module}.{p}", take(f"{module}.{p}")) for p in ("weight", "bias"))
 
 
 def embedding_and_head(g: GraphBuilder, take: StateDict, arch, embed: str, head: str) -> tuple[str, str]:

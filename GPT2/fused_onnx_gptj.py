@@ -65,7 +65,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     rotary = fg.rotary_tables(g, *_sinusoids(config), width)
     # [B, S, E]; the LM head's initializer
     x, head = fg.embedding_and_head(g, take, arch, "transformer.wte.weight", "lm_head.weight")
-    h = fg.layer_norm(g, x, *norm(g, take, "transformer.h.0.ln_1"), eps)
+    h = fg.layer_norm(g, x, *fg.norm_weights(g, take, "transformer.h.0.ln_1"), eps)
     residual = x
     tanh = FUSED_GELUS[config.activation_function] == "tanh"
     for i in range(config.n_layer):
@@ -74,14 +74,14 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         qkv = g.matmul(h, f"{layer}.attn.qkv_proj.weight", qkv_weight(take, names, heads, order))
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads,
                             1 / math.sqrt(head_dim), rotary=rotary)  # [B, S, E]
-        fc_in = g.matmul(h, f"{layer}.mlp.fc_in.weight", take(f"{layer}.mlp.fc_in.weight"))  # [B, S, 4E]
+        fc_in = fg.projection(g, take, h, f"{layer}.mlp.fc_in", bias=False)  # [B, S, 4E]
         inner = fg.gelu(g, fc_in, g.weight(f"{layer}.mlp.fc_in.bias", take(f"{layer}.mlp.fc_in.bias")), tanh)
         # [E, E + 4E]: out_proj's and fc_out's inputs side by side
         both = np.concatenate([take(f"{layer}.attn.out_proj.weight"), take(f"{layer}.mlp.fc_out.weight")], axis=1)
         both = g.matmul(g.op("Concat", [attn, inner], axis=-1), f"{layer}.out_fc_out.weight", both)
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.n_layer else "transformer.ln_f"
         bias = g.weight(f"{layer}.mlp.fc_out.bias", take(f"{layer}.mlp.fc_out.bias"))
-        h, residual = fg.skip_layer_norm(g, both, residual, *norm(g, take, after), bias, eps)
+        h, residual = fg.skip_layer_norm(g, both, residual, *fg.norm_weights(g, take, after), bias, eps)
     g.apply(h, head, g.weight("lm_head.bias", take("lm_head.bias")), outputs=["logits"])  # [B, S, V]
     take.used.update(name for name in take.names if MASK_BUFFERS.search(name))
     take.check_all_used()
@@ -105,12 +105,6 @@ def qkv_weight(take: fg.StateDict, names: list[str], heads: int, order: np.ndarr
     query and key head's rows in the rotary `order`."""
     q, k, v = (take(name) for name in names)
     return np.concatenate([fg.permute_heads(q, heads, order), fg.permute_heads(k, heads, order), v])
-
-
-def norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:
-    """A LayerNorm's gamma and beta as initializers."""
-    return (g.weight(f"{module}.weight", take(f"{module}.weight")),
-            g.weight(f"{module}.bias", take(f"{module}.bias")))
 
 
 # bump the version when the graph changes

@@ -56,7 +56,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     # [B, S, E]; the LM head's initializer
     tokens, head = fg.embedding_and_head(g, take, arch, "transformer.wte.weight", "lm_head.weight")
     positions = g.op("Gather", [_weight(g, take, "transformer.wpe.weight"), "position_ids"])  # [B, S, E]
-    h, residual = fg.skip_layer_norm(g, tokens, positions, *_norm(g, take, "transformer.h.0.ln_1"), None, eps)
+    h, residual = fg.skip_layer_norm(g, tokens, positions, *fg.norm_weights(g, take, "transformer.h.0.ln_1"), None, eps)
     tanh = FUSED_GELUS[config.activation_function] == "tanh"
     for i, kind in enumerate(config.attention_layers):
         layer = f"transformer.h.{i}"
@@ -68,12 +68,12 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         attn = fg.attention(g, qkv, pasts[i], (f"present.{i}.key", f"present.{i}.value"), heads, 1.0,
                             window=window)  # [B, S, E]
         out, out_bias = fg.product(g, take, attn, f"{attn_module}.out_proj")
-        h, residual = fg.skip_layer_norm(g, out, residual, *_norm(g, take, f"{layer}.ln_2"), out_bias, eps)
+        h, residual = fg.skip_layer_norm(g, out, residual, *fg.norm_weights(g, take, f"{layer}.ln_2"), out_bias, eps)
         fc, fc_bias = fg.product(g, take, h, f"{layer}.mlp.c_fc")
         inner = fg.gelu(g, fc, fc_bias, tanh)  # [B, S, I]
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.c_proj")
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.num_layers else "transformer.ln_f"
-        h, residual = fg.skip_layer_norm(g, down, residual, *_norm(g, take, after), down_bias, eps)
+        h, residual = fg.skip_layer_norm(g, down, residual, *fg.norm_weights(g, take, after), down_bias, eps)
     g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("gpt_neo_fused_decode")
@@ -81,11 +81,6 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
 
 def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
     return g.weight(name, take(name))
-
-
-def _norm(g: fg.GraphBuilder, take: fg.StateDict, module: str) -> tuple[str, str]:
-    """A LayerNorm's (gamma, beta) initializers."""
-    return _weight(g, take, f"{module}.weight"), _weight(g, take, f"{module}.bias")
 
 
 # bump the version when the graph changes

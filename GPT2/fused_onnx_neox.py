@@ -30,7 +30,7 @@ import torch
 from CausalLM import fused_graph as fg
 from CausalLM.ort_fused import VALIDATION_CACHE
 from GPT2.config import FUSED_GELUS
-from GPT2.fused_onnx_gptj import norm, rotary_refusal
+from GPT2.fused_onnx_gptj import rotary_refusal
 
 FIXED_ROPE = ("default", "linear", "llama3", "yarn")  # rope types whose tables do not change with the length
 
@@ -68,7 +68,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
     rotary = fg.rotary_tables(g, *_rotary_tables(arch, half), width)
     # [B, S, E]; the LM head's initializer
     x, head = fg.embedding_and_head(g, take, arch, "gpt_neox.embed_in.weight", "lm_head.weight")
-    h = fg.layer_norm(g, x, *norm(g, take, "gpt_neox.layers.0.input_layernorm"), eps)
+    h = fg.layer_norm(g, x, *fg.norm_weights(g, take, "gpt_neox.layers.0.input_layernorm"), eps)
     residual = x
     for i in range(len(layers)):
         layer = f"gpt_neox.layers.{i}"
@@ -77,7 +77,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
                             attention.scaling, rotary=rotary)  # [B, S, E]
         after = f"gpt_neox.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "gpt_neox.final_layer_norm"
         residual_add = _parallel if config.use_parallel_residual else _sequential
-        h, residual = residual_add(g, take, attn, residual, layer, norm(g, take, after), config)
+        h, residual = residual_add(g, take, attn, residual, layer, fg.norm_weights(g, take, after), config)
     g.apply(h, head, outputs=["logits"])  # [B, S, V]
     take.check_all_used()
     return g.model("gpt_neox_fused_decode")
@@ -86,9 +86,9 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
 def _parallel(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple[str, str], config):
     """x + attn @ dense + mlp(post_attention_layernorm(x)) and its norm by `after` (the next layer's input norm):
     one Add of the branches, both biases in the skip norm's."""
-    out = _linear(g, take, attn, f"{layer}.attention.dense.weight")
+    out = fg.projection(g, take, attn, f"{layer}.attention.dense", bias=False)
     out_bias = take.optional(f"{layer}.attention.dense.bias")
-    h2 = fg.layer_norm(g, x, *norm(g, take, f"{layer}.post_attention_layernorm"), config.layer_norm_eps)
+    h2 = fg.layer_norm(g, x, *fg.norm_weights(g, take, f"{layer}.post_attention_layernorm"), config.layer_norm_eps)
     mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
     bias = g.weight(f"{layer}.output.bias", mlp_bias if out_bias is None else mlp_bias + out_bias)
     return fg.skip_layer_norm(g, g.op("Add", [out, mlp]), x, *after, bias, config.layer_norm_eps)
@@ -97,10 +97,10 @@ def _parallel(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple
 def _sequential(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple[str, str], config):
     """x1 = x + attn @ dense, then x1 + mlp(post_attention_layernorm(x1)) and its norm by `after` (GPT-2's
     layout: each residual add in a skip norm)."""
-    out = _linear(g, take, attn, f"{layer}.attention.dense.weight")
+    out = fg.projection(g, take, attn, f"{layer}.attention.dense", bias=False)
     out_bias = take.optional(f"{layer}.attention.dense.bias")
     out_bias = None if out_bias is None else g.weight(f"{layer}.attention.dense.bias", out_bias)
-    h2, x1 = fg.skip_layer_norm(g, out, x, *norm(g, take, f"{layer}.post_attention_layernorm"), out_bias,
+    h2, x1 = fg.skip_layer_norm(g, out, x, *fg.norm_weights(g, take, f"{layer}.post_attention_layernorm"), out_bias,
                                 config.layer_norm_eps)
     mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
     bias = g.weight(f"{layer}.mlp.dense_4h_to_h.bias", mlp_bias)
@@ -137,16 +137,11 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, heads: int
 
 def _mlp(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, act: str) -> tuple[str, np.ndarray]:
     """(Gelu(h @ dense_h_to_4h + bias) @ dense_4h_to_h, dense_4h_to_h's bias as an array: the skip norm adds it)."""
-    inner = _linear(g, take, h, f"{module}.dense_h_to_4h.weight")  # [B, S, I]
+    inner = fg.projection(g, take, h, f"{module}.dense_h_to_4h", bias=False)  # [B, S, I]
     bias = g.weight(f"{module}.dense_h_to_4h.bias", take(f"{module}.dense_h_to_4h.bias"))
     inner = fg.gelu(g, inner, bias, FUSED_GELUS[act] == "tanh")
-    out = _linear(g, take, inner, f"{module}.dense_4h_to_h.weight")
+    out = fg.projection(g, take, inner, f"{module}.dense_4h_to_h", bias=False)
     return out, take(f"{module}.dense_4h_to_h.bias")
-
-
-def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, weight: str) -> str:
-    """x @ W^T for the checkpoint's nn.Linear weight named `weight` ([out, in])."""
-    return g.matmul(x, weight, take(weight))
 
 
 # bump the version when the graph changes

@@ -63,7 +63,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
                             layers[i].self_attn.scaling)  # [B, S, E]
         out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.out_proj")
         h, residual = _add_norm(g, take, out, residual, norms[2 * i + 1], out_bias, eps, post, config.hidden_size)
-        inner = _linear(g, take, h, f"{layer}.fc1", relu=True)  # [B, S, F]
+        inner = fg.projection(g, take, h, f"{layer}.fc1", relu=True)  # [B, S, F]
         down, down_bias = fg.product(g, take, inner, f"{layer}.fc2")  # [B, S, E]
         h, residual = _add_norm(g, take, down, residual, norms[2 * i + 2], down_bias, eps, post,
                                 config.hidden_size)
@@ -119,13 +119,6 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str) -> str:
     biases = [take.optional(f"{n}.bias") for n in names]
     bias = None if any(b is None for b in biases) else np.concatenate(biases)  # enable_bias False: none has one
     return g.matmul(x, f"{module}.qkv.weight", weight, None if bias is None else g.weight(f"{module}.qkv.bias", bias))
-
-
-def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, name: str, relu: bool = False) -> str:
-    """x @ W^T + b (then ReLU) for the checkpoint's nn.Linear `name` (a bias if it has one)."""
-    bias = take.optional(f"{name}.bias")
-    return g.matmul(x, f"{name}.weight", take(f"{name}.weight"),
-                    None if bias is None else g.weight(f"{name}.bias", bias), relu=relu)
 
 
 # bump the version when the graph changes

@@ -1,11 +1,12 @@
 """This project's ONNX Runtime custom ops (domain `nndf`, sources in `ops/`), a shared library built with the
 machine's compilers and registered on the sessions whose graphs use them.
 
-`Linear(X [..., k], W [n, k], B [n], A [..., n])`: a checkpoint's nn.Linear with its weight as stored. On CUDA a one-token
-step's few rows (at most 8) read each weight row once in one warp's 16-byte loads, several in flight a thread,
-with fp32 sums, and issue their first loads before waiting on the kernel before them (programmatic dependent
-launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches them plainly, for measurements); more rows (a prompt
-pass) go to cuBLAS through ONNX Runtime's own handle. Optional: a bias [n], an addend of the output's shape, a scale
+`Linear(X [..., k], W [n, k], B [n], A [..., n])`: a checkpoint's nn.Linear with its weight as stored. On CUDA one
+or two rows of X (a one-token step) go to this library's kernel: blocks of 128 threads over 4 weight rows, one
+16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
+(programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
+more rows (a prompt pass, beams, batches) and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own
+handle, then an epilogue kernel where there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the output's shape, a scale
 (`alpha`) and ReLU (`activation=1`), all in the same kernel. The CPU kernel is a plain loop: it lets the CPU tests
 run a graph that uses the op against ONNX Runtime's MatMul.
 
@@ -86,11 +87,6 @@ def build(folder: Path, arch: tuple[int, int] | None = None) -> Path:
         partial.unlink(missing_ok=True)
     stamp.write_text(digest + "\n")
     return library
-
-
-def uses_ops(model) -> bool:
-    """Whether an ONNX ModelProto imports this library's domain."""
-    return any(op.domain == DOMAIN for op in model.opset_import)
 
 
 def register(options, library: Path) -> None:
