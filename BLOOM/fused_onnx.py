@@ -145,7 +145,7 @@ def _dense(g: fg.GraphBuilder, take: fg.StateDict, attn: str, module: str, heads
 
 
 def _layer_norm(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, eps: float) -> str:
-    return g.op("LayerNormalization", [x, *fg.norm_weights(g, take, module)], axis=-1, epsilon=eps)
+    return fg.layer_norm(g, x, *fg.norm_weights(g, take, module), eps)
 
 
 # bump the version when the graph changes

@@ -45,6 +45,21 @@ MS = "com.microsoft"
 OPSET = 17  # LayerNormalization
 IR_VERSION = 10  # onnx writes its newest IR version by default; ONNX Runtime 1.31 reads up to 13
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
+# With the Linear op, a norm runs inside the products that read it and each residual add inside the product before
+# it, so neither has a kernel of its own (GraphBuilder.norm, add_into_product); False: skip norms as with MatMul.
+NORMS_IN_PRODUCTS = True
+LAYER_NORM, RMS_NORM = 1, 2  # the Linear op's `norm` attribute
+
+
+@dataclass(frozen=True)
+class PendingNorm:
+    """A norm not written into the graph yet: LayerNorm(x) * gamma + beta (LAYER_NORM) or RMSNorm(x) * gamma."""
+
+    kind: int
+    x: str
+    gamma: str
+    beta: str | None
+    eps: float
 
 
 @dataclass(frozen=True)
@@ -67,7 +82,10 @@ class GraphBuilder:
     never holds more than one weight (graphs over 2 GB need external data anyway); the graph is then saved in the
     same folder (`save`). With `linear`, the checkpoint's products (`matmul`) are this project's Linear op
     (NNDF/backends/onnxrt/custom_ops.py: on CUDA its one-token kernel reads the weights faster than cuBLAS), whose
-    library must then sit beside the graph; without, ONNX Runtime's MatMul."""
+    library must then sit beside the graph; without, ONNX Runtime's MatMul. A Linear-op graph also runs its norms
+    inside the products that read them (NORMS_IN_PRODUCTS): `norm` returns the name of a norm still pending; the
+    first product of it computes the norm in its kernel and writes the normalised rows under that name, any other
+    node that reads the name first gets the norm's own node."""
 
     ALIGN = 4096  # each weight's offset in the data file: page-aligned for memory-mapped reads
 
@@ -80,11 +98,15 @@ class GraphBuilder:
         self.inputs: list = []
         self.outputs: list = []
         self._count = 0
+        self._pending: dict[str, PendingNorm] = {}
+        self._widths: dict[str, int] = {}  # a 1-D weight's length, by name
         self.data_name = None if data is None else data.name
         self._data = None if data is None else open(data, "wb")
 
     def weight(self, name: str, array: np.ndarray, dtype=None) -> str:
         array = _contiguous(array, np.dtype(dtype or self.dtype))
+        if array.ndim == 1:
+            self._widths[name] = array.shape[0]
         if self._data is None:
             self.weights.append(numpy_helper.from_array(array, name))
             return name
@@ -108,6 +130,8 @@ class GraphBuilder:
 
     def op(self, op_type: str, inputs: list[str], outputs: int | list[str] = 1, domain: str = "", **attrs):
         """Add a node; returns its output name (one output) or names. An output named "" is left out."""
+        for name in inputs:
+            self._write_norm(name)
         self._count += 1
         names = outputs if isinstance(outputs, list) else [f"{op_type}_{self._count}_{i}" for i in range(outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, names, name=f"{op_type}_{self._count}", domain=domain,
@@ -126,6 +150,12 @@ class GraphBuilder:
         not 1), an Add each and a Relu."""
         if self.linear:
             attrs = {**({"alpha": float(alpha)} if alpha != 1.0 else {}), **({"activation": 1} if relu else {})}
+            norm = self._pending.pop(x, None)
+            if norm is not None:  # the norm in this product's kernel, its output written under x's name
+                y = outputs[0] if isinstance(outputs, list) else f"Linear_{self._count + 1}_0"
+                inputs = [norm.x, weight, bias or "", addend or "", norm.gamma] + ([norm.beta] if norm.beta else [])
+                return self.op("Linear", inputs, [y, x], domain=custom_ops.DOMAIN, norm=norm.kind,
+                               epsilon=float(norm.eps), **attrs)[0]
             inputs = [x, weight] + ([bias or "", addend] if addend else [bias] if bias else [])
             return self.op("Linear", inputs, outputs, domain=custom_ops.DOMAIN, **attrs)
         nodes = [("FusedMatMul", [weight], dict(domain=MS, alpha=alpha)) if alpha != 1.0 else ("MatMul", [weight], {})]
@@ -140,7 +170,46 @@ class GraphBuilder:
         """`apply` of the checkpoint's nn.Linear weight [out, in], `stored` as `name`."""
         return self.apply(x, self.stored(name, weight), bias, relu, alpha, outputs, addend)
 
+    def norm(self, kind: int, x: str, gamma: str, beta: str | None, eps: float) -> str:
+        """LayerNorm(x) * gamma + beta (LAYER_NORM) or RMSNorm(x) * gamma (RMS_NORM; beta None) over the last axis:
+        pending (for the products that read it) in a Linear-op graph with NORMS_IN_PRODUCTS, where the width is a
+        multiple of the op's 16-byte loads; else its node, now."""
+        name = f"{'ln' if kind == LAYER_NORM else 'rms'}{self._count}_{len(self._pending)}"
+        self._pending[name] = PendingNorm(kind, x, gamma, beta, eps)
+        if not (self.linear and NORMS_IN_PRODUCTS and self._widths.get(gamma, 1) % 8 == 0):
+            self._write_norm(name)
+        return name
+
+    def _write_norm(self, name: str) -> None:
+        """The node of the pending norm `name` (if it is one), whose output takes that name."""
+        norm = self._pending.pop(name, None)
+        if norm is None:
+            return
+        if norm.kind == LAYER_NORM:
+            self.op("LayerNormalization", [norm.x, norm.gamma, norm.beta], [name], axis=-1, epsilon=norm.eps)
+        else:
+            self.op("SimplifiedLayerNormalization", [norm.x, norm.gamma], [name], axis=-1, epsilon=norm.eps)
+
+    def add_into_product(self, x: str, residual: str, bias: str | None = None) -> bool:
+        """In a Linear-op graph with NORMS_IN_PRODUCTS, make the Linear node that just wrote `x` (read by no node
+        yet, without an addend) add `residual` (and `bias`) to it, so `x` becomes the residual sum; False (and no
+        change) where that cannot be done."""
+        if not (self.linear and NORMS_IN_PRODUCTS) or residual in self._pending:
+            return False
+        node = next((n for n in reversed(self.nodes) if x in n.output), None)
+        if node is None or node.op_type != "Linear" or node.domain != custom_ops.DOMAIN or node.output[0] != x:
+            return False
+        inputs = list(node.input) + [""] * (4 - len(node.input))
+        if inputs[3] or (bias and inputs[2]) or any(x in n.input for n in self.nodes):
+            return False
+        inputs[2], inputs[3] = inputs[2] or bias or "", residual
+        del node.input[:]
+        node.input.extend(inputs)
+        return True
+
     def model(self, name: str) -> onnx.ModelProto:
+        for output in self.outputs:
+            self._write_norm(output.name)
         if self._data is not None:
             self._data.close()
         graph = helper.make_graph(self.nodes, name, self.inputs, self.outputs, self.weights)
@@ -206,7 +275,10 @@ def linear(g: GraphBuilder, x: str, weight: str, bias: str | None = None) -> str
 
 
 def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, bias: str | None, eps: float):
-    """(LayerNorm(x + skip + bias), x + skip + bias): the residual add and the next norm in one kernel."""
+    """(LayerNorm(x + skip + bias), x + skip + bias): the residual add and the next norm in one kernel, or (a
+    Linear-op graph) the add in x's product and the norm in the products that read it."""
+    if g.add_into_product(x, skip, bias):
+        return g.norm(LAYER_NORM, x, gamma, beta, eps), x
     inputs = [x, skip, gamma, beta] + ([bias] if bias else [])
     normed, total = g.op("SkipLayerNormalization", inputs, [f"sln{g._count}", "", "", f"res{g._count}"],
                          domain=MS, epsilon=eps)[0::3]
@@ -269,17 +341,21 @@ def permute_heads(array: np.ndarray, heads: int, order: np.ndarray) -> np.ndarra
 
 
 def layer_norm(g: GraphBuilder, x: str, gamma: str, beta: str, eps: float) -> str:
-    """LayerNorm(x) * gamma + beta over the last axis."""
-    return g.op("LayerNormalization", [x, gamma, beta], [f"ln{g._count}"], axis=-1, epsilon=eps)
+    """LayerNorm(x) * gamma + beta over the last axis (`GraphBuilder.norm`)."""
+    return g.norm(LAYER_NORM, x, gamma, beta, eps)
 
 
 def rms_norm(g: GraphBuilder, x: str, gamma: str, eps: float) -> str:
-    """RMSNorm(x) * gamma over the last axis (no mean subtracted, no beta): SimplifiedLayerNormalization."""
-    return g.op("SimplifiedLayerNormalization", [x, gamma], [f"rms{g._count}"], axis=-1, epsilon=eps)
+    """RMSNorm(x) * gamma over the last axis (no mean subtracted, no beta): SimplifiedLayerNormalization
+    (`GraphBuilder.norm`)."""
+    return g.norm(RMS_NORM, x, gamma, None, eps)
 
 
 def skip_rms_norm(g: GraphBuilder, x: str, skip: str, gamma: str, bias: str | None, eps: float):
-    """(RMSNorm(x + skip + bias) * gamma, x + skip + bias): the residual add and the next RMSNorm in one kernel."""
+    """(RMSNorm(x + skip + bias) * gamma, x + skip + bias): the residual add and the next RMSNorm in one kernel, or
+    (a Linear-op graph) the add in x's product and the norm in the products that read it."""
+    if g.add_into_product(x, skip, bias):
+        return g.norm(RMS_NORM, x, gamma, None, eps), x
     inputs = [x, skip, gamma] + ([bias] if bias else [])
     normed, total = g.op("SkipSimplifiedLayerNormalization", inputs, [f"srms{g._count}", "", "", f"res{g._count}"],
                          domain=MS, epsilon=eps)[0::3]

@@ -89,10 +89,13 @@ class BuiltGraphs(GraphArtifact):
         import onnx
         import onnxruntime
 
+        from CausalLM import fused_graph
+
         fused = {"precision": run.options.precision, "device": run.device.type,
                  "builder": f"{self.builder.build.__module__}@{self.builder.version}", "products": self.products(run)}
         if self.products(run) == "linear":
             fused["ops"] = custom_ops.sources_digest(self.ops_target(run))
+            fused["norms_in_products"] = fused_graph.NORMS_IN_PRODUCTS
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
                 "fused": {**fused, **self.fingerprint_extra()},

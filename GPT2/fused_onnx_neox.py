@@ -85,12 +85,16 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
 
 def _parallel(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple[str, str], config):
     """x + attn @ dense + mlp(post_attention_layernorm(x)) and its norm by `after` (the next layer's input norm):
-    one Add of the branches, both biases in the skip norm's."""
+    one Add of the branches, both biases in the skip norm's (a Linear-op graph: the adds in the two products, the
+    norm in the products that read it)."""
     out = fg.projection(g, take, attn, f"{layer}.attention.dense", bias=False)
     out_bias = take.optional(f"{layer}.attention.dense.bias")
     h2 = fg.layer_norm(g, x, *fg.norm_weights(g, take, f"{layer}.post_attention_layernorm"), config.layer_norm_eps)
     mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
     bias = g.weight(f"{layer}.output.bias", mlp_bias if out_bias is None else mlp_bias + out_bias)
+    if g.add_into_product(out, x):  # a Linear-op graph: x + out in the dense product, + mlp + bias in the MLP's
+        assert g.add_into_product(mlp, out, bias)
+        return fg.layer_norm(g, mlp, *after, config.layer_norm_eps), mlp
     return fg.skip_layer_norm(g, g.op("Add", [out, mlp]), x, *after, bias, config.layer_norm_eps)
 
 

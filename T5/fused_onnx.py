@@ -98,19 +98,15 @@ class _Parts:
     def norm(self, x: str, name: str, gamma=None) -> str:
         """RMSNorm(x) * the norm's weight, in the graph's float type (x: the residual stream)."""
         gamma = self.weight(f"{name}.weight", gamma, np.float32 if self.wide else None)
-        normed = self.g.op("SimplifiedLayerNormalization", [x, gamma], [f"rms{self.g._count}"], axis=-1,
-                           epsilon=self.eps)
-        return self.narrow(normed)
+        return self.narrow(fg.rms_norm(self.g, x, gamma, self.eps))
 
     def add_norm(self, x: str, residual: str, name: str, gamma=None) -> tuple[str, str]:
         """(RMSNorm(x + residual) * the norm's weight in the graph's float type, x + residual); x: a product
         `into_stream` (at the stream's scale)."""
-        g = self.g
         if self.wide:
-            x = g.op("Cast", [x], to=TensorProto.FLOAT)
+            x = self.g.op("Cast", [x], to=TensorProto.FLOAT)
         gamma = self.weight(f"{name}.weight", gamma, np.float32 if self.wide else None)
-        normed, total = g.op("SkipSimplifiedLayerNormalization", [x, residual, gamma],
-                             [f"srms{g._count}", "", "", f"res{g._count}"], domain=fg.MS, epsilon=self.eps)[0::3]
+        normed, total = fg.skip_rms_norm(self.g, x, residual, gamma, None, self.eps)
         return self.narrow(normed), total
 
     def narrow(self, x: str) -> str:

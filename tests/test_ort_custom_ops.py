@@ -215,3 +215,92 @@ def test_linear_on_cuda_adds_a_tensor_of_the_outputs_shape(cuda_library, tmp_pat
             torch.cuda.synchronize()
             expected = x.float() @ w.cuda().float().T + b.cuda().float() + a.float()
             torch.testing.assert_close(y.float(), expected, rtol=2e-3, atol=2e-3, msg=f"{rows} rows")
+
+
+def norm_graph(folder: Path, w: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, library: Path,
+               norm: int, eps: float) -> Path:
+    """(y, n) = Linear(x, w, norm=..., G=gamma, H=beta): the product of x's rows normalised, and those rows."""
+    elem = ELEM[w.dtype.type]
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(gamma, "g")]
+    inits += [numpy_helper.from_array(beta, "h")] if beta is not None else []
+    node = helper.make_node("Linear", ["x", "w", "", "", "g"] + (["h"] if beta is not None else []), ["y", "n"],
+                            domain=custom_ops.DOMAIN, norm=norm, epsilon=eps)
+    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
+                              [helper.make_tensor_value_info(name, elem, None) for name in ("y", "n")], inits)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(library, folder / custom_ops.FILE)
+    onnx.save(model, str(folder / "linear.onnx"))
+    return folder / "linear.onnx"
+
+
+def normed(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, norm: int, eps: float) -> torch.Tensor:
+    """torch's LayerNorm (norm=1) or RMSNorm (norm=2) over the last axis, in fp32."""
+    x = x.float()
+    if norm == 1:
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], gamma.float(), None if beta is None else beta.float(),
+                                              eps)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma.float()
+
+
+@pytest.mark.parametrize("norm, with_beta", [(1, True), (1, False), (2, False)])
+def test_linear_normalises_its_input_first_on_the_cpu(cpu_library, tmp_path, norm, with_beta):
+    """Y = N . W^T and N = the norm of X (second output), against torch's layer_norm / an RMSNorm."""
+    rng = np.random.default_rng(4)
+    k, n, eps = 64, 24, 1e-5
+    w = rng.standard_normal((n, k), dtype=np.float32)
+    gamma = rng.standard_normal(k, dtype=np.float32)
+    beta = rng.standard_normal(k, dtype=np.float32) if with_beta else None
+    session = make_session(norm_graph(tmp_path, w, gamma, beta, cpu_library, norm, eps), torch.device("cpu"))
+    x = (rng.standard_normal((2, 3, k)) * 3 + 1).astype(np.float32)
+    y, got = session.run(None, {"x": x})
+    expected = normed(torch.from_numpy(x), torch.from_numpy(gamma), None if beta is None else torch.from_numpy(beta),
+                      norm, eps).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y, expected @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_linear_refuses_a_norm_without_its_output_or_scale(cpu_library, tmp_path):
+    w, g = np.ones((4, 8), dtype=np.float32), np.ones(8, dtype=np.float32)
+    for inputs, outputs, attrs, message in [
+        (["x", "w", "", "", "g"], ["y"], {"norm": 1}, "a norm needs the second output N"),
+        (["x", "w"], ["y", "n"], {"norm": 2}, "a norm needs its scale G"),
+        (["x", "w"], ["y", "n"], {}, "the node has no norm"),
+        (["x", "w", "", "", "g"], ["y", "n"], {"norm": 3}, r"norm is 0 \(none\), 1 \(LayerNorm\) or 2 \(RMSNorm\)"),
+    ]:
+        node = helper.make_node("Linear", inputs, outputs, domain=custom_ops.DOMAIN, **attrs)
+        graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                                  [numpy_helper.from_array(w, "w"), numpy_helper.from_array(g, "g")])
+        model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                       helper.make_opsetid(custom_ops.DOMAIN, 1)])
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        shutil.copy(cpu_library, folder / custom_ops.FILE)
+        onnx.save(model, str(folder / "linear.onnx"))
+        with pytest.raises(Exception, match=message):
+            make_session(folder / "linear.onnx", torch.device("cpu")).run(None, {"x": np.ones((1, 8), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("k", [4096, 16384])
+@pytest.mark.parametrize("norm, with_beta", [(1, True), (2, False)])
+def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype, k, norm, with_beta):
+    """The norm inside the few-row kernel (its rows in shared memory), in a kernel of its own where they do not fit
+    (16384 float32 features; two rows of 16384 float16) and before cuBLAS (3 and 9 rows)."""
+    n, eps = 520, 1e-5
+    gen = torch.Generator().manual_seed(k + norm)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
+    gamma = (1 + 0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype)
+    beta = (0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype) if with_beta else None
+    session = make_session(norm_graph(tmp_path, w, gamma, beta, cuda_library, norm, eps), torch.device("cuda", 0))
+    torch_type = torch.float16 if dtype == np.float16 else torch.float32
+    tol = 4e-3 if dtype == np.float16 else 1e-4
+    for rows in (1, 2, 3, 9):
+        x = (torch.randn(1, rows, k, generator=gen) * 2 + 0.5).to(torch_type)
+        y, got = session.run(None, {"x": x.numpy()})
+        expected = normed(x, torch.from_numpy(gamma), None if beta is None else torch.from_numpy(beta), norm, eps)
+        torch.testing.assert_close(torch.from_numpy(got).float(), expected, rtol=tol, atol=tol, msg=f"N, {rows} rows")
+        product = torch.from_numpy(got).float() @ torch.from_numpy(w).float().T  # from N as the kernel rounded it
+        torch.testing.assert_close(torch.from_numpy(y).float(), product, rtol=tol, atol=tol, msg=f"Y, {rows} rows")

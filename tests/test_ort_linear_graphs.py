@@ -2,8 +2,8 @@
 (`--ort-products linear`, the default on CUDA; NNDF/backends/onnxrt/custom_ops.py), on the CPU in fp32 (the op's
 CPU build): every decoder family's offline variant gives HF `generate`'s tokens (greedy and 3 beams; Mistral's with
 a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op; BLOOM's ALiBi columns as
-the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left, and the library sits in the
-artifact folder. `--ort-products` where no graph is built is refused."""
+the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left and its norms and residual adds
+run inside the products, and the library sits in the artifact folder. `--ort-products` where no graph is built is refused."""
 import pytest
 import torch
 
@@ -45,6 +45,9 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
         assert "products: the Linear op" in backend.choice
         nodes = backend.onnx.record["nodes"]
         assert nodes["Linear"] >= 3 * config.num_hidden_layers and "MatMul" not in nodes, nodes
+        # the norms inside the products and the residual adds inside the products before them: at most the
+        # embeddings' own norm is left (fused_graph.NORMS_IN_PRODUCTS)
+        assert sum(count for op, count in nodes.items() if "Normalization" in op) <= 1, nodes
         assert (backend.paths["decoder"].parent / custom_ops.FILE).is_file()
         assert backend.export_max_diff() < 1e-3
         for beams in (1, 3):

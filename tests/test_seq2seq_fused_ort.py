@@ -209,8 +209,16 @@ def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_fact
     sessions = _build(_builder(*_family(model)), model, tmp_path, linear=library)
     nodes = [n for n in onnx.load(str(tmp_path / "decoder.onnx"), load_external_data=False).graph.node]
     assert not {"MatMul", "FusedMatMul"} & {n.op_type for n in nodes}
-    scaled = [n for n in nodes if n.op_type == "Linear" and n.attribute]
+    scaled = [n for n in nodes if n.op_type == "Linear" and any(a.name == "alpha" for a in n.attribute)]
     assert len(scaled) == (3 * model.config.num_decoder_layers if _family(model)[0] == "T5" else 0)
+    # the norms inside the products (fused_graph.NORMS_IN_PRODUCTS): T5's every one, BART's (post-norm) those
+    # whose output is not also the residual stream
+    normed = [n for n in nodes if n.op_type == "Linear" and any(a.name == "norm" for a in n.attribute)]
+    norms = [n for n in nodes if "Normalization" in n.op_type]
+    if _family(model)[0] == "T5":
+        assert not norms and len(normed) == 3 * model.config.num_decoder_layers + 1
+    else:
+        assert normed
     _check_hf_outputs(model, sessions, encoded)
 
 

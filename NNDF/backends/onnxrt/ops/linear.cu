@@ -2,7 +2,9 @@
 // of x (the one-token steps of a decode graph), cuBLAS through ONNX Runtime's own handle for more rows (a prompt
 // pass). The few-row kernel streams each weight row once in 16-byte loads, several in flight per thread, with fp32
 // sums; its first loads are issued before it waits on the kernel before it (programmatic dependent launch), since
-// the weights never depend on that kernel.
+// the weights never depend on that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block
+// of the few-row kernel normalises x into shared memory after that wait and before its product, so the norm needs
+// no kernel of its own; the normalised rows are written out too (spread over the blocks), for other readers.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -45,14 +47,114 @@ __device__ __forceinline__ float as_float(float v) { return v; }
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
+// a 16-byte chunk as Pack<T>::kCount floats, and back
+template <typename T>
+__device__ __forceinline__ void unpack(const uint4& chunk, float* out) {
+  const T* v = reinterpret_cast<const T*>(&chunk);
+#pragma unroll
+  for (int i = 0; i < Pack<T>::kCount; ++i) out[i] = as_float(v[i]);
+}
+template <typename T>
+__device__ __forceinline__ uint4 pack(const float* in) {
+  uint4 chunk;
+  T* v = reinterpret_cast<T*>(&chunk);
+#pragma unroll
+  for (int i = 0; i < Pack<T>::kCount; ++i) store(v + i, in[i]);
+  return chunk;
+}
+
+// the sum of each thread's `v[m]` over the block, in every thread (`scratch`: a float per warp and row)
+template <int M, int Threads>
+__device__ __forceinline__ void block_sum(float (&v)[M], float (*scratch)[M]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v[m] += __shfl_xor_sync(0xffffffffu, v[m], offset);
+    if (lane == 0) scratch[warp][m] = v[m];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    v[m] = 0.f;
+#pragma unroll
+    for (int j = 0; j < Threads / 32; ++j) v[m] += scratch[j][m];
+  }
+  __syncthreads();
+}
+
+// Norm over the M rows of x [M, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta, two passes
+// over x for the mean and the variance; kLinearRmsNorm: x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a
+// norm kernel's output would be, into `staged` (M * chunks 16-byte chunks; null: none) and the chunks c of
+// `out` with c % stride == offset (null: none). x's rows are re-read from L1 / L2 on every pass.
+template <typename T, int M, int Threads, int Norm>
+__device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                          float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset) {
+  constexpr int kCount = Pack<T>::kCount;
+  __shared__ float scratch[Threads / 32][M];
+  float mean[M], rstd[M], f[kCount];
+#pragma unroll
+  for (int m = 0; m < M; ++m) mean[m] = 0.f;
+  if (Norm == kLinearLayerNorm) {
+    for (int c = threadIdx.x; c < chunks; c += Threads)
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
+#pragma unroll
+        for (int i = 0; i < kCount; ++i) mean[m] += f[i];
+      }
+    block_sum<M, Threads>(mean, scratch);
+#pragma unroll
+    for (int m = 0; m < M; ++m) mean[m] /= static_cast<float>(chunks * kCount);
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) rstd[m] = 0.f;
+  for (int c = threadIdx.x; c < chunks; c += Threads)
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) rstd[m] = fmaf(f[i] - mean[m], f[i] - mean[m], rstd[m]);
+    }
+  block_sum<M, Threads>(rstd, scratch);
+#pragma unroll
+  for (int m = 0; m < M; ++m) rstd[m] = rsqrtf(rstd[m] / static_cast<float>(chunks * kCount) + eps);
+  const uint4* g = reinterpret_cast<const uint4*>(gamma);
+  const uint4* b = reinterpret_cast<const uint4*>(beta);
+  for (int c = threadIdx.x; c < chunks; c += Threads) {
+    float gf[kCount], bf[kCount];
+    unpack<T>(__ldg(g + c), gf);
+    if (beta) unpack<T>(__ldg(b + c), bf);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) f[i] = (f[i] - mean[m]) * rstd[m] * gf[i] + (beta ? bf[i] : 0.f);
+      const uint4 chunk = pack<T>(f);
+      if (staged) staged[m * chunks + c] = chunk;
+      if (out && c % stride == offset) out[static_cast<size_t>(m) * chunks + c] = chunk;
+    }
+  }
+  __syncthreads();
+}
+
 // x [M, k], w [n, k], bias [n] or null, y [M, n]; k a multiple of Pack<T>::kCount. A block of `Threads` threads
 // takes `Rows` weight rows: each pass over the features loads `Ahead` 16-byte chunks of each row a thread (all
 // issued before any is used) and the same chunks of x once for all `Rows` rows; the threads' fp32 sums are reduced
-// through warp shuffles and shared memory at the end.
-template <typename T, int M, int Rows, int Threads, int Ahead>
+// through warp shuffles and shared memory at the end. With a `Norm`, x's rows are normalised into shared memory
+// first (`normalize`) and the product reads them there.
+struct NormArgs {
+  const void* gamma;  // [k]
+  const void* beta;   // [k] or null
+  void* out;          // [M, k]: the normalised rows, or null
+  float eps;
+};
+
+template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
 __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ bias, const T* __restrict__ addend,
-                                                   T* __restrict__ y, int n, int k, float alpha, int relu) {
+                                                   T* __restrict__ y, int n, int k, float alpha, int relu,
+                                                   NormArgs norm) {
   constexpr int kPass = Threads * Ahead;  // chunks of a row one pass reads
   const int first = blockIdx.x * Rows;
   const int chunks = k / Pack<T>::kCount;
@@ -61,6 +163,7 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
   for (int r = 0; r < Rows; ++r)
     wr[r] = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(first + r < n ? first + r : n - 1) * chunks;
   const uint4* xr = reinterpret_cast<const uint4*>(x);
+  extern __shared__ uint4 staged[];  // [M, chunks] with a norm
   uint4 now[Rows][Ahead];
 #pragma unroll
   for (int r = 0; r < Rows; ++r)
@@ -72,6 +175,11 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
 #endif
+  if (Norm != kLinearNoNorm) {
+    normalize<T, M, Threads, Norm>(xr, static_cast<const T*>(norm.gamma), static_cast<const T*>(norm.beta), norm.eps,
+                                   chunks, staged, static_cast<uint4*>(norm.out), gridDim.x, blockIdx.x);
+    xr = staged;
+  }
   float acc[M][Rows];
 #pragma unroll
   for (int m = 0; m < M; ++m)
@@ -84,7 +192,7 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
       if (c < chunks) {
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          const uint4 xv = __ldg(xr + static_cast<size_t>(m) * chunks + c);
+          const uint4 xv = Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldg(xr + static_cast<size_t>(m) * chunks + c);
 #pragma unroll
           for (int r = 0; r < Rows; ++r) Pack<T>::add(now[r][a], xv, acc[m][r]);
         }
@@ -139,26 +247,38 @@ __global__ void epilogue(T* y, const T* bias, const T* addend, size_t total, int
   }
 }
 
+// out [rows, k] = the norm of x [rows, k], a block a row: the norm before cuBLAS's product, or before the few-row
+// kernel where x's rows do not fit its shared memory
+template <typename T, int Norm>
+__global__ void norm_rows(const T* x, NormArgs norm, int k) {
+  const int chunks = k / Pack<T>::kCount;
+  const size_t row = static_cast<size_t>(blockIdx.x) * chunks;
+  normalize<T, 1, 256, Norm>(reinterpret_cast<const uint4*>(x) + row, static_cast<const T*>(norm.gamma),
+                             static_cast<const T*>(norm.beta), norm.eps, chunks, nullptr,
+                             static_cast<uint4*>(norm.out) + row, 1, 0);
+}
+
 bool programmatic_launch() {  // read at every launch (a captured graph keeps what it was captured with)
   const char* v = getenv("NNDF_ORT_LINEAR_PDL");
   return !(v && v[0] == '0');
 }
 
-template <typename T, int M, int Rows, int Threads, int Ahead>
+template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
 cudaError_t launch_few(const void* x, const void* w, const void* bias, const void* addend, void* y, int n, int k,
-                       float alpha, int relu, cudaStream_t stream) {
+                       float alpha, int relu, const NormArgs& norm, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((n + Rows - 1) / Rows);
   config.blockDim = dim3(Threads);
+  config.dynamicSmemBytes = Norm != kLinearNoNorm ? static_cast<size_t>(M) * k * sizeof(T) : 0;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead>, static_cast<const T*>(x),
+  return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead, Norm>, static_cast<const T*>(x),
                             static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(addend),
-                            static_cast<T*>(y), n, k, alpha, relu);
+                            static_cast<T*>(y), n, k, alpha, relu, norm);
 }
 
 // One and two rows: blocks of 128 threads over 4 weight rows, one 16-byte load of each row a thread per pass.
@@ -168,17 +288,37 @@ cudaError_t launch_few(const void* x, const void* w, const void* bias, const voi
 // row a warp with 8 loads) were slower at 2048 and 12288 features. At 4 and 8 rows this form was slower than
 // cuBLAS (16.0 / 13.5 and 18.8 / 13.5 us at 4096x4096), so from 3 rows cuBLAS takes the product
 // (docs/device-runs/2026-12-06-h100-ort-linear).
+template <typename T, int Norm>
+cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                         float alpha, int relu, const NormArgs& norm, cudaStream_t s) {
+  return rows == 1 ? launch_few<T, 1, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, relu, norm, s)
+                   : launch_few<T, 2, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, relu, norm, s);
+}
+
 template <typename T>
 cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int relu, cudaStream_t s) {
-  return rows == 1 ? launch_few<T, 1, 4, 128, 1>(x, w, b, a, y, n, k, alpha, relu, s)
-                   : launch_few<T, 2, 4, 128, 1>(x, w, b, a, y, n, k, alpha, relu, s);
+                         float alpha, int relu, int norm_kind, const NormArgs& norm, cudaStream_t s) {
+  switch (norm_kind) {
+    case kLinearLayerNorm: return dispatch_few<T, kLinearLayerNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
+    case kLinearRmsNorm: return dispatch_few<T, kLinearRmsNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
+    default: return dispatch_few<T, kLinearNoNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
+  }
+}
+
+template <typename T>
+cudaError_t launch_norm(int rows, const void* x, int norm_kind, const NormArgs& norm, int k, cudaStream_t s) {
+  if (norm_kind == kLinearLayerNorm)
+    norm_rows<T, kLinearLayerNorm><<<rows, 256, 0, s>>>(static_cast<const T*>(x), norm, k);
+  else
+    norm_rows<T, kLinearRmsNorm><<<rows, 256, 0, s>>>(static_cast<const T*>(x), norm, k);
+  return cudaGetLastError();
 }
 
 // cublasGemmEx, found in the cuBLAS library ONNX Runtime's CUDA provider already loaded (its handle is passed in)
 using GemmEx = int (*)(void* handle, int transa, int transb, int m, int n, int k, const void* alpha, const void* a,
                        int a_type, int lda, const void* b, int b_type, int ldb, const void* beta, void* c,
                        int c_type, int ldc, int compute_type, int algo);
+constexpr size_t kStagedBytes = 48 * 1024;  // shared memory a block gets without opting in
 constexpr int kOpN = 0, kOpT = 1, kR16F = 2, kR32F = 0, kCompute32F = 68, kGemmDefault = -1;
 
 int find_cublas(struct dl_phdr_info* info, size_t, void* found) {
@@ -204,17 +344,29 @@ GemmEx gemm_ex() {
 }  // namespace
 
 const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
-                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, void* stream_handle,
-                             void* cublas) {
+                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, const LinearNorm& norm,
+                             void* stream_handle, void* cublas) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const bool half = dtype == kLinearFloat16;
   const int pack = half ? 8 : 4;
+  const size_t staged = static_cast<size_t>(rows) * k * (half ? 2 : 4);  // the normalised rows in shared memory
   cudaError_t status = cudaSuccess;
+  if (norm.kind != kLinearNoNorm && k % pack) return "nndf Linear: a norm needs a width that is a multiple of 8";
+  NormArgs args{norm.gamma, norm.beta, norm.out, norm.eps};
+  int norm_kind = norm.kind;
+  if (norm_kind != kLinearNoNorm && (rows > kLinearFewRows || staged > kStagedBytes)) {
+    // the norm in its own kernel, then the product reads its output
+    status = half ? launch_norm<__half>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream)
+                  : launch_norm<float>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
+    if (status != cudaSuccess) return cudaGetErrorString(status);
+    x = norm.out;
+    norm_kind = kLinearNoNorm;
+  }
   if (rows <= kLinearFewRows && k % pack == 0) {
     status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                         static_cast<int>(k), alpha, relu, stream)
+                                         static_cast<int>(k), alpha, relu, norm_kind, args, stream)
                   : dispatch_few<float>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                        static_cast<int>(k), alpha, relu, stream);
+                                        static_cast<int>(k), alpha, relu, norm_kind, args, stream);
     return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
   }
   GemmEx gemm = gemm_ex();

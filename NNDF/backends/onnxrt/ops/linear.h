@@ -5,8 +5,20 @@
 constexpr int kLinearFloat32 = 1;   // ONNX's element types
 constexpr int kLinearFloat16 = 10;
 constexpr int64_t kLinearFewRows = 2;  // rows of x this library's kernel takes; more go to cuBLAS
+constexpr int kLinearNoNorm = 0, kLinearLayerNorm = 1, kLinearRmsNorm = 2;  // the op's `norm` attribute
 
-// y [rows, n] = alpha * x [rows, k] . w [n, k]^T (+ bias [n]) (+ addend [rows, n]), then ReLU if `relu`, on
+// A norm over each row of x applied before the product: LayerNorm ((x - mean) / sqrt(var + eps) * gamma + beta)
+// or RMSNorm (x / sqrt(mean(x^2) + eps) * gamma); the normalised rows are written to `out` ([rows, k]).
+struct LinearNorm {
+  int kind = kLinearNoNorm;
+  const void* gamma = nullptr;  // [k]
+  const void* beta = nullptr;   // [k], or null (RMSNorm, or a LayerNorm without one)
+  void* out = nullptr;          // [rows, k]
+  float eps = 0.f;
+};
+
+// y [rows, n] = alpha * norm(x) [rows, k] . w [n, k]^T (+ bias [n]) (+ addend [rows, n]), then ReLU if `relu`, on
 // `stream` (a cudaStream_t); `cublas` is ONNX Runtime's cuBLAS handle for that stream. Returns null, or what failed.
 const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
-                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, void* stream, void* cublas);
+                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, const LinearNorm& norm,
+                             void* stream, void* cublas);

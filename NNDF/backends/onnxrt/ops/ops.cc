@@ -1,10 +1,13 @@
 // ONNX Runtime custom ops of this project, domain "nndf", loaded with SessionOptions.register_custom_ops_library.
 //
-// Linear(X [..., k], W [n, k], B [n] optional, A [..., n] optional) -> Y [..., n] = alpha * X . W^T + B + A, then
-// ReLU with activation=1: a checkpoint's nn.Linear as it is stored, and a tensor of the output's shape added in the
-// same kernel (attributes: alpha, float, default 1; activation, int, 0 or 1). On CUDA (float16, float32) a few rows of X go to this library's one-weight-row-per-warp kernel
-// (linear.cu), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to check
-// a graph that uses the op against ONNX Runtime's own MatMul.
+// Linear(X [..., k], W [n, k], B [n]?, A [..., n]?, G [k]?, H [k]?) -> Y [..., n], N [..., k]?:
+//   N = norm(X) (norm=1: LayerNorm with scale G and bias H; norm=2: RMSNorm with scale G; epsilon), else N = X;
+//   Y = alpha * N . W^T + B + A, then ReLU with activation=1.
+// A checkpoint's nn.Linear as it is stored, the norm before it and a tensor of the output's shape added (a
+// residual) in the same kernel (attributes: alpha, float, default 1; activation, int, 0 or 1; norm, int, 0, 1 or 2;
+// epsilon, float). N, the normalised X, is written where the node names it (it must with a norm). On CUDA (float16,
+// float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX Runtime's handle;
+// on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX Runtime's own ops.
 #include <stdio.h>
 #include <string.h>
 
@@ -58,7 +61,26 @@ struct Kernel {
   bool cuda;
   float alpha;
   int relu;
+  int norm;
+  float eps;
 };
+
+// out [rows, k] = the norm (kLinearLayerNorm / kLinearRmsNorm) of x [rows, k]; beta may be null
+void cpu_norm(const float* x, const float* gamma, const float* beta, float* out, int64_t rows, int64_t k, int kind,
+              float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * k;
+    double mean = 0., var = 0.;
+    if (kind == kLinearLayerNorm) {
+      for (int64_t i = 0; i < k; ++i) mean += xr[i];
+      mean /= static_cast<double>(k);
+    }
+    for (int64_t i = 0; i < k; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const double rstd = 1. / __builtin_sqrt(var / static_cast<double>(k) + eps);
+    for (int64_t i = 0; i < k; ++i)
+      out[r * k + i] = static_cast<float>((xr[i] - mean) * rstd * gamma[i] + (beta ? beta[i] : 0.f));
+  }
+}
 
 void cpu_linear(const float* x, const float* w, const float* b, const float* a, float* y, int64_t rows, int64_t n,
                 int64_t k, float alpha, int relu) {
@@ -78,16 +100,20 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
   size_t inputs = 0;
   ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetInputCount)(context, &inputs));
   auto input = ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(g_api, kKernelContextGetInput);
-  const OrtValue *xv = nullptr, *wv = nullptr, *bv = nullptr, *av = nullptr;
+  const OrtValue *xv = nullptr, *wv = nullptr, *bv = nullptr, *av = nullptr, *gv = nullptr, *hv = nullptr;
   ORT_TRY(input(context, 0, &xv));
   ORT_TRY(input(context, 1, &wv));
   if (inputs > 2) ORT_TRY(input(context, 2, &bv));
   if (inputs > 3) ORT_TRY(input(context, 3, &av));
-  Tensor x, w, b, a;
+  if (inputs > 4) ORT_TRY(input(context, 4, &gv));
+  if (inputs > 5) ORT_TRY(input(context, 5, &hv));
+  Tensor x, w, b, a, gamma, beta;
   ORT_TRY(read(xv, &x));
   ORT_TRY(read(wv, &w));
   if (bv) ORT_TRY(read(bv, &b));
   if (av) ORT_TRY(read(av, &a));
+  if (gv) ORT_TRY(read(gv, &gamma));
+  if (hv) ORT_TRY(read(hv, &beta));
   if (x.dims.empty() || w.dims.size() != 2 || x.dims.back() != w.dims[1] || (bv && (b.dims.size() != 1 || b.dims[0] != w.dims[0]))) {
     char message[256];
     snprintf(message, sizeof message, "nndf Linear: X [..., %lld], W [%lld, %lld] and B of %zu dims do not fit",
@@ -96,6 +122,12 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
     return fail(message);
   }
   const int64_t n = w.dims[0], k = w.dims[1];
+  const std::vector<int64_t> width{k};
+  if (op.norm && (!gv || gamma.dims != width || (hv && beta.dims != width)))
+    return fail("nndf Linear: a norm needs its scale G (and bias H, if any) of X's width [k]");
+  size_t outputs = 0;
+  ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetOutputCount)(context, &outputs));
+  if (op.norm && outputs < 2) return fail("nndf Linear: a norm needs the second output N (the normalised X) named");
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < x.dims.size(); ++i) rows *= x.dims[i];
   std::vector<int64_t> dims = x.dims;
@@ -104,9 +136,18 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
   OrtValue* yv = nullptr;
   ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
       context, 0, dims.data(), dims.size(), &yv));
-  Tensor y;
+  Tensor y, normed;
   ORT_TRY(read(yv, &y));
+  if (outputs > 1) {
+    OrtValue* nv = nullptr;
+    ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
+        context, 1, x.dims.data(), x.dims.size(), &nv));
+    if (nv) ORT_TRY(read(nv, &normed));
+  }
+  if (outputs > 1 && !op.norm) return fail("nndf Linear: the second output N is the normalised X; the node has no norm");
   if (rows == 0 || n == 0) return nullptr;
+  LinearNorm norm;
+  if (op.norm) norm = LinearNorm{op.norm, gamma.data, hv ? beta.data : nullptr, normed.data, op.eps};
 #ifdef NNDF_CUDA
   if (op.cuda) {
     void* stream = nullptr;
@@ -115,11 +156,17 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
     ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, int, int, void**)>(g_api, kKernelContextGetResource)(
         context, kCudaResourceVersion, kCudaCublasHandle, &cublas));
     const char* error = nndf_linear_cuda(x.type, x.data, w.data, bv ? b.data : nullptr, av ? a.data : nullptr, y.data,
-                                         rows, n, k, op.alpha, op.relu, stream, cublas);
+                                         rows, n, k, op.alpha, op.relu, norm, stream, cublas);
     return error ? fail(error) : nullptr;
   }
 #endif
   if (op.cuda || x.type != kLinearFloat32) return fail("nndf Linear: this build has no kernel for this provider and type");
+  if (op.norm) {
+    cpu_norm(static_cast<const float*>(x.data), static_cast<const float*>(gamma.data),
+             hv ? static_cast<const float*>(beta.data) : nullptr, static_cast<float*>(normed.data), rows, k, op.norm,
+             op.eps);
+    x.data = normed.data;
+  }
   cpu_linear(static_cast<const float*>(x.data), static_cast<const float*>(w.data),
              bv ? static_cast<const float*>(b.data) : nullptr, av ? static_cast<const float*>(a.data) : nullptr,
              static_cast<float*>(y.data), rows, n, k, op.alpha, op.relu);
@@ -140,8 +187,12 @@ V attribute(const OrtKernelInfo* info, const char* name, V fallback, OrtSlot slo
 OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
   const int64_t activation = attribute<int64_t>(info, "activation", 0, kKernelInfoGetAttributeInt64);
   if (activation != 0 && activation != 1) return fail("nndf Linear: activation is 0 (none) or 1 (ReLU)");
+  const int64_t norm = attribute<int64_t>(info, "norm", kLinearNoNorm, kKernelInfoGetAttributeInt64);
+  if (norm != kLinearNoNorm && norm != kLinearLayerNorm && norm != kLinearRmsNorm)
+    return fail("nndf Linear: norm is 0 (none), 1 (LayerNorm) or 2 (RMSNorm)");
   *kernel = new Kernel{static_cast<const LinearOp*>(op)->ep != nullptr,
-                       attribute<float>(info, "alpha", 1.f, kKernelInfoGetAttributeFloat), static_cast<int>(activation)};
+                       attribute<float>(info, "alpha", 1.f, kKernelInfoGetAttributeFloat), static_cast<int>(activation),
+                       static_cast<int>(norm), attribute<float>(info, "epsilon", 1e-5f, kKernelInfoGetAttributeFloat)};
   return nullptr;
 }
 
@@ -153,12 +204,12 @@ LinearOp linear_op(int dtype, const char* ep) {
   op.GetName = [](const OrtCustomOp*) { return "Linear"; };
   op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const LinearOp*>(self)->ep; };
   op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
-  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{4}; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{6}; };
   op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
-  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{1}; };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{2}; };
   op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
   op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 2 ? kInputOptional : kInputRequired; };
-  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t) { return kInputRequired; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 1 ? kInputOptional : kInputRequired; };
   op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
   op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
   op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };

@@ -35,6 +35,7 @@ enum OrtSlot : int {  // indices into OrtApi
   kKernelInfoGetAttributeFloat = 85,
   kKernelInfoGetAttributeInt64 = 86,
   kKernelContextGetInputCount = 88,
+  kKernelContextGetOutputCount = 89,
   kKernelContextGetInput = 90,
   kKernelContextGetOutput = 91,
   kReleaseStatus = 93,
