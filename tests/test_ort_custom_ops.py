@@ -107,11 +107,22 @@ def test_the_library_is_rebuilt_only_when_its_sources_change(cpu_library, tmp_pa
     assert custom_ops.build(tmp_path).stat().st_mtime_ns != stamp
 
 
+def test_a_compiled_library_is_copied_from_the_cache_not_compiled_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNDF_OPS_CACHE", str(tmp_path / "cache"))
+    first = custom_ops.build(tmp_path / "a")
+    cached = tmp_path / "cache" / custom_ops.sources_digest(None) / custom_ops.FILE
+    assert cached.read_bytes() == first.read_bytes()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-compilers"))  # a second compile would fail
+    monkeypatch.setenv("CXX", str(tmp_path / "no-compilers" / "c++"))
+    assert custom_ops.build(tmp_path / "b").read_bytes() == first.read_bytes()
+
+
 def test_a_cuda_build_without_nvcc_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setattr(custom_ops, "DEFAULT_CUDA_HOME", str(tmp_path))
+    monkeypatch.setenv("NNDF_OPS_CACHE", str(tmp_path / "cache"))  # no library compiled before
     with pytest.raises(BackendUnavailable, match="compiled with nvcc, which is not on PATH"):
         custom_ops.build(tmp_path / "ops", (9, 0))
     assert not (tmp_path / "ops" / custom_ops.FILE).exists()

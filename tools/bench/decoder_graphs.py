@@ -12,6 +12,9 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            `generate`'s static-cache row beside it (--hf-baseline)
   onnxrt-matmul  the same with the graph's products as ONNX Runtime's MatMul (`--ort-products matmul`; the
            default is this project's Linear op on CUDA), no HF row
+  onnxrt-V, flash-V  the onnxrt row and its captured step (as `flash`) with the graph built with each of
+           --ort-variants' settings (speed_matrix.ORT_VARIANTS, e.g. `normkernels`: the skip norms in their own
+           kernels; `alibi`: BLOOM's ALiBi columns inside the q/k/v product), in their own working directory
   kernels  the onnxrt one-token step under torch's profiler (CUPTI sees ONNX Runtime's kernels): GPU time per step,
            kernels per step, the top kernels (XQA on: `flash` is the default path, XQA off; `flash-matmul` that
            with `--ort-products matmul`)
@@ -82,7 +85,8 @@ def build(shape: str, folder: str, workdir: str) -> dict:
             "peak_over_weights": round(peak[0] / weights, 2) if peak else None}
 
 
-def kernels(shape: str, folder: str, workdir: str, xqa: bool = True, products: str | None = None) -> dict:
+def kernels(shape: str, folder: str, workdir: str, xqa: bool = True, products: str | None = None,
+            graphs: str | None = None) -> dict:
     """The onnxrt one-token step's GPU time and kernels (tools/bench/ort_fused_bench.py's measurement); `xqa`
     False: with ONNX Runtime's XQA decode attention off (ORT_ENABLE_XQA=0, read when the session is made), so
     GroupQueryAttention takes its flash-decoding path instead."""
@@ -91,7 +95,8 @@ def kernels(shape: str, folder: str, workdir: str, xqa: bool = True, products: s
     before = os.environ.get("ORT_ENABLE_XQA")
     os.environ["ORT_ENABLE_XQA"] = "1" if xqa else "0"
     try:
-        return {"xqa": xqa, **_kernels(shape, folder, workdir, products)}
+        with sm.graph_settings(graphs):
+            return {"xqa": xqa, **({"graphs": graphs} if graphs else {}), **_kernels(shape, folder, workdir, products)}
     finally:
         os.environ.pop("ORT_ENABLE_XQA") if before is None else os.environ.update(ORT_ENABLE_XQA=before)
 
@@ -117,7 +122,7 @@ def _kernels(shape: str, folder: str, workdir: str, products: str | None = None)
 
 
 def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: bool, variant: str = "default",
-          products: str | None = None) -> tuple:
+          products: str | None = None, graphs: str | None = None) -> tuple:
     """One benchmark row set (speed_matrix's), fused torch step where the family has one for frameworks (built with
     `variant`'s settings, speed_matrix.LLAMA_VARIANTS: `inductor` is the step without our Triton kernels); onnxrt's
     graph with `products` (--ort-products; None: its default)."""
@@ -129,13 +134,13 @@ def bench(shape: str, folder: str, workdir: str, backend: str, batch: int, hf: b
     fused = model_type in registry.backend(registry.family(family_of(folder)), "frameworks").fused_decode_types()
     if backend == "frameworks" and fused:
         config = "fused"
-    with sm.step_settings(variant):
+    with sm.step_settings(variant), sm.graph_settings(graphs):
         rows, report = sm.bench_rows(shape, family_of(folder), folder, batch, config, workdir, 5, lengths=(128, NEW),
                                      hf=hf, backends=(backend,), backend_options=(ORTOptions(ort_products=products),))
     if variant != "default":
         rows = [{**row, "config": f"{row['config']}-{variant}"} for row in rows]
-    if products:
-        rows = [{**row, "config": f"{row['config']}-{products}"} for row in rows]
+    for label in filter(None, (products, graphs)):
+        rows = [{**row, "config": f"{row['config']}-{label}"} for row in rows]
     return rows, report
 
 
@@ -179,7 +184,7 @@ def loops(shape: str, folder: str, workdir: str) -> dict:
 
 
 def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
-         row_variants: tuple[str, ...] = ("inductor",)) -> list[tuple[str, object]]:
+         row_variants: tuple[str, ...] = ("inductor",), ort_variants: tuple[str, ...] = ()) -> list[tuple[str, object]]:
     """(name, job) in order; the benchmark jobs' names are onnxrt, frameworks and batch8 (`--skip` takes any)."""
     folder = sm.SHAPES[shape]
     done = [("shapes", lambda: sm.make_shapes(shape)),
@@ -195,17 +200,22 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
             ("tokens", lambda: tokens(shape, folder, workdir)),
             ("eager", lambda: eager(shape, folder, workdir)),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
+    at = [name for name, _ in done].index("onnxrt-matmul") + 1  # each graph variant's jobs after the default's
+    done[at:at] = [job for v in ort_variants for job in (
+        (f"onnxrt-{v}", lambda v=v: bench(shape, folder, f"{workdir}-{v}", "onnxrt", 1, hf=False, graphs=v)),
+        (f"flash-{v}", lambda v=v: kernels(shape, folder, f"{workdir}-{v}", xqa=False, graphs=v)))]
     at = [name for name, _ in done].index("frameworks") + 1  # each variant's row after the default's
     done[at:at] = [(f"frameworks-{v}", lambda v=v: bench(shape, folder, workdir, "frameworks", 1, hf=False, variant=v))
                    for v in row_variants]
     done += [("step", lambda v=v: variant_step(shape, folder, workdir, v)) for v in variants]
     if not keep:
         done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
-                                                     for p in (Path(folder), Path(workdir))]}))
+                                                     for p in (Path(folder), Path(workdir),
+                                                               *(Path(f"{workdir}-{v}") for v in ort_variants))]}))
     return done
 
 
-BENCH = ("onnxrt", "onnxrt-matmul", "frameworks", "eager", "batch8")
+BENCH = ("onnxrt", "onnxrt-matmul", "frameworks", "eager", "batch8")  # and onnxrt-V (`_bench`)
 
 
 def main() -> None:
@@ -224,6 +234,9 @@ def main() -> None:
                         "(e.g. default+loop)")
     parser.add_argument("--variants", default="", help="comma-separated fused-step settings (speed_matrix."
                         "LLAMA_VARIANTS) whose captured step is timed after the rows, each a `step` job")
+    parser.add_argument("--ort-variants", default="", help="comma-separated settings of the built graphs "
+                        f"({', '.join(sm.ORT_VARIANTS)}) each benchmarked as an `onnxrt-<variant>` job and profiled as "
+                        "`flash-<variant>`")
     parser.add_argument("--xqa", choices=("on", "off"), help="ONNX Runtime's XQA decode attention for every onnxrt "
                         "row (ORT_ENABLE_XQA; default: ONNX Runtime's own choice, on for fp16)")
     args = parser.parse_args()
@@ -231,6 +244,10 @@ def main() -> None:
         if not sm.known_variant(name, sm.LLAMA_VARIANTS):
             parser.error(f"variant {name!r}: one of {', '.join(sm.LLAMA_VARIANTS)}, each also as VARIANT+MODE, "
                          f"MODE one of {', '.join(filter(None, sm.LOOP_MODES))}")
+    ort_variants = tuple(filter(None, args.ort_variants.split(",")))
+    for name in ort_variants:
+        if name not in sm.ORT_VARIANTS:
+            parser.error(f"ONNX Runtime graph variant {name!r}: one of {', '.join(sm.ORT_VARIANTS)}")
     if args.xqa:
         import os
 
@@ -244,7 +261,7 @@ def main() -> None:
         workdir = f"{args.workdir}/{shape}"
         variants = tuple(filter(None, args.variants.split(",")))
         rows = tuple(filter(None, args.row_variants.split(",")))
-        todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir, variants, rows)
+        todo += [(kind, job) for kind, job in jobs(shape, args.keep, workdir, variants, rows, ort_variants)
                  if kind not in skip or kind in ("shapes", "cleanup")]
     doc = {"copy_bandwidth": sm.copy_bandwidth(), "builds": [], "kernels": []}
     torch.cuda.empty_cache()  # the copy's buffers: the build's child process needs the card to itself
@@ -255,7 +272,7 @@ def main() -> None:
 
 
 def _bench(kind: str) -> bool:
-    return kind in BENCH or kind.startswith("frameworks-")
+    return kind in BENCH or kind.startswith(("frameworks-", "onnxrt-"))
 
 
 def _collect(doc: dict, kind: str, job):
@@ -265,8 +282,8 @@ def _collect(doc: dict, kind: str, job):
 
     def run():
         got = job()
-        key = {"build": "builds", "kernels": "kernels", "flash": "kernels", "flash-matmul": "kernels", "loop": "loops",
-               "tokens": "tokens"}.get(kind, "other")
+        key = "kernels" if kind.startswith(("kernels", "flash")) else {"build": "builds", "loop": "loops",
+                                                                          "tokens": "tokens"}.get(kind, "other")
         doc.setdefault(key, []).append(got)
         print(json.dumps(got, default=str)[:3000], flush=True)
         return got

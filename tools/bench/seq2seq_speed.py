@@ -75,12 +75,7 @@ OVER_DEFAULT = {
     "split-rows": dict(split_rows=1),
 }
 VARIANTS.update(dict.fromkeys(OVER_DEFAULT))
-# the built ONNX Runtime graphs' settings a job can be built with instead of the default: module -> {constant: value}
-ORT_VARIANTS = {
-    "wide": {"T5.fused_onnx": {"WIDE_STREAM": True}},  # T5's fp16 graphs' residual stream and norms in fp32
-    # the decoder's products as ONNX Runtime's MatMul, not this project's Linear op (--ort-products matmul)
-    "matmul": {"NNDF.backends.onnxrt.options": {"CUDA_PRODUCTS": "matmul"}},
-}
+ORT_VARIANTS, graph_settings = sm.ORT_VARIANTS, sm.graph_settings  # the graphs' settings by name
 # the rows beside the default by default: inductor's kernels, the default with the loop choosing greedy tokens
 ROW_VARIANTS = ("inductor", "default+loop")
 
@@ -118,24 +113,6 @@ def step_settings(variant: str | None):
             yield
     finally:
         fused_step.SEQ2SEQ_SETTINGS = saved
-
-
-@contextmanager
-def graph_settings(variant: str | None):
-    """The built ONNX Runtime graphs made with `variant`'s settings (ORT_VARIANTS; None: the default) while the
-    block runs."""
-    import importlib
-
-    changes = [(importlib.import_module(module), name, value)
-               for module, values in ORT_VARIANTS.get(variant or "", {}).items() for name, value in values.items()]
-    saved = [(module, name, getattr(module, name)) for module, name, _ in changes]
-    for module, name, value in changes:
-        setattr(module, name, value)
-    try:
-        yield
-    finally:
-        for module, name, value in saved:
-            setattr(module, name, value)
 
 
 def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[str, ...] = ("kernels",),

@@ -337,6 +337,35 @@ LLAMA_VARIANTS = {
 }
 
 
+# the built ONNX Runtime graphs' settings a job can be built with instead of the default: module -> {constant: value}
+ORT_VARIANTS = {
+    "wide": {"T5.fused_onnx": {"WIDE_STREAM": True}},  # T5's fp16 graphs' residual stream and norms in fp32
+    # the decoder's products as ONNX Runtime's MatMul, not this project's Linear op (--ort-products matmul)
+    "matmul": {"NNDF.backends.onnxrt.options": {"CUDA_PRODUCTS": "matmul"}},
+    # the Linear op's graphs with skip norms in their own kernels, not inside the products
+    "normkernels": {"CausalLM.fused_graph": {"NORMS_IN_PRODUCTS": False}},
+    "alibi": {"BLOOM.fused_onnx": {"ALIBI_IN_PRODUCT": True}},  # BLOOM's ALiBi columns as the q/k/v product's addend
+}
+
+
+@contextlib.contextmanager
+def graph_settings(variant: str | None):
+    """The built ONNX Runtime graphs made with `variant`'s settings (ORT_VARIANTS; None: the default) while the
+    block runs."""
+    import importlib
+
+    changes = [(importlib.import_module(module), name, value)
+               for module, values in ORT_VARIANTS.get(variant or "", {}).items() for name, value in values.items()]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in changes]
+    for module, name, value in changes:
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
+
+
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)
 LOOP_MODES = ("", "loop", "beamhost", "nopdl", "late", "allearly", "nodot", "splits1", "splits2", "splits4", "splits7",
               "splits8", "block16", "block32", "block64", "whole16", "whole32", "dwarps2", "dwarps4", "dwarps8",

@@ -10,9 +10,10 @@ handle, then an epilogue kernel where there is a bias, an addend or ReLU. Option
 (`alpha`) and ReLU (`activation=1`), all in the same kernel. The CPU kernel is a plain loop: it lets the CPU tests
 run a graph that uses the op against ONNX Runtime's MatMul.
 
-`build(folder, arch)` compiles the library into `folder` with `nvcc` for a CUDA compute capability (`arch`,
+`build(folder, arch)` puts the library into `folder`, compiled with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
-and target is already there; the library declares the few pieces of ONNX Runtime's C ABI it calls itself
+and target is already there; a compiled library is kept in a cache folder by its digest (`$NNDF_OPS_CACHE`, else
+~/.cache/nndf/ort-ops), so the next artifact's copy takes no compile; the library declares the few pieces of ONNX Runtime's C ABI it calls itself
 (`ops/ort_abi.h`), so no ONNX Runtime headers are needed, and needs ONNX Runtime 1.16 or later.
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _nvcc() -> str:
             found = str(Path(home) / "bin" / "nvcc")
     if not found:
         raise BackendUnavailable("the onnxrt graphs' Linear op is compiled with nvcc, which is not on PATH (nor in "
-                                 "$CUDA_HOME/bin); install the CUDA toolkit, or build the graph with --ort-linear "
+                                 "$CUDA_HOME/bin); install the CUDA toolkit, or build the graph with --ort-products "
                                  "matmul (ONNX Runtime's MatMul)")
     return found
 
@@ -67,15 +68,37 @@ def _command(arch: tuple[int, int] | None, out: Path) -> list[str]:
             *(str(SOURCES / s) for s in CUDA_SOURCES), "-o", str(out)]
 
 
+def cache_folder() -> Path:
+    """Where compiled libraries are kept by digest: $NNDF_OPS_CACHE, else ~/.cache/nndf/ort-ops."""
+    return Path(os.environ.get("NNDF_OPS_CACHE") or Path.home() / ".cache" / "nndf" / "ort-ops")
+
+
 def build(folder: Path, arch: tuple[int, int] | None = None) -> Path:
-    """The ops library in `folder`, compiled there for `arch` (a CUDA compute capability; None: the CPU-only
-    build) unless the one there was built from the same sources for the same target. Written atomically."""
+    """The ops library in `folder` for `arch` (a CUDA compute capability; None: the CPU-only build), unless the
+    one there was built from the same sources for the same target: copied from the cache folder, compiled into
+    it first where it has none. Written atomically."""
     folder.mkdir(parents=True, exist_ok=True)
     library, stamp = folder / FILE, folder / (FILE + ".sources")
     digest = sources_digest(arch)
     if library.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
         return library
+    cached = cache_folder() / digest / FILE
+    if not cached.is_file():
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        _compile(arch, cached)
     partial = folder / f".{FILE}.{os.getpid()}"
+    try:
+        shutil.copyfile(cached, partial)
+        os.replace(partial, library)
+    finally:
+        partial.unlink(missing_ok=True)
+    stamp.write_text(digest + "\n")
+    return library
+
+
+def _compile(arch: tuple[int, int] | None, library: Path) -> None:
+    """Compile the library for `arch` into `library` (atomically)."""
+    partial = library.with_name(f".{FILE}.{os.getpid()}")
     try:
         done = subprocess.run(_command(arch, partial), capture_output=True, text=True)
         if done.returncode != 0:
@@ -85,8 +108,6 @@ def build(folder: Path, arch: tuple[int, int] | None = None) -> Path:
         os.replace(partial, library)
     finally:
         partial.unlink(missing_ok=True)
-    stamp.write_text(digest + "\n")
-    return library
 
 
 def register(options, library: Path) -> None:
