@@ -63,64 +63,66 @@ __device__ __forceinline__ uint4 pack(const float* in) {
   return chunk;
 }
 
-// the sum of each thread's `v[m]` over the block, in every thread (`scratch`: a float per warp and row)
-template <int M, int Threads>
-__device__ __forceinline__ void block_sum(float (&v)[M], float (*scratch)[M]) {
+// the sum of each thread's `v[i]` over the block, in every thread (`scratch`: N floats a warp)
+template <int N, int Threads>
+__device__ __forceinline__ void block_sum(float (&v)[N], float (*scratch)[N]) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
+  for (int i = 0; i < N; ++i) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v[m] += __shfl_xor_sync(0xffffffffu, v[m], offset);
-    if (lane == 0) scratch[warp][m] = v[m];
+    for (int offset = 16; offset > 0; offset >>= 1) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+    if (lane == 0) scratch[warp][i] = v[i];
   }
   __syncthreads();
 #pragma unroll
-  for (int m = 0; m < M; ++m) {
-    v[m] = 0.f;
+  for (int i = 0; i < N; ++i) {
+    v[i] = 0.f;
 #pragma unroll
-    for (int j = 0; j < Threads / 32; ++j) v[m] += scratch[j][m];
+    for (int j = 0; j < Threads / 32; ++j) v[i] += scratch[j][i];
   }
-  __syncthreads();
 }
 
-// Norm over the M rows of x [M, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta, two passes
-// over x for the mean and the variance; kLinearRmsNorm: x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a
-// norm kernel's output would be, into `staged` (M * chunks 16-byte chunks; null: none) and the chunks c of
-// `out` with c % stride == offset (null: none). x's rows are re-read from L1 / L2 on every pass.
+// Norm over the M rows of x [M, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta; kLinearRmsNorm:
+// x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a norm kernel's output would be, into `staged` (M * chunks
+// 16-byte chunks; null: none) and the chunks c of `out` with c % stride == offset (null: none). Two passes over x
+// (re-read from L1 / L2): the sums of (x - s) and (x - s)^2 with s the row's first value (a LayerNorm's variance
+// without the cancellation of E[x^2] - E[x]^2 where the mean is large against the spread), then the norm.
 template <typename T, int M, int Threads, int Norm>
 __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                           float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset) {
   constexpr int kCount = Pack<T>::kCount;
-  __shared__ float scratch[Threads / 32][M];
-  float mean[M], rstd[M], f[kCount];
+  __shared__ float scratch[Threads / 32][2 * M];
+  float shift[M], sums[2 * M], f[kCount];
 #pragma unroll
-  for (int m = 0; m < M; ++m) mean[m] = 0.f;
-  if (Norm == kLinearLayerNorm) {
-    for (int c = threadIdx.x; c < chunks; c += Threads)
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
-#pragma unroll
-        for (int i = 0; i < kCount; ++i) mean[m] += f[i];
-      }
-    block_sum<M, Threads>(mean, scratch);
-#pragma unroll
-    for (int m = 0; m < M; ++m) mean[m] /= static_cast<float>(chunks * kCount);
+  for (int m = 0; m < M; ++m) {
+    shift[m] = Norm == kLinearLayerNorm ? as_float(reinterpret_cast<const T*>(x + static_cast<size_t>(m) * chunks)[0])
+                                        : 0.f;
+    sums[2 * m] = sums[2 * m + 1] = 0.f;
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m) rstd[m] = 0.f;
+#pragma unroll 4
   for (int c = threadIdx.x; c < chunks; c += Threads)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
-      for (int i = 0; i < kCount; ++i) rstd[m] = fmaf(f[i] - mean[m], f[i] - mean[m], rstd[m]);
+      for (int i = 0; i < kCount; ++i) {
+        const float d = f[i] - shift[m];
+        sums[2 * m] += d;
+        sums[2 * m + 1] = fmaf(d, d, sums[2 * m + 1]);
+      }
     }
-  block_sum<M, Threads>(rstd, scratch);
+  block_sum<2 * M, Threads>(sums, scratch);
+  const float width = static_cast<float>(chunks * kCount);
+  float mean[M], rstd[M];
 #pragma unroll
-  for (int m = 0; m < M; ++m) rstd[m] = rsqrtf(rstd[m] / static_cast<float>(chunks * kCount) + eps);
+  for (int m = 0; m < M; ++m) {
+    const float d = sums[2 * m] / width;  // mean - shift
+    mean[m] = shift[m] + d;
+    rstd[m] = rsqrtf(fmaxf(sums[2 * m + 1] / width - (Norm == kLinearLayerNorm ? d * d : 0.f), 0.f) + eps);
+  }
   const uint4* g = reinterpret_cast<const uint4*>(gamma);
   const uint4* b = reinterpret_cast<const uint4*>(beta);
+#pragma unroll 2
   for (int c = threadIdx.x; c < chunks; c += Threads) {
     float gf[kCount], bf[kCount];
     unpack<T>(__ldg(g + c), gf);
@@ -129,7 +131,10 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
     for (int m = 0; m < M; ++m) {
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
-      for (int i = 0; i < kCount; ++i) f[i] = (f[i] - mean[m]) * rstd[m] * gf[i] + (beta ? bf[i] : 0.f);
+      for (int i = 0; i < kCount; ++i) {
+        const float centred = Norm == kLinearLayerNorm ? f[i] - mean[m] : f[i];
+        f[i] = centred * rstd[m] * gf[i] + (beta ? bf[i] : 0.f);
+      }
       const uint4 chunk = pack<T>(f);
       if (staged) staged[m * chunks + c] = chunk;
       if (out && c % stride == offset) out[static_cast<size_t>(m) * chunks + c] = chunk;
