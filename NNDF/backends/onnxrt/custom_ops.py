@@ -6,9 +6,13 @@ or two rows of X (a one-token step) go to this library's kernel: blocks of 128 t
 16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
 (programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
 more rows (a prompt pass, beams, batches) and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own
-handle, then an epilogue kernel where there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the output's shape, a scale
-(`alpha`) and ReLU (`activation=1`), all in the same kernel. The CPU kernel is a plain loop: it lets the CPU tests
-run a graph that uses the op against ONNX Runtime's MatMul.
+handle, then an epilogue kernel where there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the
+output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in the same kernel, and a norm of X
+before the product (`norm=1` LayerNorm with scale G and bias H, `norm=2` RMSNorm with scale G; `epsilon`): each
+block of the few-row kernel normalises X's rows into its shared memory after its wait, so the norm has no kernel of
+its own, and the normalised rows are the op's second output N (written by the blocks between them; a kernel of
+their own before cuBLAS). The CPU kernel is a plain loop: it lets the CPU tests run a graph that uses the op
+against ONNX Runtime's own ops.
 
 `build(folder, arch)` puts the library into `folder`, compiled with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
