@@ -49,6 +49,7 @@ ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorPro
 # it, so neither has a kernel of its own (GraphBuilder.norm, add_into_product); False: skip norms as with MatMul.
 NORMS_IN_PRODUCTS = True
 LAYER_NORM, RMS_NORM = 1, 2  # the Linear op's `norm` attribute
+GATED = {"silu": 2, "gelu_tanh": 3}  # the Linear op's gated activations (its `activation` attribute)
 
 
 @dataclass(frozen=True)
@@ -144,26 +145,34 @@ class GraphBuilder:
         return self.weight(name, weight if self.linear else weight.T)
 
     def apply(self, x: str, weight: str, bias: str | None = None, relu: bool = False, alpha: float = 1.0,
-              outputs: int | list[str] = 1, addend: str | None = None) -> str:
+              outputs: int | list[str] = 1, addend: str | None = None, gate: str | None = None) -> str:
         """alpha * x @ W^T (+ bias) (+ addend, a tensor of the output's shape), then ReLU, for a weight `stored`
         under the name `weight`: the Linear op (one node) with `linear`, else MatMul (FusedMatMul where alpha is
-        not 1), an Add each and a Relu."""
-        if self.linear:
-            attrs = {**({"alpha": float(alpha)} if alpha != 1.0 else {}), **({"activation": 1} if relu else {})}
-            norm = self._pending.pop(x, None)
-            if norm is not None:  # the norm in this product's kernel, its output written under x's name
-                y = outputs[0] if isinstance(outputs, list) else f"Linear_{self._count + 1}_0"
-                inputs = [norm.x, weight, bias or "", addend or "", norm.gamma] + ([norm.beta] if norm.beta else [])
-                return self.op("Linear", inputs, [y, x], domain=custom_ops.DOMAIN, norm=norm.kind,
-                               epsilon=float(norm.eps), **attrs)[0]
-            inputs = [x, weight] + ([bias or "", addend] if addend else [bias] if bias else [])
-            return self.op("Linear", inputs, outputs, domain=custom_ops.DOMAIN, **attrs)
-        nodes = [("FusedMatMul", [weight], dict(domain=MS, alpha=alpha)) if alpha != 1.0 else ("MatMul", [weight], {})]
-        nodes += [("Add", [term], {}) for term in (bias, addend) if term] + ([("Relu", [], {})] if relu else [])
-        y = x
-        for i, (op_type, more, attrs) in enumerate(nodes):  # the last node's output carries `outputs`' name
-            y = self.op(op_type, [y, *more], outputs if i == len(nodes) - 1 else 1, **attrs)
-        return y
+        not 1), an Add each and a Relu. `gate` (a Linear-op graph only; GATED): W's rows are gate and up pairs and
+        the op returns act(gate) * up."""
+        if not self.linear:
+            assert gate is None, "a gated product is the Linear op's"
+            nodes = [("FusedMatMul", [weight], dict(domain=MS, alpha=alpha)) if alpha != 1.0 else ("MatMul", [weight], {})]
+            nodes += [("Add", [term], {}) for term in (bias, addend) if term] + ([("Relu", [], {})] if relu else [])
+            y = x
+            for i, (op_type, more, attrs) in enumerate(nodes):  # the last node's output carries `outputs`' name
+                y = self.op(op_type, [y, *more], outputs if i == len(nodes) - 1 else 1, **attrs)
+            return y
+        attrs = {**({"alpha": float(alpha)} if alpha != 1.0 else {}),
+                 **({"activation": GATED[gate] if gate else 1} if relu or gate else {})}
+        y = outputs[0] if isinstance(outputs, list) else f"Linear_{self._count + 1}_0"
+        norm = self._pending.pop(x, None)  # the norm in this product's kernel, its output written under x's name
+        inputs = [norm.x if norm else x, weight, bias or "", addend or ""]
+        names = [y, x if norm else ""] + ([f"{y}_product"] if gate else [])
+        if norm:
+            inputs += [norm.gamma] + ([norm.beta] if norm.beta else [])
+            attrs.update(norm=norm.kind, epsilon=float(norm.eps))
+        while not inputs[-1]:
+            inputs.pop()
+        while not names[-1]:
+            names.pop()
+        got = self.op("Linear", inputs, names, domain=custom_ops.DOMAIN, **attrs)
+        return got if isinstance(got, str) else got[0]
 
     def matmul(self, x: str, name: str, weight: np.ndarray, bias: str | None = None, relu: bool = False,
                alpha: float = 1.0, outputs: int | list[str] = 1, addend: str | None = None) -> str:
@@ -365,6 +374,26 @@ def skip_rms_norm(g: GraphBuilder, x: str, skip: str, gamma: str, bias: str | No
 def constant(g: GraphBuilder, values, dtype=np.int64) -> str:
     """A small Constant node (shape inference reads its values; initializers go to the external data file)."""
     return g.op("Constant", [], value=numpy_helper.from_array(np.array(values, dtype=dtype)))
+
+
+def gated(g: GraphBuilder, x: str, name: str, gate: np.ndarray, up: np.ndarray, activation: str) -> str:
+    """act(x @ gate^T) * (x @ up^T) [B, S, I] for nn.Linear weights `gate`, `up` ([I, E] each); act "silu",
+    "gelu_tanh", "gelu" (erf) or "relu". A Linear-op graph: one op whose weight rows are gate and up pairs
+    (initializer `name`; GATED's activations), so the gate needs no kernel of its own; else one product of [gate;
+    up], a Split, the activation and a Mul."""
+    if g.linear and activation in GATED:
+        pairs = np.stack([np.asarray(gate), np.asarray(up)], axis=1).reshape(-1, gate.shape[1])  # [2I, E]
+        return g.apply(x, g.weight(name, pairs), gate=activation)
+    both = g.matmul(x, name, np.concatenate([gate, up]))  # [B, S, 2I]
+    size = gate.shape[0]
+    gate_out, up_out = g.op("Split", [both, constant(g, [size, size])], 2, axis=-1)
+    if activation == "silu":
+        act = g.op("Mul", [gate_out, g.op("Sigmoid", [gate_out])])
+    elif activation == "relu":
+        act = g.op("Relu", [gate_out])
+    else:
+        act = g.op("FastGelu" if activation == "gelu_tanh" else "Gelu", [gate_out], domain=MS)
+    return g.op("Mul", [act, up_out])
 
 
 def silu_gate(g: GraphBuilder, gate_up: str, inner: int) -> str:

@@ -75,8 +75,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         out, out_bias = fg.product(g, take, attn, f"{layer}.self_attn.o_proj")
         norm = _weight(g, take, f"{layer}.post_attention_layernorm.weight")
         h, residual = fg.skip_rms_norm(g, out, residual, norm, out_bias, eps)
-        gate_up = _linear(g, take, h, f"{layer}.mlp", ("gate_up_proj",), ("gate_proj", "up_proj"))  # [B, S, 2I]
-        inner = fg.silu_gate(g, gate_up, config.intermediate_size)  # [B, S, I]
+        inner = _gated_mlp(g, take, h, f"{layer}.mlp", config.intermediate_size)  # [B, S, I]
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
@@ -139,6 +138,20 @@ def _linear(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, packed:
     if any(b is None for b in biases):
         raise ArtifactError(f"the LLAMA fused graph needs a bias on all of {', '.join(names)} or none")
     return g.matmul(x, f"{fused}.weight", weight, g.weight(f"{fused}.bias", np.concatenate(biases)))
+
+
+def _gated_mlp(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, inner: int) -> str:
+    """SiLU(x @ gate^T) * (x @ up^T) [B, S, I] from Phi-3's packed gate_up_proj (gate rows first) or gate_proj and
+    up_proj (`fg.gated`); projections with biases (`mlp_bias`) as one product, then the gate."""
+    parts = ("gate_proj", "up_proj")
+    if any(f"{module}.{p}.bias" in take for p in ("gate_up_proj", *parts)):
+        return fg.silu_gate(g, _linear(g, take, x, module, ("gate_up_proj",), parts), inner)
+    if f"{module}.gate_up_proj.weight" in take:
+        both = take(f"{module}.gate_up_proj.weight")
+        gate, up = both[:inner], both[inner:]
+    else:
+        gate, up = (take(f"{module}.{p}.weight") for p in parts)
+    return fg.gated(g, x, f"{module}.gate_up_proj.weight", gate, up, "silu")
 
 
 # bump the version when the graph changes

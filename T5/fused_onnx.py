@@ -130,13 +130,10 @@ class _Parts:
         if f"{ff}.wi.weight" in self.take:
             inner = self.linear(x, f"{ff}.wi")
             inner = g.op("Relu", [inner]) if tanh is None else sg.gelu(g, inner, tanh)
-        else:
-            both = np.concatenate([self.take(f"{ff}.wi_0.weight"), self.take(f"{ff}.wi_1.weight")])
-            gate_up = g.matmul(x, f"{ff}.wi.weight", both)
-            size = self.config.d_ff
-            gate, up = g.op("Split", [gate_up, sg.constant(g, [size, size])], 2, axis=-1)
-            gate = g.op("Relu", [gate]) if tanh is None else sg.gelu(g, gate, tanh)
-            inner = g.op("Mul", [gate, up])
+        else:  # gated: act(x @ wi_0^T) * (x @ wi_1^T)
+            activation = "relu" if tanh is None else "gelu_tanh" if tanh else "gelu"
+            inner = fg.gated(g, x, f"{ff}.wi.weight", self.take(f"{ff}.wi_0.weight"), self.take(f"{ff}.wi_1.weight"),
+                             activation)
         return self.into_stream(inner, f"{ff}.wo")
 
     def position_table(self, stack: str, causal: bool) -> tuple[str, int]:

@@ -315,3 +315,72 @@ def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype
         torch.testing.assert_close(torch.from_numpy(got).float(), expected, rtol=tol, atol=tol, msg=f"N, {rows} rows")
         product = torch.from_numpy(got).float() @ torch.from_numpy(w).float().T  # from N as the kernel rounded it
         torch.testing.assert_close(torch.from_numpy(y).float(), product, rtol=tol, atol=tol, msg=f"Y, {rows} rows")
+
+
+def gated_graph(folder: Path, w: np.ndarray, library: Path, activation: int, norm: tuple | None = None) -> Path:
+    """y = Linear(x, w, activation=2|3) (w's rows gate and up pairs), its product P named; with `norm` (kind,
+    gamma), the norm first (N named)."""
+    elem = ELEM[w.dtype.type]
+    inits = [numpy_helper.from_array(w, "w")]
+    inputs, attrs = ["x", "w"], {"activation": activation}
+    if norm:
+        inits.append(numpy_helper.from_array(norm[1], "g"))
+        inputs += ["", "", "g"]
+        attrs.update(norm=norm[0], epsilon=1e-5)
+    node = helper.make_node("Linear", inputs, ["y", "n" if norm else "", "p"], domain=custom_ops.DOMAIN, **attrs)
+    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
+                              [helper.make_tensor_value_info("y", elem, None)], inits)
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(library, folder / custom_ops.FILE)
+    onnx.save(model, str(folder / "linear.onnx"))
+    return folder / "linear.onnx"
+
+
+def gated_reference(x: torch.Tensor, w: torch.Tensor, activation: int) -> torch.Tensor:
+    """act(x . w[0::2]^T) * (x . w[1::2]^T) in fp32: SiLU (2) or GELU's tanh form (3)."""
+    gate, up = x.float() @ w[0::2].float().T, x.float() @ w[1::2].float().T
+    act = torch.nn.functional.silu(gate) if activation == 2 else torch.nn.functional.gelu(gate, approximate="tanh")
+    return act * up
+
+
+@pytest.mark.parametrize("activation", [2, 3])
+def test_linear_gates_pairs_of_rows_on_the_cpu(cpu_library, tmp_path, activation):
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2 * 12, 16), dtype=np.float32)
+    session = make_session(gated_graph(tmp_path, w, cpu_library, activation), torch.device("cpu"))
+    x = rng.standard_normal((2, 3, 16), dtype=np.float32)
+    (y,) = session.run(None, {"x": x})
+    assert y.shape == (2, 3, 12)
+    np.testing.assert_allclose(y, gated_reference(torch.from_numpy(x), torch.from_numpy(w), activation).numpy(),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_a_gated_linear_refuses_an_odd_width_and_an_addend(cpu_library, tmp_path):
+    w = np.ones((5, 8), dtype=np.float32)
+    session = make_session(gated_graph(tmp_path, w, cpu_library, 2), torch.device("cpu"))
+    with pytest.raises(Exception, match="a gated activation needs an even number of weight rows and no addend"):
+        session.run(None, {"x": np.ones((1, 1, 8), np.float32)})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("activation", [2, 3])
+@pytest.mark.parametrize("norm", [None, 2])
+def test_linear_on_cuda_gates_pairs_of_rows(cuda_library, tmp_path, dtype, activation, norm):
+    """The gate in the few-row kernel's epilogue (1, 2 rows) and after cuBLAS's product (3, 9 rows), with and
+    without an RMSNorm before the product."""
+    k, n = 2048, 2 * 1000
+    gen = torch.Generator().manual_seed(activation)
+    w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
+    gamma = (1 + 0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype)
+    session = make_session(gated_graph(tmp_path, w, cuda_library, activation, (norm, gamma) if norm else None),
+                           torch.device("cuda", 0))
+    torch_type = torch.float16 if dtype == np.float16 else torch.float32
+    tol = 4e-3 if dtype == np.float16 else 1e-4
+    for rows in (1, 2, 3, 9):
+        x = torch.randn(1, rows, k, generator=gen).to(torch_type)
+        (y,) = session.run(None, {"x": x.numpy()})
+        inputs = normed(x, torch.from_numpy(gamma), None, norm, 1e-5).to(torch_type) if norm else x
+        expected = gated_reference(inputs, torch.from_numpy(w), activation)
+        torch.testing.assert_close(torch.from_numpy(y).float(), expected, rtol=tol, atol=tol, msg=f"{rows} rows")

@@ -3,7 +3,8 @@
 CPU build): every decoder family's offline variant gives HF `generate`'s tokens (greedy and 3 beams; Mistral's with
 a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op; BLOOM's ALiBi columns as
 the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left and its norms and residual adds
-run inside the products, and the library sits in the artifact folder. `--ort-products` where no graph is built is refused."""
+run inside the products (and the LLAMA family's SwiGLU gate inside its product), and the library sits in the
+artifact folder. `--ort-products` where no graph is built is refused."""
 import pytest
 import torch
 
@@ -48,6 +49,7 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
         # the norms inside the products and the residual adds inside the products before them: at most the
         # embeddings' own norm is left (fused_graph.NORMS_IN_PRODUCTS)
         assert sum(count for op, count in nodes.items() if "Normalization" in op) <= 1, nodes
+        assert "Sigmoid" not in nodes and "Split" not in nodes, nodes  # SwiGLU's gate inside its product
         assert (backend.paths["decoder"].parent / custom_ops.FILE).is_file()
         assert backend.export_max_diff() < 1e-3
         for beams in (1, 3):

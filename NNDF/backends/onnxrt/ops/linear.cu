@@ -47,6 +47,13 @@ __device__ __forceinline__ float as_float(float v) { return v; }
 __device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 
+// a gated activation's gate: SiLU (kLinearSiluGated) or GELU's tanh form (kLinearGeluGated)
+__device__ __forceinline__ float gated(int activation, float gate) {
+  if (activation == kLinearSiluGated) return gate / (1.f + __expf(-gate));
+  const float inner = 0.7978845608028654f * fmaf(0.044715f * gate, gate * gate, gate);
+  return 0.5f * gate * (1.f + tanhf(inner));
+}
+
 // a 16-byte chunk as Pack<T>::kCount floats, and back
 template <typename T>
 __device__ __forceinline__ void unpack(const uint4& chunk, float* out) {
@@ -158,7 +165,7 @@ struct NormArgs {
 template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
 __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, const T* __restrict__ w,
                                                    const T* __restrict__ bias, const T* __restrict__ addend,
-                                                   T* __restrict__ y, int n, int k, float alpha, int relu,
+                                                   T* __restrict__ y, int n, int k, float alpha, int activation,
                                                    NormArgs norm) {
   constexpr int kPass = Threads * Ahead;  // chunks of a row one pass reads
   const int first = blockIdx.x * Rows;
@@ -229,6 +236,23 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
       if (lane == 0) partial[warp][m * Rows + r] = v;
     }
   __syncthreads();
+  if (activation >= kLinearSiluGated) {  // rows 2j and 2j + 1 are gate and up of output column j
+    for (int i = threadIdx.x; i < M * Rows / 2; i += Threads) {
+      const int m = i / (Rows / 2), r = 2 * (i % (Rows / 2));
+      if (first + r + 1 < n) {
+        float gate = 0.f, up = 0.f;
+#pragma unroll
+        for (int j = 0; j < kWarpsHere; ++j) {
+          gate += partial[j][m * Rows + r];
+          up += partial[j][m * Rows + r + 1];
+        }
+        gate = alpha * gate + (bias ? as_float(bias[first + r]) : 0.f);
+        up = alpha * up + (bias ? as_float(bias[first + r + 1]) : 0.f);
+        store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, gate) * up);
+      }
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < M * Rows; i += Threads) {
     const int m = i / Rows, r = i % Rows;
     if (first + r < n) {
@@ -237,18 +261,34 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
       for (int j = 0; j < kWarpsHere; ++j) sum += partial[j][i];
       const size_t at = static_cast<size_t>(m) * n + first + r;
       sum = alpha * sum + (bias ? as_float(bias[first + r]) : 0.f) + (addend ? as_float(addend[at]) : 0.f);
-      store(y + at, relu ? fmaxf(sum, 0.f) : sum);
+      store(y + at, activation == kLinearRelu ? fmaxf(sum, 0.f) : sum);
     }
   }
 }
 
 // y [rows, n] = y + bias + addend (either null: 0), then ReLU if asked: cuBLAS's product's epilogue
 template <typename T>
-__global__ void epilogue(T* y, const T* bias, const T* addend, size_t total, int n, int relu) {
+__global__ void epilogue(T* y, const T* bias, const T* addend, size_t total, int n, int activation) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float v = as_float(y[i]) + (bias ? as_float(bias[i % n]) : 0.f) + (addend ? as_float(addend[i]) : 0.f);
-    store(y + i, relu ? fmaxf(v, 0.f) : v);
+    store(y + i, activation == kLinearRelu ? fmaxf(v, 0.f) : v);
+  }
+}
+
+// y [rows, n / 2] = act(product[:, 2j] + bias[2j]) * (product[:, 2j + 1] + bias[2j + 1]): a gated activation after
+// cuBLAS's product [rows, n] of interleaved gate and up rows
+template <typename T>
+__global__ void gated_epilogue(T* y, const T* product, const T* bias, size_t total, int n, int activation) {
+  const int half = n / 2;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t row = i / half;
+    const int j = static_cast<int>(i % half);
+    const T* p = product + row * n + 2 * j;
+    const float gate = as_float(p[0]) + (bias ? as_float(bias[2 * j]) : 0.f);
+    const float up = as_float(p[1]) + (bias ? as_float(bias[2 * j + 1]) : 0.f);
+    store(y + i, gated(activation, gate) * up);
   }
 }
 
@@ -270,7 +310,7 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
 
 template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
 cudaError_t launch_few(const void* x, const void* w, const void* bias, const void* addend, void* y, int n, int k,
-                       float alpha, int relu, const NormArgs& norm, cudaStream_t stream) {
+                       float alpha, int activation, const NormArgs& norm, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((n + Rows - 1) / Rows);
   config.blockDim = dim3(Threads);
@@ -283,7 +323,7 @@ cudaError_t launch_few(const void* x, const void* w, const void* bias, const voi
   config.numAttrs = programmatic_launch() ? 1 : 0;
   return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead, Norm>, static_cast<const T*>(x),
                             static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(addend),
-                            static_cast<T*>(y), n, k, alpha, relu, norm);
+                            static_cast<T*>(y), n, k, alpha, activation, norm);
 }
 
 // One and two rows: blocks of 128 threads over 4 weight rows, one 16-byte load of each row a thread per pass.
@@ -295,18 +335,18 @@ cudaError_t launch_few(const void* x, const void* w, const void* bias, const voi
 // (docs/device-runs/2026-12-06-h100-ort-linear).
 template <typename T, int Norm>
 cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int relu, const NormArgs& norm, cudaStream_t s) {
-  return rows == 1 ? launch_few<T, 1, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, relu, norm, s)
-                   : launch_few<T, 2, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, relu, norm, s);
+                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  return rows == 1 ? launch_few<T, 1, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, activation, norm, s)
+                   : launch_few<T, 2, 4, 128, 1, Norm>(x, w, b, a, y, n, k, alpha, activation, norm, s);
 }
 
 template <typename T>
 cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int relu, int norm_kind, const NormArgs& norm, cudaStream_t s) {
+                         float alpha, int activation, int norm_kind, const NormArgs& norm, cudaStream_t s) {
   switch (norm_kind) {
-    case kLinearLayerNorm: return dispatch_few<T, kLinearLayerNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
-    case kLinearRmsNorm: return dispatch_few<T, kLinearRmsNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
-    default: return dispatch_few<T, kLinearNoNorm>(rows, x, w, b, a, y, n, k, alpha, relu, norm, s);
+    case kLinearLayerNorm: return dispatch_few<T, kLinearLayerNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+    case kLinearRmsNorm: return dispatch_few<T, kLinearRmsNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+    default: return dispatch_few<T, kLinearNoNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
   }
 }
 
@@ -349,11 +389,12 @@ GemmEx gemm_ex() {
 }  // namespace
 
 const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
-                             int64_t rows, int64_t n, int64_t k, float alpha, int relu, const LinearNorm& norm,
-                             void* stream_handle, void* cublas) {
+                             void* product, int64_t rows, int64_t n, int64_t k, float alpha, int activation,
+                             const LinearNorm& norm, void* stream_handle, void* cublas) {
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const bool half = dtype == kLinearFloat16;
   const int pack = half ? 8 : 4;
+  const bool gate = activation >= kLinearSiluGated;
   const size_t staged = static_cast<size_t>(rows) * k * (half ? 2 : 4);  // the normalised rows in shared memory
   cudaError_t status = cudaSuccess;
   if (norm.kind != kLinearNoNorm && k % pack) return "nndf Linear: a norm needs a width that is a multiple of 8";
@@ -369,31 +410,43 @@ const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void
   }
   if (rows <= kLinearFewRows && k % pack == 0) {
     status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                         static_cast<int>(k), alpha, relu, norm_kind, args, stream)
+                                         static_cast<int>(k), alpha, activation, norm_kind, args, stream)
                   : dispatch_few<float>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                        static_cast<int>(k), alpha, relu, norm_kind, args, stream);
+                                        static_cast<int>(k), alpha, activation, norm_kind, args, stream);
     return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
   }
   GemmEx gemm = gemm_ex();
   if (!gemm || !cublas) return "nndf Linear: cuBLAS (cublasGemmEx) is not loaded in this process";
-  // row-major y [rows, n] = x [rows, k] . w^T is column-major y^T [n, rows] = w^T' [n, k] . x^T [k, rows]
+  if (gate && !product) return "nndf Linear: a gated activation needs the product's buffer P";
+  // row-major out [rows, n] = x [rows, k] . w^T is column-major out^T [n, rows] = w^T' [n, k] . x^T [k, rows]
   const float zero = 0.f;
   const int type = half ? kR16F : kR32F;
+  void* out = gate ? product : y;
   if (gemm(cublas, kOpT, kOpN, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(k), &alpha, w, type,
-           static_cast<int>(k), x, type, static_cast<int>(k), &zero, y, type, static_cast<int>(n), kCompute32F,
+           static_cast<int>(k), x, type, static_cast<int>(k), &zero, out, type, static_cast<int>(n), kCompute32F,
            kGemmDefault) != 0)
     return "nndf Linear: cublasGemmEx failed";
-  if (bias || addend || relu) {
-    const size_t total = static_cast<size_t>(rows) * n;
-    const int blocks = static_cast<int>((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+  const size_t total = static_cast<size_t>(rows) * (gate ? n / 2 : n);
+  const int blocks = static_cast<int>((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+  if (gate) {
+    if (half)
+      gated_epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(product),
+                                                         static_cast<const __half*>(bias), total, static_cast<int>(n),
+                                                         activation);
+    else
+      gated_epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(product),
+                                                        static_cast<const float*>(bias), total, static_cast<int>(n),
+                                                        activation);
+    status = cudaGetLastError();
+  } else if (bias || addend || activation) {
     if (half)
       epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(bias),
                                                    static_cast<const __half*>(addend), total, static_cast<int>(n),
-                                                   relu);
+                                                   activation);
     else
       epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(bias),
                                                   static_cast<const float*>(addend), total, static_cast<int>(n),
-                                                  relu);
+                                                  activation);
     status = cudaGetLastError();
   }
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);

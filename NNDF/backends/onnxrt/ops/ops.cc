@@ -1,11 +1,14 @@
 // ONNX Runtime custom ops of this project, domain "nndf", loaded with SessionOptions.register_custom_ops_library.
 //
-// Linear(X [..., k], W [n, k], B [n]?, A [..., n]?, G [k]?, H [k]?) -> Y [..., n], N [..., k]?:
+// Linear(X [..., k], W [n, k], B [n]?, A [..., n]?, G [k]?, H [k]?) -> Y [..., n], N [..., k]?, P [..., n]?:
 //   N = norm(X) (norm=1: LayerNorm with scale G and bias H; norm=2: RMSNorm with scale G; epsilon), else N = X;
-//   Y = alpha * N . W^T + B + A, then ReLU with activation=1.
+//   P = alpha * N . W^T + B + A; Y = P, or ReLU(P) with activation=1, or with a gated activation (2: SiLU, 3:
+//   GELU's tanh form; W's rows 2j and 2j + 1 the gate and the up projection of column j, no A)
+//   Y [..., n / 2] = act(P[..., 2j]) * P[..., 2j + 1].
 // A checkpoint's nn.Linear as it is stored, the norm before it and a tensor of the output's shape added (a
-// residual) in the same kernel (attributes: alpha, float, default 1; activation, int, 0 or 1; norm, int, 0, 1 or 2;
-// epsilon, float). N, the normalised X, is written where the node names it (it must with a norm). On CUDA (float16,
+// residual) in the same kernel (attributes: alpha, float, default 1; activation, int, 0-3; norm, int, 0, 1 or 2;
+// epsilon, float). N, the normalised X, is written where the node names it (it must with a norm); P, where the
+// node names it (it must with a gated activation: cuBLAS's product of many rows goes there before the gate). On CUDA (float16,
 // float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX Runtime's handle;
 // on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX Runtime's own ops.
 #include <stdio.h>
@@ -60,7 +63,7 @@ struct LinearOp : OrtCustomOp {
 struct Kernel {
   bool cuda;
   float alpha;
-  int relu;
+  int activation;
   int norm;
   float eps;
 };
@@ -92,6 +95,18 @@ void cpu_linear(const float* x, const float* w, const float* b, const float* a, 
       for (int64_t i = 0; i < k; ++i) sum += xr[i] * wr[i];
       sum = alpha * sum + (b ? b[j] : 0.f) + (a ? a[r * n + j] : 0.f);
       y[r * n + j] = relu && sum < 0.f ? 0.f : sum;
+    }
+}
+
+// y [rows, n / 2] = act(product[:, 2j]) * product[:, 2j + 1] (act: SiLU, or GELU's tanh form)
+void cpu_gate(const float* product, float* y, int64_t rows, int64_t n, int activation) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n / 2; ++j) {
+      const float gate = product[r * n + 2 * j], up = product[r * n + 2 * j + 1];
+      const float act = activation == kLinearSiluGated
+                            ? gate / (1.f + __builtin_expf(-gate))
+                            : 0.5f * gate * (1.f + __builtin_tanhf(0.7978845608028654f * (gate + 0.044715f * gate * gate * gate)));
+      y[r * (n / 2) + j] = act * up;
     }
 }
 
@@ -127,24 +142,29 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
     return fail("nndf Linear: a norm needs its scale G (and bias H, if any) of X's width [k]");
   size_t outputs = 0;
   ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetOutputCount)(context, &outputs));
-  if (op.norm && outputs < 2) return fail("nndf Linear: a norm needs the second output N (the normalised X) named");
+  const bool gate = op.activation >= kLinearSiluGated;
+  if (gate && (n % 2 || av)) return fail("nndf Linear: a gated activation needs an even number of weight rows and no addend");
+  if (gate && outputs < 3) return fail("nndf Linear: a gated activation needs the third output P (the product) named");
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < x.dims.size(); ++i) rows *= x.dims[i];
   std::vector<int64_t> dims = x.dims;
   dims.back() = n;
   if (av && a.dims != dims) return fail("nndf Linear: the addend A must have the output's shape [..., n]");
-  OrtValue* yv = nullptr;
-  ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
-      context, 0, dims.data(), dims.size(), &yv));
-  Tensor y, normed;
-  ORT_TRY(read(yv, &y));
-  if (outputs > 1) {
-    OrtValue* nv = nullptr;
-    ORT_TRY(ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput)(
-        context, 1, x.dims.data(), x.dims.size(), &nv));
-    if (nv) ORT_TRY(read(nv, &normed));
+  auto output = ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput);
+  OrtValue *yv = nullptr, *nv = nullptr, *pv = nullptr;
+  Tensor y, normed, product;
+  if (gate) {
+    ORT_TRY(output(context, 2, dims.data(), dims.size(), &pv));
+    if (pv) ORT_TRY(read(pv, &product));
+    dims.back() = n / 2;
   }
-  if (outputs > 1 && !op.norm) return fail("nndf Linear: the second output N is the normalised X; the node has no norm");
+  ORT_TRY(output(context, 0, dims.data(), dims.size(), &yv));
+  ORT_TRY(read(yv, &y));
+  if (outputs > 1) ORT_TRY(output(context, 1, x.dims.data(), x.dims.size(), &nv));
+  if (nv) ORT_TRY(read(nv, &normed));
+  if (op.norm && !nv) return fail("nndf Linear: a norm needs the second output N (the normalised X) named");
+  if (nv && !op.norm) return fail("nndf Linear: the second output N is the normalised X; the node has no norm");
+  if (gate && !pv) return fail("nndf Linear: a gated activation needs the third output P (the product) named");
   if (rows == 0 || n == 0) return nullptr;
   LinearNorm norm;
   if (op.norm) norm = LinearNorm{op.norm, gamma.data, hv ? beta.data : nullptr, normed.data, op.eps};
@@ -156,7 +176,7 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
     ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, int, int, void**)>(g_api, kKernelContextGetResource)(
         context, kCudaResourceVersion, kCudaCublasHandle, &cublas));
     const char* error = nndf_linear_cuda(x.type, x.data, w.data, bv ? b.data : nullptr, av ? a.data : nullptr, y.data,
-                                         rows, n, k, op.alpha, op.relu, norm, stream, cublas);
+                                         product.data, rows, n, k, op.alpha, op.activation, norm, stream, cublas);
     return error ? fail(error) : nullptr;
   }
 #endif
@@ -169,7 +189,8 @@ OrtStatus* compute(void* kernel, OrtKernelContext* context) {
   }
   cpu_linear(static_cast<const float*>(x.data), static_cast<const float*>(w.data),
              bv ? static_cast<const float*>(b.data) : nullptr, av ? static_cast<const float*>(a.data) : nullptr,
-             static_cast<float*>(y.data), rows, n, k, op.alpha, op.relu);
+             static_cast<float*>(gate ? product.data : y.data), rows, n, k, op.alpha, op.activation == kLinearRelu);
+  if (gate) cpu_gate(static_cast<const float*>(product.data), static_cast<float*>(y.data), rows, n, op.activation);
   return nullptr;
 }
 
@@ -186,7 +207,8 @@ V attribute(const OrtKernelInfo* info, const char* name, V fallback, OrtSlot slo
 
 OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
   const int64_t activation = attribute<int64_t>(info, "activation", 0, kKernelInfoGetAttributeInt64);
-  if (activation != 0 && activation != 1) return fail("nndf Linear: activation is 0 (none) or 1 (ReLU)");
+  if (activation < kLinearNoActivation || activation > kLinearGeluGated)
+    return fail("nndf Linear: activation is 0 (none), 1 (ReLU), 2 (SiLU-gated) or 3 (GELU-tanh-gated)");
   const int64_t norm = attribute<int64_t>(info, "norm", kLinearNoNorm, kKernelInfoGetAttributeInt64);
   if (norm != kLinearNoNorm && norm != kLinearLayerNorm && norm != kLinearRmsNorm)
     return fail("nndf Linear: norm is 0 (none), 1 (LayerNorm) or 2 (RMSNorm)");
@@ -206,7 +228,7 @@ LinearOp linear_op(int dtype, const char* ep) {
   op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
   op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{6}; };
   op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
-  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{2}; };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{3}; };
   op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
   op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 2 ? kInputOptional : kInputRequired; };
   op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 1 ? kInputOptional : kInputRequired; };
