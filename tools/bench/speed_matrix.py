@@ -345,6 +345,7 @@ ORT_VARIANTS = {
     # the Linear op's graphs with skip norms in their own kernels, not inside the products
     "normkernels": {"CausalLM.fused_graph": {"NORMS_IN_PRODUCTS": False}},
     "alibi": {"BLOOM.fused_onnx": {"ALIBI_IN_PRODUCT": True}},  # BLOOM's ALiBi columns as the q/k/v product's addend
+    "ungated": {"CausalLM.fused_graph": {"GATED": {}}},  # gated MLPs as a product, a Split, the activation and a Mul
 }
 
 
