@@ -97,9 +97,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
 
 
 # the ALiBi columns added inside the q/k/v product (the Linear op's addend) instead of by an Add after it: one
-# kernel a layer less; checked on the CPU (tests/test_ort_linear_graphs.py), compiled for sm_90 but not yet run on a
-# GPU, so off until measured
-ALIBI_IN_PRODUCT = False
+# kernel a layer less, 1.1% off BLOOM-7B1's step on an H100 (5.841 against 5.905 ms a token, docs/PERFORMANCE.md)
+ALIBI_IN_PRODUCT = True
 
 
 def slopes(heads: int) -> np.ndarray:
@@ -149,4 +148,7 @@ def _layer_norm(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, eps
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=("bloom",), version="1", build=build, refusal=refusal)
+# norms inside the Linear op's products: BLOOM-7B1's fastest measured graph (80.8% of an H100's copy bandwidth with
+# them and the ALiBi columns in the product; docs/PERFORMANCE.md)
+BUILDER = fg.FusedBuilder(model_types=("bloom",), version="1", build=build, refusal=refusal,
+                          norms_in_products=True)

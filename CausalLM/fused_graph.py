@@ -45,9 +45,11 @@ MS = "com.microsoft"
 OPSET = 17  # LayerNormalization
 IR_VERSION = 10  # onnx writes its newest IR version by default; ONNX Runtime 1.31 reads up to 13
 ELEM = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
-# With the Linear op, a norm runs inside the products that read it and each residual add inside the product before
-# it, so neither has a kernel of its own (GraphBuilder.norm, add_into_product); False: skip norms as with MatMul.
-NORMS_IN_PRODUCTS = True
+# With the Linear op, a norm can run inside the products that read it and each residual add inside the product
+# before it, so neither has a kernel of its own (GraphBuilder.norm, add_into_product). Each family's builder declares
+# whether its graphs do (`norms_in_products`, as measured: docs/PERFORMANCE.md); True / False here: every family's
+# (benchmarks' variants); None: each as declared.
+NORMS_IN_PRODUCTS: bool | None = None
 LAYER_NORM, RMS_NORM = 1, 2  # the Linear op's `norm` attribute
 GATED = {"silu": 2, "gelu_tanh": 3}  # the Linear op's gated activations (its `activation` attribute)
 
@@ -75,6 +77,12 @@ class FusedBuilder:
     version: str
     build: Callable
     refusal: Callable
+    norms_in_products: bool = False  # with the Linear op: its norms inside its products (GraphBuilder)
+
+
+def folds_norms(declared: bool) -> bool:
+    """Whether a Linear-op graph of a family that declares `declared` runs its norms inside its products."""
+    return declared if NORMS_IN_PRODUCTS is None else NORMS_IN_PRODUCTS
 
 
 class GraphBuilder:
@@ -83,15 +91,16 @@ class GraphBuilder:
     never holds more than one weight (graphs over 2 GB need external data anyway); the graph is then saved in the
     same folder (`save`). With `linear`, the checkpoint's products (`matmul`) are this project's Linear op
     (NNDF/backends/onnxrt/custom_ops.py: on CUDA its one-token kernel reads the weights faster than cuBLAS), whose
-    library must then sit beside the graph; without, ONNX Runtime's MatMul. A Linear-op graph also runs its norms
-    inside the products that read them (NORMS_IN_PRODUCTS): `norm` returns the name of a norm still pending; the
+    library must then sit beside the graph; without, ONNX Runtime's MatMul. A Linear-op graph with `norms_in_products`
+    also runs its norms inside the products that read them: `norm` returns the name of a norm still pending; the
     first product of it computes the norm in its kernel and writes the normalised rows under that name, any other
     node that reads the name first gets the norm's own node."""
 
     ALIGN = 4096  # each weight's offset in the data file: page-aligned for memory-mapped reads
 
-    def __init__(self, dtype, data=None, linear: bool = False):
+    def __init__(self, dtype, data=None, linear: bool = False, norms_in_products: bool = False):
         self.linear = linear
+        self.fold_norms = linear and norms_in_products
         self.dtype = np.dtype(dtype)
         self.elem = ELEM[self.dtype]
         self.nodes: list = []
@@ -181,11 +190,11 @@ class GraphBuilder:
 
     def norm(self, kind: int, x: str, gamma: str, beta: str | None, eps: float) -> str:
         """LayerNorm(x) * gamma + beta (LAYER_NORM) or RMSNorm(x) * gamma (RMS_NORM; beta None) over the last axis:
-        pending (for the products that read it) in a Linear-op graph with NORMS_IN_PRODUCTS, where the width is a
+        pending (for the products that read it) in a Linear-op graph with `norms_in_products`, where the width is a
         multiple of the op's 16-byte loads; else its node, now."""
         name = f"{'ln' if kind == LAYER_NORM else 'rms'}{self._count}_{len(self._pending)}"
         self._pending[name] = PendingNorm(kind, x, gamma, beta, eps)
-        if not (self.linear and NORMS_IN_PRODUCTS and self._widths.get(gamma, 1) % 8 == 0):
+        if not (self.fold_norms and self._widths.get(gamma, 1) % 8 == 0):
             self._write_norm(name)
         return name
 
@@ -200,10 +209,10 @@ class GraphBuilder:
             self.op("SimplifiedLayerNormalization", [norm.x, norm.gamma], [name], axis=-1, epsilon=norm.eps)
 
     def add_into_product(self, x: str, residual: str, bias: str | None = None) -> bool:
-        """In a Linear-op graph with NORMS_IN_PRODUCTS, make the Linear node that just wrote `x` (read by no node
+        """In a Linear-op graph with `norms_in_products`, make the Linear node that just wrote `x` (read by no node
         yet, without an addend) add `residual` (and `bias`) to it, so `x` becomes the residual sum; False (and no
         change) where that cannot be done."""
-        if not (self.linear and NORMS_IN_PRODUCTS) or residual in self._pending:
+        if not self.fold_norms or residual in self._pending:
             return False
         node = next((n for n in reversed(self.nodes) if x in n.output), None)
         if node is None or node.op_type != "Linear" or node.domain != custom_ops.DOMAIN or node.output[0] != x:

@@ -95,11 +95,17 @@ class BuiltGraphs(GraphArtifact):
                  "builder": f"{self.builder.build.__module__}@{self.builder.version}", "products": self.products(run)}
         if self.products(run) == "linear":
             fused["ops"] = custom_ops.sources_digest(self.ops_target(run))
-            fused["norms_in_products"] = fused_graph.NORMS_IN_PRODUCTS
+            fused["norms_in_products"] = self.folds_norms()
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
                 "fused": {**fused, **self.fingerprint_extra()},
                 "versions": {"onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__}}
+
+    def folds_norms(self) -> bool:
+        """Whether the graphs, where their products are the Linear op, run their norms inside the products."""
+        from CausalLM import fused_graph
+
+        return fused_graph.folds_norms(self.builder.norms_in_products)
 
     def fingerprint_extra(self) -> dict:
         """What else the graphs depend on (none here)."""
@@ -196,7 +202,8 @@ class FusedDecodeOnnx(BuiltGraphs):
         start = time.perf_counter()
         arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
         weights = self.weights(run, model, arch, dtype)
-        g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data", linear=self.add_ops(run, out_dir))
+        g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data", linear=self.add_ops(run, out_dir),
+                                     norms_in_products=self.folds_norms())
         try:
             proto = self.builder.build(arch, weights, g)
         finally:

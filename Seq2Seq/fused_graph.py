@@ -55,6 +55,7 @@ class Seq2SeqBuilder:
     build: Callable
     refusal: Callable
     parts: tuple[str, ...] = PARTS
+    norms_in_products: bool = False  # the decoder graph's norms inside its Linear ops (fused_graph.GraphBuilder)
 
 
 def check_all_used(weights: StateDict, arch, skip: tuple[str, ...] = ()) -> None:

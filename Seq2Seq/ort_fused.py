@@ -86,7 +86,8 @@ class Seq2SeqFusedOnnx(BuiltGraphs):
         linear = self.add_ops(run, out_dir)
 
         def make_graph(part: str):  # the Linear op where it pays: the decoder's one-token steps
-            builders.append(fused_graph.GraphBuilder(dtype, out_dir / f"{part}.onnx.data", linear and part == "decoder"))
+            builders.append(fused_graph.GraphBuilder(dtype, out_dir / f"{part}.onnx.data", linear and part == "decoder",
+                                                     self.folds_norms()))
             return builders[-1]
 
         try:

@@ -305,7 +305,8 @@ def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
     gamma = (1 + 0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype)
     beta = (0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype) if with_beta else None
-    session = make_session(norm_graph(tmp_path, w, gamma, beta, cuda_library, norm, eps), torch.device("cuda", 0))
+    session = make_session(norm_graph(tmp_path, w, gamma, beta, cuda_library, norm, eps), torch.device("cuda", 0),
+                           stream=torch.cuda.Stream())
     torch_type = torch.float16 if dtype == np.float16 else torch.float32
     tol = 4e-3 if dtype == np.float16 else 1e-4
     for rows in (1, 2, 3, 9):
@@ -375,7 +376,7 @@ def test_linear_on_cuda_gates_pairs_of_rows(cuda_library, tmp_path, dtype, activ
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
     gamma = (1 + 0.1 * torch.randn(k, generator=gen)).numpy().astype(dtype)
     session = make_session(gated_graph(tmp_path, w, cuda_library, activation, (norm, gamma) if norm else None),
-                           torch.device("cuda", 0))
+                           torch.device("cuda", 0), stream=torch.cuda.Stream())
     torch_type = torch.float16 if dtype == np.float16 else torch.float32
     tol = 4e-3 if dtype == np.float16 else 1e-4
     for rows in (1, 2, 3, 9):

@@ -2,8 +2,9 @@
 (`--ort-products linear`, the default on CUDA; NNDF/backends/onnxrt/custom_ops.py), on the CPU in fp32 (the op's
 CPU build): every decoder family's offline variant gives HF `generate`'s tokens (greedy and 3 beams; Mistral's with
 a window shorter than prompt + new tokens; OPT's ReLU and the q/k/v biases inside the op; BLOOM's ALiBi columns as
-the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left and its norms and residual adds
-run inside the products (and the LLAMA family's SwiGLU gate inside its product), and the library sits in the
+the op's addend, `BLOOM.fused_onnx.ALIBI_IN_PRODUCT`), the graph has no MatMul left and, with every family's norms
+inside the products (`fused_graph.NORMS_IN_PRODUCTS`; by default as each builder declares), its norms and residual
+adds run inside the products (and the LLAMA family's SwiGLU gate inside its product), and the library sits in the
 artifact folder. `--ort-products` where no graph is built is refused."""
 import pytest
 import torch
@@ -33,9 +34,9 @@ def _run(workdir, family: str, variant: str, **flags):
 
 @pytest.mark.parametrize("family, variant", VARIANTS, ids=[v for _, v in VARIANTS])
 def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, monkeypatch):
-    from BLOOM import fused_onnx
+    from CausalLM import fused_graph
 
-    monkeypatch.setattr(fused_onnx, "ALIBI_IN_PRODUCT", True)  # BLOOM's ALiBi columns as the op's addend
+    monkeypatch.setattr(fused_graph, "NORMS_IN_PRODUCTS", True)  # every family's (by default: as declared)
     run = _run(workdir, family, variant)
     config = run.source.config
     ids = torch.randint(0, config.vocab_size - 1, (ROWS, PROMPT), generator=torch.Generator().manual_seed(2))
@@ -47,7 +48,7 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
         nodes = backend.onnx.record["nodes"]
         assert nodes["Linear"] >= 3 * config.num_hidden_layers and "MatMul" not in nodes, nodes
         # the norms inside the products and the residual adds inside the products before them: at most the
-        # embeddings' own norm is left (fused_graph.NORMS_IN_PRODUCTS)
+        # embeddings' own norm is left
         assert sum(count for op, count in nodes.items() if "Normalization" in op) <= 1, nodes
         assert "Sigmoid" not in nodes and "Split" not in nodes, nodes  # SwiGLU's gate inside its product
         assert (backend.paths["decoder"].parent / custom_ops.FILE).is_file()
@@ -55,6 +56,18 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
         for beams in (1, 3):
             expected = hf_tokens(run, ids, mask, beams, None, pad, new=NEW)
             assert fused_tokens(steps, ids, mask, beams, None, pad, new=NEW) == expected, f"beams={beams}"
+
+
+@pytest.mark.parametrize("family, variant, folded", [("OPT", "opt-offline", False), ("BLOOM", "bloom-offline", True)],
+                         ids=["opt-offline", "bloom-offline"])
+def test_norms_run_inside_the_products_where_the_family_declares_it(family, variant, folded, workdir):
+    """By default a family's norms are their own kernels unless its builder declares `norms_in_products` (measured
+    faster there): OPT's skip norms stay, BLOOM's run inside the products."""
+    run = _run(workdir, family, variant)
+    with backend_steps(run, "onnxrt") as (backend, _):
+        nodes = backend.onnx.record["nodes"]
+    norms = sum(count for op, count in nodes.items() if "Normalization" in op)
+    assert (norms <= 1) == folded and (norms > 2 * run.source.config.num_hidden_layers) != folded, nodes
 
 
 def test_ort_products_without_a_built_graph_is_refused(workdir):

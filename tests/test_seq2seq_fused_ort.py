@@ -39,7 +39,8 @@ def _build(builder, model, folder, weights=None, dtype=np.float32, device: str =
     made = {}
 
     def make_graph(part):
-        made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data", linear=bool(linear) and part == "decoder")
+        made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data", linear=bool(linear) and part == "decoder",
+                                     norms_in_products=fg.folds_norms(builder.norms_in_products))
         return made[part]
 
     graphs = builder.build(arch, weights or fg.StateDict.of_model(model, "test", dtype), make_graph)
@@ -203,16 +204,19 @@ def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_fact
     from NNDF.backends.onnxrt import custom_ops
     from T5 import fused_onnx
 
+    from CausalLM import fused_graph
+
     model, _, encoded = built
     monkeypatch.setattr(fused_onnx, "residual_scale", lambda dtype: fused_onnx.RESIDUAL_SCALE)
+    monkeypatch.setattr(fused_graph, "NORMS_IN_PRODUCTS", True)  # BART's too (T5's builder declares them)
     library = custom_ops.build(tmp_path_factory.mktemp("ops"))
     sessions = _build(_builder(*_family(model)), model, tmp_path, linear=library)
     nodes = [n for n in onnx.load(str(tmp_path / "decoder.onnx"), load_external_data=False).graph.node]
     assert not {"MatMul", "FusedMatMul"} & {n.op_type for n in nodes}
     scaled = [n for n in nodes if n.op_type == "Linear" and any(a.name == "alpha" for a in n.attribute)]
     assert len(scaled) == (3 * model.config.num_decoder_layers if _family(model)[0] == "T5" else 0)
-    # the norms inside the products (fused_graph.NORMS_IN_PRODUCTS): T5's every one, BART's (post-norm) those
-    # whose output is not also the residual stream
+    # the norms inside the products: T5's every one, BART's (post-norm) those whose output is not also the
+    # residual stream
     normed = [n for n in nodes if n.op_type == "Linear" and any(a.name == "norm" for a in n.attribute)]
     norms = [n for n in nodes if "Normalization" in n.op_type]
     if _family(model)[0] == "T5":  # flan-T5's gated GELU inside its product too

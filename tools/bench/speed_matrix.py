@@ -342,8 +342,10 @@ ORT_VARIANTS = {
     "wide": {"T5.fused_onnx": {"WIDE_STREAM": True}},  # T5's fp16 graphs' residual stream and norms in fp32
     # the decoder's products as ONNX Runtime's MatMul, not this project's Linear op (--ort-products matmul)
     "matmul": {"NNDF.backends.onnxrt.options": {"CUDA_PRODUCTS": "matmul"}},
-    # the Linear op's graphs with skip norms in their own kernels, not inside the products
+    # every family's Linear-op graphs with their skip norms in their own kernels / inside the products (the default:
+    # as each family's builder declares, `norms_in_products`)
     "normkernels": {"CausalLM.fused_graph": {"NORMS_IN_PRODUCTS": False}},
+    "normfold": {"CausalLM.fused_graph": {"NORMS_IN_PRODUCTS": True}},
     "alibi": {"BLOOM.fused_onnx": {"ALIBI_IN_PRODUCT": True}},  # BLOOM's ALiBi columns as the q/k/v product's addend
     "ungated": {"CausalLM.fused_graph": {"GATED": {}}},  # gated MLPs as a product, a Split, the activation and a Mul
 }
