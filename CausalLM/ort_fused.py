@@ -89,8 +89,6 @@ class BuiltGraphs(GraphArtifact):
         import onnx
         import onnxruntime
 
-        from CausalLM import fused_graph
-
         fused = {"precision": run.options.precision, "device": run.device.type,
                  "builder": f"{self.builder.build.__module__}@{self.builder.version}", "products": self.products(run)}
         if self.products(run) == "linear":
