@@ -12,6 +12,8 @@ from ONNX Runtime's CUDA graph with bound buffers. Layouts:
     gemm        Gemm(x, W, transB=1) on a 2-D x [rows, in], W stored [out, in]
     linear      this project's Linear op (NNDF/backends/onnxrt/custom_ops.py) with W stored [out, in], its library
                 compiled once into OUT/ops for the GPU's compute capability (the CPU build with --device cpu)
+    linear-norm         the Linear op normalising its input first (an RMSNorm inside the product)
+    linear-normkernel   ONNX Runtime's SimplifiedLayerNormalization, then the Linear op (the norm's own kernel)
 
 Per row: wall us a replay (synchronised, median of --repeats), GPU us per product and kernels per replay (torch's
 profiler: CUPTI sees ONNX Runtime's kernels), the kernels' names and the weights' GB/s. Writes OUT/layouts.json.
@@ -30,13 +32,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tools.bench
 
 from NNDF.backends.onnxrt import custom_ops  # noqa: E402
 
-LAYOUTS = ("matmul", "transposed", "gemm", "linear")
+LAYOUTS = ("matmul", "transposed", "gemm", "linear", "linear-norm", "linear-normkernel")
 
 
 def graph(layout: str, k: int, n: int, rows: int, layers: int, dtype, folder: Path, library: Path | None) -> Path:
@@ -57,15 +58,21 @@ def graph(layout: str, k: int, n: int, rows: int, layers: int, dtype, folder: Pa
             x = g.op("FusedMatMul", [x, g.weight(f"w{i}", weight)], domain=fg.MS, transB=1, alpha=1.0)
         elif layout == "gemm":
             x = g.op("Gemm", [x, g.weight(f"w{i}", weight)], transB=1)
+        elif layout == "linear-norm":
+            gamma = g.weight(f"g{i}", (1 + 0.1 * rng.standard_normal(width)).astype(dtype))
+            x = g.op("Linear", [x, g.weight(f"w{i}", weight), "", "", gamma], [f"y{i}", f"n{i}"],
+                     domain=custom_ops.DOMAIN, norm=fg.RMS_NORM, epsilon=1e-6)[0]
         else:
+            if layout == "linear-normkernel":
+                gamma = g.weight(f"g{i}", (1 + 0.1 * rng.standard_normal(width)).astype(dtype))
+                x = g.op("SimplifiedLayerNormalization", [x, gamma], axis=-1, epsilon=1e-6)
             x = g.op("Linear", [x, g.weight(f"w{i}", weight)], domain=custom_ops.DOMAIN)
         width = out
     g.op("Identity", [x], ["y"])
     g.output("y", g.elem, [rows, width] if two_d else [1, rows, width])
     path = folder / f"{layout}.onnx"
-    model = g.model("layouts")
-    if layout == "linear":
-        model.opset_import.append(onnx.helper.make_opsetid(custom_ops.DOMAIN, 1))
+    model = g.model("layouts")  # with the nndf domain's opset where a node is the Linear op
+    if layout.startswith("linear"):
         shutil.copy(library, folder / custom_ops.FILE)  # make_session registers the library beside a graph
     fg.save(model, path)
     return path
@@ -129,8 +136,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--linear-knobs", default="",
-                        help="comma-separated NNDF_ORT_LINEAR_TILE=... / NNDF_ORT_LINEAR_PDL=0 settings (joined by "
-                             "'+' for several at once): the linear layout is measured once with each, in new "
+                        help="comma-separated NNDF_ORT_LINEAR_PDL=0 / NNDF_ORT_LINEAR_NORM_AHEAD=4 settings (joined "
+                             "by '+' for several at once): the linear layouts are measured once with each, in new "
                              "sessions of the same graph (the kernel reads them at every launch)")
     args = parser.parse_args()
     layouts = args.layouts.split(",")
@@ -140,7 +147,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = np.float16 if args.device == "cuda" else np.float32
     library = None
-    if "linear" in layouts:
+    if any(layout.startswith("linear") for layout in layouts):
         import torch
 
         arch = torch.cuda.get_device_capability(0) if args.device == "cuda" else None
@@ -155,7 +162,7 @@ def main() -> None:
             for layout in layouts:
                 with tempfile.TemporaryDirectory() as folder:
                     path = graph(layout, k, n, rows, args.layers, dtype, Path(folder), library)
-                    knobs = args.linear_knobs.split(",") if layout == "linear" and args.linear_knobs else [""]
+                    knobs = args.linear_knobs.split(",") if layout.startswith("linear") and args.linear_knobs else [""]
                     for knob in knobs:
                         settings = dict(item.split("=", 1) for item in knob.split("+") if item)
                         os.environ.update(settings)
