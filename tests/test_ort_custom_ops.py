@@ -22,21 +22,25 @@ DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 
-def linear_graph(folder: Path, w: np.ndarray, b: np.ndarray | None, library: Path, **attrs) -> Path:
-    """y = Linear(x, w, b) with x [batch, seq, k] (k symbolic, so a wrong width reaches the op); the library
-    copied beside the graph, where make_session finds it."""
-    elem = ELEM[w.dtype.type]
-    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
-    node = helper.make_node("Linear", ["x", "w"] + (["b"] if b is not None else []), ["y"], domain=custom_ops.DOMAIN,
-                            **attrs)
+def saved_graph(folder: Path, node, inits: list, elem: int, library: Path, outputs=("y",)) -> Path:
+    """One Linear `node` over x [batch, seq, k] (k symbolic, so a wrong width reaches the op) as folder/linear.onnx,
+    the library copied beside it, where make_session finds it."""
     graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
-                              [helper.make_tensor_value_info("y", elem, None)], inits)
+                              [helper.make_tensor_value_info(name, elem, None) for name in outputs], inits)
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
                                                                    helper.make_opsetid(custom_ops.DOMAIN, 1)])
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(library, folder / custom_ops.FILE)
     onnx.save(model, str(folder / "linear.onnx"))
     return folder / "linear.onnx"
+
+
+def linear_graph(folder: Path, w: np.ndarray, b: np.ndarray | None, library: Path, **attrs) -> Path:
+    """y = Linear(x, w, b)."""
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if b is not None else [])
+    node = helper.make_node("Linear", ["x", "w"] + (["b"] if b is not None else []), ["y"], domain=custom_ops.DOMAIN,
+                            **attrs)
+    return saved_graph(folder, node, inits, ELEM[w.dtype.type], library)
 
 
 @pytest.fixture(scope="module")
@@ -231,19 +235,11 @@ def test_linear_on_cuda_adds_a_tensor_of_the_outputs_shape(cuda_library, tmp_pat
 def norm_graph(folder: Path, w: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, library: Path,
                norm: int, eps: float) -> Path:
     """(y, n) = Linear(x, w, norm=..., G=gamma, H=beta): the product of x's rows normalised, and those rows."""
-    elem = ELEM[w.dtype.type]
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(gamma, "g")]
     inits += [numpy_helper.from_array(beta, "h")] if beta is not None else []
     node = helper.make_node("Linear", ["x", "w", "", "", "g"] + (["h"] if beta is not None else []), ["y", "n"],
                             domain=custom_ops.DOMAIN, norm=norm, epsilon=eps)
-    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
-                              [helper.make_tensor_value_info(name, elem, None) for name in ("y", "n")], inits)
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(library, folder / custom_ops.FILE)
-    onnx.save(model, str(folder / "linear.onnx"))
-    return folder / "linear.onnx"
+    return saved_graph(folder, node, inits, ELEM[w.dtype.type], library, ("y", "n"))
 
 
 def normed(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor | None, norm: int, eps: float) -> torch.Tensor:
@@ -321,7 +317,6 @@ def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype
 def gated_graph(folder: Path, w: np.ndarray, library: Path, activation: int, norm: tuple | None = None) -> Path:
     """y = Linear(x, w, activation=2|3) (w's rows gate and up pairs), its product P named; with `norm` (kind,
     gamma), the norm first (N named)."""
-    elem = ELEM[w.dtype.type]
     inits = [numpy_helper.from_array(w, "w")]
     inputs, attrs = ["x", "w"], {"activation": activation}
     if norm:
@@ -329,14 +324,7 @@ def gated_graph(folder: Path, w: np.ndarray, library: Path, activation: int, nor
         inputs += ["", "", "g"]
         attrs.update(norm=norm[0], epsilon=1e-5)
     node = helper.make_node("Linear", inputs, ["y", "n" if norm else "", "p"], domain=custom_ops.DOMAIN, **attrs)
-    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
-                              [helper.make_tensor_value_info("y", elem, None)], inits)
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(library, folder / custom_ops.FILE)
-    onnx.save(model, str(folder / "linear.onnx"))
-    return folder / "linear.onnx"
+    return saved_graph(folder, node, inits, ELEM[w.dtype.type], library)
 
 
 def gated_reference(x: torch.Tensor, w: torch.Tensor, activation: int) -> torch.Tensor:
