@@ -1,10 +1,12 @@
-// Linear (y = x . w^T + b, w [n, k] as a checkpoint stores it) on the GPU: one weight row per warp for a few rows
+// Linear (y = x . w^T + b, w [n, k] as a checkpoint stores it) on the GPU: blocks of 4 weight rows for a few rows
 // of x (the one-token steps of a decode graph), cuBLAS through ONNX Runtime's own handle for more rows (a prompt
 // pass). The few-row kernel streams each weight row once in 16-byte loads, several in flight per thread, with fp32
 // sums; its first loads are issued before it waits on the kernel before it (programmatic dependent launch), since
 // the weights never depend on that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block
 // of the few-row kernel normalises x into shared memory after that wait and before its product, so the norm needs
-// no kernel of its own; the normalised rows are written out too (spread over the blocks), for other readers.
+// no kernel of its own; the normalised rows are written out too (spread over the blocks), for other readers. A
+// gated activation (gate and up rows in pairs) is applied as the few-row kernel writes, or by a kernel after
+// cuBLAS's product.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>

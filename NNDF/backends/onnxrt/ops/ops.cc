@@ -8,9 +8,10 @@
 // A checkpoint's nn.Linear as it is stored, the norm before it and a tensor of the output's shape added (a
 // residual) in the same kernel (attributes: alpha, float, default 1; activation, int, 0-3; norm, int, 0, 1 or 2;
 // epsilon, float). N, the normalised X, is written where the node names it (it must with a norm); P, where the
-// node names it (it must with a gated activation: cuBLAS's product of many rows goes there before the gate). On CUDA (float16,
-// float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX Runtime's handle;
-// on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX Runtime's own ops.
+// node names it (it must with a gated activation: cuBLAS's product of many rows goes there before the gate). On
+// CUDA (float16, float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX
+// Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
+// Runtime's own ops.
 #include <stdio.h>
 #include <string.h>
 
