@@ -210,22 +210,20 @@ def gated(g: GraphBuilder, x: str, name: str, gate: np.ndarray, up: np.ndarray, 
         pairs = np.stack([np.asarray(gate), np.asarray(up)], axis=1).reshape(-1, gate.shape[1])  # [2I, E]
         return g.apply(x, g.weight(name, pairs), gate=activation)
     both = g.matmul(x, name, np.concatenate([gate, up]))  # [B, S, 2I]
-    size = gate.shape[0]
-    gate_out, up_out = g.op("Split", [both, constant(g, [size, size])], 2, axis=-1)
-    if activation == "silu":
-        act = g.op("Mul", [gate_out, g.op("Sigmoid", [gate_out])])
-    elif activation == "relu":
-        act = g.op("Relu", [gate_out])
-    else:
-        act = g.op("FastGelu" if activation == "gelu_tanh" else "Gelu", [gate_out], domain=MS)
-    return g.op("Mul", [act, up_out])
+    return split_gate(g, both, gate.shape[0], activation)
 
 
-def silu_gate(g: GraphBuilder, gate_up: str, inner: int) -> str:
-    """SiLU(gate) * up from one product [B, S, 2 * inner] holding gate then up (the gated MLP's SwiGLU)."""
+def split_gate(g: GraphBuilder, gate_up: str, inner: int, activation: str) -> str:
+    """act(gate) * up from one product [B, S, 2 * inner] holding gate then up: a Split, the activation ("silu",
+    "relu", "gelu_tanh" or "gelu") and a Mul."""
     gate, up = g.op("Split", [gate_up, constant(g, [inner, inner])], 2, axis=-1)
-    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
-    return g.op("Mul", [silu, up])
+    if activation == "silu":
+        act = g.op("Mul", [gate, g.op("Sigmoid", [gate])])
+    elif activation == "relu":
+        act = g.op("Relu", [gate])
+    else:
+        act = g.op("FastGelu" if activation == "gelu_tanh" else "Gelu", [gate], domain=MS)
+    return g.op("Mul", [act, up])
 
 
 def gelu(g: GraphBuilder, x: str, bias: str, tanh: bool) -> str:

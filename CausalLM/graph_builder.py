@@ -55,6 +55,7 @@ class GraphBuilder:
         self.outputs: list = []
         self._count = 0
         self._pending: dict[str, PendingNorm] = {}
+        self._norms = 0  # norms made, for their output names
         self._widths: dict[str, int] = {}  # a 1-D weight's length, by name
         self.data_name = None if data is None else data.name
         self._data = None if data is None else open(data, "wb")
@@ -138,7 +139,8 @@ class GraphBuilder:
         """LayerNorm(x) * gamma + beta (LAYER_NORM) or RMSNorm(x) * gamma (RMS_NORM; beta None) over the last axis:
         pending (for the products that read it) in a Linear-op graph with `norms_in_products`, where the width is a
         multiple of the op's 16-byte loads; else its node, now."""
-        name = f"{'ln' if kind == LAYER_NORM else 'rms'}{self._count}_{len(self._pending)}"
+        self._norms += 1
+        name = f"normed{self._norms}"
         self._pending[name] = PendingNorm(kind, x, gamma, beta, eps)
         if not (self.fold_norms and self._widths.get(gamma, 1) % 8 == 0):
             self._write_norm(name)

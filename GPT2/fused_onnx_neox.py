@@ -93,7 +93,8 @@ def _parallel(g, take: fg.StateDict, attn: str, x: str, layer: str, after: tuple
     mlp, mlp_bias = _mlp(g, take, h2, f"{layer}.mlp", config.hidden_act)
     bias = g.weight(f"{layer}.output.bias", mlp_bias if out_bias is None else mlp_bias + out_bias)
     if g.add_into_product(out, x):  # a Linear-op graph: x + out in the dense product, + mlp + bias in the MLP's
-        assert g.add_into_product(mlp, out, bias)
+        if not g.add_into_product(mlp, out, bias):
+            raise AssertionError("the MLP's Linear node takes the residual when the dense product did")
         return fg.layer_norm(g, mlp, *after, config.layer_norm_eps), mlp
     return fg.skip_layer_norm(g, g.op("Add", [out, mlp]), x, *after, bias, config.layer_norm_eps)
 

@@ -145,7 +145,7 @@ def _gated_mlp(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, inne
     up_proj (`fg.gated`); projections with biases (`mlp_bias`) as one product, then the gate."""
     parts = ("gate_proj", "up_proj")
     if any(f"{module}.{p}.bias" in take for p in ("gate_up_proj", *parts)):
-        return fg.silu_gate(g, _linear(g, take, x, module, ("gate_up_proj",), parts), inner)
+        return fg.split_gate(g, _linear(g, take, x, module, ("gate_up_proj",), parts), inner, "silu")
     if f"{module}.gate_up_proj.weight" in take:
         both = take(f"{module}.gate_up_proj.weight")
         gate, up = both[:inner], both[inner:]

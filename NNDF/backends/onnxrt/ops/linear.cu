@@ -399,33 +399,29 @@ GemmEx gemm_ex() {
   return fn;
 }
 
-}  // namespace
-
-const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
-                             void* product, int64_t rows, int64_t n, int64_t k, float alpha, int activation,
-                             const LinearNorm& norm, void* stream_handle, void* cublas) {
-  cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
-  const bool half = dtype == kLinearFloat16;
-  const int pack = half ? 8 : 4;
+// The launcher for element type T (__half or float): the norm in a kernel of its own where the few-row kernel
+// cannot stage the rows (or there are more rows than it takes), the few-row kernel, else cuBLAS and an epilogue.
+template <typename T>
+const char* linear(const void* x, const void* w, const void* bias, const void* addend, void* y, void* product,
+                   int64_t rows, int64_t n, int64_t k, float alpha, int activation, const LinearNorm& norm,
+                   cudaStream_t stream, void* cublas) {
+  constexpr int kPack = Pack<T>::kCount;
   const bool gate = activation >= kLinearSiluGated;
-  const size_t staged = static_cast<size_t>(rows) * k * (half ? 2 : 4);  // the normalised rows in shared memory
+  const size_t staged = static_cast<size_t>(rows) * k * sizeof(T);  // the normalised rows in shared memory
   cudaError_t status = cudaSuccess;
-  if (norm.kind != kLinearNoNorm && k % pack) return "nndf Linear: a norm needs a width that is a multiple of 8";
+  if (norm.kind != kLinearNoNorm && k % kPack) return "nndf Linear: a norm needs a width that is a multiple of 8";
   NormArgs args{norm.gamma, norm.beta, norm.out, norm.eps};
   int norm_kind = norm.kind;
   if (norm_kind != kLinearNoNorm && (rows > kLinearFewRows || staged > kStagedBytes)) {
     // the norm in its own kernel, then the product reads its output
-    status = half ? launch_norm<__half>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream)
-                  : launch_norm<float>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
+    status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
     if (status != cudaSuccess) return cudaGetErrorString(status);
     x = norm.out;
     norm_kind = kLinearNoNorm;
   }
-  if (rows <= kLinearFewRows && k % pack == 0) {
-    status = half ? dispatch_few<__half>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                         static_cast<int>(k), alpha, activation, norm_kind, args, stream)
-                  : dispatch_few<float>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                        static_cast<int>(k), alpha, activation, norm_kind, args, stream);
+  if (rows <= kLinearFewRows && k % kPack == 0) {
+    status = dispatch_few<T>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n), static_cast<int>(k),
+                             alpha, activation, norm_kind, args, stream);
     return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
   }
   GemmEx gemm = gemm_ex();
@@ -433,7 +429,7 @@ const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void
   if (gate && !product) return "nndf Linear: a gated activation needs the product's buffer P";
   // row-major out [rows, n] = x [rows, k] . w^T is column-major out^T [n, rows] = w^T' [n, k] . x^T [k, rows]
   const float zero = 0.f;
-  const int type = half ? kR16F : kR32F;
+  const int type = sizeof(T) == 2 ? kR16F : kR32F;
   void* out = gate ? product : y;
   if (gemm(cublas, kOpT, kOpN, static_cast<int>(n), static_cast<int>(rows), static_cast<int>(k), &alpha, w, type,
            static_cast<int>(k), x, type, static_cast<int>(k), &zero, out, type, static_cast<int>(n), kCompute32F,
@@ -441,26 +437,25 @@ const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void
     return "nndf Linear: cublasGemmEx failed";
   const size_t total = static_cast<size_t>(rows) * (gate ? n / 2 : n);
   const int blocks = static_cast<int>((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
-  if (gate) {
-    if (half)
-      gated_epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(product),
-                                                         static_cast<const __half*>(bias), total, static_cast<int>(n),
-                                                         activation);
-    else
-      gated_epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(product),
-                                                        static_cast<const float*>(bias), total, static_cast<int>(n),
-                                                        activation);
-    status = cudaGetLastError();
-  } else if (bias || addend || activation) {
-    if (half)
-      epilogue<__half><<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), static_cast<const __half*>(bias),
-                                                   static_cast<const __half*>(addend), total, static_cast<int>(n),
-                                                   activation);
-    else
-      epilogue<float><<<blocks, 256, 0, stream>>>(static_cast<float*>(y), static_cast<const float*>(bias),
-                                                  static_cast<const float*>(addend), total, static_cast<int>(n),
-                                                  activation);
-    status = cudaGetLastError();
-  }
+  if (gate)
+    gated_epilogue<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(product),
+                                                  static_cast<const T*>(bias), total, static_cast<int>(n), activation);
+  else if (bias || addend || activation)
+    epilogue<T><<<blocks, 256, 0, stream>>>(static_cast<T*>(y), static_cast<const T*>(bias),
+                                            static_cast<const T*>(addend), total, static_cast<int>(n), activation);
+  else
+    return nullptr;  // no kernel after cuBLAS's
+  status = cudaGetLastError();
   return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+}
+
+}  // namespace
+
+const char* nndf_linear_cuda(int dtype, const void* x, const void* w, const void* bias, const void* addend, void* y,
+                             void* product, int64_t rows, int64_t n, int64_t k, float alpha, int activation,
+                             const LinearNorm& norm, void* stream_handle, void* cublas) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
+  return dtype == kLinearFloat16
+             ? linear<__half>(x, w, bias, addend, y, product, rows, n, k, alpha, activation, norm, stream, cublas)
+             : linear<float>(x, w, bias, addend, y, product, rows, n, k, alpha, activation, norm, stream, cublas);
 }
