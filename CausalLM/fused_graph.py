@@ -41,6 +41,7 @@ from onnx import TensorProto, numpy_helper
 from CausalLM.graph_builder import (ELEM, GATED, IR_VERSION, LAYER_NORM, MS, OPSET, RMS_NORM,  # noqa: F401
                                     GraphBuilder, PendingNorm)
 from CausalLM.graph_weights import StateDict, checkpoint_files  # noqa: F401 (the builders' names)
+from NNDF.backends.onnxrt import custom_ops
 from NNDF.errors import ArtifactError
 
 # With the Linear op, a norm can run inside the products that read it and each residual add inside the product
@@ -48,6 +49,10 @@ from NNDF.errors import ArtifactError
 # whether its graphs do (`norms_in_products`, as measured: docs/PERFORMANCE.md); True / False here: every family's
 # (benchmarks' variants); None: each as declared.
 NORMS_IN_PRODUCTS: bool | None = None
+# Likewise whether a Linear-op graph's attention (without rotary) is this project's Attention op rather than
+# GroupQueryAttention (`own_attention`, as measured: docs/PERFORMANCE.md); True / False here: every family's.
+OWN_ATTENTION: bool | None = None
+OWN_ATTENTION_MAX_HEAD_SIZE = 256  # the Attention op's CUDA kernel takes multiples of 8 up to this
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,12 @@ class FusedBuilder:
     build: Callable
     refusal: Callable
     norms_in_products: bool = False  # with the Linear op: its norms inside its products (GraphBuilder)
+    own_attention: bool = False  # with the Linear op: its attention this project's op (`attention`)
+
+
+def owns_attention(declared: bool) -> bool:
+    """Whether graphs whose builder declares `own_attention` run this project's Attention op (OWN_ATTENTION)."""
+    return declared if OWN_ATTENTION is None else OWN_ATTENTION
 
 
 def folds_norms(declared: bool) -> bool:
@@ -121,23 +132,42 @@ def skip_layer_norm(g: GraphBuilder, x: str, skip: str, gamma: str, beta: str, b
 
 def attention(g: GraphBuilder, qkv: str | tuple[str, str, str], past: tuple[str, str], present: tuple[str, str],
               heads: int, scale: float, kv_heads: int | None = None, rotary: tuple[str, str] | None = None,
-              window: int | None = None) -> str:
-    """GroupQueryAttention over packed QKV [B, S, (heads + 2 kv_heads) * D] (or q, k and v apart: [B, S, heads * D],
-    [B, S, kv_heads * D] twice) with the cache written into `past` (bound as `present` too). `kv_heads` (default: `heads`) key/value heads, each shared by heads / kv_heads query
-    heads. `rotary`: the (cos, sin) tables [positions, rotary_dim / 2] the op rotates the first rotary_dim columns
-    of every query and key head with (the half-split form, not interleaved), at the position each token's row
-    length gives (seqlens_k: the past length, then one per token), so the rows must start at position 0.
-    `window`: each query sees only its last `window` keys, itself included (HF's sliding window; the op's
-    local_window_size counts the same keys in ONNX Runtime 1.31: measured against HF, tests/test_llama_fused_ort.py)."""
+              window: int | None = None, bias: str | None = None) -> str:
+    """Attention over packed QKV [B, S, (heads + 2 kv_heads) * D] (or q, k and v apart: [B, S, heads * D],
+    [B, S, kv_heads * D] twice) with the cache written into `past` (bound as `present` too). `kv_heads` (default:
+    `heads`) key/value heads, each shared by heads / kv_heads query heads. `rotary`: the (cos, sin) tables
+    [positions, rotary_dim / 2] the op rotates the first rotary_dim columns of every query and key head with (the
+    half-split form, not interleaved), at the position each token's row length gives (seqlens_k: the past length,
+    then one per token), so the rows must start at position 0. `window`: each query sees only its last `window`
+    keys, itself included (HF's sliding window; the op's local_window_size counts the same keys in ONNX Runtime
+    1.31: measured against HF, tests/test_llama_fused_ort.py). `bias` (this project's op only): a position bias
+    by key column minus query column [2R + 1, heads], the distance clipped to [-R, R].
+
+    GroupQueryAttention, or in a graph with `own_attention` (no rotary, a head size its CUDA kernel takes) this
+    project's Attention op (NNDF/backends/onnxrt/ops/ops.cc: the same inputs and cache, two kernels a step)."""
     names = [f"attn{g._count}", *present]
     attrs = dict(num_heads=heads, kv_num_heads=kv_heads or heads, scale=scale)
-    inputs = [*(qkv if isinstance(qkv, tuple) else (qkv, "", "")), *past, "seqlens_k", "total_sequence_length"]
+    inputs = [*(qkv if isinstance(qkv, tuple) else (qkv, "", "")), *past, "seqlens_k"]
+    if own_attention(g, past, rotary) or bias:
+        if not own_attention(g, past, rotary):
+            raise ArtifactError("a position bias in the attention needs this project's Attention op")
+        if window:
+            attrs["local_window_size"] = window
+        return g.op("Attention", [*inputs, bias] if bias else inputs, [*names, f"{names[0]}.workspace"],
+                    domain=custom_ops.DOMAIN, **attrs)[0]
+    inputs.append("total_sequence_length")
     if rotary:
         inputs += list(rotary)
         attrs.update(do_rotary=1, rotary_interleaved=0)
     if window:
         attrs["local_window_size"] = window
     return g.op("GroupQueryAttention", inputs, names, domain=MS, **attrs)[0]
+
+
+def own_attention(g: GraphBuilder, past: tuple[str, str], rotary=None) -> bool:
+    """Whether `attention` over the cache `past` is this project's op in this graph."""
+    head_dim = g.input_shape(past[0])[-1]
+    return g.own_attention and rotary is None and head_dim % 8 == 0 and head_dim <= OWN_ATTENTION_MAX_HEAD_SIZE
 
 
 def rotary_layout(head_dim: int, pairs: list[tuple[int, int]]) -> tuple[np.ndarray, int]:

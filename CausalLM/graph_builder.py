@@ -40,13 +40,16 @@ class GraphBuilder:
     library must then sit beside the graph; without, ONNX Runtime's MatMul. A Linear-op graph with `norms_in_products`
     also runs its norms inside the products that read them: `norm` returns the name of a norm still pending; the
     first product of it computes the norm in its kernel and writes the normalised rows under that name, any other
-    node that reads the name first gets the norm's own node."""
+    node that reads the name first gets the norm's own node. A Linear-op graph with `own_attention` runs its
+    attention without rotary as this project's Attention op too (`fused_graph.attention`)."""
 
     ALIGN = 4096  # each weight's offset in the data file: page-aligned for memory-mapped reads
 
-    def __init__(self, dtype, data=None, linear: bool = False, norms_in_products: bool = False):
+    def __init__(self, dtype, data=None, linear: bool = False, norms_in_products: bool = False,
+                 own_attention: bool = False):
         self.linear = linear
         self.fold_norms = linear and norms_in_products
+        self.own_attention = linear and own_attention
         self.dtype = np.dtype(dtype)
         self.elem = ELEM[self.dtype]
         self.nodes: list = []
@@ -80,6 +83,11 @@ class GraphBuilder:
     def input(self, name: str, elem: int, shape: list) -> str:
         self.inputs.append(helper.make_tensor_value_info(name, elem, shape))
         return name
+
+    def input_shape(self, name: str) -> list:
+        """The declared shape of graph input `name` (ints and dimension names)."""
+        info = next(i for i in self.inputs if i.name == name)
+        return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in info.type.tensor_type.shape.dim]
 
     def output(self, name: str, elem: int, shape: list) -> str:
         self.outputs.append(helper.make_tensor_value_info(name, elem, shape))

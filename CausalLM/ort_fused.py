@@ -94,6 +94,7 @@ class BuiltGraphs(GraphArtifact):
         if self.products(run) == "linear":
             fused["ops"] = custom_ops.sources_digest(self.ops_target(run))
             fused["norms_in_products"] = self.folds_norms()
+            fused["own_attention"] = self.owns_attention()
         return {"config": digest(run.source.config.to_dict()),
                 "weights": weights_identity(run.source.local_dir, run.source.location),
                 "fused": {**fused, **self.fingerprint_extra()},
@@ -104,6 +105,12 @@ class BuiltGraphs(GraphArtifact):
         from CausalLM import fused_graph
 
         return fused_graph.folds_norms(self.builder.norms_in_products)
+
+    def owns_attention(self) -> bool:
+        """Whether the graphs, where their products are the Linear op, run their attention as this project's op."""
+        from CausalLM import fused_graph
+
+        return fused_graph.owns_attention(self.builder.own_attention)
 
     def fingerprint_extra(self) -> dict:
         """What else the graphs depend on (none here)."""
@@ -201,7 +208,7 @@ class FusedDecodeOnnx(BuiltGraphs):
         arch, dtype = run.architecture(), np.float16 if run.options.fp16 else np.float32
         weights = self.weights(run, model, arch, dtype)
         g = fused_graph.GraphBuilder(dtype, out_dir / "model.onnx.data", linear=self.add_ops(run, out_dir),
-                                     norms_in_products=self.folds_norms())
+                                     norms_in_products=self.folds_norms(), own_attention=self.owns_attention())
         try:
             proto = self.builder.build(arch, weights, g)
         finally:

@@ -56,6 +56,7 @@ class Seq2SeqBuilder:
     refusal: Callable
     parts: tuple[str, ...] = PARTS
     norms_in_products: bool = False  # the decoder graph's norms inside its Linear ops (fused_graph.GraphBuilder)
+    own_attention: bool = False  # the decoder graph's self-attention this project's op (fused_graph.attention)
 
 
 def check_all_used(weights: StateDict, arch, skip: tuple[str, ...] = ()) -> None:

@@ -87,7 +87,7 @@ class Seq2SeqFusedOnnx(BuiltGraphs):
 
         def make_graph(part: str):  # the Linear op where it pays: the decoder's one-token steps
             builders.append(fused_graph.GraphBuilder(dtype, out_dir / f"{part}.onnx.data", linear and part == "decoder",
-                                                     self.folds_norms()))
+                                                     self.folds_norms(), self.owns_attention()))
             return builders[-1]
 
         try:

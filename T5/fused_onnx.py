@@ -189,7 +189,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     g, config, layers = p.g, p.config, p.config.num_decoder_layers
     pasts, crosses = sg.decoder_io(g, layers, p.heads, p.head_dim, config.vocab_size)
     table, reach = p.position_table("decoder", causal=True)
-    self_bias = sg.relative_bias(g, table, reach, "position_ids", sg.arange(g, pasts[0][0], 2))  # [B, H, S, L]
+    own = fg.own_attention(g, pasts[0])  # this project's Attention op reads the table itself
+    self_bias = None if own else sg.relative_bias(g, table, reach, "position_ids", sg.arange(g, pasts[0][0], 2))
     cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
     tokens, head = fg.embedding_and_head(g, p.take, p.arch, "decoder.embed_tokens.weight", "lm_head.weight")
     residual = p.stream(tokens)
@@ -198,9 +199,12 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     for i in range(layers):
         block, present = f"decoder.block.{i}", (f"present.{i}.key", f"present.{i}.value")
         qkv = p.qkv(h, f"{block}.layer.0.SelfAttention")  # [B, S, 3 H D]
-        fg.attention(g, qkv, pasts[i], present, p.heads, 1.0)  # writes the buffer; its output is not used
-        q = g.op("Slice", [qkv, sg.constant(g, [0]), sg.constant(g, [size]), sg.constant(g, [-1])])
-        attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
+        if own:
+            attn = fg.attention(g, qkv, pasts[i], present, p.heads, 1.0, bias=table)  # [B, S, H D]
+        else:
+            fg.attention(g, qkv, pasts[i], present, p.heads, 1.0)  # writes the buffer; its output is not used
+            q = g.op("Slice", [qkv, sg.constant(g, [0]), sg.constant(g, [size]), sg.constant(g, [-1])])
+            attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
         h, residual = p.add_norm(p.into_stream(attn, f"{block}.layer.0.SelfAttention.o"), residual,
                                  f"{block}.layer.1.layer_norm")
         cross = sg.attend(g, p.linear(h, f"{block}.layer.1.EncDecAttention.q"), *crosses[i], p.heads, 1.0,

@@ -37,6 +37,7 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
     from CausalLM import fused_graph
 
     monkeypatch.setattr(fused_graph, "NORMS_IN_PRODUCTS", True)  # every family's (by default: as declared)
+    monkeypatch.setattr(fused_graph, "OWN_ATTENTION", True)
     run = _run(workdir, family, variant)
     config = run.source.config
     ids = torch.randint(0, config.vocab_size - 1, (ROWS, PROMPT), generator=torch.Generator().manual_seed(2))
@@ -51,6 +52,9 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
         # embeddings' own norm is left
         assert sum(count for op, count in nodes.items() if "Normalization" in op) <= 1, nodes
         assert "Sigmoid" not in nodes and "Split" not in nodes, nodes  # SwiGLU's gate inside its product
+        # this project's Attention op wherever the op rotates no keys (the LLAMA family, GPT-J and GPT-NeoX do)
+        rotary = family == "LLAMA" or variant in ("gptj-offline", "gpt-neox-offline")
+        assert nodes.get("Attention", 0) == (0 if rotary else config.num_hidden_layers), nodes
         assert (backend.paths["decoder"].parent / custom_ops.FILE).is_file()
         assert backend.export_max_diff() < 1e-3
         for beams in (1, 3):

@@ -40,7 +40,8 @@ def _build(builder, model, folder, weights=None, dtype=np.float32, device: str =
 
     def make_graph(part):
         made[part] = fg.GraphBuilder(dtype, data=folder / f"{part}.onnx.data", linear=bool(linear) and part == "decoder",
-                                     norms_in_products=fg.folds_norms(builder.norms_in_products))
+                                     norms_in_products=fg.folds_norms(builder.norms_in_products),
+                                     own_attention=fg.owns_attention(builder.own_attention))
         return made[part]
 
     graphs = builder.build(arch, weights or fg.StateDict.of_model(model, "test", dtype), make_graph)
@@ -198,7 +199,8 @@ def test_t5_residual_stream_at_a_scale_gives_hf_outputs(built, tmp_path, monkeyp
                          ids=["flan-t5-offline", "bart-offline"])
 def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_factory, monkeypatch):
     """The decoder's products as this project's Linear op (NNDF/backends/onnxrt/custom_ops.py, its CPU build; on
-    CUDA the graphs' default), T5's at the residual stream's scale (the op's alpha): still HF's outputs and tokens."""
+    CUDA the graphs' default), T5's at the residual stream's scale (the op's alpha), and its self-attention as this
+    project's Attention op: still HF's outputs and tokens."""
     import onnx
 
     from NNDF.backends.onnxrt import custom_ops
@@ -209,6 +211,7 @@ def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_fact
     model, _, encoded = built
     monkeypatch.setattr(fused_onnx, "residual_scale", lambda dtype: fused_onnx.RESIDUAL_SCALE)
     monkeypatch.setattr(fused_graph, "NORMS_IN_PRODUCTS", True)  # BART's too (T5's builder declares them)
+    monkeypatch.setattr(fused_graph, "OWN_ATTENTION", True)
     library = custom_ops.build(tmp_path_factory.mktemp("ops"))
     sessions = _build(_builder(*_family(model)), model, tmp_path, linear=library)
     nodes = [n for n in onnx.load(str(tmp_path / "decoder.onnx"), load_external_data=False).graph.node]
@@ -224,6 +227,10 @@ def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_fact
         assert not {"Split", "FastGelu"} & {n.op_type for n in nodes}
     else:
         assert normed
+    # the self-attention this project's Attention op (T5's with its relative position table)
+    layers = getattr(model.config, "num_decoder_layers", None) or model.config.decoder_layers
+    assert [n.op_type for n in nodes].count("Attention") == layers
+    assert "GroupQueryAttention" not in {n.op_type for n in nodes}
     _check_hf_outputs(model, sessions, encoded)
 
 

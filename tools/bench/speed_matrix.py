@@ -348,6 +348,10 @@ ORT_VARIANTS = {
     "normfold": {"CausalLM.fused_graph": {"NORMS_IN_PRODUCTS": True}},
     "alibi": {"BLOOM.fused_onnx": {"ALIBI_IN_PRODUCT": True}},  # BLOOM's ALiBi columns as the q/k/v product's addend
     "ungated": {"CausalLM.fused_graph": {"GATED": {}}},  # gated MLPs as a product, a Split, the activation and a Mul
+    # every family's Linear-op graphs with this project's Attention op wherever no rotary is applied / with ONNX
+    # Runtime's GroupQueryAttention (the default: as each family's builder declares, `own_attention`)
+    "attention": {"CausalLM.fused_graph": {"OWN_ATTENTION": True}},
+    "gqa": {"CausalLM.fused_graph": {"OWN_ATTENTION": False}},
 }
 
 

@@ -36,7 +36,7 @@ DOMAIN = "nndf"
 FILE = "libnndf_ort_ops.so"
 SOURCES = Path(__file__).with_name("ops")
 CPU_SOURCES = ("ops.cc",)
-CUDA_SOURCES = ("ops.cc", "linear.cu")
+CUDA_SOURCES = ("ops.cc", "linear.cu", "attention.cu")
 DEFAULT_CUDA_HOME = "/usr/local/cuda"
 
 

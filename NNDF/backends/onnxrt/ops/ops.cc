@@ -12,17 +12,30 @@
 // CUDA (float16, float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX
 // Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
 // Runtime's own ops.
+//
+// Attention(Q, K?, V?, past_key, past_value, seqlens_k, bias?) -> Y, present_key, present_value, workspace?:
+//   Q [B, S, heads * D] (or packed [B, S, (heads + 2 kv_heads) * D] with K and V left out), K / V [B, S,
+//   kv_heads * D], past_key / past_value [B, kv_heads, L, D] (the cache; bound as the presents too, it is written
+//   in place, else copied into them first), seqlens_k int32 [B] (each row's total length - 1: its S new tokens go
+//   to columns seqlens_k - S + 1 ..), bias [2R + 1, heads] (added to the score of key column c for the query at
+//   column q: row clip(c - q, -R, R) + R; optional). Query s of a row sees the columns up to its own (causal), its
+//   last local_window_size of them where that attribute is positive. Attributes: num_heads, kv_num_heads (default
+//   num_heads; each kv head serves num_heads / kv_num_heads query heads), scale (default 1 / sqrt(D)),
+//   local_window_size. The scores in fp32. On CUDA (float16; attention.cu) the fourth output, a float32 workspace,
+//   must be named; on the CPU (float32) a plain loop.
 #include <stdio.h>
 #include <string.h>
 
 #include <vector>
 
+#include "attention.h"
 #include "linear.h"
 #include "ort_abi.h"
 
 namespace {
 
 const OrtApi* g_api = nullptr;
+constexpr int kInt32 = 6;  // ONNX's element type
 
 OrtStatus* fail(const char* message) {
   return ort_fn<OrtStatus* (*)(int, const char*)>(g_api, kCreateStatus)(kOrtInvalidArgument, message);
@@ -56,8 +69,8 @@ OrtStatus* read(const OrtValue* value, Tensor* out) {
   return status;
 }
 
-struct LinearOp : OrtCustomOp {
-  int dtype;       // ONNX element type of every input and the output
+struct Op : OrtCustomOp {
+  int dtype;       // ONNX element type of the op's tensors (the Attention op's seqlens_k and workspace excepted)
   const char* ep;  // null: the CPU provider
 };
 
@@ -213,22 +226,22 @@ OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelIn
   const int64_t norm = attribute<int64_t>(info, "norm", kLinearNoNorm, kKernelInfoGetAttributeInt64);
   if (norm != kLinearNoNorm && norm != kLinearLayerNorm && norm != kLinearRmsNorm)
     return fail("nndf Linear: norm is 0 (none), 1 (LayerNorm) or 2 (RMSNorm)");
-  *kernel = new Kernel{static_cast<const LinearOp*>(op)->ep != nullptr,
+  *kernel = new Kernel{static_cast<const Op*>(op)->ep != nullptr,
                        attribute<float>(info, "alpha", 1.f, kKernelInfoGetAttributeFloat), static_cast<int>(activation),
                        static_cast<int>(norm), attribute<float>(info, "epsilon", 1e-5f, kKernelInfoGetAttributeFloat)};
   return nullptr;
 }
 
-LinearOp linear_op(int dtype, const char* ep) {
-  LinearOp op{};
+Op linear_op(int dtype, const char* ep) {
+  Op op{};
   op.version = kOrtApiVersion;
   op.dtype = dtype;
   op.ep = ep;
   op.GetName = [](const OrtCustomOp*) { return "Linear"; };
-  op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const LinearOp*>(self)->ep; };
-  op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
+  op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const Op*>(self)->ep; };
+  op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const Op*>(self)->dtype; };
   op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{6}; };
-  op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const LinearOp*>(self)->dtype; };
+  op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const Op*>(self)->dtype; };
   op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{3}; };
   op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
   op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 2 ? kInputOptional : kInputRequired; };
@@ -243,11 +256,199 @@ LinearOp linear_op(int dtype, const char* ep) {
   return op;
 }
 
-LinearOp g_ops[] = {
+struct AttentionKernel {
+  bool cuda;
+  int64_t heads, kv_heads, window;
+  float scale;  // 0: 1 / sqrt(head size)
+};
+
+// The CPU reference: the new keys and values written into the cache, then each query over its columns.
+void cpu_attention(const AttentionArgs& a) {
+  const int64_t d = a.head_dim, group = a.heads / a.kv_heads;
+  const float* q = static_cast<const float*>(a.q);
+  float* cache[2] = {static_cast<float*>(a.cache_k), static_cast<float*>(a.cache_v)};
+  const float* fresh[2] = {static_cast<const float*>(a.k), static_cast<const float*>(a.v)};
+  const float* bias = static_cast<const float*>(a.bias);
+  float* y = static_cast<float*>(a.y);
+  std::vector<double> scores;
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t total = static_cast<int64_t>(a.seqlens[b]) + 1, from = total - a.seq;
+    for (int64_t s = 0; s < a.seq; ++s)
+      for (int64_t j = 0; j < a.kv_heads && from + s >= 0 && from + s < a.length; ++j)
+        for (int which = 0; which < 2; ++which)
+          memcpy(cache[which] + ((b * a.kv_heads + j) * a.length + from + s) * d,
+                 fresh[which] + (b * a.seq + s) * a.kv_stride + j * d, d * sizeof(float));
+    for (int64_t s = 0; s < a.seq; ++s) {
+      const int64_t column = from + s, end = column + 1 < a.length ? column + 1 : a.length;
+      const int64_t first = a.window > 0 && column - a.window + 1 > 0 ? column - a.window + 1 : 0;
+      for (int64_t h = 0; h < a.heads; ++h) {
+        const float* qh = q + (b * a.seq + s) * a.q_stride + h * d;
+        const int64_t j = h / group;
+        scores.assign(end > first ? end - first : 0, 0.);
+        double top = -1e300, sum = 0.;
+        for (int64_t c = first; c < end; ++c) {
+          const float* key = cache[0] + ((b * a.kv_heads + j) * a.length + c) * d;
+          double dot = 0.;
+          for (int64_t i = 0; i < d; ++i) dot += static_cast<double>(qh[i]) * key[i];
+          dot *= a.scale;
+          if (bias) {
+            const int64_t r = c - column < -a.reach ? -a.reach : c - column > a.reach ? a.reach : c - column;
+            dot += bias[(r + a.reach) * a.heads + h];
+          }
+          scores[c - first] = dot;
+          top = dot > top ? dot : top;
+        }
+        for (double& v : scores) sum += (v = __builtin_exp(v - top));
+        float* out = y + (b * a.seq + s) * a.heads * d + h * d;
+        for (int64_t i = 0; i < d; ++i) {
+          double o = 0.;
+          for (int64_t c = first; c < end; ++c) o += scores[c - first] * cache[1][((b * a.kv_heads + j) * a.length + c) * d + i];
+          out[i] = sum > 0. ? static_cast<float>(o / sum) : 0.f;
+        }
+      }
+    }
+  }
+}
+
+OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
+  const AttentionKernel& op = *static_cast<AttentionKernel*>(kernel);
+  size_t inputs = 0, outputs = 0;
+  ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetInputCount)(context, &inputs));
+  ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetOutputCount)(context, &outputs));
+  auto input = ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(g_api, kKernelContextGetInput);
+  const OrtValue* values[7] = {};
+  Tensor t[7];
+  for (size_t i = 0; i < inputs && i < 7; ++i) {
+    ORT_TRY(input(context, i, &values[i]));
+    if (values[i]) ORT_TRY(read(values[i], &t[i]));
+  }
+  const Tensor &q = t[0], &k = t[1], &v = t[2], &past_k = t[3], &past_v = t[4], &seqlens = t[5], &bias = t[6];
+  const bool packed = !values[1] && !values[2];
+  if (!values[0] || !values[3] || !values[4] || !values[5] || (!values[1]) != (!values[2]))
+    return fail("nndf Attention: needs Q, past_key, past_value and seqlens_k, and K and V both or neither");
+  if (q.dims.size() != 3 || past_k.dims.size() != 4 || past_v.dims != past_k.dims || seqlens.dims.size() != 1 ||
+      seqlens.dims[0] != q.dims[0] || past_k.dims[0] != q.dims[0] || past_k.dims[1] != op.kv_heads)
+    return fail("nndf Attention: Q [B, S, width], past_key / past_value [B, kv_num_heads, L, D] and seqlens_k [B] "
+                "do not fit");
+  AttentionArgs a;
+  a.batch = q.dims[0];
+  a.seq = q.dims[1];
+  a.heads = op.heads;
+  a.kv_heads = op.kv_heads;
+  a.head_dim = past_k.dims[3];
+  a.length = past_k.dims[2];
+  a.window = op.window;
+  a.scale = op.scale > 0.f ? op.scale : 1.f / __builtin_sqrtf(static_cast<float>(a.head_dim));
+  const int64_t d = a.head_dim, kv_width = a.kv_heads * d;
+  a.q_stride = q.dims[2];
+  a.kv_stride = packed ? q.dims[2] : kv_width;
+  if (packed ? q.dims[2] != (a.heads + 2 * a.kv_heads) * d
+             : q.dims[2] != a.heads * d || k.dims != std::vector<int64_t>{a.batch, a.seq, kv_width} || v.dims != k.dims)
+    return fail("nndf Attention: Q (or packed QKV), K and V do not fit num_heads, kv_num_heads and the cache's head size");
+  const int elem = a.head_dim * (q.type == kLinearFloat16 ? 2 : 4);
+  a.q = q.data;
+  a.k = packed ? static_cast<const char*>(q.data) + a.heads * elem : k.data;
+  a.v = packed ? static_cast<const char*>(q.data) + (a.heads + a.kv_heads) * elem : v.data;
+  a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  if (values[6]) {
+    if (bias.dims.size() != 2 || bias.dims[1] != a.heads || bias.dims[0] % 2 == 0)
+      return fail("nndf Attention: the bias is [2R + 1, num_heads]");
+    a.bias = bias.data;
+    a.reach = (bias.dims[0] - 1) / 2;
+  }
+  auto output = ort_fn<OrtStatus* (*)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**)>(g_api, kKernelContextGetOutput);
+  OrtValue *yv = nullptr, *kv = nullptr, *vv = nullptr, *wv = nullptr;
+  const std::vector<int64_t> out_dims{a.batch, a.seq, a.heads * d};
+  Tensor y, present_k, present_v, workspace;
+  ORT_TRY(output(context, 0, out_dims.data(), 3, &yv));
+  ORT_TRY(output(context, 1, past_k.dims.data(), 4, &kv));
+  ORT_TRY(output(context, 2, past_k.dims.data(), 4, &vv));
+  ORT_TRY(read(yv, &y));
+  ORT_TRY(read(kv, &present_k));
+  ORT_TRY(read(vv, &present_v));
+  a.y = y.data;
+  a.past_k = past_k.data;
+  a.past_v = past_v.data;
+  a.cache_k = present_k.data;
+  a.cache_v = present_v.data;
+#ifdef NNDF_CUDA
+  if (op.cuda) {
+    if (q.type != kLinearFloat16) return fail("nndf Attention: the CUDA kernel is float16 only");
+    if (!nndf_attention_head_size(d)) return fail("nndf Attention: the CUDA kernel takes head sizes that are multiples of 8, up to 256");
+    if (outputs < 4) return fail("nndf Attention: on CUDA the fourth output (the workspace) must be named");
+    const int64_t elements = nndf_attention_workspace(a);
+    ORT_TRY(output(context, 3, &elements, 1, &wv));
+    if (!wv) return fail("nndf Attention: on CUDA the fourth output (the workspace) must be named");
+    ORT_TRY(read(wv, &workspace));
+    if (a.batch == 0 || a.seq == 0) return nullptr;
+    void* stream = nullptr;
+    ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, void**)>(g_api, kKernelContextGetGPUComputeStream)(context, &stream));
+    const char* error = nndf_attention_cuda(a, static_cast<float*>(workspace.data), stream);
+    return error ? fail(error) : nullptr;
+  }
+#endif
+  if (op.cuda || q.type != kLinearFloat32) return fail("nndf Attention: this build has no kernel for this provider and type");
+  if (outputs > 3) {
+    const int64_t none = 0;
+    ORT_TRY(output(context, 3, &none, 1, &wv));
+  }
+  const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * d) * sizeof(float);
+  if (a.cache_k != a.past_k) memcpy(a.cache_k, a.past_k, cache_bytes);
+  if (a.cache_v != a.past_v) memcpy(a.cache_v, a.past_v, cache_bytes);
+  cpu_attention(a);
+  return nullptr;
+}
+
+OrtStatus* attention_create(const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) {
+  const int64_t heads = attribute<int64_t>(info, "num_heads", 0, kKernelInfoGetAttributeInt64);
+  const int64_t kv_heads = attribute<int64_t>(info, "kv_num_heads", heads, kKernelInfoGetAttributeInt64);
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads)
+    return fail("nndf Attention: num_heads must be positive and a multiple of kv_num_heads");
+  *kernel = new AttentionKernel{static_cast<const Op*>(op)->ep != nullptr, heads, kv_heads,
+                                attribute<int64_t>(info, "local_window_size", -1, kKernelInfoGetAttributeInt64),
+                                attribute<float>(info, "scale", 0.f, kKernelInfoGetAttributeFloat)};
+  return nullptr;
+}
+
+constexpr size_t kAttentionSeqlens = 5, kAttentionWorkspace = 3;
+
+Op attention_op(int dtype, const char* ep) {
+  Op op{};
+  op.version = kOrtApiVersion;
+  op.dtype = dtype;
+  op.ep = ep;
+  op.GetName = [](const OrtCustomOp*) { return "Attention"; };
+  op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const Op*>(self)->ep; };
+  op.GetInputType = [](const OrtCustomOp* self, size_t i) {
+    return i == kAttentionSeqlens ? kInt32 : static_cast<const Op*>(self)->dtype;
+  };
+  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{7}; };
+  op.GetOutputType = [](const OrtCustomOp* self, size_t i) {
+    return i == kAttentionWorkspace ? kLinearFloat32 : static_cast<const Op*>(self)->dtype;
+  };
+  op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{4}; };
+  op.KernelDestroy = [](void* kernel) { delete static_cast<AttentionKernel*>(kernel); };
+  op.GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
+    return i == 1 || i == 2 || i == 6 ? kInputOptional : kInputRequired;
+  };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 3 ? kInputOptional : kInputRequired; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.CreateKernelV2 = attention_create;
+  op.KernelComputeV2 = attention_compute;
+  return op;
+}
+
+Op g_ops[] = {
     linear_op(kLinearFloat32, nullptr),
+    attention_op(kLinearFloat32, nullptr),
 #ifdef NNDF_CUDA
     linear_op(kLinearFloat16, "CUDAExecutionProvider"),
     linear_op(kLinearFloat32, "CUDAExecutionProvider"),
+    attention_op(kLinearFloat16, "CUDAExecutionProvider"),
 #endif
 };
 
@@ -260,7 +461,7 @@ extern "C" __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(O
   static OrtCustomOpDomain* domain = nullptr;
   if (!domain) {
     ORT_TRY(ort_fn<OrtStatus* (*)(const char*, OrtCustomOpDomain**)>(g_api, kCreateCustomOpDomain)("nndf", &domain));
-    for (LinearOp& op : g_ops)
+    for (Op& op : g_ops)
       ORT_TRY(ort_fn<OrtStatus* (*)(OrtCustomOpDomain*, const OrtCustomOp*)>(g_api, kCustomOpDomainAdd)(domain, &op));
   }
   return ort_fn<OrtStatus* (*)(OrtSessionOptions*, OrtCustomOpDomain*)>(g_api, kAddCustomOpDomain)(options, domain);
