@@ -163,7 +163,7 @@ def _cross(p: _Parts) -> "fg.onnx.ModelProto":
 def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     g, layers = p.g, p.layers
     pasts, crosses = sg.decoder_io(g, layers, p.heads, p.head_dim, p.config.vocab_size)
-    cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
+    cross_bias = sg.cross_bias(g, crosses)
     residual, head = p.embeddings("input_ids", "position_ids", head=True)  # [B, S, E]
     # the input of each sub-layer: post-norm, the residual stream itself; pre-norm, its norm
     h = fg.layer_norm(g, residual, *p.norm("layers.0.self_attn_layer_norm"), p.eps) if p.pre_norm else residual
@@ -174,7 +174,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         out, bias = p.product(attn, f"{layer}.self_attn.out_proj")
         h, residual = _add_norm(p, out, residual, bias, f"{layer}.self_attn_layer_norm",
                                 f"{layer}.encoder_attn_layer_norm")
-        cross = sg.attend(g, p.linear(h, f"{layer}.encoder_attn.q_proj"), *crosses[i], p.heads, p.scale, cross_bias)
+        cross = sg.cross_attend(g, p.linear(h, f"{layer}.encoder_attn.q_proj"), crosses[i], p.heads, p.scale,
+                                cross_bias)
         out, bias = p.product(cross, f"{layer}.encoder_attn.out_proj")
         h, residual = _add_norm(p, out, residual, bias, f"{layer}.encoder_attn_layer_norm", f"{layer}.final_layer_norm")
         ff, bias = p.feed_forward(h, layer)

@@ -165,7 +165,7 @@ def _cross(p: _Parts) -> "fg.onnx.ModelProto":
 def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     g, scale = p.g, p.head_dim ** -0.5
     pasts, crosses = sg.decoder_io(g, p.layers, p.heads, p.head_dim, p.config.vocab_size)
-    cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
+    cross_bias = sg.cross_bias(g, crosses)
     embeddings = f"{DECODER}.bert.embeddings"
     tokens, head = fg.embedding_and_head(g, p.take, p.arch.text_decoder, f"{embeddings}.word_embeddings.weight",
                                          f"{DECODER}.cls.predictions.decoder.weight")  # [B, S, E], [E, V]
@@ -178,7 +178,7 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
         attn = fg.attention(g, p.qkv(h, f"{layer}.attention.self"), pasts[i], present, p.heads, scale)  # [B, S, E]
         h = p.add_norm(attn, h, f"{layer}.attention.output")
         query = p.linear(h, f"{layer}.crossattention.self.query")
-        cross = sg.attend(g, query, *crosses[i], p.heads, scale, cross_bias)  # [B, S, E]
+        cross = sg.cross_attend(g, query, crosses[i], p.heads, scale, cross_bias)  # [B, S, E]
         h = p.add_norm(cross, h, f"{layer}.crossattention.output")
         h = p.add_norm(p.activation(h, f"{layer}.intermediate.dense"), h, f"{layer}.output")
     transform = f"{DECODER}.cls.predictions.transform"

@@ -36,7 +36,9 @@ from typing import Callable
 import numpy as np
 from onnx import TensorProto
 
+from CausalLM import fused_graph as fg
 from CausalLM.fused_graph import MS, GraphBuilder, StateDict, constant
+from NNDF.backends.onnxrt import custom_ops
 
 PARTS = ("encoder", "cross", "decoder")
 
@@ -118,12 +120,16 @@ def masked(dtype) -> float:
     return float(np.finfo(np.dtype(dtype)).min) / 2
 
 
+def padding_columns(g: GraphBuilder, mask: str) -> str:
+    """[B, T]: 0 on a real encoder column, `masked` on a padded one (`mask` int64 [B, T], 0 = padding)."""
+    hidden = g.op("Cast", [g.op("Sub", [constant(g, 1), mask])], to=g.elem)  # [B, T]: 1 on padding
+    return g.op("Mul", [hidden, constant(g, masked(g.dtype), g.dtype)])
+
+
 def padding_bias(g: GraphBuilder, mask: str, queries: str) -> str:
     """The additive bias [B, 1, S, T] that hides the padded encoder columns (`mask` int64 [B, T], 0 = padding) from
     every query of `queries` ([B, S, ...]): 0 on a real column, `masked` on a padded one."""
-    hidden = g.op("Cast", [g.op("Sub", [constant(g, 1), mask])], to=g.elem)  # [B, T]: 1 on padding
-    bias = g.op("Mul", [hidden, constant(g, masked(g.dtype), g.dtype)])
-    bias = g.op("Unsqueeze", [bias, constant(g, [1, 2])])  # [B, 1, 1, T]
+    bias = g.op("Unsqueeze", [padding_columns(g, mask), constant(g, [1, 2])])  # [B, 1, 1, T]
     shape = g.op("Shape", [queries])
     rows, seq = g.op("Gather", [shape, constant(g, [0])]), g.op("Gather", [shape, constant(g, [1])])
     columns = g.op("Gather", [g.op("Shape", [mask]), constant(g, [1])])
@@ -135,6 +141,24 @@ def attend(g: GraphBuilder, q: str, k: str, v: str, heads: int, scale: float, bi
     `bias` [B or 1, H or 1, S, T] -> [B, S, H * D]."""
     inputs = [q, k, v, "", "", bias] if bias else [q, k, v]
     return g.op("MultiHeadAttention", inputs, [f"mha{g._count}"], domain=MS, num_heads=heads, scale=scale)
+
+
+def cross_bias(g: GraphBuilder, crosses: list[tuple[str, str]], mask: str = "encoder_attention_mask",
+               queries: str = "input_ids") -> str:
+    """What hides the padded encoder columns from the decoder's cross-attention (`cross_attend`), made once a step:
+    [B, T] for this project's Attention op (a graph that owns its attention), else the bias [B, 1, S, T]."""
+    return padding_columns(g, mask) if fg.own_attention(g, crosses[0]) else padding_bias(g, mask, queries)
+
+
+def cross_attend(g: GraphBuilder, q: str, cross: tuple[str, str], heads: int, scale: float, bias: str) -> str:
+    """Queries [B, S, H * D] over a layer's cross buffers [B, H, T, D] with `cross_bias`'s bias -> [B, S, H * D]:
+    this project's Attention op over the buffers as a cache it only reads (`causal=0`), where the graph owns its
+    attention, else MultiHeadAttention."""
+    if not fg.own_attention(g, cross):
+        return attend(g, q, *cross, heads, scale, bias)
+    name = f"cross{g._count}"
+    return g.op("Attention", [q, "", "", *cross, "", "", bias], [name, "", "", f"{name}.workspace"],
+                domain=custom_ops.DOMAIN, num_heads=heads, scale=scale, causal=0)[0]
 
 
 def relative_table(values: np.ndarray, buckets: Callable, reach: int, causal: bool, dtype) -> np.ndarray:

@@ -191,7 +191,7 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
     table, reach = p.position_table("decoder", causal=True)
     own = fg.own_attention(g, pasts[0])  # this project's Attention op reads the table itself
     self_bias = None if own else sg.relative_bias(g, table, reach, "position_ids", sg.arange(g, pasts[0][0], 2))
-    cross_bias = sg.padding_bias(g, "encoder_attention_mask", "input_ids")  # [B, 1, S, T]
+    cross_bias = sg.cross_bias(g, crosses)
     tokens, head = fg.embedding_and_head(g, p.take, p.arch, "decoder.embed_tokens.weight", "lm_head.weight")
     residual = p.stream(tokens)
     h = p.norm(residual, "decoder.block.0.layer.0.layer_norm")
@@ -207,8 +207,8 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
             attn = sg.attend(g, q, *present, p.heads, 1.0, self_bias)  # [B, S, H D]
         h, residual = p.add_norm(p.into_stream(attn, f"{block}.layer.0.SelfAttention.o"), residual,
                                  f"{block}.layer.1.layer_norm")
-        cross = sg.attend(g, p.linear(h, f"{block}.layer.1.EncDecAttention.q"), *crosses[i], p.heads, 1.0,
-                          cross_bias)
+        cross = sg.cross_attend(g, p.linear(h, f"{block}.layer.1.EncDecAttention.q"), crosses[i], p.heads, 1.0,
+                                cross_bias)
         h, residual = p.add_norm(p.into_stream(cross, f"{block}.layer.1.EncDecAttention.o"), residual,
                                  f"{block}.layer.2.layer_norm")
         ff = p.feed_forward(h, f"{block}.layer.2.DenseReluDense")

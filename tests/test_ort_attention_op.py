@@ -2,7 +2,8 @@
 attention.cu's split-column kernels on CUDA) against an attention written here in torch: new tokens' queries over
 a key/value cache with per-row lengths, packed or separate q/k/v, grouped key/value heads, a window, a position
 bias by clipped distance, the new keys and values written into the cache (in place where present and past are one
-buffer, into a copy where not). CPU in fp32; with HARNESS_TEST_DEVICE=cuda also the CUDA kernel in fp16 (head
+buffer, into a copy where not); with causal=0 (cross-attention) every column of a cache the op only reads, with a
+key bias hiding padded columns. CPU in fp32; with HARNESS_TEST_DEVICE=cuda also the CUDA kernel in fp16 (head
 sizes 16 to 256, a cache long enough for 16 column ranges, replays of ONNX Runtime's CUDA graph)."""
 import shutil
 from pathlib import Path
@@ -146,6 +147,47 @@ def test_attention_copies_the_past_into_a_present_of_its_own(cpu_library, tmp_pa
     np.testing.assert_array_equal(inputs["past_key"], past)
 
 
+def cross_graph(folder: Path, library: Path, dtype, heads: int) -> Path:
+    """Attention with causal=0: q over a cache it only reads, with a key bias [B, L]."""
+    elem = ELEM[dtype]
+    names = ["q", "", "", "cross_key", "cross_value", "", "", "key_bias"]
+    inputs = [helper.make_tensor_value_info(n, elem, None) for n in names if n]
+    node = helper.make_node("Attention", names, ["y", "", "", "workspace"], domain=custom_ops.DOMAIN, num_heads=heads,
+                            causal=0, scale=0.5)
+    model = helper.make_model(helper.make_graph([node], "cross", inputs, [helper.make_tensor_value_info("y", elem, None)]),
+                              ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                            helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(library, folder / custom_ops.FILE)
+    onnx.save(model, str(folder / "cross.onnx"))
+    return folder / "cross.onnx"
+
+
+def cross_case(dtype, batch=2, seq=1, heads=4, dim=16, length=20):
+    """q [B, S, H, D], the cross buffers [B, H, L, D], a key bias hiding row 0's last 5 columns and row 1's first 3
+    (`masked` of the Seq2Seq graphs: large and finite), and the expected output in float64."""
+    from Seq2Seq.fused_graph import masked
+
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(batch, seq, heads, dim, generator=gen).to(dtype)
+    key, value = (torch.randn(batch, heads, length, dim, generator=gen).to(dtype) for _ in range(2))
+    key_bias = torch.zeros(batch, length)
+    key_bias[0, -5:], key_bias[1, :3] = masked(np.float16), masked(np.float16)
+    scores = torch.einsum("bshd,bhld->bshl", q.double(), key.double()) * 0.5 + key_bias.double()[:, None, None]
+    expected = torch.einsum("bshl,bhld->bshd", scores.softmax(-1), value.double()).reshape(batch, seq, heads * dim)
+    return {"q": q.reshape(batch, seq, -1), "cross_key": key, "cross_value": value,
+            "key_bias": key_bias.to(dtype)}, expected
+
+
+def test_cross_attention_reads_every_column_of_a_cache_it_does_not_write(cpu_library, tmp_path):
+    inputs, expected = cross_case(torch.float32, seq=3)
+    session = make_session(cross_graph(tmp_path, cpu_library, torch.float32, 4), torch.device("cpu"))
+    before = inputs["cross_key"].clone()
+    (y,) = session.run(None, {n: t.numpy() for n, t in inputs.items()})
+    np.testing.assert_allclose(y, expected.numpy(), rtol=1e-5, atol=1e-5)
+    assert torch.equal(inputs["cross_key"], before)
+
+
 def test_attention_refuses_heads_that_do_not_fit(cpu_library, tmp_path):
     """By message: at the session's creation (the node's attributes) and at a run (the inputs' shapes)."""
     with pytest.raises(Exception, match="num_heads must be positive and a multiple of kv_num_heads"):
@@ -206,6 +248,23 @@ def test_attention_on_cuda_matches_torch(cuda_library, tmp_path, heads, kv, dim,
     for b, total in enumerate(lengths):
         torch.testing.assert_close(inputs["past_key"][b, :, :total].double().cpu(), expected_k[b, :, :total])
         torch.testing.assert_close(inputs["past_value"][b, :, :total].double().cpu(), expected_v[b, :, :total])
+
+
+def test_cross_attention_on_cuda_matches_torch(cuda_library, tmp_path):
+    inputs, expected = cross_case(torch.float16, seq=1, heads=32, dim=64, length=128)
+    stream = torch.cuda.Stream()
+    session = make_session(cross_graph(tmp_path, cuda_library, torch.float16, 32), torch.device("cuda", 0),
+                           stream=stream)
+    inputs = {n: t.contiguous().cuda() for n, t in inputs.items()}
+    y = torch.empty(2, 1, 32 * 64, dtype=torch.float16, device="cuda")
+    binding = session.io_binding()
+    for name, t in inputs.items():
+        binding.bind_input(name, "cuda", 0, np.float16, tuple(t.shape), t.data_ptr())
+    binding.bind_output("y", "cuda", 0, np.float16, tuple(y.shape), y.data_ptr())
+    with torch.cuda.stream(stream):
+        session.run_with_iobinding(binding)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.double().cpu(), expected, rtol=2e-3, atol=2e-3)
 
 
 def test_attention_replays_from_a_cuda_graph(cuda_library, tmp_path):

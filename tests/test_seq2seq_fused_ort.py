@@ -199,8 +199,8 @@ def test_t5_residual_stream_at_a_scale_gives_hf_outputs(built, tmp_path, monkeyp
                          ids=["flan-t5-offline", "bart-offline"])
 def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_factory, monkeypatch):
     """The decoder's products as this project's Linear op (NNDF/backends/onnxrt/custom_ops.py, its CPU build; on
-    CUDA the graphs' default), T5's at the residual stream's scale (the op's alpha), and its self-attention as this
-    project's Attention op: still HF's outputs and tokens."""
+    CUDA the graphs' default), T5's at the residual stream's scale (the op's alpha), and its self- and
+    cross-attention as this project's Attention op: still HF's outputs and tokens."""
     import onnx
 
     from NNDF.backends.onnxrt import custom_ops
@@ -227,10 +227,10 @@ def test_a_decoder_of_linear_ops_gives_hf_outputs(built, tmp_path, tmp_path_fact
         assert not {"Split", "FastGelu"} & {n.op_type for n in nodes}
     else:
         assert normed
-    # the self-attention this project's Attention op (T5's with its relative position table)
+    # self- and cross-attention as this project's Attention op (T5's with its relative position table)
     layers = getattr(model.config, "num_decoder_layers", None) or model.config.decoder_layers
-    assert [n.op_type for n in nodes].count("Attention") == layers
-    assert "GroupQueryAttention" not in {n.op_type for n in nodes}
+    assert [n.op_type for n in nodes].count("Attention") == 2 * layers
+    assert not {"GroupQueryAttention", "MultiHeadAttention"} & {n.op_type for n in nodes}
     _check_hf_outputs(model, sessions, encoded)
 
 

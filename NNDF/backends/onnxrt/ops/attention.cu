@@ -8,6 +8,7 @@
 // kernel before ends and waits for its output before reading any input.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@ struct Params {
   const int32_t* seqlens;
   const __half* bias;
   int reach;
+  const __half* key_bias;  // [B, length] or null
+  int causal;
   __half* y;
   float* partial;  // [tokens * heads, splits, head_dim]
   float2* stats;   // [tokens * heads, splits]: the block's max score and its sum of exp(score - max)
@@ -55,6 +58,7 @@ struct Span {
   int first, end, column;
 };
 __device__ __forceinline__ Span span(const Params& p, int b, int s) {
+  if (!p.causal) return {0, p.length, 0};
   const int total = p.seqlens[b] + 1, column = total - p.seq + s;
   const int first = p.window > 0 ? max(0, column - p.window + 1) : 0;
   return {first, min(column + 1, p.length), column};
@@ -94,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
     if (threadIdx.x == 0) p.stats[slot] = make_float2(-INFINITY, 0.f);
     return;
   }
-  const int fresh_from = sp.column - s;  // the row's first new column
+  const int fresh_from = p.causal ? sp.column - s : INT_MAX;  // the row's first new column
   float q[8] = {};
   if (active) {
     unpack(reinterpret_cast<const uint4*>(p.q + static_cast<int64_t>(token) * p.q_stride + head * D)[chunk], q);
@@ -127,6 +131,7 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
       if (chunk == 0 && c < end) {
         if (p.bias)
           dot += __half2float(p.bias[(min(max(c - sp.column, -p.reach), p.reach) + p.reach) * p.heads + head]);
+        if (p.key_bias) dot += __half2float(p.key_bias[static_cast<int64_t>(b) * p.length + c]);
         scores[c - first] = dot;
       }
     }
@@ -215,7 +220,7 @@ __global__ void combine(Params p) {
   }
   p.y[static_cast<int64_t>(token) * p.heads * D + head * D + d] = __float2half_rn(total > 0.f ? o / total : 0.f);
   const int kv_heads = p.heads / p.group;
-  if (head < kv_heads) {
+  if (p.causal && head < kv_heads) {
     const int column = p.seqlens[b] + 1 - p.seq + s;
     if (column >= 0 && column < p.length) {
       const int64_t at = ((static_cast<int64_t>(b) * kv_heads + head) * p.length + column) * D + d;
@@ -281,7 +286,8 @@ const char* nndf_attention_cuda(const AttentionArgs& a, float* workspace, void* 
   const int64_t slots = a.batch * a.seq * a.heads * splits;
   Params p{static_cast<const __half*>(a.q), static_cast<const __half*>(a.k), static_cast<const __half*>(a.v),
            a.q_stride, a.kv_stride, static_cast<__half*>(a.cache_k), static_cast<__half*>(a.cache_v), a.seqlens,
-           static_cast<const __half*>(a.bias), static_cast<int>(a.reach), static_cast<__half*>(a.y),
+           static_cast<const __half*>(a.bias), static_cast<int>(a.reach), static_cast<const __half*>(a.key_bias),
+           a.causal ? 1 : 0, static_cast<__half*>(a.y),
            workspace, reinterpret_cast<float2*>(workspace + slots * a.head_dim), static_cast<int>(a.seq),
            static_cast<int>(a.heads), static_cast<int>(a.heads / a.kv_heads), static_cast<int>(a.length),
            static_cast<int>(columns), static_cast<int>(splits), static_cast<int>(a.window),
@@ -290,8 +296,8 @@ const char* nndf_attention_cuda(const AttentionArgs& a, float* workspace, void* 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * a.head_dim) * sizeof(__half);
   cudaError_t status = cudaSuccess;
-  if (a.past_k != a.cache_k) status = cudaMemcpyAsync(a.cache_k, a.past_k, cache_bytes, cudaMemcpyDeviceToDevice, stream);
-  if (status == cudaSuccess && a.past_v != a.cache_v)
+  if (a.causal && a.past_k != a.cache_k) status = cudaMemcpyAsync(a.cache_k, a.past_k, cache_bytes, cudaMemcpyDeviceToDevice, stream);
+  if (status == cudaSuccess && a.causal && a.past_v != a.cache_v)
     status = cudaMemcpyAsync(a.cache_v, a.past_v, cache_bytes, cudaMemcpyDeviceToDevice, stream);
   if (status != cudaSuccess) return cudaGetErrorString(status);
   const int64_t chunks = a.head_dim / 8;

@@ -13,16 +13,19 @@
 // Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
 // Runtime's own ops.
 //
-// Attention(Q, K?, V?, past_key, past_value, seqlens_k, bias?) -> Y, present_key, present_value, workspace?:
+// Attention(Q, K?, V?, past_key, past_value, seqlens_k?, bias?, key_bias?) -> Y, present_key?, present_value?,
+// workspace?:
 //   Q [B, S, heads * D] (or packed [B, S, (heads + 2 kv_heads) * D] with K and V left out), K / V [B, S,
 //   kv_heads * D], past_key / past_value [B, kv_heads, L, D] (the cache; bound as the presents too, it is written
 //   in place, else copied into them first), seqlens_k int32 [B] (each row's total length - 1: its S new tokens go
 //   to columns seqlens_k - S + 1 ..), bias [2R + 1, heads] (added to the score of key column c for the query at
-//   column q: row clip(c - q, -R, R) + R; optional). Query s of a row sees the columns up to its own (causal), its
-//   last local_window_size of them where that attribute is positive. Attributes: num_heads, kv_num_heads (default
-//   num_heads; each kv head serves num_heads / kv_num_heads query heads), scale (default 1 / sqrt(D)),
-//   local_window_size. The scores in fp32. On CUDA (float16; attention.cu) the fourth output, a float32 workspace,
-//   must be named; on the CPU (float32) a plain loop.
+//   column q: row clip(c - q, -R, R) + R; optional), key_bias [B, L] (added to every score of row b's column c;
+//   optional). Query s of a row sees the columns up to its own (causal), its last local_window_size of them where
+//   that attribute is positive. causal=0 (cross-attention): Q [B, S, heads * D] over every column of the cache,
+//   which is only read (no K, V, seqlens_k, position bias or presents). Attributes: num_heads, kv_num_heads
+//   (default num_heads; each kv head serves num_heads / kv_num_heads query heads), scale (default 1 / sqrt(D)),
+//   local_window_size, causal (default 1). The scores in fp32. On CUDA (float16; attention.cu) the fourth output,
+//   a float32 workspace, must be named; on the CPU (float32) a plain loop.
 #include <stdio.h>
 #include <string.h>
 
@@ -260,6 +263,7 @@ struct AttentionKernel {
   bool cuda;
   int64_t heads, kv_heads, window;
   float scale;  // 0: 1 / sqrt(head size)
+  bool causal;
 };
 
 // The CPU reference: the new keys and values written into the cache, then each query over its columns.
@@ -269,18 +273,19 @@ void cpu_attention(const AttentionArgs& a) {
   float* cache[2] = {static_cast<float*>(a.cache_k), static_cast<float*>(a.cache_v)};
   const float* fresh[2] = {static_cast<const float*>(a.k), static_cast<const float*>(a.v)};
   const float* bias = static_cast<const float*>(a.bias);
+  const float* key_bias = static_cast<const float*>(a.key_bias);
   float* y = static_cast<float*>(a.y);
   std::vector<double> scores;
   for (int64_t b = 0; b < a.batch; ++b) {
-    const int64_t total = static_cast<int64_t>(a.seqlens[b]) + 1, from = total - a.seq;
-    for (int64_t s = 0; s < a.seq; ++s)
+    const int64_t total = a.causal ? static_cast<int64_t>(a.seqlens[b]) + 1 : a.length, from = total - a.seq;
+    for (int64_t s = 0; s < a.seq && a.causal; ++s)
       for (int64_t j = 0; j < a.kv_heads && from + s >= 0 && from + s < a.length; ++j)
         for (int which = 0; which < 2; ++which)
           memcpy(cache[which] + ((b * a.kv_heads + j) * a.length + from + s) * d,
                  fresh[which] + (b * a.seq + s) * a.kv_stride + j * d, d * sizeof(float));
     for (int64_t s = 0; s < a.seq; ++s) {
-      const int64_t column = from + s, end = column + 1 < a.length ? column + 1 : a.length;
-      const int64_t first = a.window > 0 && column - a.window + 1 > 0 ? column - a.window + 1 : 0;
+      const int64_t column = from + s, end = !a.causal ? a.length : column + 1 < a.length ? column + 1 : a.length;
+      const int64_t first = a.causal && a.window > 0 && column - a.window + 1 > 0 ? column - a.window + 1 : 0;
       for (int64_t h = 0; h < a.heads; ++h) {
         const float* qh = q + (b * a.seq + s) * a.q_stride + h * d;
         const int64_t j = h / group;
@@ -295,6 +300,7 @@ void cpu_attention(const AttentionArgs& a) {
             const int64_t r = c - column < -a.reach ? -a.reach : c - column > a.reach ? a.reach : c - column;
             dot += bias[(r + a.reach) * a.heads + h];
           }
+          if (key_bias) dot += key_bias[b * a.length + c];
           scores[c - first] = dot;
           top = dot > top ? dot : top;
         }
@@ -316,18 +322,22 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
   ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetInputCount)(context, &inputs));
   ORT_TRY(ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t*)>(g_api, kKernelContextGetOutputCount)(context, &outputs));
   auto input = ort_fn<OrtStatus* (*)(const OrtKernelContext*, size_t, const OrtValue**)>(g_api, kKernelContextGetInput);
-  const OrtValue* values[7] = {};
-  Tensor t[7];
-  for (size_t i = 0; i < inputs && i < 7; ++i) {
+  const OrtValue* values[8] = {};
+  Tensor t[8];
+  for (size_t i = 0; i < inputs && i < 8; ++i) {
     ORT_TRY(input(context, i, &values[i]));
     if (values[i]) ORT_TRY(read(values[i], &t[i]));
   }
   const Tensor &q = t[0], &k = t[1], &v = t[2], &past_k = t[3], &past_v = t[4], &seqlens = t[5], &bias = t[6];
-  const bool packed = !values[1] && !values[2];
-  if (!values[0] || !values[3] || !values[4] || !values[5] || (!values[1]) != (!values[2]))
-    return fail("nndf Attention: needs Q, past_key, past_value and seqlens_k, and K and V both or neither");
-  if (q.dims.size() != 3 || past_k.dims.size() != 4 || past_v.dims != past_k.dims || seqlens.dims.size() != 1 ||
-      seqlens.dims[0] != q.dims[0] || past_k.dims[0] != q.dims[0] || past_k.dims[1] != op.kv_heads)
+  const Tensor& key_bias = t[7];
+  const bool packed = op.causal && !values[1] && !values[2];
+  if (!values[0] || !values[3] || !values[4] || (!values[1]) != (!values[2]))
+    return fail("nndf Attention: needs Q, past_key and past_value, and K and V both or neither");
+  if (op.causal ? !values[5] : values[1] || values[5] || values[6])
+    return fail("nndf Attention: causal=1 needs seqlens_k; causal=0 (the cache read only) takes no K, V, seqlens_k "
+                "or position bias");
+  if (q.dims.size() != 3 || past_k.dims.size() != 4 || past_v.dims != past_k.dims || past_k.dims[0] != q.dims[0] ||
+      past_k.dims[1] != op.kv_heads || (op.causal && (seqlens.dims.size() != 1 || seqlens.dims[0] != q.dims[0])))
     return fail("nndf Attention: Q [B, S, width], past_key / past_value [B, kv_num_heads, L, D] and seqlens_k [B] "
                 "do not fit");
   AttentionArgs a;
@@ -338,18 +348,27 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
   a.head_dim = past_k.dims[3];
   a.length = past_k.dims[2];
   a.window = op.window;
+  a.causal = op.causal;
   a.scale = op.scale > 0.f ? op.scale : 1.f / __builtin_sqrtf(static_cast<float>(a.head_dim));
   const int64_t d = a.head_dim, kv_width = a.kv_heads * d;
   a.q_stride = q.dims[2];
   a.kv_stride = packed ? q.dims[2] : kv_width;
   if (packed ? q.dims[2] != (a.heads + 2 * a.kv_heads) * d
-             : q.dims[2] != a.heads * d || k.dims != std::vector<int64_t>{a.batch, a.seq, kv_width} || v.dims != k.dims)
+             : q.dims[2] != a.heads * d ||
+                   (op.causal && (k.dims != std::vector<int64_t>{a.batch, a.seq, kv_width} || v.dims != k.dims)))
     return fail("nndf Attention: Q (or packed QKV), K and V do not fit num_heads, kv_num_heads and the cache's head size");
   const int elem = a.head_dim * (q.type == kLinearFloat16 ? 2 : 4);
   a.q = q.data;
-  a.k = packed ? static_cast<const char*>(q.data) + a.heads * elem : k.data;
-  a.v = packed ? static_cast<const char*>(q.data) + (a.heads + a.kv_heads) * elem : v.data;
-  a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  if (op.causal) {
+    a.k = packed ? static_cast<const char*>(q.data) + a.heads * elem : k.data;
+    a.v = packed ? static_cast<const char*>(q.data) + (a.heads + a.kv_heads) * elem : v.data;
+    a.seqlens = static_cast<const int32_t*>(seqlens.data);
+  }
+  if (values[7]) {
+    if (key_bias.dims != std::vector<int64_t>{a.batch, a.length})
+      return fail("nndf Attention: the key bias is [B, L], the cache's batch and length");
+    a.key_bias = key_bias.data;
+  }
   if (values[6]) {
     if (bias.dims.size() != 2 || bias.dims[1] != a.heads || bias.dims[0] % 2 == 0)
       return fail("nndf Attention: the bias is [2R + 1, num_heads]");
@@ -361,16 +380,23 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
   const std::vector<int64_t> out_dims{a.batch, a.seq, a.heads * d};
   Tensor y, present_k, present_v, workspace;
   ORT_TRY(output(context, 0, out_dims.data(), 3, &yv));
-  ORT_TRY(output(context, 1, past_k.dims.data(), 4, &kv));
-  ORT_TRY(output(context, 2, past_k.dims.data(), 4, &vv));
   ORT_TRY(read(yv, &y));
-  ORT_TRY(read(kv, &present_k));
-  ORT_TRY(read(vv, &present_v));
   a.y = y.data;
   a.past_k = past_k.data;
   a.past_v = past_v.data;
-  a.cache_k = present_k.data;
-  a.cache_v = present_v.data;
+  if (op.causal) {
+    if (outputs < 3) return fail("nndf Attention: causal=1 needs present_key and present_value named");
+    ORT_TRY(output(context, 1, past_k.dims.data(), 4, &kv));
+    ORT_TRY(output(context, 2, past_k.dims.data(), 4, &vv));
+    if (!kv || !vv) return fail("nndf Attention: causal=1 needs present_key and present_value named");
+    ORT_TRY(read(kv, &present_k));
+    ORT_TRY(read(vv, &present_v));
+    a.cache_k = present_k.data;
+    a.cache_v = present_v.data;
+  } else {
+    a.cache_k = const_cast<void*>(past_k.data);  // read only
+    a.cache_v = const_cast<void*>(past_v.data);
+  }
 #ifdef NNDF_CUDA
   if (op.cuda) {
     if (q.type != kLinearFloat16) return fail("nndf Attention: the CUDA kernel is float16 only");
@@ -393,8 +419,8 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
     ORT_TRY(output(context, 3, &none, 1, &wv));
   }
   const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * d) * sizeof(float);
-  if (a.cache_k != a.past_k) memcpy(a.cache_k, a.past_k, cache_bytes);
-  if (a.cache_v != a.past_v) memcpy(a.cache_v, a.past_v, cache_bytes);
+  if (op.causal && a.cache_k != a.past_k) memcpy(a.cache_k, a.past_k, cache_bytes);
+  if (op.causal && a.cache_v != a.past_v) memcpy(a.cache_v, a.past_v, cache_bytes);
   cpu_attention(a);
   return nullptr;
 }
@@ -406,7 +432,8 @@ OrtStatus* attention_create(const OrtCustomOp* op, const OrtApi*, const OrtKerne
     return fail("nndf Attention: num_heads must be positive and a multiple of kv_num_heads");
   *kernel = new AttentionKernel{static_cast<const Op*>(op)->ep != nullptr, heads, kv_heads,
                                 attribute<int64_t>(info, "local_window_size", -1, kKernelInfoGetAttributeInt64),
-                                attribute<float>(info, "scale", 0.f, kKernelInfoGetAttributeFloat)};
+                                attribute<float>(info, "scale", 0.f, kKernelInfoGetAttributeFloat),
+                                attribute<int64_t>(info, "causal", 1, kKernelInfoGetAttributeInt64) != 0};
   return nullptr;
 }
 
@@ -422,16 +449,16 @@ Op attention_op(int dtype, const char* ep) {
   op.GetInputType = [](const OrtCustomOp* self, size_t i) {
     return i == kAttentionSeqlens ? kInt32 : static_cast<const Op*>(self)->dtype;
   };
-  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{7}; };
+  op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{8}; };
   op.GetOutputType = [](const OrtCustomOp* self, size_t i) {
     return i == kAttentionWorkspace ? kLinearFloat32 : static_cast<const Op*>(self)->dtype;
   };
   op.GetOutputTypeCount = [](const OrtCustomOp*) { return size_t{4}; };
   op.KernelDestroy = [](void* kernel) { delete static_cast<AttentionKernel*>(kernel); };
   op.GetInputCharacteristic = [](const OrtCustomOp*, size_t i) {
-    return i == 1 || i == 2 || i == 6 ? kInputOptional : kInputRequired;
+    return i == 0 || i == 3 || i == 4 ? kInputRequired : kInputOptional;
   };
-  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 3 ? kInputOptional : kInputRequired; };
+  op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 0 ? kInputRequired : kInputOptional; };
   op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
   op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
   op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
