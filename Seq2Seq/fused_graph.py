@@ -21,7 +21,11 @@ present buffer as 4-D key/value [B, H, L, D] with an attention bias [B, H, S, L]
 build time (`relative_table`, `relative_bias`): the position bias of every (query, column) pair with a large negative
 value on the columns after the query's position, so the columns not yet written are never read into the result.
 Cross-attention is MultiHeadAttention over the cross buffers, the padded encoder columns excluded by an attention
-bias from encoder_attention_mask (`padding_bias`). Encoder self-attention is MultiHeadAttention over the three
+bias from encoder_attention_mask (`padding_bias`). In a decoder graph of Linear ops whose builder declares
+`own_attention` both are this project's Attention op instead: self-attention reads a model's position table
+itself (its bias by clipped distance, no bias gathered per step) and writes the buffer, cross-attention reads the
+cross buffers as a cache it does not write, the padded columns hidden by a key bias [B, T] (`cross_bias`,
+`cross_attend`). Encoder self-attention is MultiHeadAttention over the three
 projections with that bias (plus a position bias where the model has one).
 
 (MultiHeadAttention with 4-D key/value [B, H, T, D] and attention_bias [B or 1, H or 1, S, T]: checked against a

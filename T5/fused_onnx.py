@@ -12,7 +12,9 @@ the HF weights with `Seq2Seq.fused_graph` and `CausalLM.fused_graph`:
     decoder: as the encoder, with per layer: GroupQueryAttention writing h @ [q; k; v]'s keys and values into the
              shared buffer (its own output discarded: its CUDA kernel takes no bias), MultiHeadAttention of the
              queries over the whole buffer with the causal relative position bias; cross-attention of h @ q over
-             the cross buffers (padded encoder columns hidden); logits = final_layer_norm (x d_model^-0.5 where HF
+             the cross buffers (padded encoder columns hidden); in a graph that owns its attention (`BUILDER`'s
+             own_attention) both are this project's Attention op, self-attention reading the position table
+             itself; logits = final_layer_norm (x d_model^-0.5 where HF
              rescales a tied head's input) @ lm_head^T
 
 T5 does not scale its attention scores (scale 1). The relative position bias is a table by key-minus-query
@@ -223,6 +225,7 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
 
 
 # bump the version when a graph changes; norms inside the decoder's Linear ops: flan-T5-XL's step 1.956 against
-# 2.013 ms a token on an H100 (docs/PERFORMANCE.md)
+# 2.013 ms a token on an H100; self- and cross-attention as this project's Attention op: 1.701 against 1.957 ms
+# (t5-base 0.442 against 0.532, t5-small 0.232 against 0.278; docs/PERFORMANCE.md)
 BUILDER = sg.Seq2SeqBuilder(model_types=("t5",), version="3", build=build, refusal=refusal,
-                            norms_in_products=True)
+                            norms_in_products=True, own_attention=True)

@@ -2,7 +2,8 @@
 its CPU build): a norm stays pending until a product takes it in (the op's `norm`, its output N named after the
 norm) or another node reads it (the norm's own node first); a skip norm's residual add goes into the product
 before it where that product is a Linear node nobody reads yet, else the skip norm's own node runs; a gated MLP is
-one op. Each graph runs on ONNX Runtime's CPU provider against numpy."""
+one op; the attention is this project's op where the graph owns its attention and the op can take it. Each graph
+runs on ONNX Runtime's CPU provider against numpy."""
 import shutil
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from CausalLM import fused_graph as fg
+from NNDF.errors import ArtifactError
 from NNDF.backends.onnxrt import custom_ops
 from NNDF.backends.onnxrt.steps import make_session
 
@@ -137,3 +139,24 @@ def test_a_gated_mlp_is_one_op_where_the_op_has_its_activation(tmp_path, library
            "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[activation](h).numpy()
     assert (ops == ["Linear", "Identity"]) == (activation != "relu"), ops  # ReLU: a product, Split, Relu and Mul
     np.testing.assert_allclose(y, act * (x @ up.T), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("linear, own, head_dim, rotary, expected", [
+    (True, True, 16, False, "Attention"),
+    (True, True, 16, True, "GroupQueryAttention"),  # the op rotates no keys
+    (True, True, 264, False, "GroupQueryAttention"),  # past the CUDA kernel's head sizes
+    (True, False, 16, False, "GroupQueryAttention"),  # not declared
+    (False, True, 16, False, "GroupQueryAttention"),  # MatMul graphs load no library of ours
+])
+def test_the_attention_op_is_ours_where_the_graph_owns_its_attention(tmp_path, linear, own, head_dim, rotary,
+                                                                      expected):
+    g = fg.GraphBuilder(np.float32, linear=linear, own_attention=own)
+    pasts = fg.decode_io(g, 1, 2, head_dim, 8)
+    tables = ("cos", "sin") if rotary else None
+    fg.attention(g, "qkv", pasts[0], ("present.0.key", "present.0.value"), 2, 0.5, rotary=tables)
+    assert [n.op_type for n in g.nodes] == [expected]
+    if expected == "Attention":  # no host scalar; a workspace output of its own
+        assert "total_sequence_length" not in g.nodes[0].input and g.nodes[0].output[3].endswith(".workspace")
+    else:
+        with pytest.raises(ArtifactError, match="a position bias in the attention needs this project's Attention op"):
+            fg.attention(g, "qkv", pasts[0], ("present.0.key", "present.0.value"), 2, 0.5, rotary=tables, bias="t")

@@ -66,12 +66,14 @@ def test_graphs_of_linear_ops_give_hf_generate_tokens(family, variant, workdir, 
                          ids=["opt-offline", "bloom-offline"])
 def test_norms_run_inside_the_products_where_the_family_declares_it(family, variant, folded, workdir):
     """By default a family's norms are their own kernels unless its builder declares `norms_in_products` (measured
-    faster there): OPT's skip norms stay, BLOOM's run inside the products."""
+    faster there): OPT's skip norms stay, BLOOM's run inside the products; both attend with this project's op."""
     run = _run(workdir, family, variant)
     with backend_steps(run, "onnxrt") as (backend, _):
         nodes = backend.onnx.record["nodes"]
     norms = sum(count for op, count in nodes.items() if "Normalization" in op)
     assert (norms <= 1) == folded and (norms > 2 * run.source.config.num_hidden_layers) != folded, nodes
+    # both builders declare `own_attention` (measured faster on an H100): this project's Attention op
+    assert nodes.get("Attention") == run.source.config.num_hidden_layers and "GroupQueryAttention" not in nodes
 
 
 def test_ort_products_without_a_built_graph_is_refused(workdir):

@@ -16,6 +16,17 @@ normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` 
 and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU kernel is a plain loop: it lets the CPU tests run a graph that uses the op
 against ONNX Runtime's own ops.
 
+`Attention(Q, K?, V?, past_key, past_value, seqlens_k?, bias?, key_bias?)`: the decode graphs' attention over
+their full-length cache (the inputs GroupQueryAttention takes, past and present one buffer): each row's new tokens
+attend to its columns up to their own (a window where `local_window_size` says), their keys and values written
+into the cache; optionally a position bias by clipped key-minus-query distance [2R + 1, heads] (T5's relative
+table, read by the op, so no bias tensor is gathered per step) and a key bias [B, L]; `causal=0` reads every
+column of a cache it does not write (cross-attention over the encoder's buffers, padded columns hidden by the key
+bias). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
+score, weigh and sum their columns into a float32 workspace (the fourth output), a second kernel merges the
+ranges and writes the new keys and values; both launch as programmatic dependents. On the CPU (float32) a plain
+loop.
+
 `build(folder, arch)` puts the library into `folder`, compiled with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
 and target is already there; a compiled library is kept in a cache folder by its digest (`$NNDF_OPS_CACHE`, else
