@@ -7,8 +7,8 @@ so the graph runs on ONNX Runtime only (TensorRT does not parse them).
 Attention is `GroupQueryAttention` (ORT contrib op; with as many key/value heads as query heads it is plain
 multi-head attention), or in a Linear-op graph whose builder declares `own_attention` (or with OWN_ATTENTION) this
 project's Attention op (NNDF/backends/onnxrt/custom_ops.py) wherever no rotary is applied: the same inputs,
-cache and per-row lengths, no host scalar. Why GroupQueryAttention and how the graph drives it (ONNX Runtime 1.31 sources,
-onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
+cache and per-row lengths, no host scalar. Why GroupQueryAttention and how the graph drives it (ONNX Runtime 1.31
+sources, onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
 - inputs: packed QKV [B, S, 3*H*D] (key and value left out), past_key / past_value [B, H, L, D] (BNSH),
   seqlens_k int32 [B] (= total length - 1 per row, on the device), total_sequence_length int32 scalar (the batch's
   largest total length; the CUDA kernel registers it as a CPU input, `OrtMemTypeCPUInput`); outputs: the attention

@@ -154,9 +154,9 @@ def cross_graph(folder: Path, library: Path, dtype, heads: int) -> Path:
     inputs = [helper.make_tensor_value_info(n, elem, None) for n in names if n]
     node = helper.make_node("Attention", names, ["y", "", "", "workspace"], domain=custom_ops.DOMAIN, num_heads=heads,
                             causal=0, scale=0.5)
-    model = helper.make_model(helper.make_graph([node], "cross", inputs, [helper.make_tensor_value_info("y", elem, None)]),
-                              ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                            helper.make_opsetid(custom_ops.DOMAIN, 1)])
+    graph = helper.make_graph([node], "cross", inputs, [helper.make_tensor_value_info("y", elem, None)])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(library, folder / custom_ops.FILE)
     onnx.save(model, str(folder / "cross.onnx"))

@@ -13,8 +13,8 @@ block of the few-row kernel normalises X's rows into its shared memory after its
 its own, and the normalised rows are the op's second output N (written by the blocks between them; a kernel of
 their own before cuBLAS; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block start 4 loads of each weight row before it
 normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` GELU's tanh form: W's rows are gate
-and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU kernel is a plain loop: it lets the CPU tests run a graph that uses the op
-against ONNX Runtime's own ops.
+and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU
+kernel is a plain loop: it lets the CPU tests run a graph that uses the op against ONNX Runtime's own ops.
 
 `Attention(Q, K?, V?, past_key, past_value, seqlens_k?, bias?, key_bias?)`: the decode graphs' attention over
 their full-length cache (the inputs GroupQueryAttention takes, past and present one buffer): each row's new tokens
@@ -24,8 +24,8 @@ table, read by the op, so no bias tensor is gathered per step) and a key bias [B
 column of a cache it does not write (cross-attention over the encoder's buffers, padded columns hidden by the key
 bias). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
 score, weigh and sum their columns into a float32 workspace (the fourth output), a second kernel merges the
-ranges and writes the new keys and values; both launch as programmatic dependents. On the CPU (float32) a plain
-loop.
+ranges and writes the new keys and values; both launch as programmatic dependents (`NNDF_ORT_ATTENTION_PDL=0`
+launches them plainly, for measurements). On the CPU (float32) a plain loop.
 
 `build(folder, arch)` puts the library into `folder`, compiled with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources

@@ -296,7 +296,8 @@ const char* nndf_attention_cuda(const AttentionArgs& a, float* workspace, void* 
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * a.head_dim) * sizeof(__half);
   cudaError_t status = cudaSuccess;
-  if (a.causal && a.past_k != a.cache_k) status = cudaMemcpyAsync(a.cache_k, a.past_k, cache_bytes, cudaMemcpyDeviceToDevice, stream);
+  if (a.causal && a.past_k != a.cache_k)
+    status = cudaMemcpyAsync(a.cache_k, a.past_k, cache_bytes, cudaMemcpyDeviceToDevice, stream);
   if (status == cudaSuccess && a.causal && a.past_v != a.cache_v)
     status = cudaMemcpyAsync(a.cache_v, a.past_v, cache_bytes, cudaMemcpyDeviceToDevice, stream);
   if (status != cudaSuccess) return cudaGetErrorString(status);

@@ -308,7 +308,8 @@ void cpu_attention(const AttentionArgs& a) {
         float* out = y + (b * a.seq + s) * a.heads * d + h * d;
         for (int64_t i = 0; i < d; ++i) {
           double o = 0.;
-          for (int64_t c = first; c < end; ++c) o += scores[c - first] * cache[1][((b * a.kv_heads + j) * a.length + c) * d + i];
+          for (int64_t c = first; c < end; ++c)
+            o += scores[c - first] * cache[1][((b * a.kv_heads + j) * a.length + c) * d + i];
           out[i] = sum > 0. ? static_cast<float>(o / sum) : 0.f;
         }
       }
@@ -356,7 +357,8 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
   if (packed ? q.dims[2] != (a.heads + 2 * a.kv_heads) * d
              : q.dims[2] != a.heads * d ||
                    (op.causal && (k.dims != std::vector<int64_t>{a.batch, a.seq, kv_width} || v.dims != k.dims)))
-    return fail("nndf Attention: Q (or packed QKV), K and V do not fit num_heads, kv_num_heads and the cache's head size");
+    return fail("nndf Attention: Q (or packed QKV), K and V do not fit num_heads, kv_num_heads and the cache's head "
+                "size");
   const int elem = a.head_dim * (q.type == kLinearFloat16 ? 2 : 4);
   a.q = q.data;
   if (op.causal) {
@@ -400,7 +402,8 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
 #ifdef NNDF_CUDA
   if (op.cuda) {
     if (q.type != kLinearFloat16) return fail("nndf Attention: the CUDA kernel is float16 only");
-    if (!nndf_attention_head_size(d)) return fail("nndf Attention: the CUDA kernel takes head sizes that are multiples of 8, up to 256");
+    if (!nndf_attention_head_size(d))
+      return fail("nndf Attention: the CUDA kernel takes head sizes that are multiples of 8, up to 256");
     if (outputs < 4) return fail("nndf Attention: on CUDA the fourth output (the workspace) must be named");
     const int64_t elements = nndf_attention_workspace(a);
     ORT_TRY(output(context, 3, &elements, 1, &wv));
@@ -413,7 +416,8 @@ OrtStatus* attention_compute(void* kernel, OrtKernelContext* context) {
     return error ? fail(error) : nullptr;
   }
 #endif
-  if (op.cuda || q.type != kLinearFloat32) return fail("nndf Attention: this build has no kernel for this provider and type");
+  if (op.cuda || q.type != kLinearFloat32)
+    return fail("nndf Attention: this build has no kernel for this provider and type");
   if (outputs > 3) {
     const int64_t none = 0;
     ORT_TRY(output(context, 3, &none, 1, &wv));
