@@ -5,11 +5,9 @@ bias by clipped distance, the new keys and values written into the cache (in pla
 buffer, into a copy where not); with causal=0 (cross-attention) every column of a cache the op only reads, with a
 key bias hiding padded columns. CPU in fp32; with HARNESS_TEST_DEVICE=cuda also the CUDA kernel in fp16 (head
 sizes 16 to 256, a cache long enough for 16 column ranges, replays of ONNX Runtime's CUDA graph)."""
-import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto, helper
@@ -17,7 +15,7 @@ from onnx import TensorProto, helper
 from NNDF.backends.onnxrt import custom_ops
 from NNDF.backends.onnxrt.steps import make_session
 
-from test_ort_custom_ops import _cuda_library
+from test_ort_custom_ops import _cuda_library, write_graph
 
 ELEM = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16}
 NP = {torch.float32: np.float32, torch.float16: np.float16}
@@ -36,12 +34,7 @@ def attention_graph(folder: Path, library: Path, dtype, heads: int, kv_heads: in
                  **({"scale": scale} if scale else {}))
     node = helper.make_node("Attention", names, ["y", "present_key", "present_value", "workspace"],
                             domain=custom_ops.DOMAIN, **attrs)
-    model = helper.make_model(helper.make_graph([node], "attention", inputs, outputs), ir_version=10,
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(custom_ops.DOMAIN, 1)])
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(library, folder / custom_ops.FILE)
-    onnx.save(model, str(folder / "attention.onnx"))
-    return folder / "attention.onnx"
+    return write_graph(folder, library, "attention", [node], inputs, outputs)
 
 
 def reference(q, k, v, cache_k, cache_v, seqlens, bias=None, window=0, scale=None):
@@ -154,13 +147,7 @@ def cross_graph(folder: Path, library: Path, dtype, heads: int) -> Path:
     inputs = [helper.make_tensor_value_info(n, elem, None) for n in names if n]
     node = helper.make_node("Attention", names, ["y", "", "", "workspace"], domain=custom_ops.DOMAIN, num_heads=heads,
                             causal=0, scale=0.5)
-    graph = helper.make_graph([node], "cross", inputs, [helper.make_tensor_value_info("y", elem, None)])
-    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
-                                                                   helper.make_opsetid(custom_ops.DOMAIN, 1)])
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(library, folder / custom_ops.FILE)
-    onnx.save(model, str(folder / "cross.onnx"))
-    return folder / "cross.onnx"
+    return write_graph(folder, library, "cross", [node], inputs, [helper.make_tensor_value_info("y", elem, None)])
 
 
 def cross_case(dtype, batch=2, seq=1, heads=4, dim=16, length=20):

@@ -22,17 +22,24 @@ DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 ELEM = {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16}
 
 
-def saved_graph(folder: Path, node, inits: list, elem: int, library: Path, outputs=("y",)) -> Path:
-    """One Linear `node` over x [batch, seq, k] (k symbolic, so a wrong width reaches the op) as folder/linear.onnx,
-    the library copied beside it, where make_session finds it."""
-    graph = helper.make_graph([node], "linear", [helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])],
-                              [helper.make_tensor_value_info(name, elem, None) for name in outputs], inits)
+def write_graph(folder: Path, library: Path, name: str, nodes: list, inputs: list, outputs: list,
+                inits: list = ()) -> Path:
+    """The graph of `nodes` (this library's domain imported) as folder/<name>.onnx, the library copied beside it,
+    where make_session finds it."""
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(inits))
     model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 17),
                                                                    helper.make_opsetid(custom_ops.DOMAIN, 1)])
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(library, folder / custom_ops.FILE)
-    onnx.save(model, str(folder / "linear.onnx"))
-    return folder / "linear.onnx"
+    onnx.save(model, str(folder / f"{name}.onnx"))
+    return folder / f"{name}.onnx"
+
+
+def saved_graph(folder: Path, node, inits: list, elem: int, library: Path, outputs=("y",)) -> Path:
+    """One Linear `node` over x [batch, seq, k] (k symbolic, so a wrong width reaches the op) as folder/linear.onnx."""
+    x = helper.make_tensor_value_info("x", elem, ["batch", "seq", "k"])
+    return write_graph(folder, library, "linear", [node], [x],
+                       [helper.make_tensor_value_info(name, elem, None) for name in outputs], inits)
 
 
 def linear_graph(folder: Path, w: np.ndarray, b: np.ndarray | None, library: Path, **attrs) -> Path:

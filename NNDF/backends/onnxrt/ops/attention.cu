@@ -14,6 +14,7 @@
 #include <stdlib.h>
 
 #include "attention.h"
+#include "launch.h"
 
 namespace {
 
@@ -236,21 +237,6 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
-template <typename Kernel>
-cudaError_t launch(Kernel kernel, dim3 grid, int threads, size_t shared, cudaStream_t stream, const Params& p) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = shared;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, p);
-}
-
 template <int kLanes>
 cudaError_t run(const Params& p, int tokens, cudaStream_t stream) {
   const size_t shared = static_cast<size_t>(p.columns) * sizeof(float);
@@ -260,9 +246,11 @@ cudaError_t run(const Params& p, int tokens, cudaStream_t stream) {
                                   static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  status = launch(attend<kLanes>, dim3(p.splits, p.heads, tokens), kThreads, shared, stream, p);
+  status = launch_programmatic(programmatic_launch(), attend<kLanes>, dim3(p.splits, p.heads, tokens),
+                              dim3(kThreads), shared, stream, p);
   if (status != cudaSuccess) return status;
-  return launch(combine, dim3(p.heads, tokens), p.head_dim, 0, stream, p);
+  return launch_programmatic(programmatic_launch(), combine, dim3(p.heads, tokens), dim3(p.head_dim), 0, stream,
+                             p);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "launch.h"
 #include "linear.h"
 
 namespace {
@@ -321,19 +322,11 @@ bool norm_ahead() {
 template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
 cudaError_t launch_few(const void* x, const void* w, const void* bias, const void* addend, void* y, int n, int k,
                        float alpha, int activation, const NormArgs& norm, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((n + Rows - 1) / Rows);
-  config.blockDim = dim3(Threads);
-  config.dynamicSmemBytes = Norm != kLinearNoNorm ? static_cast<size_t>(M) * k * sizeof(T) : 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, few_rows<T, M, Rows, Threads, Ahead, Norm>, static_cast<const T*>(x),
-                            static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(addend),
-                            static_cast<T*>(y), n, k, alpha, activation, norm);
+  const size_t shared = Norm != kLinearNoNorm ? static_cast<size_t>(M) * k * sizeof(T) : 0;
+  return launch_programmatic(programmatic_launch(), few_rows<T, M, Rows, Threads, Ahead, Norm>,
+                             dim3((n + Rows - 1) / Rows), dim3(Threads), shared, stream, static_cast<const T*>(x),
+                             static_cast<const T*>(w), static_cast<const T*>(bias), static_cast<const T*>(addend),
+                             static_cast<T*>(y), n, k, alpha, activation, norm);
 }
 
 // One and two rows: blocks of 128 threads over 4 weight rows, one 16-byte load of each row a thread per pass.

@@ -235,13 +235,25 @@ OrtStatus* create_kernel(const OrtCustomOp* op, const OrtApi*, const OrtKernelIn
   return nullptr;
 }
 
-Op linear_op(int dtype, const char* ep) {
+// The fields every op of this library sets alike: its element type and provider, inputs in the provider's memory,
+// no variadic inputs or outputs.
+Op base_op(int dtype, const char* ep) {
   Op op{};
   op.version = kOrtApiVersion;
   op.dtype = dtype;
   op.ep = ep;
-  op.GetName = [](const OrtCustomOp*) { return "Linear"; };
   op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const Op*>(self)->ep; };
+  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
+  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+  return op;
+}
+
+Op linear_op(int dtype, const char* ep) {
+  Op op = base_op(dtype, ep);
+  op.GetName = [](const OrtCustomOp*) { return "Linear"; };
   op.GetInputType = [](const OrtCustomOp* self, size_t) { return static_cast<const Op*>(self)->dtype; };
   op.GetInputTypeCount = [](const OrtCustomOp*) { return size_t{6}; };
   op.GetOutputType = [](const OrtCustomOp* self, size_t) { return static_cast<const Op*>(self)->dtype; };
@@ -249,11 +261,6 @@ Op linear_op(int dtype, const char* ep) {
   op.KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
   op.GetInputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 2 ? kInputOptional : kInputRequired; };
   op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t index) { return index >= 1 ? kInputOptional : kInputRequired; };
-  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
-  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
   op.CreateKernelV2 = create_kernel;
   op.KernelComputeV2 = compute;
   return op;
@@ -444,12 +451,8 @@ OrtStatus* attention_create(const OrtCustomOp* op, const OrtApi*, const OrtKerne
 constexpr size_t kAttentionSeqlens = 5, kAttentionWorkspace = 3;
 
 Op attention_op(int dtype, const char* ep) {
-  Op op{};
-  op.version = kOrtApiVersion;
-  op.dtype = dtype;
-  op.ep = ep;
+  Op op = base_op(dtype, ep);
   op.GetName = [](const OrtCustomOp*) { return "Attention"; };
-  op.GetExecutionProviderType = [](const OrtCustomOp* self) { return static_cast<const Op*>(self)->ep; };
   op.GetInputType = [](const OrtCustomOp* self, size_t i) {
     return i == kAttentionSeqlens ? kInt32 : static_cast<const Op*>(self)->dtype;
   };
@@ -463,11 +466,6 @@ Op attention_op(int dtype, const char* ep) {
     return i == 0 || i == 3 || i == 4 ? kInputRequired : kInputOptional;
   };
   op.GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) { return i == 0 ? kInputRequired : kInputOptional; };
-  op.GetInputMemoryType = [](const OrtCustomOp*, size_t) { return kMemTypeDefault; };
-  op.GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
-  op.GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
   op.CreateKernelV2 = attention_create;
   op.KernelComputeV2 = attention_compute;
   return op;
