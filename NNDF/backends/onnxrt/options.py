@@ -53,7 +53,7 @@ class BuiltGraphOptions(OptionGroup):
     title = "ONNX Runtime: graphs built from the weights (onnxrt backend)"
     owner = "the onnxrt backend"
     backends = ("onnxrt",)
-    ort_products: str | None = flag(None, "--ort-products", choices=PRODUCTS, help="the products of the graphs onnxrt builds from the weights (--static-cache): linear (this project's Linear op, NNDF/backends/onnxrt/custom_ops.py: on CUDA its kernel reads a one-token step's weights, compiled by nvcc with the graph) or matmul (ONNX Runtime's MatMul: cuBLAS on CUDA, MLAS on the CPU). Default: linear on CUDA, matmul on the CPU; refused where the run takes no built graph")
+    ort_products: str | None = flag(None, "--ort-products", choices=PRODUCTS, help="the products of the graphs onnxrt builds from the weights (--static-cache): linear (this project's Linear op, NNDF/backends/onnxrt/custom_ops.py: on CUDA its kernel reads a one-token step's weights, compiled by nvcc with the graph; a family's graphs also attend with this project's Attention op where its builder declares it) or matmul (ONNX Runtime's MatMul: cuBLAS on CUDA, MLAS on the CPU). Default: linear on CUDA, matmul on the CPU; refused where the run takes no built graph")
 
     def products(self, device: str) -> str:
         """What this run's built graphs use on `device` (a torch device type)."""
