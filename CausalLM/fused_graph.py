@@ -150,13 +150,13 @@ def attention(g: GraphBuilder, qkv: str | tuple[str, str, str], past: tuple[str,
     names = [f"attn{g._count}", *present]
     attrs = dict(num_heads=heads, kv_num_heads=kv_heads or heads, scale=scale)
     inputs = [*(qkv if isinstance(qkv, tuple) else (qkv, "", "")), *past, "seqlens_k"]
-    if own_attention(g, past, rotary) or bias:
-        if not own_attention(g, past, rotary):
-            raise ArtifactError("a position bias in the attention needs this project's Attention op")
+    own = own_attention(g, past, rotary)
+    if bias and not own:
+        raise ArtifactError("a position bias in the attention needs this project's Attention op")
+    if own:
         if window:
             attrs["local_window_size"] = window
-        return g.op("Attention", [*inputs, bias] if bias else inputs, [*names, f"{names[0]}.workspace"],
-                    domain=custom_ops.DOMAIN, **attrs)[0]
+        return attention_op(g, [*inputs, bias] if bias else inputs, names, **attrs)
     inputs.append("total_sequence_length")
     if rotary:
         inputs += list(rotary)
@@ -164,6 +164,12 @@ def attention(g: GraphBuilder, qkv: str | tuple[str, str, str], past: tuple[str,
     if window:
         attrs["local_window_size"] = window
     return g.op("GroupQueryAttention", inputs, names, domain=MS, **attrs)[0]
+
+
+def attention_op(g: GraphBuilder, inputs: list[str], outputs: list[str], **attrs) -> str:
+    """This project's Attention node (NNDF/backends/onnxrt/custom_ops.py) with `inputs` and `outputs` (Y and the
+    presents; "" for none), its workspace output named after Y; returns Y."""
+    return g.op("Attention", inputs, [*outputs, f"{outputs[0]}.workspace"], domain=custom_ops.DOMAIN, **attrs)[0]
 
 
 def own_attention(g: GraphBuilder, past: tuple[str, str], rotary=None) -> bool:

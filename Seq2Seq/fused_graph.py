@@ -42,7 +42,6 @@ from onnx import TensorProto
 
 from CausalLM import fused_graph as fg
 from CausalLM.fused_graph import MS, GraphBuilder, StateDict, constant
-from NNDF.backends.onnxrt import custom_ops
 
 PARTS = ("encoder", "cross", "decoder")
 
@@ -62,7 +61,7 @@ class Seq2SeqBuilder:
     refusal: Callable
     parts: tuple[str, ...] = PARTS
     norms_in_products: bool = False  # the decoder graph's norms inside its Linear ops (fused_graph.GraphBuilder)
-    own_attention: bool = False  # the decoder graph's self-attention this project's op (fused_graph.attention)
+    own_attention: bool = False  # the decoder graph's self- and cross-attention this project's op (`cross_attend`)
 
 
 def check_all_used(weights: StateDict, arch, skip: tuple[str, ...] = ()) -> None:
@@ -160,9 +159,8 @@ def cross_attend(g: GraphBuilder, q: str, cross: tuple[str, str], heads: int, sc
     attention, else MultiHeadAttention."""
     if not fg.own_attention(g, cross):
         return attend(g, q, *cross, heads, scale, bias)
-    name = f"cross{g._count}"
-    return g.op("Attention", [q, "", "", *cross, "", "", bias], [name, "", "", f"{name}.workspace"],
-                domain=custom_ops.DOMAIN, num_heads=heads, scale=scale, causal=0)[0]
+    return fg.attention_op(g, [q, "", "", *cross, "", "", bias], [f"cross{g._count}", "", ""], num_heads=heads,
+                           scale=scale, causal=0)
 
 
 def relative_table(values: np.ndarray, buckets: Callable, reach: int, causal: bool, dtype) -> np.ndarray:

@@ -222,7 +222,7 @@ __global__ void combine(Params p) {
   p.y[static_cast<int64_t>(token) * p.heads * D + head * D + d] = __float2half_rn(total > 0.f ? o / total : 0.f);
   const int kv_heads = p.heads / p.group;
   if (p.causal && head < kv_heads) {
-    const int column = p.seqlens[b] + 1 - p.seq + s;
+    const int column = span(p, b, s).column;
     if (column >= 0 && column < p.length) {
       const int64_t at = ((static_cast<int64_t>(b) * kv_heads + head) * p.length + column) * D + d;
       const int64_t from = static_cast<int64_t>(token) * p.kv_stride + head * D + d;
