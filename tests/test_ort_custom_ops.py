@@ -1,9 +1,9 @@
 """This project's ONNX Runtime custom ops (NNDF/backends/onnxrt/custom_ops.py, sources in ops/): `nndf.Linear`
 (X . W^T + B, W stored [out, in]) against numpy / torch, on ONNX Runtime's CPU provider (the library's CPU
 build, compiled here with the C++ compiler) and, with HARNESS_TEST_DEVICE=cuda, onnxruntime-gpu and nvcc, on
-CUDA: the few-row kernel at 1-8 rows (float16 and float32, with and without a bias, widths that are and are not
-a multiple of its loads), cuBLAS past 8 rows and for widths its 16-byte loads cannot take, and replays of
-ONNX Runtime's CUDA graph."""
+CUDA: the few-row kernel at 1-2 rows, the tensor-core kernel at 3-16 float16 rows (with and without a bias, widths
+that are and are not a multiple of its loads and of its tiles), cuBLAS past 16 rows, for float32 past 2 and for
+widths its 16-byte loads cannot take, and replays of ONNX Runtime's CUDA graph."""
 import os
 import shutil
 from pathlib import Path
@@ -180,7 +180,7 @@ def test_linear_on_cuda_matches_torch(cuda_library, tmp_path, dtype, k, bias, al
     wt, bt = torch.from_numpy(w).cuda().float(), (torch.from_numpy(b).cuda().float() if bias else 0)
     tol = 2e-3 if dtype == np.float16 else 1e-4
     with torch.cuda.stream(stream):
-        for rows in [1, 2, 3, 5, 8, 9, 130]:
+        for rows in [1, 2, 3, 5, 8, 9, 16, 17, 130]:
             x = torch.randn(1, rows, k, generator=gen).to("cuda", torch.float16 if dtype == np.float16 else torch.float32)
             y = _run_cuda(session, x, n)
             expected = alpha * (x.float() @ wt.T) + bt
@@ -225,7 +225,7 @@ def test_linear_on_cuda_adds_a_tensor_of_the_outputs_shape(cuda_library, tmp_pat
     stream = torch.cuda.Stream()
     session = make_session(tmp_path / "linear.onnx", torch.device("cuda", 0), stream=stream)
     with torch.cuda.stream(stream):
-        for rows in (1, 2, 9):  # the few-row kernel, then cuBLAS and the epilogue kernel
+        for rows in (1, 2, 3, 9, 17):  # the few-row kernel, the tensor-core kernel, cuBLAS and the epilogue kernel
             x = torch.randn(1, rows, k, device="cuda", dtype=torch.float16)
             a = torch.randn(1, rows, n, device="cuda", dtype=torch.float16)
             y = torch.empty(1, rows, n, device="cuda", dtype=torch.float16)
@@ -298,11 +298,12 @@ def test_linear_refuses_a_norm_without_its_output_or_scale(cpu_library, tmp_path
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize("k", [4096, 16384])
+@pytest.mark.parametrize("k", [2048, 4096, 16384])
 @pytest.mark.parametrize("norm, with_beta", [(1, True), (2, False)])
 def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype, k, norm, with_beta):
-    """The norm inside the few-row kernel (its rows in shared memory), in a kernel of its own where they do not fit
-    (16384 float32 features; two rows of 16384 float16) and before cuBLAS (3 and 9 rows)."""
+    """The norm inside the few-row and tensor-core kernels (their rows in shared memory), in a kernel of its own where
+    they do not fit (16384 float32 features; two rows of 16384 float16; 9 rows of 4096) and before cuBLAS (float32
+    from 3 rows, 17 rows)."""
     n, eps = 520, 1e-5
     gen = torch.Generator().manual_seed(k + norm)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
@@ -312,7 +313,7 @@ def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype
                            stream=torch.cuda.Stream())
     torch_type = torch.float16 if dtype == np.float16 else torch.float32
     tol = 4e-3 if dtype == np.float16 else 1e-4
-    for rows in (1, 2, 3, 9):
+    for rows in (1, 2, 3, 9, 17):
         x = (torch.randn(1, rows, k, generator=gen) * 2 + 0.5).to(torch_type)
         y, got = session.run(None, {"x": x.numpy()})
         expected = normed(x, torch.from_numpy(gamma), None if beta is None else torch.from_numpy(beta), norm, eps)
@@ -364,8 +365,8 @@ def test_a_gated_linear_refuses_an_odd_width_and_an_addend(cpu_library, tmp_path
 @pytest.mark.parametrize("activation", [2, 3])
 @pytest.mark.parametrize("norm", [None, 2])
 def test_linear_on_cuda_gates_pairs_of_rows(cuda_library, tmp_path, dtype, activation, norm):
-    """The gate in the few-row kernel's epilogue (1, 2 rows) and after cuBLAS's product (3, 9 rows), with and
-    without an RMSNorm before the product."""
+    """The gate in the few-row and tensor-core kernels' epilogues (1, 2; 3, 9 rows in float16) and after cuBLAS's
+    product (17 rows; float32 from 3), with and without an RMSNorm before the product."""
     k, n = 2048, 2 * 1000
     gen = torch.Generator().manual_seed(activation)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
@@ -374,7 +375,7 @@ def test_linear_on_cuda_gates_pairs_of_rows(cuda_library, tmp_path, dtype, activ
                            torch.device("cuda", 0), stream=torch.cuda.Stream())
     torch_type = torch.float16 if dtype == np.float16 else torch.float32
     tol = 4e-3 if dtype == np.float16 else 1e-4
-    for rows in (1, 2, 3, 9):
+    for rows in (1, 2, 3, 9, 17):
         x = torch.randn(1, rows, k, generator=gen).to(torch_type)
         (y,) = session.run(None, {"x": x.numpy()})
         inputs = normed(x, torch.from_numpy(gamma), None, norm, 1e-5).to(torch_type) if norm else x

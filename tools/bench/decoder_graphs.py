@@ -12,9 +12,10 @@ Per model (random weights with the published shapes, tools/assets/make_shapes_mo
            `generate`'s static-cache row beside it (--hf-baseline)
   onnxrt-matmul  the same with the graph's products as ONNX Runtime's MatMul (`--ort-products matmul`; the
            default is this project's Linear op on CUDA), no HF row
-  onnxrt-V, flash-V  the onnxrt row and its captured step (as `flash`) with the graph built with each of
-           --ort-variants' settings (speed_matrix.ORT_VARIANTS, e.g. `normkernels`: the skip norms in their own
-           kernels; `alibi`: BLOOM's ALiBi columns inside the q/k/v product), in their own working directory
+  onnxrt-V, flash-V, batch8-V  the onnxrt row, its captured step (as `flash`) and its batch-8 row with the graph
+           built with each of --ort-variants' settings (speed_matrix.ORT_VARIANTS, e.g. `normkernels`: the skip norms
+           in their own kernels; `alibi`: BLOOM's ALiBi columns inside the q/k/v product) in their own working
+           directory (the default graph's for a variant that only sets the ops' environment, e.g. `cublasrows`)
   kernels  the onnxrt one-token step under torch's profiler (CUPTI sees ONNX Runtime's kernels): GPU time per step,
            kernels per step, the top kernels (XQA on: `flash` is the default path, XQA off; `flash-matmul` that
            with `--ort-products matmul`)
@@ -202,16 +203,18 @@ def jobs(shape: str, keep: bool, workdir: str, variants: tuple[str, ...] = (),
             ("batch8", lambda: bench(shape, folder, workdir, "onnxrt", 8, hf=False))]
     at = [name for name, _ in done].index("onnxrt-matmul") + 1  # each graph variant's jobs after the default's
     done[at:at] = [job for v in ort_variants for job in (
-        (f"onnxrt-{v}", lambda v=v: bench(shape, folder, f"{workdir}-{v}", "onnxrt", 1, hf=False, graphs=v)),
-        (f"flash-{v}", lambda v=v: kernels(shape, folder, f"{workdir}-{v}", xqa=False, graphs=v)))]
+        (f"onnxrt-{v}", lambda v=v: bench(shape, folder, sm.graph_workdir(workdir, v), "onnxrt", 1, hf=False,
+                                          graphs=v)),
+        (f"flash-{v}", lambda v=v: kernels(shape, folder, sm.graph_workdir(workdir, v), xqa=False, graphs=v)))]
+    done += [(f"batch8-{v}", lambda v=v: bench(shape, folder, sm.graph_workdir(workdir, v), "onnxrt", 8, hf=False,
+                                               graphs=v)) for v in ort_variants]
     at = [name for name, _ in done].index("frameworks") + 1  # each variant's row after the default's
     done[at:at] = [(f"frameworks-{v}", lambda v=v: bench(shape, folder, workdir, "frameworks", 1, hf=False, variant=v))
                    for v in row_variants]
     done += [("step", lambda v=v: variant_step(shape, folder, workdir, v)) for v in variants]
     if not keep:
-        done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p)
-                                                     for p in (Path(folder), Path(workdir),
-                                                               *(Path(f"{workdir}-{v}") for v in ort_variants))]}))
+        folders = {folder, workdir, *(sm.graph_workdir(workdir, v) for v in ort_variants)}
+        done.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or p for p in folders]}))
     return done
 
 
@@ -235,8 +238,8 @@ def main() -> None:
     parser.add_argument("--variants", default="", help="comma-separated fused-step settings (speed_matrix."
                         "LLAMA_VARIANTS) whose captured step is timed after the rows, each a `step` job")
     parser.add_argument("--ort-variants", default="", help="comma-separated settings of the built graphs "
-                        f"({', '.join(sm.ORT_VARIANTS)}) each benchmarked as an `onnxrt-<variant>` job and profiled as "
-                        "`flash-<variant>`")
+                        f"({', '.join(sm.ORT_VARIANTS)}) each benchmarked as `onnxrt-<variant>` and "
+                        "`batch8-<variant>` jobs and profiled as `flash-<variant>`")
     parser.add_argument("--xqa", choices=("on", "off"), help="ONNX Runtime's XQA decode attention for every onnxrt "
                         "row (ORT_ENABLE_XQA; default: ONNX Runtime's own choice, on for fp16)")
     args = parser.parse_args()
@@ -272,7 +275,7 @@ def main() -> None:
 
 
 def _bench(kind: str) -> bool:
-    return kind in BENCH or kind.startswith(("frameworks-", "onnxrt-"))
+    return kind in BENCH or kind.startswith(("frameworks-", "onnxrt-", "batch8-"))
 
 
 def _collect(doc: dict, kind: str, job):

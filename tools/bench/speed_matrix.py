@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import time
 import traceback
@@ -352,7 +353,17 @@ ORT_VARIANTS = {
     # Runtime's GroupQueryAttention (the default: as each family's builder declares, `own_attention`)
     "attention": {"CausalLM.fused_graph": {"OWN_ATTENTION": True}},
     "gqa": {"CausalLM.fused_graph": {"OWN_ATTENTION": False}},
+    # environment variables the ops read at every launch (so while the job runs): the Linear op's products of 3-16
+    # fp16 rows through cuBLAS and an epilogue kernel, not its tensor-core kernel / that kernel with 8 warps a block
+    "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
+    "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
 }
+
+
+def graph_workdir(workdir: str, variant: str | None) -> str:
+    """Where the graphs of `variant` (ORT_VARIANTS) are built: a folder of their own, or the default graphs' folder
+    where the variant only sets the ops' environment."""
+    return f"{workdir}-{variant}" if variant and set(ORT_VARIANTS[variant]) - {"env"} else workdir
 
 
 @contextlib.contextmanager
@@ -361,16 +372,25 @@ def graph_settings(variant: str | None):
     block runs."""
     import importlib
 
+    settings = dict(ORT_VARIANTS.get(variant or "", {}))
+    env = settings.pop("env", {})
     changes = [(importlib.import_module(module), name, value)
-               for module, values in ORT_VARIANTS.get(variant or "", {}).items() for name, value in values.items()]
+               for module, values in settings.items() for name, value in values.items()]
     saved = [(module, name, getattr(module, name)) for module, name, _ in changes]
+    saved_env = {name: os.environ.get(name) for name in env}
     for module, name, value in changes:
         setattr(module, name, value)
+    os.environ.update(env)
     try:
         yield
     finally:
         for module, name, value in saved:
             setattr(module, name, value)
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 # a variant's suffix after "+" (`loop_mode`; several as MODE+MODE)

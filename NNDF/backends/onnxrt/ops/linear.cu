@@ -1,12 +1,12 @@
-// Linear (y = x . w^T + b, w [n, k] as a checkpoint stores it) on the GPU: blocks of 4 weight rows for a few rows
-// of x (the one-token steps of a decode graph), cuBLAS through ONNX Runtime's own handle for more rows (a prompt
-// pass). The few-row kernel streams each weight row once in 16-byte loads, several in flight per thread, with fp32
-// sums; its first loads are issued before it waits on the kernel before it (programmatic dependent launch), since
-// the weights never depend on that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block
-// of the few-row kernel normalises x into shared memory after that wait and before its product, so the norm needs
-// no kernel of its own; the normalised rows are written out too (spread over the blocks), for other readers. A
-// gated activation (gate and up rows in pairs) is applied as the few-row kernel writes, or by a kernel after
-// cuBLAS's product.
+// Linear (y = x . w^T + b, w [n, k] as a checkpoint stores it) on the GPU: blocks of 4 weight rows for one or two
+// rows of x (the one-token steps of a decode graph), blocks of 16 weight rows on the tensor cores for 3-16 fp16 rows
+// (beams, batches), cuBLAS through ONNX Runtime's own handle for more rows (a prompt pass). Both kernels of ours
+// stream each weight row once in 16-byte loads, several in flight per thread, with fp32 sums; their first loads are
+// issued before they wait on the kernel before (programmatic dependent launch), since the weights never depend on
+// that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block normalises x into shared memory
+// after that wait and before its product, so the norm needs no kernel of its own; the normalised rows are written
+// out too (spread over the blocks), for other readers. A gated activation (gate and up rows in pairs) is applied as
+// our kernels write, or by a kernel after cuBLAS's product.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -92,27 +92,30 @@ __device__ __forceinline__ void block_sum(float (&v)[N], float (*scratch)[N]) {
   }
 }
 
-// Norm over the M rows of x [M, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta; kLinearRmsNorm:
-// x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a norm kernel's output would be, into `staged` (M * chunks
-// 16-byte chunks; null: none) and the chunks c of `out` with c % stride == offset (null: none). Two passes over x
+// Norm over the first `rows` (up to M) rows of x [rows, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma +
+// beta; kLinearRmsNorm: x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a norm kernel's output would be, into
+// `staged` (rows * chunks 16-byte chunks; null: none) and the chunks c of `out` with c % stride == offset (null: none). Two passes over x
 // (re-read from L1 / L2): the sums of (x - s) and (x - s)^2 with s the row's first value (a LayerNorm's variance
 // without the cancellation of E[x^2] - E[x]^2 where the mean is large against the spread), then the norm.
 template <typename T, int M, int Threads, int Norm>
 __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
-                          float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset) {
+                          float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset,
+                          int rows = M) {
   constexpr int kCount = Pack<T>::kCount;
   __shared__ float scratch[Threads / 32][2 * M];
   float shift[M], sums[2 * M], f[kCount];
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    shift[m] = Norm == kLinearLayerNorm ? as_float(reinterpret_cast<const T*>(x + static_cast<size_t>(m) * chunks)[0])
-                                        : 0.f;
+    shift[m] = Norm == kLinearLayerNorm && m < rows
+                   ? as_float(reinterpret_cast<const T*>(x + static_cast<size_t>(m) * chunks)[0])
+                   : 0.f;
     sums[2 * m] = sums[2 * m + 1] = 0.f;
   }
 #pragma unroll 4
   for (int c = threadIdx.x; c < chunks; c += Threads)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
+      if (m >= rows) break;
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
@@ -139,6 +142,7 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
     if (beta) unpack<T>(__ldg(b + c), bf);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
+      if (m >= rows) break;
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
@@ -269,6 +273,120 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
   }
 }
 
+// One 16 x 8 x 16 tensor-core product (fp16 in, fp32 sums): c += a . b, a 16 weight rows by 16 features, b 16
+// features by 8 rows of x, in the registers of a warp as mma.sync lays them out
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+               "{%0, %1, %2, %3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();  // never launched there (dot_rows_on)
+#endif
+}
+
+// x [rows, k] (3 <= rows <= 8 * Tiles), w [n, k], y [rows, n]; fp16, k a multiple of 8. The few-row kernel's
+// design on the tensor cores: a block of `Warps` warps takes 16 weight rows, each warp a share of the features
+// (steps of 32, interleaved), with `Ahead` steps of its loads in flight (each slot reloaded as it is used). In a
+// step, lane (g, t) (g = lane / 4, t = lane % 4) loads features 8t..8t+7 of weight rows g and g + 8 and of x's rows
+// g (and g + 8 with two tiles), 16 bytes each: two m16n8k16 products take them as their features 2t, 2t+1, 2t+8,
+// 2t+9 (a sum over features does not depend on their order, as long as both operands agree on it). The warps'
+// sums meet in shared memory; the epilogue is the few-row kernel's (bias, addend, ReLU or a gate of row pairs).
+template <int Tiles, int Warps, int Ahead, int Norm>
+__global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict__ x, const __half* __restrict__ w,
+                                                       const __half* __restrict__ bias,
+                                                       const __half* __restrict__ addend, __half* __restrict__ y,
+                                                       int rows, int n, int k, float alpha, int activation,
+                                                       NormArgs norm) {
+  constexpr int M = 8 * Tiles;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int first = blockIdx.x * 16;
+  const int chunks = k / 8;
+  const int steps = (chunks + 3) / 4;
+  const int mine = steps > warp ? (steps - warp + Warps - 1) / Warps : 0;  // steps warp, warp + Warps, ...
+  const uint4* lo = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g, n - 1)) * chunks;
+  const uint4* hi = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g + 8, n - 1)) * chunks;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 wl[Ahead], wh[Ahead];
+#pragma unroll
+  for (int a = 0; a < Ahead; ++a) {
+    const int c = (warp + a * Warps) * 4 + t;
+    const bool in = a < mine && c < chunks;
+    wl[a] = in ? __ldcs(lo + c) : zero;
+    wh[a] = in ? __ldcs(hi + c) : zero;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
+#endif
+  const uint4* xr = reinterpret_cast<const uint4*>(x);
+  extern __shared__ uint4 staged[];  // [rows, chunks] with a norm
+  if (Norm != kLinearNoNorm) {
+    normalize<__half, M, Warps * 32, Norm>(xr, static_cast<const __half*>(norm.gamma),
+                                           static_cast<const __half*>(norm.beta), norm.eps, chunks, staged,
+                                           static_cast<uint4*>(norm.out), gridDim.x, blockIdx.x, rows);
+    xr = staged;
+  }
+  float acc[Tiles][4];
+#pragma unroll
+  for (int j = 0; j < Tiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int i = 0; i < mine; i += Ahead) {
+#pragma unroll
+    for (int a = 0; a < Ahead; ++a) {
+      if (i + a < mine) {
+        const int c = (warp + (i + a) * Warps) * 4 + t;
+#pragma unroll
+        for (int j = 0; j < Tiles; ++j) {
+          const int m = g + 8 * j;
+          const uint4 xv = m < rows && c < chunks
+                               ? (Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldg(xr + static_cast<size_t>(m) * chunks + c))
+                               : zero;
+          mma16816(acc[j], wl[a].x, wh[a].x, wl[a].y, wh[a].y, xv.x, xv.y);
+          mma16816(acc[j], wl[a].z, wh[a].z, wl[a].w, wh[a].w, xv.z, xv.w);
+        }
+        const int next = (warp + (i + a + Ahead) * Warps) * 4 + t;
+        const bool in = i + a + Ahead < mine && next < chunks;
+        wl[a] = in ? __ldcs(lo + next) : zero;
+        wh[a] = in ? __ldcs(hi + next) : zero;
+      }
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+  __shared__ float partial[Warps][16][M];  // [warp][weight row][row of x]
+#pragma unroll
+  for (int j = 0; j < Tiles; ++j) {
+    partial[warp][g][8 * j + 2 * t] = acc[j][0];
+    partial[warp][g][8 * j + 2 * t + 1] = acc[j][1];
+    partial[warp][g + 8][8 * j + 2 * t] = acc[j][2];
+    partial[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
+  }
+  __syncthreads();
+  const auto sum = [&](int r, int m) {
+    float v = 0.f;
+#pragma unroll
+    for (int j = 0; j < Warps; ++j) v += partial[j][r][m];
+    return alpha * v + (bias ? __half2float(bias[first + r]) : 0.f);
+  };
+  if (activation >= kLinearSiluGated) {  // rows 2j and 2j + 1 are gate and up of output column j
+    for (int i = threadIdx.x; i < 8 * rows; i += Warps * 32) {
+      const int m = i / 8, r = 2 * (i % 8);
+      if (first + r + 1 < n) store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, sum(r, m)) * sum(r + 1, m));
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < 16 * rows; i += Warps * 32) {
+    const int m = i / 16, r = i % 16;
+    if (first + r < n) {
+      const size_t at = static_cast<size_t>(m) * n + first + r;
+      const float v = sum(r, m) + (addend ? __half2float(addend[at]) : 0.f);
+      store(y + at, activation == kLinearRelu ? fmaxf(v, 0.f) : v);
+    }
+  }
+}
+
 // y [rows, n] = y + bias + addend (either null: 0), then ReLU if asked: cuBLAS's product's epilogue
 template <typename T>
 __global__ void epilogue(T* y, const T* bias, const T* addend, size_t total, int n, int activation) {
@@ -309,6 +427,17 @@ __global__ void norm_rows(const T* x, NormArgs norm, int k) {
 bool programmatic_launch() {  // read at every launch (a captured graph keeps what it was captured with)
   const char* v = getenv("NNDF_ORT_LINEAR_PDL");
   return !(v && v[0] == '0');
+}
+
+// the tensor-core kernel for 3-16 fp16 rows (the default), or cuBLAS as for more rows (NNDF_ORT_LINEAR_DOT=0, read at
+// every launch, for measurements)
+// and on a GPU with mma.sync's fp16 form (compute capability 8.0 and later)
+bool dot_rows_on() {
+  const char* v = getenv("NNDF_ORT_LINEAR_DOT");
+  if (v && v[0] == '0') return false;
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
 }
 
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
@@ -356,6 +485,38 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
   }
 }
 
+// Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block of 4 warps (NNDF_ORT_LINEAR_DOT_WARPS=8,
+// read at every launch, for measurements: 8), 8 steps of 32 features in flight a warp
+template <int Tiles, int Warps, int Norm>
+cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                       float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  const size_t shared = Norm != kLinearNoNorm ? static_cast<size_t>(rows) * k * sizeof(__half) : 0;
+  return launch_programmatic(programmatic_launch(), dot_rows<Tiles, Warps, 8, Norm>, dim3((n + 15) / 16),
+                             dim3(Warps * 32), shared, s, static_cast<const __half*>(x), static_cast<const __half*>(w),
+                             static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
+                             rows, n, k, alpha, activation, norm);
+}
+
+template <int Norm>
+cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  const char* v = getenv("NNDF_ORT_LINEAR_DOT_WARPS");
+  if (v && v[0] == '8')
+    return rows <= 8 ? launch_dot<1, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
+                     : launch_dot<2, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+  return rows <= 8 ? launch_dot<1, 4, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
+                   : launch_dot<2, 4, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+}
+
+cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                         float alpha, int activation, int norm_kind, const NormArgs& norm, cudaStream_t s) {
+  switch (norm_kind) {
+    case kLinearLayerNorm: return dispatch_dot<kLinearLayerNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+    case kLinearRmsNorm: return dispatch_dot<kLinearRmsNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+    default: return dispatch_dot<kLinearNoNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
+  }
+}
+
 template <typename T>
 cudaError_t launch_norm(int rows, const void* x, int norm_kind, const NormArgs& norm, int k, cudaStream_t s) {
   if (norm_kind == kLinearLayerNorm)
@@ -392,8 +553,9 @@ GemmEx gemm_ex() {
   return fn;
 }
 
-// The launcher for element type T (__half or float): the norm in a kernel of its own where the few-row kernel
-// cannot stage the rows (or there are more rows than it takes), the few-row kernel, else cuBLAS and an epilogue.
+// The launcher for element type T (__half or float): the few-row kernel (1-2 rows), the tensor-core kernel (3-16
+// rows, fp16), else cuBLAS and an epilogue; the norm in a kernel of its own where cuBLAS takes the product or the
+// rows do not fit a block's shared memory.
 template <typename T>
 const char* linear(const void* x, const void* w, const void* bias, const void* addend, void* y, void* product,
                    int64_t rows, int64_t n, int64_t k, float alpha, int activation, const LinearNorm& norm,
@@ -405,17 +567,26 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   if (norm.kind != kLinearNoNorm && k % kPack) return "nndf Linear: a norm needs a width that is a multiple of 8";
   NormArgs args{norm.gamma, norm.beta, norm.out, norm.eps};
   int norm_kind = norm.kind;
-  if (norm_kind != kLinearNoNorm && (rows > kLinearFewRows || staged > kStagedBytes)) {
+  const bool few = rows <= kLinearFewRows && k % kPack == 0;
+  const bool dot = sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
+  if (norm_kind != kLinearNoNorm && (!(few || dot) || staged > kStagedBytes)) {
     // the norm in its own kernel, then the product reads its output
     status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
     if (status != cudaSuccess) return cudaGetErrorString(status);
     x = norm.out;
     norm_kind = kLinearNoNorm;
   }
-  if (rows <= kLinearFewRows && k % kPack == 0) {
+  if (few) {
     status = dispatch_few<T>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n), static_cast<int>(k),
                              alpha, activation, norm_kind, args, stream);
     return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+  }
+  if constexpr (sizeof(T) == 2) {
+    if (dot) {
+      status = dispatch_dot(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n), static_cast<int>(k),
+                            alpha, activation, norm_kind, args, stream);
+      return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
+    }
   }
   GemmEx gemm = gemm_ex();
   if (!gemm || !cublas) return "nndf Linear: cuBLAS (cublasGemmEx) is not loaded in this process";

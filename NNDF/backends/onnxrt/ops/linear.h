@@ -4,7 +4,8 @@
 
 constexpr int kLinearFloat32 = 1;   // ONNX's element types
 constexpr int kLinearFloat16 = 10;
-constexpr int64_t kLinearFewRows = 2;  // rows of x this library's kernel takes; more go to cuBLAS
+constexpr int64_t kLinearFewRows = 2;   // rows of x this library's few-row kernel takes
+constexpr int64_t kLinearDotRows = 16;  // rows its tensor-core kernel takes in fp16 (more: cuBLAS)
 constexpr int kLinearNoNorm = 0, kLinearLayerNorm = 1, kLinearRmsNorm = 2;  // the op's `norm` attribute
 // the op's `activation` attribute: none, ReLU, and the gated ones (W's rows 2j and 2j + 1 are the gate and the up
 // projection of output column j: Y [..., n / 2] = act(gate) * up) with SiLU or GELU's tanh form as act

@@ -9,8 +9,8 @@
 // residual) in the same kernel (attributes: alpha, float, default 1; activation, int, 0-3; norm, int, 0, 1 or 2;
 // epsilon, float). N, the normalised X, is written where the node names it (it must with a norm); P, where the
 // node names it (it must with a gated activation: cuBLAS's product of many rows goes there before the gate). On
-// CUDA (float16, float32) a few rows of X go to this library's kernel (linear.cu), more to cuBLAS through ONNX
-// Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
+// CUDA (float16, float32) a few rows of X go to this library's kernels (linear.cu: 1-2 rows, and 3-16 float16 rows
+// on the tensor cores), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
 // Runtime's own ops.
 //
 // Attention(Q, K?, V?, past_key, past_value, seqlens_k?, bias?, key_bias?) -> Y, present_key?, present_value?,
