@@ -28,7 +28,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               and idle time and the kernels beside the step; loop-beams: the same per beam step, 4 beams
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
               (eager) on the same random inputs, batch 2: where each row first differs; tokens-V: the
-              frameworks step with each of --row-variants' settings
+              frameworks step with each of --row-variants' settings; tokens8-onnxrt: the onnxrt graphs at batch 8
+              (eight rows: the decoder's products through the Linear op's tensor-core kernel)
 Every row carries the achieved bandwidth (the decoder's weight bytes / TPOT). Rows are saved as they come
 (OUT/seq2seq-speed.json, .md); no job starts after --deadline seconds; each model's folder and artifacts are
 deleted after its jobs unless --keep.
@@ -153,7 +154,8 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
                  (f"tokens-onnxrt-{v}", lambda v=v: tokens(shape, ort_dir(v), graphs=v)),
                  (f"kernels-onnxrt-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), graphs=v))]
     todo += [("loop", lambda: loop(shape, workdir)), ("loop-beams", lambda: loop(shape, workdir, beams=4))]
-    todo += [("tokens", lambda: tokens(shape, workdir))]
+    todo += [("tokens", lambda: tokens(shape, workdir)),
+             ("tokens8-onnxrt", lambda: tokens(shape, workdir, batch=8, onnxrt_only=True))]
     todo += [(f"tokens-{v}", lambda v=v: tokens(shape, workdir, variant=v)) for v in row_variants]
     todo += [("kernels", lambda: kernels(shape, "frameworks", COMPILED, workdir))]
     todo += [(f"kernels-{v}", lambda v=v: kernels(shape, "frameworks", COMPILED, workdir, variant=v))
@@ -242,19 +244,20 @@ def loop(shape: str, workdir: str, beams: int = 1) -> dict:
 
 
 def tokens(shape: str, workdir: str, batch: int = 2, new: int = NEW, variant: str | None = None,
-           graphs: str | None = None) -> dict:
+           graphs: str | None = None, onnxrt_only: bool = False) -> dict:
     """fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate` (its growing
     cache, eager) on the same random encoder inputs: the first position where each row differs (None: equal).
     `variant`: the frameworks step alone, built with that variant's settings (VARIANTS, `step_settings`);
-    `graphs`: the onnxrt graphs alone, built with those settings (ORT_VARIANTS, `graph_settings`)."""
+    `graphs`: the onnxrt graphs alone, built with those settings (ORT_VARIANTS, `graph_settings`); `onnxrt_only`:
+    the default onnxrt graphs alone."""
     from NNDF import registry
     from NNDF.actions.common import backend_steps, generate_prompt
     from NNDF.context import make_context
     from NNDF.generation import GenerationConfig
 
     family = FAMILIES[shape]
-    out = {"model": shape, "new_tokens": new, "variant": variant or graphs}
-    paths = ((("frameworks", "frameworks", COMPILED),) if graphs is None else ()) + (
+    out = {"model": shape, "new_tokens": new, "batch": batch, "variant": variant or graphs}
+    paths = ((("frameworks", "frameworks", COMPILED),) if graphs is None and not onnxrt_only else ()) + (
         (("onnxrt", "onnxrt", ORT),) if variant is None else ())
     for label, backend, options in paths:
         run = make_context(registry.family(family), replace(sm.options(sm.SHAPES[shape], batch, options, workdir),
