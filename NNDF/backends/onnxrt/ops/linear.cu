@@ -328,6 +328,21 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
                                            static_cast<uint4*>(norm.out), gridDim.x, blockIdx.x, rows);
     xr = staged;
   }
+  // x's chunks of step i of this warp's (rows g and g + 8 with two tiles), loaded with its weights' (so no step
+  // waits on a load of its own)
+  const auto load_x = [&](int i, uint4 (&into)[Tiles]) {
+    const int c = (warp + i * Warps) * 4 + t;
+#pragma unroll
+    for (int j = 0; j < Tiles; ++j) {
+      const int m = g + 8 * j;
+      into[j] = i < mine && m < rows && c < chunks
+                    ? (Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldg(xr + static_cast<size_t>(m) * chunks + c))
+                    : zero;
+    }
+  };
+  uint4 xs[Ahead][Tiles];
+#pragma unroll
+  for (int a = 0; a < Ahead; ++a) load_x(a, xs[a]);
   float acc[Tiles][4];
 #pragma unroll
   for (int j = 0; j < Tiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
@@ -335,20 +350,16 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
 #pragma unroll
     for (int a = 0; a < Ahead; ++a) {
       if (i + a < mine) {
-        const int c = (warp + (i + a) * Warps) * 4 + t;
 #pragma unroll
         for (int j = 0; j < Tiles; ++j) {
-          const int m = g + 8 * j;
-          const uint4 xv = m < rows && c < chunks
-                               ? (Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldg(xr + static_cast<size_t>(m) * chunks + c))
-                               : zero;
-          mma16816(acc[j], wl[a].x, wh[a].x, wl[a].y, wh[a].y, xv.x, xv.y);
-          mma16816(acc[j], wl[a].z, wh[a].z, wl[a].w, wh[a].w, xv.z, xv.w);
+          mma16816(acc[j], wl[a].x, wh[a].x, wl[a].y, wh[a].y, xs[a][j].x, xs[a][j].y);
+          mma16816(acc[j], wl[a].z, wh[a].z, wl[a].w, wh[a].w, xs[a][j].z, xs[a][j].w);
         }
         const int next = (warp + (i + a + Ahead) * Warps) * 4 + t;
         const bool in = i + a + Ahead < mine && next < chunks;
         wl[a] = in ? __ldcs(lo + next) : zero;
         wh[a] = in ? __ldcs(hi + next) : zero;
+        load_x(i + a + Ahead, xs[a]);
       }
     }
   }
