@@ -5,10 +5,11 @@ machine's compilers and registered on the sessions whose graphs use them.
 or two rows of X (a one-token step) go to this library's kernel: blocks of 128 threads over 4 weight rows, one
 16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
 (programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
-3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 4 warps over 16 weight rows, the same
-16-byte loads (8 steps of 32 features in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met
-in shared memory, the same epilogue and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS,
-`NNDF_ORT_LINEAR_DOT_WARPS=8` gives a block 8 warps, for measurements); more rows (a prompt pass), float32 past 2
+3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 4 warps over 16 weight rows (8 warps
+where the blocks are fewer than two a multiprocessor), the same 16-byte loads (8 steps of 32 features of weights and
+x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
+and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, `NNDF_ORT_LINEAR_DOT_WARPS=4` or `8`
+fixes a block's warps, for measurements); more rows (a prompt pass), float32 past 2
 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an epilogue kernel where
 there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the
 output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in the same kernel, and a norm of X

@@ -496,8 +496,9 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
   }
 }
 
-// Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block of 4 warps (NNDF_ORT_LINEAR_DOT_WARPS=8,
-// read at every launch, for measurements: 8), 8 steps of 32 features in flight a warp
+// Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp;
+// 8 warps a block where the blocks are fewer than two a multiprocessor (so a narrow product has as many loads in
+// flight as a wide one), else 4; NNDF_ORT_LINEAR_DOT_WARPS=4 or 8 (read at every launch, for measurements) fixes it
 template <int Tiles, int Warps, int Norm>
 cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
                        float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
@@ -512,7 +513,11 @@ template <int Norm>
 cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
                          float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
   const char* v = getenv("NNDF_ORT_LINEAR_DOT_WARPS");
-  if (v && v[0] == '8')
+  int device = 0, processors = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device);
+  const bool wide = v && (v[0] == '4' || v[0] == '8') ? v[0] == '8' : (n + 15) / 16 < 2 * processors;
+  if (wide)
     return rows <= 8 ? launch_dot<1, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
                      : launch_dot<2, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
   return rows <= 8 ? launch_dot<1, 4, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
