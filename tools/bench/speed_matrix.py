@@ -359,6 +359,8 @@ ORT_VARIANTS = {
     "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
     "dotwarps4": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "4"}},
     "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
+    # the norms of products of 3-16 fp16 rows in a kernel of their own, not inside the tensor-core kernel's blocks
+    "dotnormkernel": {"env": {"NNDF_ORT_LINEAR_DOT_NORM": "0"}},
 }
 
 

@@ -9,7 +9,7 @@ or two rows of X (a one-token step) go to this library's kernel: blocks of 128 t
 where the blocks are fewer than two a multiprocessor), the same 16-byte loads (8 steps of 32 features of weights and
 x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
 and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, `NNDF_ORT_LINEAR_DOT_WARPS=4` or `8`
-fixes a block's warps, for measurements); more rows (a prompt pass), float32 past 2
+fixes a block's warps, `NNDF_ORT_LINEAR_DOT_NORM=0` puts its norm in a kernel of its own, for measurements); more rows (a prompt pass), float32 past 2
 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an epilogue kernel where
 there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the
 output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in the same kernel, and a norm of X

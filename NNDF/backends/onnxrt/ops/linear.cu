@@ -451,6 +451,13 @@ bool dot_rows_on() {
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
 }
 
+// the norm inside the tensor-core kernel's blocks (the default), or in a kernel of its own before it
+// (NNDF_ORT_LINEAR_DOT_NORM=0, read at every launch, for measurements)
+bool dot_norm() {
+  const char* v = getenv("NNDF_ORT_LINEAR_DOT_NORM");
+  return !(v && v[0] == '0');
+}
+
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
 // threads, a 4096-feature fp16 row's every load issued before the block waits and normalises);
 // NNDF_ORT_LINEAR_NORM_AHEAD=4, read at every launch, for measurements
@@ -585,7 +592,7 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   int norm_kind = norm.kind;
   const bool few = rows <= kLinearFewRows && k % kPack == 0;
   const bool dot = sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
-  if (norm_kind != kLinearNoNorm && (!(few || dot) || staged > kStagedBytes)) {
+  if (norm_kind != kLinearNoNorm && (!(few || dot) || staged > kStagedBytes || (dot && !dot_norm()))) {
     // the norm in its own kernel, then the product reads its output
     status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
     if (status != cudaSuccess) return cudaGetErrorString(status);
