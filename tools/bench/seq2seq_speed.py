@@ -22,8 +22,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
   kernels     the compiled frameworks step and the onnxrt step alone: wall ms per step, GPU ms and kernels per
               step, the top kernels (torch's profiler); also built with each of --variants' settings
               (kernels-V), at 4 and 8 rows (kernels-rows4, kernels-rows8, kernels-onnxrt-rows4,
-              kernels-rows4-V and kernels-rows8-V for --batch-variants) and compiled with --compile-mode
-              max-autotune (kernels-autotuned; its benchmark row: autotuned)
+              kernels-onnxrt-rows8, kernels-rows4-V and kernels-rows8-V for --batch-variants) and compiled with
+              --compile-mode max-autotune (kernels-autotuned; its benchmark row: autotuned)
   loop        the compiled frameworks generation under torch's profiler (loop_profile.py): per token the GPU's busy
               and idle time and the kernels beside the step; loop-beams: the same per beam step, 4 beams
   tokens      fp16 greedy tokens of the compiled frameworks step and the onnxrt graphs against HF `generate`
@@ -136,7 +136,7 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
         return job
 
     def ort_dir(graphs: str | None) -> str:
-        return f"{workdir}-{graphs}" if graphs else workdir
+        return sm.graph_workdir(workdir, graphs)
 
     todo = [("shapes", lambda: make_shapes(shape, folder)),
             ("compiled", rows("s2s-compiled", hf=True))]
@@ -166,12 +166,13 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
                  for v in batch_variants]
     todo += [("kernels-onnxrt", lambda: kernels(shape, "onnxrt", ORT, workdir)),
              ("kernels-onnxrt-rows4", lambda: kernels(shape, "onnxrt", ORT, workdir, 4)),
+             ("kernels-onnxrt-rows8", lambda: kernels(shape, "onnxrt", ORT, workdir, 8)),
              ("kernels-autotuned", lambda: kernels(shape, "frameworks", dict(COMPILED, compile_mode="max-autotune"),
                                                    workdir)),
              ("autotuned", rows("s2s-autotuned"))]
     if not keep:
-        todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or str(p) for p in (
-            Path(folder), Path(workdir), *(Path(ort_dir(v)) for v in ort_variants))]}))
+        folders = {folder, workdir, *(ort_dir(v) for v in ort_variants)}
+        todo.append(("cleanup", lambda: {"removed": [shutil.rmtree(p, ignore_errors=True) or p for p in folders]}))
     return todo
 
 
