@@ -301,9 +301,9 @@ def test_linear_refuses_a_norm_without_its_output_or_scale(cpu_library, tmp_path
 @pytest.mark.parametrize("k", [2048, 4096, 16384])
 @pytest.mark.parametrize("norm, with_beta", [(1, True), (2, False)])
 def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype, k, norm, with_beta):
-    """The norm inside the few-row and tensor-core kernels (their rows in shared memory), in a kernel of its own where
-    they do not fit (16384 float32 features; two rows of 16384 float16; 9 rows of 4096) and before cuBLAS (float32
-    from 3 rows, 17 rows)."""
+    """The norm inside the few-row kernel (its rows in shared memory), in a kernel of its own where they do not fit
+    (16384 float32 features; two rows of 16384 float16), before the tensor-core kernel (3 and 9 float16 rows) and
+    before cuBLAS (float32 from 3 rows, 17 rows)."""
     n, eps = 520, 1e-5
     gen = torch.Generator().manual_seed(k + norm)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)

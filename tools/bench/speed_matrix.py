@@ -354,13 +354,8 @@ ORT_VARIANTS = {
     "attention": {"CausalLM.fused_graph": {"OWN_ATTENTION": True}},
     "gqa": {"CausalLM.fused_graph": {"OWN_ATTENTION": False}},
     # environment variables the ops read at every launch (so while the job runs): the Linear op's products of 3-16
-    # fp16 rows through cuBLAS and an epilogue kernel, not its tensor-core kernel / that kernel with 4 or 8 warps a
-    # block for every product (the default: 8 where the blocks are fewer than two a multiprocessor)
+    # fp16 rows through cuBLAS and an epilogue kernel, not its tensor-core kernel
     "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
-    "dotwarps4": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "4"}},
-    "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
-    # the norms of products of 3-16 fp16 rows in a kernel of their own, not inside the tensor-core kernel's blocks
-    "dotnormkernel": {"env": {"NNDF_ORT_LINEAR_DOT_NORM": "0"}},
 }
 
 

@@ -8,15 +8,14 @@ or two rows of X (a one-token step) go to this library's kernel: blocks of 128 t
 3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 4 warps over 16 weight rows (8 warps
 where the blocks are fewer than two a multiprocessor), the same 16-byte loads (8 steps of 32 features of weights and
 x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
-and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, `NNDF_ORT_LINEAR_DOT_WARPS=4` or `8`
-fixes a block's warps, `NNDF_ORT_LINEAR_DOT_NORM=0` puts its norm in a kernel of its own, for measurements); more rows (a prompt pass), float32 past 2
-rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an epilogue kernel where
-there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the
+and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, for measurements); more rows (a prompt
+pass), float32 past 2 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an
+epilogue kernel where there is a bias, an addend or ReLU. Optional: a bias [n], an addend of the
 output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in the same kernel, and a norm of X
 before the product (`norm=1` LayerNorm with scale G and bias H, `norm=2` RMSNorm with scale G; `epsilon`): each
-block of the few-row and tensor-core kernels normalises X's rows into its shared memory after its wait, so the norm
-has no kernel of its own, and the normalised rows are the op's second output N (written by the blocks between them;
-a kernel of their own before cuBLAS and where the rows do not fit 48 KB; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block start 4 loads of each weight row before it
+block of the few-row kernel normalises X's rows into its shared memory after its wait, so the norm has no kernel of
+its own, and the normalised rows are the op's second output N (written by the blocks between them; a kernel of
+their own for more rows and where the rows do not fit 48 KB; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block start 4 loads of each weight row before it
 normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` GELU's tanh form: W's rows are gate
 and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU
 kernel is a plain loop: it lets the CPU tests run a graph that uses the op against ONNX Runtime's own ops.

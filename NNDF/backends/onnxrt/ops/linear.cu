@@ -3,10 +3,11 @@
 // (beams, batches), cuBLAS through ONNX Runtime's own handle for more rows (a prompt pass). Both kernels of ours
 // stream each weight row once in 16-byte loads, several in flight per thread, with fp32 sums; their first loads are
 // issued before they wait on the kernel before (programmatic dependent launch), since the weights never depend on
-// that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block normalises x into shared memory
-// after that wait and before its product, so the norm needs no kernel of its own; the normalised rows are written
-// out too (spread over the blocks), for other readers. A gated activation (gate and up rows in pairs) is applied as
-// our kernels write, or by a kernel after cuBLAS's product.
+// that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block of the few-row kernel normalises
+// x into shared memory after that wait and before its product, so the norm needs no kernel of its own; the
+// normalised rows are written out too (spread over the blocks), for other readers; for more rows the norm is a kernel
+// of its own. A gated activation (gate and up rows in pairs) is applied as our kernels write, or by a kernel after
+// cuBLAS's product.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -92,30 +93,27 @@ __device__ __forceinline__ void block_sum(float (&v)[N], float (*scratch)[N]) {
   }
 }
 
-// Norm over the first `rows` (up to M) rows of x [rows, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma +
-// beta; kLinearRmsNorm: x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a norm kernel's output would be, into
-// `staged` (rows * chunks 16-byte chunks; null: none) and the chunks c of `out` with c % stride == offset (null: none). Two passes over x
+// Norm over the M rows of x [M, k] (kLinearLayerNorm: (x - mean) / sqrt(var + eps) * gamma + beta; kLinearRmsNorm:
+// x / sqrt(mean(x^2) + eps) * gamma), rounded to T as a norm kernel's output would be, into `staged` (M * chunks
+// 16-byte chunks; null: none) and the chunks c of `out` with c % stride == offset (null: none). Two passes over x
 // (re-read from L1 / L2): the sums of (x - s) and (x - s)^2 with s the row's first value (a LayerNorm's variance
 // without the cancellation of E[x^2] - E[x]^2 where the mean is large against the spread), then the norm.
 template <typename T, int M, int Threads, int Norm>
 __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
-                          float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset,
-                          int rows = M) {
+                          float eps, int chunks, uint4* staged, uint4* __restrict__ out, int stride, int offset) {
   constexpr int kCount = Pack<T>::kCount;
   __shared__ float scratch[Threads / 32][2 * M];
   float shift[M], sums[2 * M], f[kCount];
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    shift[m] = Norm == kLinearLayerNorm && m < rows
-                   ? as_float(reinterpret_cast<const T*>(x + static_cast<size_t>(m) * chunks)[0])
-                   : 0.f;
+    shift[m] = Norm == kLinearLayerNorm ? as_float(reinterpret_cast<const T*>(x + static_cast<size_t>(m) * chunks)[0])
+                                        : 0.f;
     sums[2 * m] = sums[2 * m + 1] = 0.f;
   }
 #pragma unroll 4
   for (int c = threadIdx.x; c < chunks; c += Threads)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      if (m >= rows) break;
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
@@ -142,7 +140,6 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
     if (beta) unpack<T>(__ldg(b + c), bf);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      if (m >= rows) break;
       unpack<T>(__ldg(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
@@ -293,13 +290,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 // step, lane (g, t) (g = lane / 4, t = lane % 4) loads features 8t..8t+7 of weight rows g and g + 8 and of x's rows
 // g (and g + 8 with two tiles), 16 bytes each: two m16n8k16 products take them as their features 2t, 2t+1, 2t+8,
 // 2t+9 (a sum over features does not depend on their order, as long as both operands agree on it). The warps'
-// sums meet in shared memory; the epilogue is the few-row kernel's (bias, addend, ReLU or a gate of row pairs).
-template <int Tiles, int Warps, int Ahead, int Norm>
+// sums meet in shared memory; the epilogue is the few-row kernel's (bias, addend, ReLU or a gate of row pairs). A
+// norm of x is a kernel of its own before it (normalising x in every block, as the few-row kernel does, cost a
+// flan-T5-XL step of 8 rows 0.47 ms on an H100: each block read all 8 rows twice).
+template <int Tiles, int Warps, int Ahead>
 __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict__ x, const __half* __restrict__ w,
                                                        const __half* __restrict__ bias,
                                                        const __half* __restrict__ addend, __half* __restrict__ y,
-                                                       int rows, int n, int k, float alpha, int activation,
-                                                       NormArgs norm) {
+                                                       int rows, int n, int k, float alpha, int activation) {
   constexpr int M = 8 * Tiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int first = blockIdx.x * 16;
@@ -321,13 +319,6 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
 #endif
   const uint4* xr = reinterpret_cast<const uint4*>(x);
-  extern __shared__ uint4 staged[];  // [rows, chunks] with a norm
-  if (Norm != kLinearNoNorm) {
-    normalize<__half, M, Warps * 32, Norm>(xr, static_cast<const __half*>(norm.gamma),
-                                           static_cast<const __half*>(norm.beta), norm.eps, chunks, staged,
-                                           static_cast<uint4*>(norm.out), gridDim.x, blockIdx.x, rows);
-    xr = staged;
-  }
   // x's chunks of step i of this warp's (rows g and g + 8 with two tiles), loaded with its weights' (so no step
   // waits on a load of its own)
   const auto load_x = [&](int i, uint4 (&into)[Tiles]) {
@@ -335,9 +326,7 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
 #pragma unroll
     for (int j = 0; j < Tiles; ++j) {
       const int m = g + 8 * j;
-      into[j] = i < mine && m < rows && c < chunks
-                    ? (Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldg(xr + static_cast<size_t>(m) * chunks + c))
-                    : zero;
+      into[j] = i < mine && m < rows && c < chunks ? __ldg(xr + static_cast<size_t>(m) * chunks + c) : zero;
     }
   };
   uint4 xs[Ahead][Tiles];
@@ -451,13 +440,6 @@ bool dot_rows_on() {
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
 }
 
-// the norm inside the tensor-core kernel's blocks (the default), or in a kernel of its own before it
-// (NNDF_ORT_LINEAR_DOT_NORM=0, read at every launch, for measurements)
-bool dot_norm() {
-  const char* v = getenv("NNDF_ORT_LINEAR_DOT_NORM");
-  return !(v && v[0] == '0');
-}
-
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
 // threads, a 4096-feature fp16 row's every load issued before the block waits and normalises);
 // NNDF_ORT_LINEAR_NORM_AHEAD=4, read at every launch, for measurements
@@ -505,39 +487,23 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
 
 // Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp;
 // 8 warps a block where the blocks are fewer than two a multiprocessor (so a narrow product has as many loads in
-// flight as a wide one), else 4; NNDF_ORT_LINEAR_DOT_WARPS=4 or 8 (read at every launch, for measurements) fixes it
-template <int Tiles, int Warps, int Norm>
-cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                       float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
-  const size_t shared = Norm != kLinearNoNorm ? static_cast<size_t>(rows) * k * sizeof(__half) : 0;
-  return launch_programmatic(programmatic_launch(), dot_rows<Tiles, Warps, 8, Norm>, dim3((n + 15) / 16),
-                             dim3(Warps * 32), shared, s, static_cast<const __half*>(x), static_cast<const __half*>(w),
-                             static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
-                             rows, n, k, alpha, activation, norm);
-}
-
-template <int Norm>
+// flight as a wide one), else 4 (on an H100 at 8 rows, wall us a product: 4 warps everywhere 12.0 at 2048x2048,
+// 8 warps 7.1, before x's loads went in flight with the weights'; a flan-T5-XL step of 8 rows 3.316 ms with 4 warps
+// everywhere, 2.852 with 8 everywhere or 8 where narrow)
+template <int Tiles>
 cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
-  const char* v = getenv("NNDF_ORT_LINEAR_DOT_WARPS");
+                         float alpha, int activation, cudaStream_t s) {
   int device = 0, processors = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device);
-  const bool wide = v && (v[0] == '4' || v[0] == '8') ? v[0] == '8' : (n + 15) / 16 < 2 * processors;
-  if (wide)
-    return rows <= 8 ? launch_dot<1, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
-                     : launch_dot<2, 8, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
-  return rows <= 8 ? launch_dot<1, 4, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
-                   : launch_dot<2, 4, Norm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
-}
-
-cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int activation, int norm_kind, const NormArgs& norm, cudaStream_t s) {
-  switch (norm_kind) {
-    case kLinearLayerNorm: return dispatch_dot<kLinearLayerNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
-    case kLinearRmsNorm: return dispatch_dot<kLinearRmsNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
-    default: return dispatch_dot<kLinearNoNorm>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
-  }
+  const bool narrow = (n + 15) / 16 < 2 * processors;
+  const auto launch = [&](auto kernel, int warps) {
+    return launch_programmatic(programmatic_launch(), kernel, dim3((n + 15) / 16), dim3(warps * 32), 0, s,
+                               static_cast<const __half*>(x), static_cast<const __half*>(w),
+                               static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
+                               rows, n, k, alpha, activation);
+  };
+  return narrow ? launch(dot_rows<Tiles, 8, 8>, 8) : launch(dot_rows<Tiles, 4, 8>, 4);
 }
 
 template <typename T>
@@ -577,8 +543,8 @@ GemmEx gemm_ex() {
 }
 
 // The launcher for element type T (__half or float): the few-row kernel (1-2 rows), the tensor-core kernel (3-16
-// rows, fp16), else cuBLAS and an epilogue; the norm in a kernel of its own where cuBLAS takes the product or the
-// rows do not fit a block's shared memory.
+// rows, fp16), else cuBLAS and an epilogue; the norm in a kernel of its own except where the few-row kernel takes
+// the rows and they fit a block's shared memory.
 template <typename T>
 const char* linear(const void* x, const void* w, const void* bias, const void* addend, void* y, void* product,
                    int64_t rows, int64_t n, int64_t k, float alpha, int activation, const LinearNorm& norm,
@@ -592,7 +558,7 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   int norm_kind = norm.kind;
   const bool few = rows <= kLinearFewRows && k % kPack == 0;
   const bool dot = sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
-  if (norm_kind != kLinearNoNorm && (!(few || dot) || staged > kStagedBytes || (dot && !dot_norm()))) {
+  if (norm_kind != kLinearNoNorm && (!few || staged > kStagedBytes)) {
     // the norm in its own kernel, then the product reads its output
     status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
     if (status != cudaSuccess) return cudaGetErrorString(status);
@@ -606,8 +572,10 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   }
   if constexpr (sizeof(T) == 2) {
     if (dot) {
-      status = dispatch_dot(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n), static_cast<int>(k),
-                            alpha, activation, norm_kind, args, stream);
+      status = rows <= 8 ? dispatch_dot<1>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
+                                           static_cast<int>(k), alpha, activation, stream)
+                         : dispatch_dot<2>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
+                                           static_cast<int>(k), alpha, activation, stream);
       return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
     }
   }
