@@ -373,7 +373,8 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   if (activation >= kLinearSiluGated) {  // rows 2j and 2j + 1 are gate and up of output column j
     for (int i = threadIdx.x; i < 8 * rows; i += Warps * 32) {
       const int m = i / 8, r = 2 * (i % 8);
-      if (first + r + 1 < n) store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, sum(r, m)) * sum(r + 1, m));
+      if (first + r + 1 < n)
+        store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, sum(r, m)) * sum(r + 1, m));
     }
     return;
   }
@@ -429,9 +430,8 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
-// the tensor-core kernel for 3-16 fp16 rows (the default), or cuBLAS as for more rows (NNDF_ORT_LINEAR_DOT=0, read at
-// every launch, for measurements)
-// and on a GPU with mma.sync's fp16 form (compute capability 8.0 and later)
+// the tensor-core kernel for 3-16 fp16 rows on a GPU with mma.sync's fp16 form (compute capability 8.0 and later),
+// unless NNDF_ORT_LINEAR_DOT=0 (read at every launch, for measurements) sends them to cuBLAS as for more rows
 bool dot_rows_on() {
   const char* v = getenv("NNDF_ORT_LINEAR_DOT");
   if (v && v[0] == '0') return false;
@@ -557,7 +557,8 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   NormArgs args{norm.gamma, norm.beta, norm.out, norm.eps};
   int norm_kind = norm.kind;
   const bool few = rows <= kLinearFewRows && k % kPack == 0;
-  const bool dot = sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
+  const bool dot =
+      sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
   if (norm_kind != kLinearNoNorm && (!few || staged > kStagedBytes)) {
     // the norm in its own kernel, then the product reads its output
     status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
