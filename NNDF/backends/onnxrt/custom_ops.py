@@ -15,8 +15,8 @@ output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in
 before the product (`norm=1` LayerNorm with scale G and bias H, `norm=2` RMSNorm with scale G; `epsilon`): each
 block of the few-row kernel normalises X's rows into its shared memory after its wait, so the norm has no kernel of
 its own, and the normalised rows are the op's second output N (written by the blocks between them; a kernel of
-their own for more rows and where the rows do not fit 48 KB; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block start 4 loads of each weight row before it
-normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` GELU's tanh form: W's rows are gate
+their own for more rows and where the rows do not fit 48 KB; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block
+start 4 loads of each weight row before it normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` GELU's tanh form: W's rows are gate
 and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU
 kernel is a plain loop: it lets the CPU tests run a graph that uses the op against ONNX Runtime's own ops.
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <link.h>
+#include <atomic>
 #include <initializer_list>
 #include <stdint.h>
 #include <stdlib.h>
@@ -154,6 +155,24 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
   __syncthreads();
 }
 
+// The epilogue both kernels of ours share, from a dot product's fp32 sum: y [m, col] = alpha * dot + bias[col] +
+// addend[m, col] (either null: 0), then ReLU if asked; or, for a gated activation, y [m, col / 2] = act(alpha * gate
+// + bias[col]) * (alpha * up + bias[col + 1]) with col even (weight rows col and col + 1 the gate and up pair)
+template <typename T>
+__device__ __forceinline__ void store_output(T* y, const T* bias, const T* addend, int n, int m, int col, float dot,
+                                             float alpha, int activation) {
+  const size_t at = static_cast<size_t>(m) * n + col;
+  const float v = alpha * dot + (bias ? as_float(bias[col]) : 0.f) + (addend ? as_float(addend[at]) : 0.f);
+  store(y + at, activation == kLinearRelu ? fmaxf(v, 0.f) : v);
+}
+template <typename T>
+__device__ __forceinline__ void store_gated(T* y, const T* bias, int n, int m, int col, float gate, float up,
+                                            float alpha, int activation) {
+  gate = alpha * gate + (bias ? as_float(bias[col]) : 0.f);
+  up = alpha * up + (bias ? as_float(bias[col + 1]) : 0.f);
+  store(y + static_cast<size_t>(m) * (n / 2) + col / 2, gated(activation, gate) * up);
+}
+
 // x [M, k], w [n, k], bias [n] or null, y [M, n]; k a multiple of Pack<T>::kCount. A block of `Threads` threads
 // takes `Rows` weight rows: each pass over the features loads `Ahead` 16-byte chunks of each row a thread (all
 // issued before any is used) and the same chunks of x once for all `Rows` rows; the threads' fp32 sums are reduced
@@ -250,9 +269,7 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
           gate += partial[j][m * Rows + r];
           up += partial[j][m * Rows + r + 1];
         }
-        gate = alpha * gate + (bias ? as_float(bias[first + r]) : 0.f);
-        up = alpha * up + (bias ? as_float(bias[first + r + 1]) : 0.f);
-        store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, gate) * up);
+        store_gated(y, bias, n, m, first + r, gate, up, alpha, activation);
       }
     }
     return;
@@ -263,9 +280,7 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
       float sum = 0.f;
 #pragma unroll
       for (int j = 0; j < kWarpsHere; ++j) sum += partial[j][i];
-      const size_t at = static_cast<size_t>(m) * n + first + r;
-      sum = alpha * sum + (bias ? as_float(bias[first + r]) : 0.f) + (addend ? as_float(addend[at]) : 0.f);
-      store(y + at, activation == kLinearRelu ? fmaxf(sum, 0.f) : sum);
+      store_output(y, bias, addend, n, m, first + r, sum, alpha, activation);
     }
   }
 }
@@ -368,23 +383,18 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
     float v = 0.f;
 #pragma unroll
     for (int j = 0; j < Warps; ++j) v += partial[j][r][m];
-    return alpha * v + (bias ? __half2float(bias[first + r]) : 0.f);
+    return v;
   };
   if (activation >= kLinearSiluGated) {  // rows 2j and 2j + 1 are gate and up of output column j
     for (int i = threadIdx.x; i < 8 * rows; i += Warps * 32) {
       const int m = i / 8, r = 2 * (i % 8);
-      if (first + r + 1 < n)
-        store(y + static_cast<size_t>(m) * (n / 2) + (first + r) / 2, gated(activation, sum(r, m)) * sum(r + 1, m));
+      if (first + r + 1 < n) store_gated(y, bias, n, m, first + r, sum(r, m), sum(r + 1, m), alpha, activation);
     }
     return;
   }
   for (int i = threadIdx.x; i < 16 * rows; i += Warps * 32) {
     const int m = i / 16, r = i % 16;
-    if (first + r < n) {
-      const size_t at = static_cast<size_t>(m) * n + first + r;
-      const float v = sum(r, m) + (addend ? __half2float(addend[at]) : 0.f);
-      store(y + at, activation == kLinearRelu ? fmaxf(v, 0.f) : v);
-    }
+    if (first + r < n) store_output(y, bias, addend, n, m, first + r, sum(r, m), alpha, activation);
   }
 }
 
@@ -430,14 +440,33 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
+// The current device's compute capability (major) and multiprocessors, asked of the runtime once per device
+struct DeviceInfo {
+  int major = 0, processors = 0;
+};
+DeviceInfo current_device() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> major[kDevices], processors[kDevices];  // 0: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return {};
+  DeviceInfo info;
+  if (device < kDevices && (info.major = major[device].load(std::memory_order_acquire)))
+    return {info.major, processors[device].load(std::memory_order_relaxed)};
+  if (cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&info.processors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return {};
+  if (device < kDevices) {
+    processors[device].store(info.processors, std::memory_order_relaxed);
+    major[device].store(info.major, std::memory_order_release);  // after processors: a reader seeing it sees both
+  }
+  return info;
+}
+
 // the tensor-core kernel for 3-16 fp16 rows on a GPU with mma.sync's fp16 form (compute capability 8.0 and later),
 // unless NNDF_ORT_LINEAR_DOT=0 (read at every launch, for measurements) sends them to cuBLAS as for more rows
 bool dot_rows_on() {
   const char* v = getenv("NNDF_ORT_LINEAR_DOT");
-  if (v && v[0] == '0') return false;
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+  return !(v && v[0] == '0') && current_device().major >= 8;
 }
 
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
@@ -493,10 +522,7 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
 template <int Tiles>
 cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
                          float alpha, int activation, cudaStream_t s) {
-  int device = 0, processors = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&processors, cudaDevAttrMultiProcessorCount, device);
-  const bool narrow = (n + 15) / 16 < 2 * processors;
+  const bool narrow = (n + 15) / 16 < 2 * current_device().processors;
   const auto launch = [&](auto kernel, int warps) {
     return launch_programmatic(programmatic_launch(), kernel, dim3((n + 15) / 16), dim3(warps * 32), 0, s,
                                static_cast<const __half*>(x), static_cast<const __half*>(w),

@@ -10,8 +10,8 @@
 // epsilon, float). N, the normalised X, is written where the node names it (it must with a norm); P, where the
 // node names it (it must with a gated activation: cuBLAS's product of many rows goes there before the gate). On
 // CUDA (float16, float32) a few rows of X go to this library's kernels (linear.cu: 1-2 rows, and 3-16 float16 rows
-// on the tensor cores), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to check a graph that uses the op against ONNX
-// Runtime's own ops.
+// on the tensor cores), more to cuBLAS through ONNX Runtime's handle; on the CPU (float32) a plain loop, there to
+// check a graph that uses the op against ONNX Runtime's own ops.
 //
 // Attention(Q, K?, V?, past_key, past_value, seqlens_k?, bias?, key_bias?) -> Y, present_key?, present_value?,
 // workspace?:
