@@ -302,8 +302,9 @@ def test_linear_refuses_a_norm_without_its_output_or_scale(cpu_library, tmp_path
 @pytest.mark.parametrize("norm, with_beta", [(1, True), (2, False)])
 def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype, k, norm, with_beta):
     """The norm inside the few-row kernel (its rows in shared memory), in a kernel of its own where they do not fit
-    (16384 float32 features; two rows of 16384 float16), before the tensor-core kernel (3 and 9 float16 rows) and
-    before cuBLAS (float32 from 3 rows, 17 rows)."""
+    (16384 float32 features; two rows of 16384 float16), inside the tensor-core kernel (an RMSNorm, 3-16 float16
+    rows, also of a large scale) or in a kernel of its own before it (a LayerNorm), and before cuBLAS (float32 from
+    3 rows, 17 rows)."""
     n, eps = 520, 1e-5
     gen = torch.Generator().manual_seed(k + norm)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)
@@ -313,13 +314,15 @@ def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype
                            stream=torch.cuda.Stream())
     torch_type = torch.float16 if dtype == np.float16 else torch.float32
     tol = 4e-3 if dtype == np.float16 else 1e-4
-    for rows in (1, 2, 3, 9, 17):
-        x = (torch.randn(1, rows, k, generator=gen) * 2 + 0.5).to(torch_type)
+    for rows, scale in [(1, 2), (2, 2), (3, 2), (5, 2), (8, 2), (8, 300), (9, 2), (16, 2), (17, 2)]:
+        x = (torch.randn(1, rows, k, generator=gen) * scale + 0.5).to(torch_type)
         y, got = session.run(None, {"x": x.numpy()})
         expected = normed(x, torch.from_numpy(gamma), None if beta is None else torch.from_numpy(beta), norm, eps)
-        torch.testing.assert_close(torch.from_numpy(got).float(), expected, rtol=tol, atol=tol, msg=f"N, {rows} rows")
+        torch.testing.assert_close(torch.from_numpy(got).float(), expected, rtol=tol, atol=tol,
+                                   msg=f"N, {rows} rows x {scale}")
         product = torch.from_numpy(got).float() @ torch.from_numpy(w).float().T  # from N as the kernel rounded it
-        torch.testing.assert_close(torch.from_numpy(y).float(), product, rtol=tol, atol=tol, msg=f"Y, {rows} rows")
+        torch.testing.assert_close(torch.from_numpy(y).float(), product, rtol=tol, atol=tol,
+                                   msg=f"Y, {rows} rows x {scale}")
 
 
 def gated_graph(folder: Path, w: np.ndarray, library: Path, activation: int, norm: tuple | None = None) -> Path:

@@ -22,6 +22,13 @@
 # with the residual stream unscaled, which must fail); per model the frameworks row with HF static beside it, the
 # onnxrt rows (batch 1, 4 beams, batch 8), fp16 tokens against HF and the onnxrt step's kernels; then the step's
 # kernels again under each of ONNX Runtime's attention kernel choices (its environment variables, one process each).
+#
+#   bash tools/bench/seq2seq_check.sh ort-batch MODELS [ORT_VARIANTS]  # needs onnxruntime-gpu
+# ort-batch: the Linear op's CUDA tests and the built graphs' (tests/test_seq2seq_fused_ort.py); products alone at 8
+# rows (ONNX Runtime's MatMul, the op's tensor-core kernel with 4 and 8 warps everywhere and as it chooses, cuBLAS);
+# per model the onnxrt rows at batch 1, 4 beams and batch 8 (also with each of ORT_VARIANTS, comma-separated, e.g.
+# rmskernel,cublasrows: tools/bench/speed_matrix.py's ORT_VARIANTS), fp16 tokens at batch 8 against HF and the
+# 8-row step's kernels.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 mkdir -p "$OUT/builds"
@@ -83,6 +90,21 @@ ORT_ENABLE_ATTENTION_KERNEL_DEBUG_INFO=1 python3 tools/bench/seq2seq_speed.py "$
   --models "$MODELS" --deadline 120 --keep --row-variants "" --variants "" \
   --skip "$NOT_ORT,autotuned,compiled,onnxrt,beams-onnxrt,batch8-onnxrt,tokens" 2>&1 | grep -a "Operator=" \
   | sed 's/Node=[^ ]* //' | sort | uniq -c
+fi
+if [ "$MODE" = ort-batch ]; then
+HARNESS_TEST_DEVICE=cuda python3 -m pytest -q -rfs -p no:cacheprovider tests/test_ort_custom_ops.py \
+  tests/test_seq2seq_fused_ort.py 2>&1 | tail -8
+python3 tools/bench/ort_matmul_layouts.py "$OUT/products" --shapes 2048x10240,5120x2048,2048x6144,2048x2048 \
+  --rows 8 --layouts matmul,linear --layers 24 \
+  --linear-knobs ",NNDF_ORT_LINEAR_DOT_WARPS=4,NNDF_ORT_LINEAR_DOT_WARPS=8,NNDF_ORT_LINEAR_DOT=0" 2>&1 \
+  | grep -v Warning
+MODELS=${2:?ort-batch MODELS}
+VARIANTS=${3:-}
+ONLY_ORT=compiled,eager,beams,batch8,loop,loop-beams,tokens,kernels,kernels-rows4,kernels-rows8,kernels-onnxrt
+ONLY_ORT=$ONLY_ORT,kernels-onnxrt-rows4,kernels-autotuned,autotuned
+for v in ${VARIANTS//,/ }; do ONLY_ORT=$ONLY_ORT,onnxrt-$v,tokens-onnxrt-$v,kernels-onnxrt-$v; done
+python3 tools/bench/seq2seq_speed.py "$OUT/ort" --models "$MODELS" --deadline 420 --row-variants "" --variants "" \
+  --ort-variants "$VARIANTS" --skip "$ONLY_ORT"
 fi
 if [ "$MODE" = all ] || [ "$MODE" = fp16 ]; then
 python3 tools/bench/fp16_seq2seq.py | tee "$OUT/fp16_seq2seq.jsonl"

@@ -356,6 +356,8 @@ ORT_VARIANTS = {
     # environment variables the ops read at every launch (so while the job runs): the Linear op's products of 3-16
     # fp16 rows through cuBLAS and an epilogue kernel, not its tensor-core kernel
     "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
+    # ... and an RMSNorm before 3-16 fp16 rows in a kernel of its own, not inside the tensor-core kernel
+    "rmskernel": {"env": {"NNDF_ORT_LINEAR_RMS_IN_DOT": "0"}},
 }
 
 

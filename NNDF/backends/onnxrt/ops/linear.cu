@@ -5,9 +5,10 @@
 // issued before they wait on the kernel before (programmatic dependent launch), since the weights never depend on
 // that kernel. With a norm (LayerNorm or RMSNorm over x's rows, `norm`), each block of the few-row kernel normalises
 // x into shared memory after that wait and before its product, so the norm needs no kernel of its own; the
-// normalised rows are written out too (spread over the blocks), for other readers; for more rows the norm is a kernel
-// of its own. A gated activation (gate and up rows in pairs) is applied as our kernels write, or by a kernel after
-// cuBLAS's product.
+// normalised rows are written out too (spread over the blocks), for other readers; the tensor-core kernel takes an
+// RMSNorm inside its product (scaling by each row's rstd as it writes); any other norm is a kernel of its own. A
+// gated activation (gate and up rows in pairs) is applied as our kernels write, or by a kernel after cuBLAS's
+// product.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -299,20 +300,62 @@ __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1
 #endif
 }
 
+// chunk *= by, 8 fp16 values each (gamma's on a chunk of weights)
+__device__ __forceinline__ void scale(uint4& chunk, const uint4& by) {
+  __half2* v = reinterpret_cast<__half2*>(&chunk);
+  const __half2* s = reinterpret_cast<const __half2*>(&by);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = __hmul2(v[i], s[i]);
+}
+
+// sum += the squares of a chunk's 8 fp16 values, in fp32
+__device__ __forceinline__ void add_squares(const uint4& chunk, float& sum) {
+  const __half2* v = reinterpret_cast<const __half2*>(&chunk);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(v[i]);
+    sum = fmaf(f.x, f.x, fmaf(f.y, f.y, sum));
+  }
+}
+
+// out's chunks c with c % gridDim.x == blockIdx.x of x [rows, chunks] (fp16) normalised: x * rstd[m] * gamma,
+// rounded once, as `normalize` writes an RMSNorm
+__device__ void normalized_rows(const uint4* x, const uint4* gamma, const float* rstd, uint4* out, int rows,
+                                int chunks) {
+  const int blocks = gridDim.x, block = blockIdx.x;
+  const int mine = (chunks - block + blocks - 1) / blocks;
+  for (int i = threadIdx.x; i < rows * mine; i += blockDim.x) {
+    const int m = i / mine, c = block + (i % mine) * blocks;
+    const size_t at = static_cast<size_t>(m) * chunks + c;
+    float f[8], gf[8];
+    unpack<__half>(x[at], f);
+    unpack<__half>(__ldg(gamma + c), gf);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = f[e] * rstd[m] * gf[e];
+    out[at] = pack<__half>(f);
+  }
+}
+
 // x [rows, k] (3 <= rows <= 8 * Tiles), w [n, k], y [rows, n]; fp16, k a multiple of 8. The few-row kernel's
 // design on the tensor cores: a block of `Warps` warps takes 16 weight rows, each warp a share of the features
 // (steps of 32, interleaved), with `Ahead` steps of its loads in flight (each slot reloaded as it is used). In a
 // step, lane (g, t) (g = lane / 4, t = lane % 4) loads features 8t..8t+7 of weight rows g and g + 8 and of x's rows
 // g (and g + 8 with two tiles), 16 bytes each: two m16n8k16 products take them as their features 2t, 2t+1, 2t+8,
 // 2t+9 (a sum over features does not depend on their order, as long as both operands agree on it). The warps'
-// sums meet in shared memory; the epilogue is the few-row kernel's (bias, addend, ReLU or a gate of row pairs). A
-// norm of x is a kernel of its own before it (normalising x in every block, as the few-row kernel does, cost a
-// flan-T5-XL step of 8 rows 0.47 ms on an H100: each block read all 8 rows twice).
-template <int Tiles, int Warps, int Ahead>
+// sums meet in shared memory; the epilogue is the few-row kernel's (bias, addend, ReLU or a gate of row pairs).
+// With `Rms`, an RMSNorm of x comes first without a pass of its own: norm(x) . w_j = rstd * (x . (gamma * w_j)),
+// so the weights' chunks are scaled by gamma's as they arrive (gamma * w stays in fp16's range where a raw x * gamma
+// might not), the sums of x^2 gather from the same loads of x as the products, and the epilogue scales each row's
+// sums by its rstd; the normalised rows are then written out too (spread over the blocks), for other readers.
+// (Normalising x before the loop in every block, as the few-row kernel does, cost a flan-T5-XL step of 8 rows
+// 0.47 ms on an H100: each block read all 8 rows twice before its first product. A LayerNorm, whose mean would
+// need a second sum of gamma * w, is a kernel of its own before this one.)
+template <int Tiles, int Warps, int Ahead, bool Rms>
 __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict__ x, const __half* __restrict__ w,
                                                        const __half* __restrict__ bias,
                                                        const __half* __restrict__ addend, __half* __restrict__ y,
-                                                       int rows, int n, int k, float alpha, int activation) {
+                                                       int rows, int n, int k, float alpha, int activation,
+                                                       NormArgs norm) {
   constexpr int M = 8 * Tiles;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
   const int first = blockIdx.x * 16;
@@ -322,13 +365,15 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   const uint4* lo = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g, n - 1)) * chunks;
   const uint4* hi = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g + 8, n - 1)) * chunks;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  uint4 wl[Ahead], wh[Ahead];
+  const uint4* gamma = reinterpret_cast<const uint4*>(norm.gamma);
+  uint4 wl[Ahead], wh[Ahead], gs[Ahead];  // gs: gamma's chunks with an RMSNorm
 #pragma unroll
   for (int a = 0; a < Ahead; ++a) {
     const int c = (warp + a * Warps) * 4 + t;
     const bool in = a < mine && c < chunks;
     wl[a] = in ? __ldcs(lo + c) : zero;
     wh[a] = in ? __ldcs(hi + c) : zero;
+    if (Rms) gs[a] = in ? __ldg(gamma + c) : zero;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
@@ -347,13 +392,19 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   uint4 xs[Ahead][Tiles];
 #pragma unroll
   for (int a = 0; a < Ahead; ++a) load_x(a, xs[a]);
-  float acc[Tiles][4];
+  float acc[Tiles][4], squares[Tiles];  // squares: this lane's sum of x^2 over its chunks of row g + 8j
 #pragma unroll
-  for (int j = 0; j < Tiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  for (int j = 0; j < Tiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = squares[j] = 0.f;
   for (int i = 0; i < mine; i += Ahead) {
 #pragma unroll
     for (int a = 0; a < Ahead; ++a) {
       if (i + a < mine) {
+        if (Rms) {
+          scale(wl[a], gs[a]);
+          scale(wh[a], gs[a]);
+#pragma unroll
+          for (int j = 0; j < Tiles; ++j) add_squares(xs[a][j], squares[j]);
+        }
 #pragma unroll
         for (int j = 0; j < Tiles; ++j) {
           mma16816(acc[j], wl[a].x, wh[a].x, wl[a].y, wh[a].y, xs[a][j].x, xs[a][j].y);
@@ -363,6 +414,7 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
         const bool in = i + a + Ahead < mine && next < chunks;
         wl[a] = in ? __ldcs(lo + next) : zero;
         wh[a] = in ? __ldcs(hi + next) : zero;
+        if (Rms) gs[a] = in ? __ldg(gamma + next) : zero;
         load_x(i + a + Ahead, xs[a]);
       }
     }
@@ -378,12 +430,31 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
     partial[warp][g + 8][8 * j + 2 * t] = acc[j][2];
     partial[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
   }
+  __shared__ float rstd[Rms ? Warps : 1][M];  // with an RMSNorm: the warps' sums of x^2, then each row's rstd
+  if (Rms) {
+#pragma unroll
+    for (int j = 0; j < Tiles; ++j) {
+      squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 1);
+      squares[j] += __shfl_xor_sync(0xffffffffu, squares[j], 2);
+      if (t == 0) rstd[warp][g + 8 * j] = squares[j];
+    }
+  }
   __syncthreads();
+  if (Rms) {
+    if (threadIdx.x < M) {
+      float v = 0.f;
+#pragma unroll
+      for (int j = 0; j < Warps; ++j) v += rstd[j][threadIdx.x];
+      rstd[0][threadIdx.x] = rsqrtf(v / static_cast<float>(k) + norm.eps);  // RMSNorm's as `normalize` has it
+    }
+    __syncthreads();
+    normalized_rows(reinterpret_cast<const uint4*>(x), gamma, rstd[0], static_cast<uint4*>(norm.out), rows, chunks);
+  }
   const auto sum = [&](int r, int m) {
     float v = 0.f;
 #pragma unroll
     for (int j = 0; j < Warps; ++j) v += partial[j][r][m];
-    return v;
+    return Rms ? v * rstd[0][m] : v;
   };
   if (activation >= kLinearSiluGated) {  // rows 2j and 2j + 1 are gate and up of output column j
     for (int i = threadIdx.x; i < 8 * rows; i += Warps * 32) {
@@ -469,6 +540,13 @@ bool dot_rows_on() {
   return !(v && v[0] == '0') && current_device().major >= 8;
 }
 
+// an RMSNorm before 3-16 fp16 rows inside the tensor-core kernel (the default), or a kernel of its own before it
+// (NNDF_ORT_LINEAR_RMS_IN_DOT=0, read at every launch, for measurements)
+bool rms_in_products() {
+  const char* v = getenv("NNDF_ORT_LINEAR_RMS_IN_DOT");
+  return !(v && v[0] == '0');
+}
+
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
 // threads, a 4096-feature fp16 row's every load issued before the block waits and normalises);
 // NNDF_ORT_LINEAR_NORM_AHEAD=4, read at every launch, for measurements
@@ -514,22 +592,46 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
   }
 }
 
+// blocks of `Kernel` (`threads` threads) a multiprocessor of the current device holds at once, asked once per
+// device and kernel
+template <auto Kernel>
+int resident_blocks(int threads) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];  // 0: not asked yet
+  int device = 0, blocks = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 1;
+  if (device < kDevices && (blocks = known[device].load(std::memory_order_relaxed))) return blocks;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0) != cudaSuccess || blocks < 1)
+    return 1;
+  if (device < kDevices) known[device].store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
+
 // Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp;
-// 8 warps a block where the blocks are fewer than two a multiprocessor (so a narrow product has as many loads in
-// flight as a wide one), else 4 (on an H100 at 8 rows, wall us a product: 4 warps everywhere 12.0 at 2048x2048,
-// 8 warps 7.1, before x's loads went in flight with the weights'; a flan-T5-XL step of 8 rows 3.316 ms with 4 warps
-// everywhere, 2.852 with 8 everywhere or 8 where narrow)
-template <int Tiles>
+// 8 warps a block where all blocks are resident at once with 8 (so a narrow product has as many loads in flight as
+// a wide one), else 4 (on an H100 at 8 rows, wall us a product: 4 warps everywhere 12.0 at 2048x2048, 8 warps 7.1,
+// before x's loads went in flight with the weights'; a flan-T5-XL step of 8 rows 3.316 ms with 4 warps everywhere,
+// 2.852 with 8 everywhere or 8 where narrow)
+template <int Tiles, bool Rms>
+cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
+                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  constexpr auto wide = dot_rows<Tiles, 4, 8, Rms>, narrow = dot_rows<Tiles, 8, 8, Rms>;
+  const int blocks = (n + 15) / 16;
+  const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");  // 4 or 8 everywhere, for measurements
+  const bool eight = forced && (forced[0] == '4' || forced[0] == '8')
+                         ? forced[0] == '8'
+                         : blocks <= resident_blocks<narrow>(256) * current_device().processors;
+  return launch_programmatic(programmatic_launch(), eight ? narrow : wide, dim3(blocks), dim3(eight ? 256 : 128), 0,
+                             s, static_cast<const __half*>(x), static_cast<const __half*>(w),
+                             static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
+                             rows, n, k, alpha, activation, norm);
+}
+
+template <bool Rms>
 cudaError_t dispatch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int activation, cudaStream_t s) {
-  const bool narrow = (n + 15) / 16 < 2 * current_device().processors;
-  const auto launch = [&](auto kernel, int warps) {
-    return launch_programmatic(programmatic_launch(), kernel, dim3((n + 15) / 16), dim3(warps * 32), 0, s,
-                               static_cast<const __half*>(x), static_cast<const __half*>(w),
-                               static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
-                               rows, n, k, alpha, activation);
-  };
-  return narrow ? launch(dot_rows<Tiles, 8, 8>, 8) : launch(dot_rows<Tiles, 4, 8>, 4);
+                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  return rows <= 8 ? launch_dot<1, Rms>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s)
+                   : launch_dot<2, Rms>(rows, x, w, b, a, y, n, k, alpha, activation, norm, s);
 }
 
 template <typename T>
@@ -570,7 +672,7 @@ GemmEx gemm_ex() {
 
 // The launcher for element type T (__half or float): the few-row kernel (1-2 rows), the tensor-core kernel (3-16
 // rows, fp16), else cuBLAS and an epilogue; the norm in a kernel of its own except where the few-row kernel takes
-// the rows and they fit a block's shared memory.
+// the rows and they fit a block's shared memory, or the tensor-core kernel takes them and the norm is an RMSNorm.
 template <typename T>
 const char* linear(const void* x, const void* w, const void* bias, const void* addend, void* y, void* product,
                    int64_t rows, int64_t n, int64_t k, float alpha, int activation, const LinearNorm& norm,
@@ -585,7 +687,8 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   const bool few = rows <= kLinearFewRows && k % kPack == 0;
   const bool dot =
       sizeof(T) == 2 && rows > kLinearFewRows && rows <= kLinearDotRows && k % kPack == 0 && dot_rows_on();
-  if (norm_kind != kLinearNoNorm && (!few || staged > kStagedBytes)) {
+  const bool rms_in_dot = dot && norm_kind == kLinearRmsNorm && rms_in_products();
+  if (norm_kind != kLinearNoNorm && (!few || staged > kStagedBytes) && !rms_in_dot) {
     // the norm in its own kernel, then the product reads its output
     status = launch_norm<T>(static_cast<int>(rows), x, norm_kind, args, static_cast<int>(k), stream);
     if (status != cudaSuccess) return cudaGetErrorString(status);
@@ -599,10 +702,9 @@ const char* linear(const void* x, const void* w, const void* bias, const void* a
   }
   if constexpr (sizeof(T) == 2) {
     if (dot) {
-      status = rows <= 8 ? dispatch_dot<1>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                           static_cast<int>(k), alpha, activation, stream)
-                         : dispatch_dot<2>(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n),
-                                           static_cast<int>(k), alpha, activation, stream);
+      const auto launch = norm_kind == kLinearRmsNorm ? dispatch_dot<true> : dispatch_dot<false>;
+      status = launch(static_cast<int>(rows), x, w, bias, addend, y, static_cast<int>(n), static_cast<int>(k), alpha,
+                      activation, args, stream);
       return status == cudaSuccess ? nullptr : cudaGetErrorString(status);
     }
   }
