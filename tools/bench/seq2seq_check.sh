@@ -27,8 +27,8 @@
 # ort-batch: the Linear op's CUDA tests and the built graphs' (tests/test_seq2seq_fused_ort.py); products alone at 8
 # rows (ONNX Runtime's MatMul, the op's tensor-core kernel with 4 and 8 warps everywhere and as it chooses, cuBLAS);
 # per model the onnxrt rows at batch 1, 4 beams and batch 8 (also with each of ORT_VARIANTS, comma-separated, e.g.
-# rmskernel,cublasrows: tools/bench/speed_matrix.py's ORT_VARIANTS), fp16 tokens at batch 8 against HF and the
-# 8-row step's kernels.
+# rmskernel,nopdl: tools/bench/speed_matrix.py's ORT_VARIANTS), fp16 tokens at batch 8 against HF and the 8-row
+# step's kernels (also with each variant).
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 mkdir -p "$OUT/builds"

@@ -15,7 +15,7 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               V+nodot: also our GEMV's products of several rows summed elementwise: NNDF.backends.torch.kernels)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1; onnxrt-V:
               the graphs built with variant V's settings (--ort-variants, ORT_VARIANTS) into their own working
-              directory (also batch8-onnxrt-V, tokens-onnxrt-V and kernels-onnxrt-V)
+              directory (also batch8-onnxrt-V, tokens-onnxrt-V, kernels-onnxrt-V and kernels-onnxrt-rows8-V)
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
@@ -152,7 +152,8 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
     for v in ort_variants:
         todo += [(f"onnxrt-{v}", rows("s2s-onnxrt", graphs=v)), (f"batch8-onnxrt-{v}", rows("s2s-onnxrt", 8, graphs=v)),
                  (f"tokens-onnxrt-{v}", lambda v=v: tokens(shape, ort_dir(v), graphs=v)),
-                 (f"kernels-onnxrt-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), graphs=v))]
+                 (f"kernels-onnxrt-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), graphs=v)),
+                 (f"kernels-onnxrt-rows8-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), 8, graphs=v))]
     todo += [("loop", lambda: loop(shape, workdir)), ("loop-beams", lambda: loop(shape, workdir, beams=4))]
     todo += [("tokens", lambda: tokens(shape, workdir)),
              ("tokens8-onnxrt", lambda: tokens(shape, workdir, batch=8, onnxrt_only=True))]
