@@ -361,6 +361,8 @@ ORT_VARIANTS = {
     # ... and with 4 / 8 warps a block everywhere (the default: 16 up to 8 rows, else 8 or 4 as the blocks fit)
     "dotwarps4": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "4"}},
     "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
+    # ... and the Attention op's cross-attention cache loaded after its wait on the kernel before, not before it
+    "attnlate": {"env": {"NNDF_ORT_ATTENTION_EARLY": "0"}},
     # ... and the Linear and Attention ops' kernels launched without programmatic dependent launch (a kernel's time
     # in a profile is then its own, not also its wait for the kernel before)
     "nopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},

@@ -5,8 +5,9 @@ machine's compilers and registered on the sessions whose graphs use them.
 or two rows of X (a one-token step) go to this library's kernel: blocks of 128 threads over 4 weight rows, one
 16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
 (programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
-3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 4 warps over 16 weight rows (8 warps
-where the blocks are fewer than two a multiprocessor), the same 16-byte loads (8 steps of 32 features of weights and
+3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 16 warps over 16 weight rows up to 8
+rows (9-16 rows: 8 warps where all blocks are resident at once, else 4; `NNDF_ORT_LINEAR_DOT_WARPS=4|8|16` takes
+that many everywhere, for measurements), the same 16-byte loads (8 steps of 32 features of weights and
 x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
 and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, for measurements); more rows (a prompt
 pass), float32 past 2 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an
@@ -14,7 +15,10 @@ epilogue kernel where there is a bias, an addend or ReLU. Optional: a bias [n], 
 output's shape (a residual), a scale (`alpha`) and ReLU (`activation=1`), all in the same kernel, and a norm of X
 before the product (`norm=1` LayerNorm with scale G and bias H, `norm=2` RMSNorm with scale G; `epsilon`): each
 block of the few-row kernel normalises X's rows into its shared memory after its wait, so the norm has no kernel of
-its own, and the normalised rows are the op's second output N (written by the blocks between them; a kernel of
+its own, and the normalised rows are the op's second output N (written by the blocks between them); the
+tensor-core kernel takes an RMSNorm inside its product (gamma scales the weights' chunks as they arrive, each row's
+sum of squares gathers from the product's own loads of X, the epilogue scales by its 1 / rms;
+`NNDF_ORT_LINEAR_RMS_IN_DOT=0`: a kernel of its own, for measurements); otherwise a kernel of
 their own for more rows and where the rows do not fit 48 KB; `NNDF_ORT_LINEAR_NORM_AHEAD=4` has such a block
 start 4 loads of each weight row before it normalises, for measurements), and a gated activation (`activation=2` SiLU, `3` GELU's tanh form: W's rows are gate
 and up pairs, Y has n / 2 columns, cuBLAS's product of many rows goes to the third output P first). The CPU
@@ -26,7 +30,8 @@ attend to its columns up to their own (a window where `local_window_size` says),
 into the cache; optionally a position bias by clipped key-minus-query distance [2R + 1, heads] (T5's relative
 table, read by the op, so no bias tensor is gathered per step) and a key bias [B, L]; `causal=0` reads every
 column of a cache it does not write (cross-attention over the encoder's buffers, padded columns hidden by the key
-bias). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
+bias), which must not be the output of the node just before it: on CUDA its first columns are loaded before the
+kernel waits on the kernel before (`NNDF_ORT_ATTENTION_EARLY=0`: after, for measurements). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
 score, weigh and sum their columns into a float32 workspace (the fourth output), a second kernel merges the
 ranges and writes the new keys and values; both launch as programmatic dependents (`NNDF_ORT_ATTENTION_PDL=0`
 launches them plainly, for measurements). On the CPU (float32) a plain loop.
