@@ -358,11 +358,9 @@ ORT_VARIANTS = {
     "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
     # ... and an RMSNorm before 3-16 fp16 rows in a kernel of its own, not inside the tensor-core kernel
     "rmskernel": {"env": {"NNDF_ORT_LINEAR_RMS_IN_DOT": "0"}},
-    # ... and with 4 / 8 warps a block everywhere (the default: 16 up to 8 rows, else 8 or 4 as the blocks fit)
+    # ... and with 4 / 8 warps a block everywhere (the default: 8 where all blocks are resident at once with 8)
     "dotwarps4": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "4"}},
     "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
-    # ... and the Attention op's cross-attention cache loaded after its wait on the kernel before, not before it
-    "attnlate": {"env": {"NNDF_ORT_ATTENTION_EARLY": "0"}},
     # ... and the Linear and Attention ops' kernels launched without programmatic dependent launch (a kernel's time
     # in a profile is then its own, not also its wait for the kernel before)
     "nopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},

@@ -5,9 +5,9 @@ machine's compilers and registered on the sessions whose graphs use them.
 or two rows of X (a one-token step) go to this library's kernel: blocks of 128 threads over 4 weight rows, one
 16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
 (programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
-3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 16 warps over 16 weight rows up to 8
-rows (9-16 rows: 8 warps where all blocks are resident at once, else 4; `NNDF_ORT_LINEAR_DOT_WARPS=4|8|16` takes
-that many everywhere, for measurements), the same 16-byte loads (8 steps of 32 features of weights and
+3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 8 warps over 16 weight rows where all
+blocks are resident at once with 8, else 4 (`NNDF_ORT_LINEAR_DOT_WARPS=4|8` takes that many everywhere, for
+measurements), the same 16-byte loads (8 steps of 32 features of weights and
 x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
 and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, for measurements); more rows (a prompt
 pass), float32 past 2 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an
@@ -30,8 +30,7 @@ attend to its columns up to their own (a window where `local_window_size` says),
 into the cache; optionally a position bias by clipped key-minus-query distance [2R + 1, heads] (T5's relative
 table, read by the op, so no bias tensor is gathered per step) and a key bias [B, L]; `causal=0` reads every
 column of a cache it does not write (cross-attention over the encoder's buffers, padded columns hidden by the key
-bias), which must not be the output of the node just before it: on CUDA its first columns are loaded before the
-kernel waits on the kernel before (`NNDF_ORT_ATTENTION_EARLY=0`: after, for measurements). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
+bias). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
 score, weigh and sum their columns into a float32 workspace (the fourth output), a second kernel merges the
 ranges and writes the new keys and values; both launch as programmatic dependents (`NNDF_ORT_ATTENTION_PDL=0`
 launches them plainly, for measurements). On the CPU (float32) a plain loop.

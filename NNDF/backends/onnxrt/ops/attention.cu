@@ -5,8 +5,7 @@
 // new tokens are read from the op's key/value inputs, so no block waits for another's cache write. Kernel 2
 // (`combine`): a block per (query head, token) merges the ranges' partials into the output and writes the new keys
 // and values into the cache. Both are launched as programmatic dependents (Hopper and later): each starts while the
-// kernel before ends and waits for its output before reading any input, except that `attend` loads its first
-// columns of a cache the graph only reads (causal=0: a cross-attention's buffers) before it waits.
+// kernel before ends and waits for its output before reading any input.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -40,7 +39,6 @@ struct Params {
   float2* stats;   // [tokens * heads, splits]: the block's max score and its sum of exp(score - max)
   int seq, heads, group, length, columns, splits, window, head_dim;
   float scale;
-  int early;  // the cache's first loads before the wait (causal=0 only: a cache the graph only reads)
 };
 
 __device__ __forceinline__ void wait_for_inputs() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -93,24 +91,6 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunk = lane % kLanes, group = lane / kLanes;
   const bool active = chunk < chunks;
   const int64_t slot = (static_cast<int64_t>(token) * p.heads + head) * p.splits + split;
-  // column c by group `group` of warp `warp`, in passes of kStep columns, kAhead passes' loads in flight a round;
-  // the first round's values are loaded with its keys (one wait for both where a block's columns fit a round)
-  constexpr int kStep = kWarps * kGroups, kRound = kAhead * kStep;
-  uint4 keys[kAhead], values[kAhead];
-  // Without causal, the cache is one the graph only reads (a cross-attention's buffers, graph inputs made before
-  // the step): never the output of the kernel just before, so the first round's loads go out before the wait
-  // (`early`; the queries, the new columns and the biases are read after it)
-  const bool early = p.early && !p.causal;
-  if (early) {
-    const int first = split * p.columns, end = min(p.length, first + p.columns);
-#pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int c = first + warp * kGroups + a * kStep + group;
-      const bool live = active && c < end;
-      keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, INT_MAX, D, chunk) : make_uint4(0, 0, 0, 0);
-      values[a] = live ? load(p.cache_v, p.v, p, b, j, c, INT_MAX, D, chunk) : make_uint4(0, 0, 0, 0);
-    }
-  }
   wait_for_inputs();
   let_next_start();
   const Span sp = span(p, b, s);
@@ -126,17 +106,19 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] *= p.scale;
   }
+  // column c by group `group` of warp `warp`, in passes of kStep columns, kAhead passes' loads in flight a round;
+  // the first round's values are loaded with its keys (one wait for both where a block's columns fit a round)
+  constexpr int kStep = kWarps * kGroups, kRound = kAhead * kStep;
+  uint4 values[kAhead];
   for (int round = first + warp * kGroups; round < end; round += kRound) {
-    const bool initial = round == first + warp * kGroups;
-    if (!(early && initial)) {
+    uint4 keys[kAhead];
 #pragma unroll
-      for (int a = 0; a < kAhead; ++a) {
-        const int c = round + a * kStep + group;
-        const bool live = active && c < end;
-        keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
-        if (initial)
-          values[a] = live ? load(p.cache_v, p.v, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
-      }
+    for (int a = 0; a < kAhead; ++a) {
+      const int c = round + a * kStep + group;
+      const bool live = active && c < end;
+      keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
+      if (round == first + warp * kGroups)
+        values[a] = live ? load(p.cache_v, p.v, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
@@ -255,13 +237,6 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
-// a cache the graph only reads (causal=0) loaded before the wait (the default), or after it
-// (NNDF_ORT_ATTENTION_EARLY=0, read at every launch, for measurements)
-bool early_loads() {
-  const char* v = getenv("NNDF_ORT_ATTENTION_EARLY");
-  return !(v && v[0] == '0');
-}
-
 template <int kLanes>
 cudaError_t run(const Params& p, int tokens, cudaStream_t stream) {
   const size_t shared = static_cast<size_t>(p.columns) * sizeof(float);
@@ -304,7 +279,7 @@ const char* nndf_attention_cuda(const AttentionArgs& a, float* workspace, void* 
            workspace, reinterpret_cast<float2*>(workspace + slots * a.head_dim), static_cast<int>(a.seq),
            static_cast<int>(a.heads), static_cast<int>(a.heads / a.kv_heads), static_cast<int>(a.length),
            static_cast<int>(columns), static_cast<int>(splits), static_cast<int>(a.window),
-           static_cast<int>(a.head_dim), a.scale, early_loads() ? 1 : 0};
+           static_cast<int>(a.head_dim), a.scale};
   const int tokens = static_cast<int>(a.batch * a.seq);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * a.head_dim) * sizeof(__half);

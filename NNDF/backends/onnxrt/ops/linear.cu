@@ -366,13 +366,14 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   const uint4* hi = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g + 8, n - 1)) * chunks;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const uint4* gamma = reinterpret_cast<const uint4*>(norm.gamma);
-  uint4 wl[Ahead], wh[Ahead];
+  uint4 wl[Ahead], wh[Ahead], gs[Ahead];  // gs: gamma's chunks with an RMSNorm
 #pragma unroll
   for (int a = 0; a < Ahead; ++a) {
     const int c = (warp + a * Warps) * 4 + t;
     const bool in = a < mine && c < chunks;
     wl[a] = in ? __ldcs(lo + c) : zero;
     wh[a] = in ? __ldcs(hi + c) : zero;
+    if (Rms) gs[a] = in ? __ldg(gamma + c) : zero;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
@@ -398,11 +399,9 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
 #pragma unroll
     for (int a = 0; a < Ahead; ++a) {
       if (i + a < mine) {
-        if (Rms) {  // gamma's chunk from L1 (every block reads all of it), not held in registers with the loads
-          const int c = (warp + (i + a) * Warps) * 4 + t;
-          const uint4 by = c < chunks ? __ldg(gamma + c) : zero;
-          scale(wl[a], by);
-          scale(wh[a], by);
+        if (Rms) {
+          scale(wl[a], gs[a]);
+          scale(wh[a], gs[a]);
 #pragma unroll
           for (int j = 0; j < Tiles; ++j) add_squares(xs[a][j], squares[j]);
         }
@@ -415,6 +414,7 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
         const bool in = i + a + Ahead < mine && next < chunks;
         wl[a] = in ? __ldcs(lo + next) : zero;
         wh[a] = in ? __ldcs(hi + next) : zero;
+        if (Rms) gs[a] = in ? __ldg(gamma + next) : zero;
         load_x(i + a + Ahead, xs[a]);
       }
     }
@@ -607,26 +607,22 @@ int resident_blocks(int threads) {
   return blocks;
 }
 
-// Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp.
-// Up to 8 rows, 16 warps a block (its registers fit one block of 512 threads a multiprocessor); 9-16 rows, 8 warps
-// where all blocks are resident at once with 8, else 4. More warps a block shorten each block's share of the product
-// at the same loads in flight a multiprocessor (on an H100 at 8 rows, GPU us a product in a chain of 24 alternating
-// 2048x10240 and 10240x2048: 4 warps for the wide and 8 for the narrow 27.9, 8 for both 25.1, 4 for both 37.7;
-// 2048x2048: 8 warps 6.0, 4 warps 9.0). NNDF_ORT_LINEAR_DOT_WARPS=4, 8 or 16 (16: up to 8 rows), read at every
-// launch, takes that many everywhere, for measurements.
+// Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp;
+// 8 warps a block where all blocks are resident at once with 8 (so a narrow product has as many loads in flight as
+// a wide one), else 4 (on an H100 at 8 rows, wall us a product: 4 warps everywhere 12.0 at 2048x2048, 8 warps 7.1,
+// before x's loads went in flight with the weights'; a flan-T5-XL step of 8 rows 3.316 ms with 4 warps everywhere,
+// 2.852 with 8 everywhere or 8 where narrow)
 template <int Tiles, bool Rms>
 cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                       float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
-  constexpr auto four = dot_rows<Tiles, 4, 8, Rms>, eight = dot_rows<Tiles, 8, 8, Rms>;
-  constexpr auto sixteen = dot_rows<Tiles, Tiles == 1 ? 16 : 8, 8, Rms>;
+                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  constexpr auto wide = dot_rows<Tiles, 4, 8, Rms>, narrow = dot_rows<Tiles, 8, 8, Rms>;
   const int blocks = (n + 15) / 16;
-  const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");
-  int warps = Tiles == 1 ? 16 : blocks <= resident_blocks<eight>(256) * current_device().processors ? 8 : 4;
-  if (forced && (!strcmp(forced, "4") || !strcmp(forced, "8") || !strcmp(forced, "16")))
-    warps = Tiles == 1 || forced[0] != '1' ? atoi(forced) : 8;
-  const auto kernel = warps == 16 ? sixteen : warps == 8 ? eight : four;
-  return launch_programmatic(programmatic_launch(), kernel, dim3(blocks), dim3(warps * 32), 0, s,
-                             static_cast<const __half*>(x), static_cast<const __half*>(w),
+  const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");  // 4 or 8 everywhere, for measurements
+  const bool eight = forced && (forced[0] == '4' || forced[0] == '8')
+                         ? forced[0] == '8'
+                         : blocks <= resident_blocks<narrow>(256) * current_device().processors;
+  return launch_programmatic(programmatic_launch(), eight ? narrow : wide, dim3(blocks), dim3(eight ? 256 : 128), 0,
+                             s, static_cast<const __half*>(x), static_cast<const __half*>(w),
                              static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
                              rows, n, k, alpha, activation, norm);
 }
