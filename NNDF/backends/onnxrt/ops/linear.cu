@@ -511,33 +511,41 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
-// The current device's compute capability (major) and multiprocessors, asked of the runtime once per device
-struct DeviceInfo {
-  int major = 0, processors = 0;
-};
-DeviceInfo current_device() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> major[kDevices], processors[kDevices];  // 0: not asked yet
+// A value of the current device (`ask(device)`, positive), asked of the runtime once per device and kept in `known`
+// (0: not asked yet); `fallback` where the device or the value cannot be had
+constexpr int kDevices = 64;
+template <typename Ask>
+int per_device(std::atomic<int> (&known)[kDevices], Ask ask, int fallback) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return {};
-  DeviceInfo info;
-  if (device < kDevices && (info.major = major[device].load(std::memory_order_acquire)))
-    return {info.major, processors[device].load(std::memory_order_relaxed)};
-  if (cudaDeviceGetAttribute(&info.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&info.processors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return {};
-  if (device < kDevices) {
-    processors[device].store(info.processors, std::memory_order_relaxed);
-    major[device].store(info.major, std::memory_order_release);  // after processors: a reader seeing it sees both
-  }
-  return info;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return fallback;
+  int value = device < kDevices ? known[device].load(std::memory_order_relaxed) : 0;
+  if (value > 0) return value;
+  value = ask(device);
+  if (value <= 0) return fallback;
+  if (device < kDevices) known[device].store(value, std::memory_order_relaxed);
+  return value;
+}
+
+int device_attribute(cudaDeviceAttr attribute, int device) {
+  int value = 0;
+  return cudaDeviceGetAttribute(&value, attribute, device) == cudaSuccess ? value : 0;
+}
+
+// the current device's compute capability (major) and multiprocessors
+int compute_major() {
+  static std::atomic<int> known[kDevices];
+  return per_device(known, [](int d) { return device_attribute(cudaDevAttrComputeCapabilityMajor, d); }, 0);
+}
+int multiprocessors() {
+  static std::atomic<int> known[kDevices];
+  return per_device(known, [](int d) { return device_attribute(cudaDevAttrMultiProcessorCount, d); }, 0);
 }
 
 // the tensor-core kernel for 3-16 fp16 rows on a GPU with mma.sync's fp16 form (compute capability 8.0 and later),
 // unless NNDF_ORT_LINEAR_DOT=0 (read at every launch, for measurements) sends them to cuBLAS as for more rows
 bool dot_rows_on() {
   const char* v = getenv("NNDF_ORT_LINEAR_DOT");
-  return !(v && v[0] == '0') && current_device().major >= 8;
+  return !(v && v[0] == '0') && compute_major() >= 8;
 }
 
 // an RMSNorm before 3-16 fp16 rows inside the tensor-core kernel (the default), or a kernel of its own before it
@@ -596,15 +604,11 @@ cudaError_t dispatch_few(int rows, const void* x, const void* w, const void* b, 
 // device and kernel
 template <auto Kernel>
 int resident_blocks(int threads) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices];  // 0: not asked yet
-  int device = 0, blocks = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return 1;
-  if (device < kDevices && (blocks = known[device].load(std::memory_order_relaxed))) return blocks;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0) != cudaSuccess || blocks < 1)
-    return 1;
-  if (device < kDevices) known[device].store(blocks, std::memory_order_relaxed);
-  return blocks;
+  static std::atomic<int> known[kDevices];
+  return per_device(known, [threads](int) {
+    int blocks = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, threads, 0) == cudaSuccess ? blocks : 0;
+  }, 1);
 }
 
 // Three to 16 rows in fp16: the tensor-core kernel, 16 weight rows a block, 8 steps of 32 features in flight a warp;
@@ -620,7 +624,7 @@ cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, co
   const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");  // 4 or 8 everywhere, for measurements
   const bool eight = forced && (forced[0] == '4' || forced[0] == '8')
                          ? forced[0] == '8'
-                         : blocks <= resident_blocks<narrow>(256) * current_device().processors;
+                         : blocks <= resident_blocks<narrow>(256) * multiprocessors();
   return launch_programmatic(programmatic_launch(), eight ? narrow : wide, dim3(blocks), dim3(eight ? 256 : 128), 0,
                              s, static_cast<const __half*>(x), static_cast<const __half*>(w),
                              static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
