@@ -188,6 +188,29 @@ def test_linear_on_cuda_matches_torch(cuda_library, tmp_path, dtype, k, bias, al
             torch.testing.assert_close(y.float(), expected, rtol=tol, atol=tol, msg=f"{rows} rows")
 
 
+@pytest.mark.parametrize("warps", ["", "4", "8", "16"])
+def test_linear_on_cuda_matches_torch_at_model_shapes(cuda_library, tmp_path, monkeypatch, warps):
+    """A decoder's products with a bias (BLIP-large's text decoder: 768 wide, 3072 inner, a 30524-token head whose
+    last block of 16 weight rows is partly past the end) at the rows of a two-row two-token pass, beams and batches,
+    with the tensor-core kernel's warps as chosen ("") and forced (NNDF_ORT_LINEAR_DOT_WARPS, read at launch)."""
+    if warps:
+        monkeypatch.setenv("NNDF_ORT_LINEAR_DOT_WARPS", warps)
+    gen = torch.Generator().manual_seed(7)
+    for n, k in [(30524, 768), (2304, 768), (3072, 768), (768, 3072), (768, 768)]:
+        w = (torch.randn(n, k, generator=gen) * k ** -0.5).half()
+        b = torch.randn(n, generator=gen).half()
+        stream = torch.cuda.Stream()
+        session = make_session(linear_graph(tmp_path, w.numpy(), b.numpy(), cuda_library), torch.device("cuda", 0),
+                               stream=stream)
+        wt, bt = w.cuda().float(), b.cuda().float()
+        with torch.cuda.stream(stream):
+            for rows in (2, 3, 4, 8, 16):
+                x = torch.randn(1, rows, k, generator=gen).to("cuda", torch.float16)
+                y = _run_cuda(session, x, n)
+                torch.testing.assert_close(y.float(), x.float() @ wt.T + bt, rtol=4e-3, atol=4e-3,
+                                           msg=f"{n} x {k}, {rows} rows")
+
+
 def test_linear_replays_from_a_cuda_graph(cuda_library, tmp_path):
     k, n = 4096, 512
     w = (np.random.default_rng(0).standard_normal((n, k)) * k ** -0.5).astype(np.float16)
@@ -297,14 +320,17 @@ def test_linear_refuses_a_norm_without_its_output_or_scale(cpu_library, tmp_path
             make_session(folder / "linear.onnx", torch.device("cpu")).run(None, {"x": np.ones((1, 8), np.float32)})
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("dtype, warps", [(np.float16, ""), (np.float16, "16"), (np.float32, "")])
 @pytest.mark.parametrize("k", [2048, 4096, 16384])
 @pytest.mark.parametrize("norm, with_beta", [(1, True), (2, False)])
-def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, dtype, k, norm, with_beta):
+def test_linear_on_cuda_normalises_its_input_first(cuda_library, tmp_path, monkeypatch, dtype, warps, k, norm,
+                                                   with_beta):
     """The norm inside the few-row kernel (its rows in shared memory), in a kernel of its own where they do not fit
     (16384 float32 features; two rows of 16384 float16), inside the tensor-core kernel (an RMSNorm, 3-16 float16
-    rows, also of a large scale) or in a kernel of its own before it (a LayerNorm), and before cuBLAS (float32 from
-    3 rows, 17 rows)."""
+    rows, also of a large scale; also with 16 warps a block, whose gamma is read at use) or in a kernel of its own
+    before it (a LayerNorm), and before cuBLAS (float32 from 3 rows, 17 rows)."""
+    if warps:
+        monkeypatch.setenv("NNDF_ORT_LINEAR_DOT_WARPS", warps)
     n, eps = 520, 1e-5
     gen = torch.Generator().manual_seed(k + norm)
     w = (torch.randn(n, k, generator=gen) * k ** -0.5).numpy().astype(dtype)

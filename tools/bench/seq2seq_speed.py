@@ -301,6 +301,8 @@ def main() -> None:
     parser.add_argument("--models", default="flan-t5-xl", help=f"comma-separated shapes ({', '.join(FAMILIES)})")
     parser.add_argument("--skip", default="", help="comma-separated jobs to leave out (compiled, onnxrt, eager, "
                         "beams, beams-onnxrt, batch8, batch8-onnxrt, tokens, kernels, ...)")
+    parser.add_argument("--only", default="", help="comma-separated jobs to run, all others left out (the shapes "
+                        "and the cleanup always run)")
     parser.add_argument("--variants", default="inductor", help="comma-separated step settings (VARIANTS: "
                         f"{', '.join(VARIANTS)}) timed alone beside the default (kernels-V)")
     parser.add_argument("--row-variants", default=",".join(ROW_VARIANTS), help="comma-separated step settings "
@@ -324,6 +326,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     sm.SHAPES.update({s: str(args.shapes_dir / s) for s in args.models.split(",")})
     skip = set(filter(None, args.skip.split(",")))
+    only = set(filter(None, args.only.split(",")))
     variants, row_variants, batch_variants = (tuple(filter(None, v.split(",")))
                                               for v in (args.variants, args.row_variants, args.batch_variants))
     ort_variants = tuple(filter(None, args.ort_variants.split(",")))
@@ -334,13 +337,17 @@ def main() -> None:
         if not sm.known_variant(name, VARIANTS):
             parser.error(f"variant {name!r}: one of {', '.join(VARIANTS)}, each also as VARIANT+MODE, "
                          f"MODE one of {', '.join(filter(None, sm.LOOP_MODES))}")
-    todo = [("copy", sm.copy_bandwidth)]
+    todo, known = [("copy", sm.copy_bandwidth)], set()
     for shape in args.models.split(","):
         checks = ("tokens", "kernels", "loop")
+        listed = jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants, row_variants,
+                      batch_variants, ort_variants)
+        known.update(kind for kind, _ in listed)
         todo += [("check" if kind in ("shapes", "cleanup") or kind.startswith(checks) else "bench", job)
-                 for kind, job in jobs(shape, args.keep, f"{args.workdir}/{shape}", args.iterations, variants,
-                                       row_variants, batch_variants, ort_variants)
-                 if kind not in skip]
+                 for kind, job in listed
+                 if kind not in skip and (not only or kind in only or kind in ("shapes", "cleanup"))]
+    if only - known:
+        parser.error(f"--only: no job {', '.join(sorted(only - known))} (jobs: {', '.join(sorted(known))})")
     sm.run_jobs(args.out, todo, args.deadline, "seq2seq-speed")
 
 

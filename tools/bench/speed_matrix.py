@@ -358,9 +358,17 @@ ORT_VARIANTS = {
     "cublasrows": {"env": {"NNDF_ORT_LINEAR_DOT": "0"}},
     # ... and an RMSNorm before 3-16 fp16 rows in a kernel of its own, not inside the tensor-core kernel
     "rmskernel": {"env": {"NNDF_ORT_LINEAR_RMS_IN_DOT": "0"}},
-    # ... and with 4 / 8 warps a block everywhere (the default: 8 where all blocks are resident at once with 8)
+    # ... and with 4 / 8 / 16 warps a block everywhere (the default: 8 where all blocks are resident at once with 8)
     "dotwarps4": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "4"}},
     "dotwarps8": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "8"}},
+    "dotwarps16": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "16"}},  # 16 up to 8 rows (8 above)
+    # ... and the Attention op's loads of a cache the graph only reads (cross-attention) before its wait on the kernel
+    # before (the default: after)
+    "attnearly": {"env": {"NNDF_ORT_ATTENTION_EARLY": "1"}},
+    "warps16early": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "16", "NNDF_ORT_ATTENTION_EARLY": "1"}},
+    # ... and the Attention op's `attend` with as many registers as the compiler likes (the default: capped so that 4
+    # blocks fit a multiprocessor)
+    "attnuncapped": {"env": {"NNDF_ORT_ATTENTION_BLOCKS": "1"}},
     # ... and the Linear and Attention ops' kernels launched without programmatic dependent launch (a kernel's time
     # in a profile is then its own, not also its wait for the kernel before)
     "nopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},

@@ -5,7 +5,8 @@
 // new tokens are read from the op's key/value inputs, so no block waits for another's cache write. Kernel 2
 // (`combine`): a block per (query head, token) merges the ranges' partials into the output and writes the new keys
 // and values into the cache. Both are launched as programmatic dependents (Hopper and later): each starts while the
-// kernel before ends and waits for its output before reading any input.
+// kernel before ends and waits for its output before reading any input (with NNDF_ORT_ATTENTION_EARLY=1, for
+// measurements, `attend` loads its first columns of a cache the graph only reads, causal=0, before it waits).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <limits.h>
@@ -39,6 +40,7 @@ struct Params {
   float2* stats;   // [tokens * heads, splits]: the block's max score and its sum of exp(score - max)
   int seq, heads, group, length, columns, splits, window, head_dim;
   float scale;
+  int early;  // the cache's first loads before the wait (causal=0 only: a cache the graph only reads)
 };
 
 __device__ __forceinline__ void wait_for_inputs() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -79,8 +81,11 @@ __device__ __forceinline__ uint4 load(const __half* cache, const __half* fresh, 
 
 // A head of D = 8 * chunks columns: its 16-byte chunks on Lanes lanes (at least as many), 32 / Lanes columns a
 // warp at once.
-template <int kLanes>
-__global__ void __launch_bounds__(kThreads) attend(Params p) {
+// kBlocks: blocks a multiprocessor must hold at once (registers capped to fit them: 4 fit 512 blocks, flan-T5-XL's
+// cross-attention at 8 rows, on an H100's 132 multiprocessors in one wave; 1: as many registers as the compiler likes,
+// 152 a thread, 3 blocks)
+template <int kLanes, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks) attend(Params p) {
   constexpr int kGroups = 32 / kLanes;
   extern __shared__ float scores[];  // p.columns
   __shared__ float reduce[kWarps];
@@ -91,6 +96,24 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunk = lane % kLanes, group = lane / kLanes;
   const bool active = chunk < chunks;
   const int64_t slot = (static_cast<int64_t>(token) * p.heads + head) * p.splits + split;
+  // column c by group `group` of warp `warp`, in passes of kStep columns, kAhead passes' loads in flight a round;
+  // the first round's values are loaded with its keys (one wait for both where a block's columns fit a round)
+  constexpr int kStep = kWarps * kGroups, kRound = kAhead * kStep;
+  uint4 keys[kAhead], values[kAhead];
+  // Without causal, the cache is one the graph only reads (a cross-attention's buffers, graph inputs made before
+  // the step): never the output of the kernel just before, so the first round's loads go out before the wait
+  // (`early`; the queries, the new columns and the biases are read after it)
+  const bool early = p.early && !p.causal;
+  if (early) {
+    const int first = split * p.columns, end = min(p.length, first + p.columns);
+#pragma unroll
+    for (int a = 0; a < kAhead; ++a) {
+      const int c = first + warp * kGroups + a * kStep + group;
+      const bool live = active && c < end;
+      keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, INT_MAX, D, chunk) : make_uint4(0, 0, 0, 0);
+      values[a] = live ? load(p.cache_v, p.v, p, b, j, c, INT_MAX, D, chunk) : make_uint4(0, 0, 0, 0);
+    }
+  }
   wait_for_inputs();
   let_next_start();
   const Span sp = span(p, b, s);
@@ -106,19 +129,17 @@ __global__ void __launch_bounds__(kThreads) attend(Params p) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) q[i] *= p.scale;
   }
-  // column c by group `group` of warp `warp`, in passes of kStep columns, kAhead passes' loads in flight a round;
-  // the first round's values are loaded with its keys (one wait for both where a block's columns fit a round)
-  constexpr int kStep = kWarps * kGroups, kRound = kAhead * kStep;
-  uint4 values[kAhead];
   for (int round = first + warp * kGroups; round < end; round += kRound) {
-    uint4 keys[kAhead];
+    const bool initial = round == first + warp * kGroups;
+    if (!(early && initial)) {
 #pragma unroll
-    for (int a = 0; a < kAhead; ++a) {
-      const int c = round + a * kStep + group;
-      const bool live = active && c < end;
-      keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
-      if (round == first + warp * kGroups)
-        values[a] = live ? load(p.cache_v, p.v, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
+      for (int a = 0; a < kAhead; ++a) {
+        const int c = round + a * kStep + group;
+        const bool live = active && c < end;
+        keys[a] = live ? load(p.cache_k, p.k, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
+        if (initial)
+          values[a] = live ? load(p.cache_v, p.v, p, b, j, c, fresh_from, D, chunk) : make_uint4(0, 0, 0, 0);
+      }
     }
 #pragma unroll
     for (int a = 0; a < kAhead; ++a) {
@@ -237,20 +258,39 @@ bool programmatic_launch() {  // read at every launch (a captured graph keeps wh
   return !(v && v[0] == '0');
 }
 
-template <int kLanes>
+// a cache the graph only reads (causal=0) loaded after the wait (the default), or before it
+// (NNDF_ORT_ATTENTION_EARLY=1, read at every launch, for measurements)
+bool early_loads() {
+  const char* v = getenv("NNDF_ORT_ATTENTION_EARLY");
+  return v && v[0] == '1';
+}
+
+// `attend` with its registers capped for 4 blocks a multiprocessor (the default), or uncapped
+// (NNDF_ORT_ATTENTION_BLOCKS=1, read at every launch, for measurements)
+bool capped_registers() {
+  const char* v = getenv("NNDF_ORT_ATTENTION_BLOCKS");
+  return !(v && v[0] == '1');
+}
+
+template <int kLanes, int kBlocks>
 cudaError_t run(const Params& p, int tokens, cudaStream_t stream) {
   const size_t shared = static_cast<size_t>(p.columns) * sizeof(float);
   cudaError_t status = cudaSuccess;
   if (shared > 48 * 1024) {
-    status = cudaFuncSetAttribute(attend<kLanes>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    status = cudaFuncSetAttribute(attend<kLanes, kBlocks>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared));
     if (status != cudaSuccess) return status;
   }
-  status = launch_programmatic(programmatic_launch(), attend<kLanes>, dim3(p.splits, p.heads, tokens),
-                              dim3(kThreads), shared, stream, p);
+  status = launch_programmatic(programmatic_launch(), attend<kLanes, kBlocks>, dim3(p.splits, p.heads, tokens),
+                               dim3(kThreads), shared, stream, p);
   if (status != cudaSuccess) return status;
   return launch_programmatic(programmatic_launch(), combine, dim3(p.heads, tokens), dim3(p.head_dim), 0, stream,
                              p);
+}
+
+template <int kLanes>
+cudaError_t run(const Params& p, int tokens, cudaStream_t stream) {
+  return capped_registers() ? run<kLanes, 4>(p, tokens, stream) : run<kLanes, 1>(p, tokens, stream);
 }
 
 }  // namespace
@@ -279,7 +319,7 @@ const char* nndf_attention_cuda(const AttentionArgs& a, float* workspace, void* 
            workspace, reinterpret_cast<float2*>(workspace + slots * a.head_dim), static_cast<int>(a.seq),
            static_cast<int>(a.heads), static_cast<int>(a.heads / a.kv_heads), static_cast<int>(a.length),
            static_cast<int>(columns), static_cast<int>(splits), static_cast<int>(a.window),
-           static_cast<int>(a.head_dim), a.scale};
+           static_cast<int>(a.head_dim), a.scale, early_loads() ? 1 : 0};
   const int tokens = static_cast<int>(a.batch * a.seq);
   cudaStream_t stream = static_cast<cudaStream_t>(stream_handle);
   const size_t cache_bytes = static_cast<size_t>(a.batch * a.kv_heads * a.length * a.head_dim) * sizeof(__half);

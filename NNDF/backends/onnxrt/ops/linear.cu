@@ -349,7 +349,8 @@ __device__ void normalized_rows(const uint4* x, const uint4* gamma, const float*
 // sums by its rstd; the normalised rows are then written out too (spread over the blocks), for other readers.
 // (Normalising x before the loop in every block, as the few-row kernel does, cost a flan-T5-XL step of 8 rows
 // 0.47 ms on an H100: each block read all 8 rows twice before its first product. A LayerNorm, whose mean would
-// need a second sum of gamma * w, is a kernel of its own before this one.)
+// need a second sum of gamma * w, is a kernel of its own before this one.) With 16 warps (512 threads, at most 128
+// registers a thread) gamma's chunks are read from L1 as they are used, not held in flight with the weights'.
 template <int Tiles, int Warps, int Ahead, bool Rms>
 __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict__ x, const __half* __restrict__ w,
                                                        const __half* __restrict__ bias,
@@ -366,14 +367,15 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
   const uint4* hi = reinterpret_cast<const uint4*>(w) + static_cast<size_t>(min(first + g + 8, n - 1)) * chunks;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const uint4* gamma = reinterpret_cast<const uint4*>(norm.gamma);
-  uint4 wl[Ahead], wh[Ahead], gs[Ahead];  // gs: gamma's chunks with an RMSNorm
+  constexpr bool kGammaAhead = Rms && Warps < 16;  // gamma's chunks held in flight (else read from L1 at use)
+  uint4 wl[Ahead], wh[Ahead], gs[kGammaAhead ? Ahead : 1];
 #pragma unroll
   for (int a = 0; a < Ahead; ++a) {
     const int c = (warp + a * Warps) * 4 + t;
     const bool in = a < mine && c < chunks;
     wl[a] = in ? __ldcs(lo + c) : zero;
     wh[a] = in ? __ldcs(hi + c) : zero;
-    if (Rms) gs[a] = in ? __ldg(gamma + c) : zero;
+    if (kGammaAhead) gs[a] = in ? __ldg(gamma + c) : zero;
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
@@ -400,8 +402,10 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
     for (int a = 0; a < Ahead; ++a) {
       if (i + a < mine) {
         if (Rms) {
-          scale(wl[a], gs[a]);
-          scale(wh[a], gs[a]);
+          const int c = (warp + (i + a) * Warps) * 4 + t;
+          const uint4 by = kGammaAhead ? gs[a] : c < chunks ? __ldg(gamma + c) : zero;
+          scale(wl[a], by);
+          scale(wh[a], by);
 #pragma unroll
           for (int j = 0; j < Tiles; ++j) add_squares(xs[a][j], squares[j]);
         }
@@ -414,7 +418,7 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
         const bool in = i + a + Ahead < mine && next < chunks;
         wl[a] = in ? __ldcs(lo + next) : zero;
         wh[a] = in ? __ldcs(hi + next) : zero;
-        if (Rms) gs[a] = in ? __ldg(gamma + next) : zero;
+        if (kGammaAhead) gs[a] = in ? __ldg(gamma + next) : zero;
         load_x(i + a + Ahead, xs[a]);
       }
     }
@@ -615,18 +619,21 @@ int resident_blocks(int threads) {
 // 8 warps a block where all blocks are resident at once with 8 (so a narrow product has as many loads in flight as
 // a wide one), else 4 (on an H100 at 8 rows, wall us a product: 4 warps everywhere 12.0 at 2048x2048, 8 warps 7.1,
 // before x's loads went in flight with the weights'; a flan-T5-XL step of 8 rows 3.316 ms with 4 warps everywhere,
-// 2.852 with 8 everywhere or 8 where narrow)
+// 2.852 with 8 everywhere or 8 where narrow). NNDF_ORT_LINEAR_DOT_WARPS=4, 8 or 16 (16: up to 8 rows, 8 above),
+// read at every launch, takes that many everywhere, for measurements.
 template <int Tiles, bool Rms>
 cudaError_t launch_dot(int rows, const void* x, const void* w, const void* b, const void* a, void* y, int n, int k,
-                         float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
-  constexpr auto wide = dot_rows<Tiles, 4, 8, Rms>, narrow = dot_rows<Tiles, 8, 8, Rms>;
+                       float alpha, int activation, const NormArgs& norm, cudaStream_t s) {
+  constexpr auto four = dot_rows<Tiles, 4, 8, Rms>, eight = dot_rows<Tiles, 8, 8, Rms>;
+  constexpr auto sixteen = dot_rows<Tiles, Tiles == 1 ? 16 : 8, 8, Rms>;
   const int blocks = (n + 15) / 16;
-  const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");  // 4 or 8 everywhere, for measurements
-  const bool eight = forced && (forced[0] == '4' || forced[0] == '8')
-                         ? forced[0] == '8'
-                         : blocks <= resident_blocks<narrow>(256) * multiprocessors();
-  return launch_programmatic(programmatic_launch(), eight ? narrow : wide, dim3(blocks), dim3(eight ? 256 : 128), 0,
-                             s, static_cast<const __half*>(x), static_cast<const __half*>(w),
+  int warps = blocks <= resident_blocks<eight>(256) * multiprocessors() ? 8 : 4;
+  const char* forced = getenv("NNDF_ORT_LINEAR_DOT_WARPS");
+  if (forced && (!strcmp(forced, "4") || !strcmp(forced, "8") || !strcmp(forced, "16")))
+    warps = forced[0] == '1' ? (Tiles == 1 ? 16 : 8) : atoi(forced);
+  const auto kernel = warps == 16 ? sixteen : warps == 8 ? eight : four;
+  return launch_programmatic(programmatic_launch(), kernel, dim3(blocks), dim3(warps * 32), 0, s,
+                             static_cast<const __half*>(x), static_cast<const __half*>(w),
                              static_cast<const __half*>(b), static_cast<const __half*>(a), static_cast<__half*>(y),
                              rows, n, k, alpha, activation, norm);
 }
