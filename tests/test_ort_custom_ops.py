@@ -200,8 +200,9 @@ def test_linear_on_cuda_matches_torch_at_model_shapes(cuda_library, tmp_path, mo
         w = (torch.randn(n, k, generator=gen) * k ** -0.5).half()
         b = torch.randn(n, generator=gen).half()
         stream = torch.cuda.Stream()
-        session = make_session(linear_graph(tmp_path, w.numpy(), b.numpy(), cuda_library), torch.device("cuda", 0),
-                               stream=stream)
+        # a folder per graph: the library beside each is copied in, never over one a live session has loaded
+        graph = linear_graph(tmp_path / f"{n}x{k}", w.numpy(), b.numpy(), cuda_library)
+        session = make_session(graph, torch.device("cuda", 0), stream=stream)
         wt, bt = w.cuda().float(), b.cuda().float()
         with torch.cuda.stream(stream):
             for rows in (2, 3, 4, 8, 16):

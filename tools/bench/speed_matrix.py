@@ -372,6 +372,8 @@ ORT_VARIANTS = {
     # ... and the Linear and Attention ops' kernels launched without programmatic dependent launch (a kernel's time
     # in a profile is then its own, not also its wait for the kernel before)
     "nopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},
+    "linearnopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0"}},  # ... only the Linear op's
+    "attnnopdl": {"env": {"NNDF_ORT_ATTENTION_PDL": "0"}},  # ... only the Attention op's
 }
 
 
