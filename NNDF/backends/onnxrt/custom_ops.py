@@ -6,8 +6,8 @@ or two rows of X (a one-token step) go to this library's kernel: blocks of 128 t
 16-byte load of each row a thread a pass, fp32 sums, its first loads issued before it waits on the kernel before it
 (programmatic dependent launch, Hopper and later; `NNDF_ORT_LINEAR_PDL=0` launches it plainly, for measurements);
 3-16 rows in float16 (beams, batches) to its tensor-core kernel: blocks of 8 warps over 16 weight rows where all
-blocks are resident at once with 8, else 4 (`NNDF_ORT_LINEAR_DOT_WARPS=4|8` takes that many everywhere, for
-measurements), the same 16-byte loads (8 steps of 32 features of weights and
+blocks are resident at once with 8, else 4 (`NNDF_ORT_LINEAR_DOT_WARPS=4|8|16` takes that many everywhere, 16 up to
+8 rows, for measurements), the same 16-byte loads (8 steps of 32 features of weights and
 x in flight a warp) fed to mma.sync's 16 x 8 x 16 products, the warps' sums met in shared memory, the same epilogue
 and programmatic launch (`NNDF_ORT_LINEAR_DOT=0` sends these rows to cuBLAS, for measurements); more rows (a prompt
 pass), float32 past 2 rows and widths not a multiple of 8 go to cuBLAS through ONNX Runtime's own handle, then an
@@ -33,7 +33,10 @@ column of a cache it does not write (cross-attention over the encoder's buffers,
 bias). On CUDA (float16; ops/attention.cu) two kernels: blocks over ranges of at least 64 columns a (head, token)
 score, weigh and sum their columns into a float32 workspace (the fourth output), a second kernel merges the
 ranges and writes the new keys and values; both launch as programmatic dependents (`NNDF_ORT_ATTENTION_PDL=0`
-launches them plainly, for measurements). On the CPU (float32) a plain loop.
+launches them plainly, for measurements). The first kernel's registers are capped so that 4 of its blocks fit a
+multiprocessor (`NNDF_ORT_ATTENTION_BLOCKS=1`: uncapped); `NNDF_ORT_ATTENTION_EARLY=1` has it load its first columns
+of a cache it only reads (causal=0) before it waits on the kernel before, which the graph must then never have
+written just before (both for measurements). On the CPU (float32) a plain loop.
 
 `build(folder, arch)` puts the library into `folder`, compiled with `nvcc` for a CUDA compute capability (`arch`,
 e.g. (9, 0)) or with the C++ compiler for the CPU-only build (`arch` None), unless a library of the same sources
