@@ -21,9 +21,6 @@ for _name in ("COLUMNS", "LINES"):
 # Triton first sees them.
 if os.environ.get("HARNESS_TEST_DEVICE", "cpu") != "cuda":
     os.environ.setdefault("TRITON_INTERPRET", "1")
-# The suite's two processes (and the CLI runs and notebook kernels they start) share the machine's cores: ONNX
-# Runtime's CPU threads sleep between parallel sections rather than spin (NNDF/backends/onnxrt/steps.py, CPU_SESSION).
-os.environ.setdefault("NNDF_ORT_SPINNING", "0")
 # The ONNX Runtime ops library compiled once per sources digest for every test's artifact folder, in a cache of the
 # tests' own, not the user's (NNDF/backends/onnxrt/custom_ops.py).
 os.environ.setdefault("NNDF_OPS_CACHE", str(Path(__import__("tempfile").gettempdir()) / f"nndf-test-ops-{os.getuid()}"))

@@ -42,8 +42,7 @@ class TensorMeta:
 # row, `row@key=value`, which is how they were chosen; docs/PERFORMANCE.md):
 # - spinning: the intra-op pool's threads busy-wait for work after each parallel section ("1", ONNX Runtime's
 #   default: faster on an idle machine, GPT-2 124M fp32 +7%, MiniLM +20%) or sleep ("0": 1.5x faster on 2 cores
-#   that other processes share); NNDF_ORT_SPINNING=0 in the environment makes "0" the default (the test suite's
-#   processes, which share the machine's cores, set it)
+#   that other processes share)
 # - mem_pattern: plan the memory of repeated shapes ("1", the default) or not ("0")
 # - optimization: the graph optimization level (all, extended, basic, disable)
 # - execution: sequential or parallel (an inter-op pool besides the intra-op one)
@@ -54,9 +53,8 @@ class TensorMeta:
 #   CPU SkipLayerNormalization is slower than the Adds and LayerNormalization it replaces, MiniLM's twelve took 9.5
 #   of a 66.0 ms forward at 8 x 128, which ran 57.3 ms without them; GPT-2's generation is level either way;
 #   docs/PERFORMANCE.md; "": none)
-CPU_SESSION = {"spinning": "0" if os.environ.get("NNDF_ORT_SPINNING") == "0" else "1", "mem_pattern": "1",
-               "optimization": "all", "execution": "sequential", "spin_us": "", "dynamic_block": "0",
-               "unfused": "SkipLayerNormFusion"}
+CPU_SESSION = {"spinning": "1", "mem_pattern": "1", "optimization": "all", "execution": "sequential", "spin_us": "",
+               "dynamic_block": "0", "unfused": "SkipLayerNormFusion"}
 
 
 def _graph_level(ort, name: str):
