@@ -365,7 +365,6 @@ ORT_VARIANTS = {
     # ... and the Attention op's loads of a cache the graph only reads (cross-attention) before its wait on the kernel
     # before (the default: after)
     "attnearly": {"env": {"NNDF_ORT_ATTENTION_EARLY": "1"}},
-    "warps16early": {"env": {"NNDF_ORT_LINEAR_DOT_WARPS": "16", "NNDF_ORT_ATTENTION_EARLY": "1"}},
     # ... and the Attention op's `attend` with as many registers as the compiler likes (the default: capped so that 4
     # blocks fit a multiprocessor)
     "attnuncapped": {"env": {"NNDF_ORT_ATTENTION_BLOCKS": "1"}},

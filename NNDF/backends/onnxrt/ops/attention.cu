@@ -254,22 +254,19 @@ __global__ void combine(Params p) {
 }
 
 bool programmatic_launch() {  // read at every launch (a captured graph keeps what it was captured with)
-  const char* v = getenv("NNDF_ORT_ATTENTION_PDL");
-  return !(v && v[0] == '0');
+  return !env_starts("NNDF_ORT_ATTENTION_PDL", '0');
 }
 
 // a cache the graph only reads (causal=0) loaded after the wait (the default), or before it
 // (NNDF_ORT_ATTENTION_EARLY=1, read at every launch, for measurements)
 bool early_loads() {
-  const char* v = getenv("NNDF_ORT_ATTENTION_EARLY");
-  return v && v[0] == '1';
+  return env_starts("NNDF_ORT_ATTENTION_EARLY", '1');
 }
 
 // `attend` with its registers capped for 4 blocks a multiprocessor (the default), or uncapped
 // (NNDF_ORT_ATTENTION_BLOCKS=1, read at every launch, for measurements)
 bool capped_registers() {
-  const char* v = getenv("NNDF_ORT_ATTENTION_BLOCKS");
-  return !(v && v[0] == '1');
+  return !env_starts("NNDF_ORT_ATTENTION_BLOCKS", '1');
 }
 
 template <int kLanes, int kBlocks>

@@ -511,8 +511,7 @@ __global__ void norm_rows(const T* x, NormArgs norm, int k) {
 }
 
 bool programmatic_launch() {  // read at every launch (a captured graph keeps what it was captured with)
-  const char* v = getenv("NNDF_ORT_LINEAR_PDL");
-  return !(v && v[0] == '0');
+  return !env_starts("NNDF_ORT_LINEAR_PDL", '0');
 }
 
 // A value of the current device (`ask(device)`, positive), asked of the runtime once per device and kept in `known`
@@ -548,23 +547,20 @@ int multiprocessors() {
 // the tensor-core kernel for 3-16 fp16 rows on a GPU with mma.sync's fp16 form (compute capability 8.0 and later),
 // unless NNDF_ORT_LINEAR_DOT=0 (read at every launch, for measurements) sends them to cuBLAS as for more rows
 bool dot_rows_on() {
-  const char* v = getenv("NNDF_ORT_LINEAR_DOT");
-  return !(v && v[0] == '0') && compute_major() >= 8;
+  return !env_starts("NNDF_ORT_LINEAR_DOT", '0') && compute_major() >= 8;
 }
 
 // an RMSNorm before 3-16 fp16 rows inside the tensor-core kernel (the default), or a kernel of its own before it
 // (NNDF_ORT_LINEAR_RMS_IN_DOT=0, read at every launch, for measurements)
 bool rms_in_products() {
-  const char* v = getenv("NNDF_ORT_LINEAR_RMS_IN_DOT");
-  return !(v && v[0] == '0');
+  return !env_starts("NNDF_ORT_LINEAR_RMS_IN_DOT", '0');
 }
 
 // loads of each weight row in flight a thread before a normalising block's norm: 1 (the default), or 4 (with 128
 // threads, a 4096-feature fp16 row's every load issued before the block waits and normalises);
 // NNDF_ORT_LINEAR_NORM_AHEAD=4, read at every launch, for measurements
 bool norm_ahead() {
-  const char* v = getenv("NNDF_ORT_LINEAR_NORM_AHEAD");
-  return v && v[0] == '4';
+  return env_starts("NNDF_ORT_LINEAR_NORM_AHEAD", '4');
 }
 
 template <typename T, int M, int Rows, int Threads, int Ahead, int Norm>
