@@ -15,7 +15,8 @@ fp16, prompt 128 (BLIP: a 4-token caption prompt after the image), 64 new tokens
               V+nodot: also our GEMV's products of several rows summed elementwise: NNDF.backends.torch.kernels)
   onnxrt      onnxrt --static-cache --use-cuda-graph (the graphs built from the weights), batch 1; onnxrt-V:
               the graphs built with variant V's settings (--ort-variants, ORT_VARIANTS) into their own working
-              directory (also batch8-onnxrt-V, tokens-onnxrt-V, kernels-onnxrt-V and kernels-onnxrt-rows8-V)
+              directory (also batch8-onnxrt-V, tokens-onnxrt-V, tokens8-onnxrt-V, kernels-onnxrt-V and
+              kernels-onnxrt-rows8-V)
   beams       the compiled frameworks row and the onnxrt row with 4 beams (BART-large-cnn's default); beams-V
               the frameworks row with each of --batch-variants' settings (likewise batch8-V)
   batch8      the compiled frameworks row and the onnxrt row at batch 8
@@ -152,6 +153,7 @@ def jobs(shape: str, keep: bool, workdir: str, iterations: int, variants: tuple[
     for v in ort_variants:
         todo += [(f"onnxrt-{v}", rows("s2s-onnxrt", graphs=v)), (f"batch8-onnxrt-{v}", rows("s2s-onnxrt", 8, graphs=v)),
                  (f"tokens-onnxrt-{v}", lambda v=v: tokens(shape, ort_dir(v), graphs=v)),
+                 (f"tokens8-onnxrt-{v}", lambda v=v: tokens(shape, ort_dir(v), batch=8, graphs=v)),
                  (f"kernels-onnxrt-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), graphs=v)),
                  (f"kernels-onnxrt-rows8-{v}", lambda v=v: kernels(shape, "onnxrt", ORT, ort_dir(v), 8, graphs=v))]
     todo += [("loop", lambda: loop(shape, workdir)), ("loop-beams", lambda: loop(shape, workdir, beams=4))]
@@ -313,7 +315,7 @@ def main() -> None:
                         "kernels-rows8-V, beams-V, batch8-V)")
     parser.add_argument("--ort-variants", default="", help="comma-separated settings of the built ONNX Runtime "
                         f"graphs ({', '.join(ORT_VARIANTS)}) benchmarked, timed and checked beside the default "
-                        "(onnxrt-V, batch8-onnxrt-V, kernels-onnxrt-V, tokens-onnxrt-V)")
+                        "(onnxrt-V, batch8-onnxrt-V, kernels-onnxrt-V, tokens-onnxrt-V, tokens8-onnxrt-V)")
     parser.add_argument("--shapes-dir", type=Path, default=Path("/tmp/shapes"))
     parser.add_argument("--workdir", default="/tmp/wd")
     parser.add_argument("--iterations", type=int, default=5)
