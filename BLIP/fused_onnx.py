@@ -190,8 +190,6 @@ def _decoder(p: _Parts) -> "fg.onnx.ModelProto":
 
 
 # all three parts (the default); bump the version when a graph changes
-# ONNX Runtime's attention ops for the text decoder, not this project's Attention op: with the op and the Linear op's
-# tensor-core kernel for 3-16 rows, BLIP-large's fp16 graphs fail their check against PyTorch on an H100 (not yet
-# understood; with either alone they pass), and the op measured no faster here (step 0.568 against 0.569 ms a token
-# on an H100; 0.5754 ms with ONNX Runtime's ops on 2026-12-07: docs/PERFORMANCE.md G81, G84)
-BUILDER = sg.Seq2SeqBuilder(model_types=("blip",), version="3", build=build, refusal=refusal, own_attention=False)
+# this project's Attention op for the text decoder's self- and cross-attention: BLIP-large's step 0.568 against 0.570
+# ms a token on an H100, 0.800 against 0.809 at batch 8 (docs/PERFORMANCE.md)
+BUILDER = sg.Seq2SeqBuilder(model_types=("blip",), version="4", build=build, refusal=refusal, own_attention=True)
