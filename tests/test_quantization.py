@@ -6,6 +6,7 @@ export), the accuracy cost on the trained gpt2-offline is within the issue's bou
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,19 @@ def test_benchmark_rows_report_model_bytes(gpt2_accuracy, workdir, tmp_path):
         assert row["weight_bytes"] / (row["tpot_ms"]["p50"] * 1e-3) / 1e9 > 0
 
 
+@contextmanager
+def _torch_threads(count: int):
+    """torch's thread count set to `count` while the block runs (the suite's processes start from one), then back."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir):
     """Between ONNX Runtime calls torch only picks tokens: one thread, so its pool does not contend with ORT's."""
     import torch
@@ -132,11 +146,11 @@ def test_onnxrt_runs_torch_on_one_thread_and_restores_it(gpt2_accuracy, workdir)
     from NNDF.actions.common import backend_steps, open_run
     from NNDF.options import ModelOptions
 
-    before = torch.get_num_threads()
-    run = open_run("GPT2", ModelOptions(working_dir=str(workdir), use_cache=True, cpu=True), ("onnxrt",))
-    with backend_steps(run, "onnxrt"):
-        assert torch.get_num_threads() == 1
-    assert torch.get_num_threads() == before
+    with _torch_threads(2):  # a count the run must change and restore
+        run = open_run("GPT2", ModelOptions(working_dir=str(workdir), use_cache=True, cpu=True), ("onnxrt",))
+        with backend_steps(run, "onnxrt"):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
 
 
 def test_threads_size_ort_pool_and_torch_stays_on_one(gpt2_accuracy, workdir):
@@ -168,10 +182,10 @@ def test_chat_gives_each_open_backend_its_own_threads(gpt2_accuracy, workdir, mo
     seen, generate_prompt = [], chat_evaluator.generate_prompt
     monkeypatch.setattr(chat_evaluator, "generate_prompt",
                         lambda steps, *a: seen.append(torch.get_num_threads()) or generate_prompt(steps, *a))
-    before = torch.get_num_threads()
-    chat_module.chat("GPT2", ("frameworks", "onnxrt"), ModelOptions(working_dir=str(workdir), use_cache=True),
-                     SamplingOptions(), ChatOptions(prompt=("Hello",), max_new_tokens=2))
-    assert seen == [before, 1] and torch.get_num_threads() == before
+    with _torch_threads(2):  # frameworks keeps it, onnxrt changes it
+        chat_module.chat("GPT2", ("frameworks", "onnxrt"), ModelOptions(working_dir=str(workdir), use_cache=True),
+                         SamplingOptions(), ChatOptions(prompt=("Hello",), max_new_tokens=2))
+        assert seen == [2, 1] and torch.get_num_threads() == 2
 
 
 def test_fingerprint_follows_the_settings(workdir):
