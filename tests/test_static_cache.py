@@ -30,8 +30,15 @@ DECODERS = [v for v in offline_variants() if registry.family(v[0]).kind == "deco
 MODES = {"frameworks": [(True, False, False)] + ([(True, True, False), (True, True, True)] if DEVICE == "cuda" else []),
          "onnxrt": [(True, False, False)] + ([(True, True, False)] if DEVICE == "cuda" else [])}
 # torch.compile takes seconds per shape: one variant is enough to show the compiled graph gives the same tokens
+COMPILED = {("GPT2", "gpt2-offline")}
+# onnxrt's static export (a non-default path, ~12 s a variant on the CPU) runs HF's own layers over the cache, so
+# what differs between the LLAMA family's model types there is how their layers use it: every layer full-length
+# (llama-offline), every layer windowed (Mistral, Phi-3), windowed and full layers mixed (Gemma 2 and 3). Llama 3's
+# rope scaling, Qwen's biases and head norms and Gemma's norms are the same export as the plain one of test_parity.py
+STATIC_EXPORT_SKIPPED = {("LLAMA", v) for v in ("llama3-offline", "qwen2-offline", "qwen3-offline", "gemma-offline")}
+assert STATIC_EXPORT_SKIPPED <= set(DECODERS), STATIC_EXPORT_SKIPPED - set(DECODERS)  # no stale name
 CASES = [(v, b, m) for v in DECODERS for b, modes in MODES.items() for m in modes
-         if not m[2] or v == ("GPT2", "gpt2-offline")]
+         if (not m[2] or v in COMPILED) and not (b == "onnxrt" and v in STATIC_EXPORT_SKIPPED)]
 
 
 def _case_id(case) -> str:
