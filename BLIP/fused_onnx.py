@@ -17,6 +17,8 @@ HF's `BlipVisionModel` and its text decoder HF's `BlipTextLMHeadModel`), built f
                         MultiHeadAttention(h @ query + bias) over the cross buffers (masked image tokens hidden)
                         h = SkipLayerNorm(cross @ dense, h, bias)      (crossattention.output.LayerNorm)
                         h = SkipLayerNorm(act(h @ intermediate + bias) @ output, h, bias)  (output.LayerNorm)
+             in a graph that owns its attention (`BUILDER`'s own_attention) both attentions are this project's
+             Attention op (the cross one over the cross buffers, causal=0)
              logits = LayerNorm(act(h @ transform.dense + bias)) @ word_embeddings^T + decoder bias  (tied head)
 
 The encoder takes pixel_values [B, 3, image_size, image_size] in the graph's float type (as the torch.onnx export
