@@ -373,14 +373,12 @@ ORT_VARIANTS = {
     "nopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},
     "linearnopdl": {"env": {"NNDF_ORT_LINEAR_PDL": "0"}},  # ... only the Linear op's
     "attnnopdl": {"env": {"NNDF_ORT_ATTENTION_PDL": "0"}},  # ... only the Attention op's
-    # this project's Attention op wherever no rotary is applied (`attention`), built in a folder of its own (so each
-    # build runs its check against PyTorch) with both ops' / only the Linear op's / only the Attention op's kernels
-    # launched plainly
-    "attention-nopdl": {"CausalLM.fused_graph": {"OWN_ATTENTION": True},
-                        "env": {"NNDF_ORT_LINEAR_PDL": "0", "NNDF_ORT_ATTENTION_PDL": "0"}},
-    "attention-linearnopdl": {"CausalLM.fused_graph": {"OWN_ATTENTION": True}, "env": {"NNDF_ORT_LINEAR_PDL": "0"}},
-    "attention-attnnopdl": {"CausalLM.fused_graph": {"OWN_ATTENTION": True}, "env": {"NNDF_ORT_ATTENTION_PDL": "0"}},
 }
+# this project's Attention op wherever no rotary is applied (`attention`), built in a folder of its own (so each build
+# runs its check against PyTorch) with both ops' / only the Linear op's / only the Attention op's kernels launched
+# plainly (attention-nopdl, attention-linearnopdl, attention-attnnopdl)
+ORT_VARIANTS.update({f"attention-{v}": {**ORT_VARIANTS["attention"], "env": ORT_VARIANTS[v]["env"]}
+                     for v in ("nopdl", "linearnopdl", "attnnopdl")})
 
 
 def graph_workdir(workdir: str, variant: str | None) -> str:
