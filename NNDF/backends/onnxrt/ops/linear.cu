@@ -3,10 +3,12 @@
 // (beams, batches), cuBLAS through ONNX Runtime's own handle for more rows (a prompt pass). Both kernels of ours
 // stream each weight row once in 16-byte loads, several in flight per thread, with fp32 sums; their first loads are
 // issued before they wait on the kernel before (programmatic dependent launch), since the weights never depend on
-// that kernel. x and the addend, which that kernel may still be writing when ours starts, are read past L1 (ld.cg),
+// that kernel. x and the addend, which that kernel may still be writing when ours starts, are read after the wait
+// (griddepcontrol.wait, which makes that kernel's writes visible to this one) with plain L1-cached loads (ld.ca),
 // never through the read-only path: ld.global.nc promises data that does not change while the kernel runs, and with
 // our kernels started early it gave wrong products (BLIP-large's and t5-base's fp16 graphs on an H100: logits off
-// PyTorch's, tokens off HF's; ld.cg costs 3% at flan-T5-XL's shapes, docs/PERFORMANCE.md G85). With a norm (LayerNorm
+// PyTorch's, tokens off HF's). Reads past L1 (ld.cg) were correct too, and 3% slower at flan-T5-XL's shapes, where
+// the blocks on one multiprocessor can share x's lines in L1 (docs/PERFORMANCE.md G85, G86). With a norm (LayerNorm
 // or RMSNorm over x's rows, `norm`), each block of the few-row kernel normalises
 // x into shared memory after that wait and before its product, so the norm needs no kernel of its own; the
 // normalised rows are written out too (spread over the blocks), for other readers; the tensor-core kernel takes an
@@ -120,7 +122,7 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
   for (int c = threadIdx.x; c < chunks; c += Threads)
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      unpack<T>(__ldcg(x + static_cast<size_t>(m) * chunks + c), f);
+      unpack<T>(__ldca(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
         const float d = f[i] - shift[m];
@@ -146,7 +148,7 @@ __device__ void normalize(const uint4* __restrict__ x, const T* __restrict__ gam
     if (beta) unpack<T>(__ldg(b + c), bf);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      unpack<T>(__ldcg(x + static_cast<size_t>(m) * chunks + c), f);
+      unpack<T>(__ldca(x + static_cast<size_t>(m) * chunks + c), f);
 #pragma unroll
       for (int i = 0; i < kCount; ++i) {
         const float centred = Norm == kLinearLayerNorm ? f[i] - mean[m] : f[i];
@@ -168,7 +170,7 @@ __device__ __forceinline__ void store_output(T* y, const T* bias, const T* adden
                                              float alpha, int activation) {
   const size_t at = static_cast<size_t>(m) * n + col;
   const float sum = alpha * dot + (bias ? as_float(bias[col]) : 0.f);
-  const float v = sum + (addend ? as_float(__ldcg(addend + at)) : 0.f);
+  const float v = sum + (addend ? as_float(__ldca(addend + at)) : 0.f);
   store(y + at, activation == kLinearRelu ? fmaxf(v, 0.f) : v);
 }
 template <typename T>
@@ -234,7 +236,7 @@ __global__ void __launch_bounds__(Threads) few_rows(const T* __restrict__ x, con
 #pragma unroll
         for (int m = 0; m < M; ++m) {
           const uint4 xv =
-              Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldcg(xr + static_cast<size_t>(m) * chunks + c);
+              Norm != kLinearNoNorm ? xr[m * chunks + c] : __ldca(xr + static_cast<size_t>(m) * chunks + c);
 #pragma unroll
           for (int r = 0; r < Rows; ++r) Pack<T>::add(now[r][a], xv, acc[m][r]);
         }
@@ -334,7 +336,7 @@ __device__ void normalized_rows(const uint4* x, const uint4* gamma, const float*
     const int m = i / mine, c = block + (i % mine) * blocks;
     const size_t at = static_cast<size_t>(m) * chunks + c;
     float f[8], gf[8];
-    unpack<__half>(__ldcg(x + at), f);
+    unpack<__half>(__ldca(x + at), f);
     unpack<__half>(__ldg(gamma + c), gf);
 #pragma unroll
     for (int e = 0; e < 8; ++e) f[e] = f[e] * rstd[m] * gf[e];
@@ -394,7 +396,7 @@ __global__ void __launch_bounds__(Warps * 32) dot_rows(const __half* __restrict_
 #pragma unroll
     for (int j = 0; j < Tiles; ++j) {
       const int m = g + 8 * j;
-      into[j] = i < mine && m < rows && c < chunks ? __ldcg(xr + static_cast<size_t>(m) * chunks + c) : zero;
+      into[j] = i < mine && m < rows && c < chunks ? __ldca(xr + static_cast<size_t>(m) * chunks + c) : zero;
     }
   };
   uint4 xs[Ahead][Tiles];
