@@ -100,6 +100,21 @@ def run_cli(*args: str, cwd: Path = ROOT, stdin: str | None = None, timeout: int
                           capture_output=True, text=True, timeout=timeout)
 
 
+def cli_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`run.py ...` in this process (`NNDF.cli.main`, its output captured by `capsys`), for the cases that are not
+    about the program's start-up: the same exit code and the same stdout and stderr text as `run_cli`, without a
+    new interpreter importing torch and transformers. An argparse refusal's SystemExit gives its code."""
+    from NNDF import cli
+
+    capsys.readouterr()
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["run.py", *args], code, out, err)
+
+
 def generate_tokens(run, steps, prompt, new: int, beams: int, eos, times: int = 1, **settings):
     """Our loop's new tokens per row (up to EOS) for `prompt`, generated `times` times on the same steps: every
     generation after the first reuses the pooled static buffers (and a captured graph) and must give the same

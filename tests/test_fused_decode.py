@@ -21,7 +21,7 @@ from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
-from conftest import counted_kernels, generate_tokens, generate_twice, run_cli
+from conftest import cli_in_process, counted_kernels, generate_tokens, generate_twice
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects"]
@@ -233,9 +233,9 @@ def _refusal(out) -> str:
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
-def test_model_types_without_a_fused_step_refuse_it(workdir):
-    out = run_cli("benchmark", "GPT2", "frameworks", "--variant", "gpt-neo-offline", "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir))
+def test_model_types_without_a_fused_step_refuse_it(workdir, capsys):
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--variant", "gpt-neo-offline", "--use-cache",
+                         "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir))
     assert re.fullmatch(r"error: --fused-decode: the frameworks backend has no fused decode step for model type "
                         r"'gpt_neo' \(fused steps exist for (.*; )?frameworks: (\w+, )*gpt2(, \w+)*(; .*)?\); drop --fused-decode",
                         _refusal(out))
@@ -246,9 +246,10 @@ def test_model_types_without_a_fused_step_refuse_it(workdir):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
-def test_unsupported_gpt2_config_is_refused(tmp_path, workdir):
+def test_unsupported_gpt2_config_is_refused(tmp_path, workdir, capsys):
     folder = _tiny_dir(tmp_path / "inverse-idx", scale_attn_by_inverse_layer_idx=True)
-    out = run_cli("benchmark", "GPT2", "frameworks", "--torch-dir", folder, "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--torch-dir", folder, "--use-cache",
+                         "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations",
+                         "1")
     assert _refusal(out) == ("error: --fused-decode: this GPT-2 config sets scale_attn_by_inverse_layer_idx, which "
                              "the fused step does not implement; drop --fused-decode")

@@ -31,7 +31,7 @@ from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig, generate
 from NNDF.options import ModelOptions
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 FP16 = DEVICE == "cuda"
@@ -171,10 +171,10 @@ def test_refusals(relu_gpt2, workdir):
                 fused_decode=True, device=DEVICE, fp16=FP16), ORTOptions(quantize=("none", "int8"))))
 
 
-def test_cli_refusal_exit_code(relu_gpt2, workdir):
-    proc = run_cli("chat", "GPT2", "onnxrt", "--torch-dir", relu_gpt2, "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "2", "-wd", str(workdir),
-                   *(["--fp16"] if FP16 else []))
+def test_cli_refusal_exit_code(relu_gpt2, workdir, capsys):
+    proc = cli_in_process(capsys, "chat", "GPT2", "onnxrt", "--torch-dir", relu_gpt2, "--use-cache", "--static-cache",
+                          "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "2", "-wd", str(workdir),
+                          *(["--fp16"] if FP16 else []))
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0] == ("error: onnxrt --fused-decode has no fused op for activation 'relu' "

@@ -17,7 +17,7 @@ import pytest
 from NNDF import registry
 from NNDF.actions.common import backend_steps, encode
 
-from conftest import counted_kernels, generate_tokens, offline_variants, run_cli
+from conftest import cli_in_process, counted_kernels, generate_tokens, offline_variants
 from test_fused_decode import MODES, NEW, PROMPTS, _check_parity, _fused_tokens, _hf_tokens, _mode_id, _refusal, _run
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")  # off CUDA our Triton kernels run interpreted (conftest.py)
@@ -267,24 +267,27 @@ def _edited_copy(run, folder, **fields):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="refusals are checked on the CPU")
-def test_unsupported_configs_are_refused(tmp_path, workdir):
+def test_unsupported_configs_are_refused(tmp_path, workdir, capsys):
     base = _run(workdir, variant="llama3-offline", family="LLAMA", fused=False)
     dynamic = _edited_copy(base, tmp_path / "dynamic", rope_parameters={"rope_type": "dynamic", "factor": 2.0,
                                                                        "rope_theta": 10000.0},
                            rope_scaling={"rope_type": "dynamic", "factor": 2.0})
-    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", dynamic, "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    out = cli_in_process(capsys, "benchmark", "LLAMA", "frameworks", "--torch-dir", dynamic, "--use-cache",
+                         "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir),
+                         "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: rope type 'dynamic' changes its frequencies with the sequence "
                              "length, which the fused step's precomputed table does not; drop --fused-decode")
     gelu = _edited_copy(base, tmp_path / "gelu", hidden_act="gelu")
-    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", gelu, "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    out = cli_in_process(capsys, "benchmark", "LLAMA", "frameworks", "--torch-dir", gelu, "--use-cache",
+                         "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir),
+                         "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: activation 'gelu' is not the SiLU the fused step implements; "
                              "drop --fused-decode")
     gemma = _run(workdir, variant="gemma3-offline", family="LLAMA", fused=False)
     capped = _edited_copy(gemma, tmp_path / "capped", attn_logit_softcapping=50.0)
-    out = run_cli("benchmark", "LLAMA", "frameworks", "--torch-dir", capped, "--use-cache", "--static-cache",
-                  "--fused-decode", "--cpu", "--working-dir", str(workdir), "--iterations", "1")
+    out = cli_in_process(capsys, "benchmark", "LLAMA", "frameworks", "--torch-dir", capped, "--use-cache",
+                         "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir),
+                         "--iterations", "1")
     assert _refusal(out) == ("error: --fused-decode: this config soft-caps its attn_logit_softcapping, which the "
                              "Gemma fused step does not implement; drop --fused-decode")
 
@@ -308,7 +311,7 @@ def test_rope_types_by_layer_type_are_checked():
     assert attention.rope_types(LlamaConfig()) == ["default"]
 
 
-def test_every_model_type_has_the_step_but_the_older_gemmas(workdir):
+def test_every_model_type_has_the_step_but_the_older_gemmas(workdir, capsys):
     """Every model type of the family has a fused step but Gemma's and Gemma 2's, and the graph built from the
     weights but the three Gemmas' (the plain paths run them): --fused-decode is refused for those in one line,
     exit 2."""
@@ -322,9 +325,9 @@ def test_every_model_type_has_the_step_but_the_older_gemmas(workdir):
         return
     for backend, variant, model_type in (("frameworks", "gemma2-offline", "gemma2"),
                                          ("onnxrt", "gemma3-offline", "gemma3_text")):
-        out = run_cli("generate", "LLAMA", backend, "--variant", variant, "--use-cache", "--static-cache",
-                      "--fused-decode", "--cpu", "--working-dir", str(workdir), "--prompt", "Hi",
-                      "--max-new-tokens", "2")
+        out = cli_in_process(capsys, "generate", "LLAMA", backend, "--variant", variant, "--use-cache",
+                             "--static-cache", "--fused-decode", "--cpu", "--working-dir", str(workdir),
+                             "--prompt", "Hi", "--max-new-tokens", "2")
         line = _refusal(out)
         assert line.startswith(f"error: --fused-decode: the {backend} backend has no fused decode step for model "
                                f"type '{model_type}' (fused steps exist for ")

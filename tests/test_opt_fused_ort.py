@@ -25,7 +25,7 @@ from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
-from conftest import random_model, run_cli
+from conftest import cli_in_process, random_model
 from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 NEW, ROWS, PROMPT = 10, 3, 8
@@ -133,14 +133,14 @@ def test_refusals(tiny):
         registry.backend(family, "trt").check_fused_decode("opt")
 
 
-def test_cli_refusal(tiny, workdir):
+def test_cli_refusal(tiny, workdir, capsys):
     folder = tiny["opt-bare"] + "-gelu"  # refused in one line before anything is built
     shutil.copytree(tiny["opt-bare"], folder, dirs_exist_ok=True)
     config = json.loads((Path(folder) / "config.json").read_text())
     config["activation_function"] = "gelu"
     (Path(folder) / "config.json").write_text(json.dumps(config))
-    proc = run_cli("generate", "OPT", "onnxrt", "--torch-dir", folder, "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir))
+    proc = cli_in_process(capsys, "generate", "OPT", "onnxrt", "--torch-dir", folder, "--use-cache", "--static-cache",
+                          "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and lines == ["error: onnxrt --fused-decode runs OPT's MLP with ReLU; this model's "
                                               "activation is 'gelu'"], proc.stderr

@@ -88,15 +88,16 @@ def test_ort_products_without_a_built_graph_is_refused(workdir):
             pass
 
 
-def test_cli_refuses_ort_products_without_a_built_graph(workdir):
-    from conftest import run_cli
+def test_cli_refuses_ort_products_without_a_built_graph(workdir, capsys):
+    from conftest import cli_in_process
 
-    proc = run_cli("generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "linear", "--prompt", "Hello",
-                   "-wd", str(workdir))
+    proc = cli_in_process(capsys, "generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "linear", "--prompt",
+                          "Hello", "-wd", str(workdir))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "--ort-products applies to the graphs onnxrt builds from the weights" in lines[0]
-    proc = run_cli("generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "fused", "--prompt", "Hello")
+    proc = cli_in_process(capsys, "generate", "OPT", "onnxrt", "--use-cache", "--ort-products", "fused", "--prompt",
+                          "Hello")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "--ort-products: invalid choice: 'fused'" in lines[0]
     assert "linear" in lines[0] and "matmul" in lines[0]

@@ -20,7 +20,7 @@ from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
-from conftest import generate_twice, offline_variants, run_cli
+from conftest import cli_in_process, generate_twice, offline_variants, run_cli
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
@@ -117,19 +117,19 @@ def test_autotuned_compile_keeps_tokens(workdir):
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="checks the CPU refusal")
-def test_cuda_graph_needs_cuda_cli(workdir):
-    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--static-cache", "--use-cuda-graph",
-                  "--cpu", "--working-dir", str(workdir))
+def test_cuda_graph_needs_cuda_cli(workdir, capsys):
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--use-cache", "--static-cache", "--use-cuda-graph",
+                         "--cpu", "--working-dir", str(workdir))
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1] == \
         "error: --use-cuda-graph needs --device cuda (CUDA graphs are a GPU feature)"
     assert "Traceback" not in out.stderr
 
 
-def test_benchmark_beyond_position_table_is_refused(workdir):
+def test_benchmark_beyond_position_table_is_refused(workdir, capsys):
     """On CUDA this would be a device-side assert that poisons the process (seen on the H200)."""
-    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--input-seq-len", "200",
-                  "--output-seq-len", "100", "--working-dir", str(workdir))
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--input-seq-len", "200",
+                         "--output-seq-len", "100", "--working-dir", str(workdir))
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1] == \
         "error: --input-seq-len 200 + --output-seq-len 100 exceeds gpt2-offline's 256 positions; shorten them"
@@ -141,10 +141,10 @@ def test_benchmark_beyond_position_table_is_refused(workdir):
     ("BART", ("8", "256"), "--output-seq-len 256 (after the decoder's start token) exceeds bart-offline's 256 "
                            "decoder positions; shorten it"),
 ])
-def test_benchmark_beyond_other_position_tables_is_refused(family, lengths, expect, workdir):
+def test_benchmark_beyond_other_position_tables_is_refused(family, lengths, expect, workdir, capsys):
     """BLIP's text decoder holds the prompt and the caption; BART's encoder and decoder have a table each."""
-    out = run_cli("benchmark", family, "frameworks", "--use-cache", "--cpu", "--input-seq-len", lengths[0],
-                  "--output-seq-len", lengths[1], "--working-dir", str(workdir))
+    out = cli_in_process(capsys, "benchmark", family, "frameworks", "--use-cache", "--cpu", "--input-seq-len",
+                         lengths[0], "--output-seq-len", lengths[1], "--working-dir", str(workdir))
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1].startswith(f"error: {expect}")
     assert "Traceback" not in out.stderr
