@@ -1,4 +1,5 @@
-"""Every action through the real CLI (subprocess), with its JSON checked against independent computations."""
+"""Every action through the real CLI (run.py in a subprocess, or `cli.main` in process where a run.py check of the
+same action and backend is here already), with its JSON checked against independent computations."""
 import json
 import shutil
 from pathlib import Path
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process, run_cli
 from NNDF import cli
 
 DATA = str(ROOT / "data" / "lambada_offline.jsonl")
@@ -138,15 +139,15 @@ def test_run_checkpoint_passes_on_both_backends(family, variant, wd, tmp_path):
             assert 0 < r["encoder_s"] < r["prefill_s"]
 
 
-def test_seq2seq_chat_and_benchmark(wd, tmp_path):
+def test_seq2seq_chat_and_benchmark(wd, tmp_path, capsys):
     """T5 chat output ids equal HF generate's (the prompt goes to the encoder); benchmark reports the encoder's
-    share of each prefill sample."""
+    share of each prefill sample. In process: chat and benchmark go through run.py above, on GPT2."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     path = tmp_path / "chat.json"
     prompt = "translate English to German: The house is wonderful."
-    _ok(run_cli("chat", "T5", "--compare", "frameworks", "onnxrt", "--use-cache", "--num-beams", "2",
-                "--max-new-tokens", "10", "--prompt", prompt, "-wd", wd, "--json", str(path)))
+    _ok(cli_in_process(capsys, "chat", "T5", "--compare", "frameworks", "onnxrt", "--use-cache", "--num-beams", "2",
+                       "--max-new-tokens", "10", "--prompt", prompt, "-wd", wd, "--json", str(path)))
     folder = Path(wd) / "T5" / "t5-offline" / "hf-model"
     model, tok = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     ref = model.generate(**tok(prompt, return_tensors="pt"), max_new_tokens=10, num_beams=2, do_sample=False)
@@ -155,17 +156,19 @@ def test_seq2seq_chat_and_benchmark(wd, tmp_path):
     for r in json.loads(path.read_text())["results"]:
         assert r["output_ids"] == new and r["prompt"] == prompt
     bench = tmp_path / "bench.json"
-    _ok(run_cli("benchmark", "BART", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "12",
-                "--output-seq-len", "5", "--iterations", "3", "--warmup", "1", "--hf-baseline", "-wd", wd,
-                "--json", str(bench)))
+    _ok(cli_in_process(capsys, "benchmark", "BART", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "12",
+                       "--output-seq-len", "5", "--iterations", "3", "--warmup", "1", "--hf-baseline", "-wd", wd,
+                       "--json", str(bench)))
     results = json.loads(bench.read_text())["results"]
     assert results[0]["backend"] == "hf-generate" and results[0]["encoder_ms"] is None
     for r in results[1:]:
         assert all(0 < e < p for e, p in zip(r["encoder_ms"]["samples"], r["prefill_ms"]["samples"]))
 
 
-def test_run_prints_samples_without_cache(wd):
-    out = _ok(run_cli("run", "OPT", "onnxrt", "--no-use-cache", "--iterations", "1", "--warmup", "0", "-wd", wd)).stdout
+def test_run_prints_samples_without_cache(wd, capsys):
+    """In process: run through run.py is test_stale_and_corrupt_exports_are_rebuilt's."""
+    out = _ok(cli_in_process(capsys, "run", "OPT", "onnxrt", "--no-use-cache", "--iterations", "1", "--warmup", "0",
+                             "-wd", wd)).stdout
     assert "| onnxrt" in out and "1 " in out
 
 
@@ -182,12 +185,12 @@ def _session_export(family: str, workdir) -> Path:
     return DecoderOnnx(registry.backend(run.family, "onnxrt").onnx.spec, run.family.task).path(run)[0]
 
 
-def test_cleanup_removes_artifacts(tmp_path, workdir):
+def test_cleanup_removes_artifacts(tmp_path, workdir, capsys):
     wd = tmp_path / "w"
     export = _session_export("GPT2", workdir).parent  # current in any working dir (the committed model folder)
     shutil.copytree(export, wd / "GPT2" / "gpt2-offline" / export.name)
-    _ok(run_cli("run", "GPT2", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd", str(wd),
-                "--cleanup"))
+    _ok(cli_in_process(capsys, "run", "GPT2", "onnxrt", "--use-cache", "--iterations", "1", "--warmup", "0", "-wd",
+                       str(wd), "--cleanup"))
     assert not (wd / "GPT2" / "gpt2-offline").exists()
 
 
@@ -210,19 +213,21 @@ def test_stale_and_corrupt_exports_are_rebuilt(tmp_path, workdir):
     assert json.loads((folder / "fingerprint.json").read_text())["versions"]["torch"] != "0.0"
 
 
-def test_list_json(tmp_path):
+def test_list_json(tmp_path, capsys):
+    """In process: list through run.py is test_list_shows_families_and_backend_status's."""
     path = tmp_path / "list.json"
-    _ok(run_cli("list", "BLOOM", "--json", str(path)))
+    _ok(cli_in_process(capsys, "list", "BLOOM", "--json", str(path)))
     data = json.loads(path.read_text())
     assert {r["variant"] for r in data["results"]} >= {"bloom-offline", "bigscience/bloomz-7b1"}
     assert [b["backend"] for b in data["extra"]] == ["frameworks", "onnxrt", "trt", "triton"]
 
 
-def test_benchmark_plot(wd, tmp_path):
+def test_benchmark_plot(wd, tmp_path, capsys):
+    """In process: benchmark through run.py is test_benchmark_json_and_arithmetic's."""
     png, path = tmp_path / "plot.png", tmp_path / "b.json"
-    _ok(run_cli("benchmark", "OPT", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "4",
-                "--output-seq-len", "9", "--iterations", "1", "--warmup", "0", "--plot", str(png), "-wd", wd,
-                "--json", str(path)))
+    _ok(cli_in_process(capsys, "benchmark", "OPT", "frameworks", "onnxrt", "--use-cache", "--input-seq-len", "4",
+                       "--output-seq-len", "9", "--iterations", "1", "--warmup", "0", "--plot", str(png), "-wd", wd,
+                       "--json", str(path)))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for r in json.loads(path.read_text())["results"]:
         assert len(r["per_token_ms"]) == 8 and min(r["per_token_ms"]) > 0
