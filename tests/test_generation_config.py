@@ -17,7 +17,7 @@ from NNDF.generation import GenerationConfig, generate
 from NNDF.offline import redraw_weights
 from NNDF.options import ModelOptions, SamplingOptions
 
-from conftest import run_cli
+from conftest import cli_in_process
 
 NEW = 8
 TEXTS = ["The for statement is used to", "A", "Names refer to objects and the"]
@@ -187,22 +187,24 @@ def test_chat_takes_max_length_from_the_config(mbart50, workdir):
                              SamplingOptions()).max_new_tokens == 32
 
 
-def test_unsupported_config_fields_are_refused(workdir, tmp_path_factory):
+def test_unsupported_config_fields_are_refused(workdir, tmp_path_factory, capsys):
     folder = _copy(workdir, tmp_path_factory, "GPT2", "gpt2-offline", "gpt2-unsupported",
                    encoder_repetition_penalty=1.2, suppress_tokens=[5])
-    proc = run_cli("chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x", "-wd", str(workdir))
+    proc = cli_in_process(capsys, "chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x", "-wd",
+                          str(workdir))
     assert proc.returncode != 0
     assert "encoder_repetition_penalty=1.2" in proc.stderr and "suppress_tokens=[5]" in proc.stderr
     assert "--ignore-generation-config" in proc.stderr and "Traceback" not in proc.stderr
-    ok = run_cli("chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x", "--max-new-tokens", "3",
-                 "--ignore-generation-config", "-wd", str(workdir))
+    ok = cli_in_process(capsys, "chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x",
+                        "--max-new-tokens", "3", "--ignore-generation-config", "-wd", str(workdir))
     assert ok.returncode == 0, ok.stderr[-2000:]
 
 
-def test_beam_sampling_from_the_config_is_refused(workdir, tmp_path_factory):
+def test_beam_sampling_from_the_config_is_refused(workdir, tmp_path_factory, capsys):
     folder = _copy(workdir, tmp_path_factory, "GPT2", "gpt2-offline", "gpt2-beam-sampling", do_sample=True,
                    num_beams=2)
-    proc = run_cli("chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x", "-wd", str(workdir))
+    proc = cli_in_process(capsys, "chat", "GPT2", "frameworks", "--torch-dir", folder, "--prompt", "x", "-wd",
+                          str(workdir))
     assert proc.returncode != 0 and "(beam sampling) is not supported" in proc.stderr
     assert "num_beams=2" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
