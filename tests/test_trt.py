@@ -17,7 +17,7 @@ from NNDF.errors import UsageError
 from NNDF.backends.trt.options import TRTOptions
 from NNDF.options import ModelOptions
 
-from conftest import run_cli
+from conftest import cli_in_process, run_cli
 
 
 class Cfg:
@@ -99,8 +99,10 @@ def test_kv_buffers_ping_pong_and_reorder():
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") or importlib.util.find_spec("tensorrt_rtx"),
                     reason="TensorRT is installed here")
-def test_tensorrt_missing_is_one_line(tmp_path):
-    proc = run_cli("list")
+def test_tensorrt_missing_is_one_line(tmp_path, capsys):
+    """The refusal through run.py (the whole program: exit code, one line, no traceback); list in process (list
+    through run.py is test_cli.py's)."""
+    proc = cli_in_process(capsys, "list")
     assert "| trt" in proc.stdout and "pip install tensorrt" in proc.stdout
     proc = run_cli("benchmark", "GPT2", "trt", "--device", "cpu", "-wd", str(tmp_path))
     # what is missing here, never "use --device ...": TensorRT, and a CUDA GPU for torch
@@ -116,10 +118,11 @@ def test_tensorrt_missing_is_one_line(tmp_path):
         import_trt("tensorrt_rtx")
 
 
-def test_build_needs_a_backend_with_artifacts(tmp_path):
-    proc = run_cli("build", "GPT2", "frameworks", "-wd", str(tmp_path))
+def test_build_needs_a_backend_with_artifacts(tmp_path, capsys):
+    """In process: refused before any model loads; build and run go through run.py in test_cli.py."""
+    proc = cli_in_process(capsys, "build", "GPT2", "frameworks", "-wd", str(tmp_path))
     assert proc.returncode == 2 and "the frameworks backend has nothing to build" in proc.stderr
-    proc = run_cli("run", "GPT2", "onnxrt", "--build-only", "-wd", str(tmp_path))
+    proc = cli_in_process(capsys, "run", "GPT2", "onnxrt", "--build-only", "-wd", str(tmp_path))
     assert proc.returncode == 2 and "run.py build MODEL BACKEND" in proc.stderr
 
 
