@@ -13,7 +13,7 @@ from NNDF.options import ModelOptions
 from Seq2Seq.trt_steps import Seq2SeqTrtSteps
 from Vision2Seq.task import ImagePrompt
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process, run_cli
 from NNDF import cli
 from test_trt import OrtIO
 
@@ -117,16 +117,18 @@ def test_image_error_through_run_py(tmp_path):
         "chat --image or benchmark"), proc.stderr
 
 
-def test_chat_and_run_on_user_images(workdir, tmp_path):
+def test_chat_and_run_on_user_images(workdir, tmp_path, capsys):
+    """In process: chat and run go through run.py in test_cli.py, and BLIP's refusal in the test above."""
     import json
 
     path = tmp_path / "chat.json"
-    proc = run_cli("chat", "BLIP", "--compare", "frameworks", "onnxrt", "--use-cache", "--image", IMAGES[1],
-                   "--prompt", "a picture of", "--max-new-tokens", "6", "-wd", str(workdir), "--json", str(path))
+    proc = cli_in_process(capsys, "chat", "BLIP", "--compare", "frameworks", "onnxrt", "--use-cache", "--image",
+                          IMAGES[1], "--prompt", "a picture of", "--max-new-tokens", "6", "-wd", str(workdir), "--json",
+                          str(path))
     assert proc.returncode == 0, proc.stderr
     results = json.loads(path.read_text())["results"]
     assert [r["prompt"] for r in results] == [f"{IMAGES[1]} | a picture of"] * 2
     assert results[0]["output_ids"] == results[1]["output_ids"] and len(results[0]["output_ids"]) > 0
-    proc = run_cli("run", "BLIP", "onnxrt", "--use-cache", "--image", IMAGES[0], "--iterations", "1",
-                   "--warmup", "0", "-wd", str(workdir))
+    proc = cli_in_process(capsys, "run", "BLIP", "onnxrt", "--use-cache", "--image", IMAGES[0], "--iterations", "1",
+                          "--warmup", "0", "-wd", str(workdir))
     assert proc.returncode == 0 and "n/a" in proc.stdout and "red-square" in proc.stdout
