@@ -18,7 +18,7 @@ from NNDF.artifacts import DIGESTS, FINGERPRINT, ArtifactStore, damage, file_dig
 from NNDF.errors import ArtifactError, ModelLoadError
 from NNDF.options import ModelOptions
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process, run_cli
 
 COMMITTED = ROOT / "GPT2" / "offline" / "gpt2-offline"
 RUN = ("--iterations", "1", "--warmup", "0")
@@ -193,7 +193,8 @@ def test_other_models_graph_without_cache_is_caught_by_its_width(workdir, tmp_pa
         check_user_onnx(run, "decoder", wide)
 
 
-def test_fp16_graph_for_fp32_run_is_one_line(workdir, tmp_path):
+def test_fp16_graph_for_fp32_run_is_one_line(workdir, tmp_path, capsys):
+    """In process: a --decoder-onnx refusal through run.py is test_other_models_decoder_onnx_is_one_line's."""
     from onnx import TensorProto
 
     model = onnx.load(str(_export("GPT2", workdir, use_cache=True)))
@@ -202,7 +203,8 @@ def test_fp16_graph_for_fp32_run_is_one_line(workdir, tmp_path):
             value.type.tensor_type.elem_type = TensorProto.FLOAT16
     half = tmp_path / "half.onnx"
     onnx.save(model, str(half))
-    proc = run_cli("run", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(half), "-wd", str(tmp_path), *RUN)
+    proc = cli_in_process(capsys, "run", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(half), "-wd",
+                          str(tmp_path), *RUN)
     _one_line_error(proc, f"--decoder-onnx {half} does not fit GPT2 gpt2-offline: it is a float16 graph "
                           "(past.0.key is float16), this run is float32 (without --fp16): give a float32 graph, or "
                           "add --fp16")

@@ -11,7 +11,7 @@ from NNDF.backends.onnxrt.export import ExportSpec
 from CausalLM.ort_steps import OrtSteps
 from NNDF.offline import redraw_weights
 
-from conftest import run_cli
+from conftest import cli_in_process, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_validation_reports_mismatch(tiny, tmp_path):
         validate(other, lambda: OrtSteps(path, torch.device("cpu"), False), False, ExportSpec(), False)
 
 
-def test_decoder_onnx_flag_uses_the_given_file(tmp_path, workdir):
+def test_decoder_onnx_flag_uses_the_given_file(tmp_path, workdir, capsys):
     from CausalLM.onnxrt import DecoderOnnx
     from NNDF import registry
     from NNDF.context import make_context
@@ -77,7 +77,9 @@ def test_decoder_onnx_flag_uses_the_given_file(tmp_path, workdir):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(out.read_text())["results"][0]["accuracy"] == 1.0
     assert not (tmp_path / "w2" / "BLOOM" / "bloom-offline" / "decoder-fp32-kv").exists()  # nothing exported
-    wrong = run_cli(*args[:3], "--no-use-cache", "--decoder-onnx", str(given), "-wd", str(tmp_path / "w3"))  # a kv graph
+    # a kv graph, refused in process: --decoder-onnx refusals through run.py are test_artifact_integrity.py's
+    wrong = cli_in_process(capsys, *args[:3], "--no-use-cache", "--decoder-onnx", str(given), "-wd",
+                           str(tmp_path / "w3"))
     assert wrong.returncode == 2 and "not a decoder graph without KV cache" in wrong.stderr
     assert "drop --no-use-cache" in wrong.stderr
 
