@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process, run_cli
 from NNDF import cli
 from NNDF.errors import DatasetError, UsageError
 from NNDF.options import AccuracyOptions, ModelOptions, PredictOptions
@@ -133,10 +133,12 @@ def test_chat_refusal_through_run_py(workdir):
 
 # --- benchmark ---
 
-def test_benchmark_cli_json(workdir, tmp_path):
+def test_benchmark_cli_json(workdir, tmp_path, capsys):
+    """In process: benchmark through run.py is test_cli.py's, and BERT through run.py is predict's above."""
     path = tmp_path / "bench.json"
-    out = _ok(run_cli("benchmark", "BERT", *BACKENDS, "--hf-baseline", "--input-seq-len", "16", "--batch-size", "2",
-                      "--iterations", "3", "--warmup", "1", "-wd", str(workdir), "--json", str(path))).stdout
+    out = _ok(cli_in_process(capsys, "benchmark", "BERT", *BACKENDS, "--hf-baseline", "--input-seq-len", "16",
+                             "--batch-size", "2", "--iterations", "3", "--warmup", "1", "-wd", str(workdir), "--json",
+                             str(path))).stdout
     assert "sequences/s" in out and "p95" in out
     report = json.loads(path.read_text())
     assert [r["backend"] for r in report["results"]] == ["hf-eager", *BACKENDS]
