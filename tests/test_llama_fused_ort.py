@@ -32,7 +32,7 @@ from NNDF.context import make_context
 from NNDF.errors import UsageError
 from NNDF.options import ModelOptions
 
-from conftest import ROOT, random_model, run_cli
+from conftest import ROOT, cli_in_process, random_model
 from test_fused_decode_ort import _hf as hf_tokens, _tokens as fused_tokens
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
@@ -206,10 +206,12 @@ def test_refusals(tiny):
         registry.backend(family, "trt").check_fused_decode("llama")
 
 
-def test_cli_generate_and_refusal(tiny, workdir):
+def test_cli_generate_and_refusal(tiny, workdir, capsys):
+    """In process: generate --fused-decode on onnxrt through run.py is test_rotary_fused_ort.py's."""
     device = ["--fp16"] if FP16 else []
-    proc = run_cli("generate", "LLAMA", "onnxrt", "--variant", "qwen2-offline", "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir), *device)
+    proc = cli_in_process(capsys, "generate", "LLAMA", "onnxrt", "--variant", "qwen2-offline", "--use-cache",
+                          "--static-cache", "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd",
+                          str(workdir), *device)
     assert proc.returncode == 0, proc.stderr
     assert "fused decode graph:" in proc.stdout and "GroupQueryAttention 2" in proc.stdout, proc.stdout
     folder = tiny["llama-biases"] + "-dynamic"  # refused in one line before anything is built
@@ -217,8 +219,9 @@ def test_cli_generate_and_refusal(tiny, workdir):
     config = json.loads((Path(folder) / "config.json").read_text())
     config["rope_parameters"]["rope_type"] = "dynamic"
     (Path(folder) / "config.json").write_text(json.dumps(config))
-    proc = run_cli("generate", "LLAMA", "onnxrt", "--torch-dir", folder, "--use-cache", "--static-cache",
-                   "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd", str(workdir), *device)
+    proc = cli_in_process(capsys, "generate", "LLAMA", "onnxrt", "--torch-dir", folder, "--use-cache",
+                          "--static-cache", "--fused-decode", "--prompt", "Hello", "--max-new-tokens", "4", "-wd",
+                          str(workdir), *device)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert lines[0].startswith("error: onnxrt --fused-decode computes the rotary tables once") and \
