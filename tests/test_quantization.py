@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from conftest import cli_in_process
 from NNDF import cli
 from NNDF.errors import UsageError
 
@@ -232,14 +232,15 @@ def test_misuse_is_one_line(capsys, workdir, argv, expect):
     assert expect in _error(capsys, *argv, "-wd", str(workdir))
 
 
-def test_user_files_and_fp16_int8_are_refused(gpt2_accuracy, workdir):  # the fixture exported the float graph
+def test_user_files_and_fp16_int8_are_refused(gpt2_accuracy, workdir, capsys):  # the fixture exported the float graph
+    """In process: accuracy on onnxrt through run.py is test_cli.py's."""
     from NNDF.backends.onnxrt.quantize import Int8
 
     assert "takes fp32 graphs, not fp16" in Int8().refusal("fp16", "cpu") and Int8().refusal("fp32", "cpu") is None
     assert "runs on ONNX Runtime's CPU kernels, not cuda: use --quantize int4" in Int8().refusal("fp32", "cuda")
     model = workdir / "GPT2" / "gpt2-offline" / "decoder-fp32-kv" / "model.onnx"
-    proc = run_cli("accuracy", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(model), "--quantize", "int8",
-                   "--dataset", LAMBADA, "--num-samples", "2", "-wd", str(workdir))
+    proc = cli_in_process(capsys, "accuracy", "GPT2", "onnxrt", "--use-cache", "--decoder-onnx", str(model),
+                          "--quantize", "int8", "--dataset", LAMBADA, "--num-samples", "2", "-wd", str(workdir))
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "--quantize int8 quantizes the harness's own export; with your --*-onnx files leave --quantize out" \
         in proc.stderr

@@ -20,7 +20,7 @@ from NNDF.errors import UsageError
 from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
 
-from conftest import cli_in_process, generate_twice, offline_variants, run_cli
+from conftest import cli_in_process, generate_twice, offline_variants
 
 DEVICE = os.environ.get("HARNESS_TEST_DEVICE", "cpu")
 PROMPTS = ["The for statement is used to", "A", "Names refer to objects and the"]
@@ -150,12 +150,13 @@ def test_benchmark_beyond_other_position_tables_is_refused(family, lengths, expe
     assert "Traceback" not in out.stderr
 
 
-def test_default_lengths_fit_the_position_table(workdir, tmp_path):
+def test_default_lengths_fit_the_position_table(workdir, tmp_path, capsys):
     """Left to their defaults (128 + 256), the lengths are halved together until they fit gpt2-offline's 256
-    positions, and the report says what was measured; given lengths are never changed (test above)."""
+    positions, and the report says what was measured; given lengths are never changed (test above). In process:
+    benchmark through run.py is test_cli.py's."""
     path = tmp_path / "bench.json"
-    out = run_cli("benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--iterations", "1", "--warmup", "0",
-                  "--working-dir", str(workdir), "--json", str(path))
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--use-cache", "--cpu", "--iterations", "1",
+                         "--warmup", "0", "--working-dir", str(workdir), "--json", str(path))
     assert out.returncode == 0, out.stderr
     data = json.loads(path.read_text())
     assert (data["settings"]["input_seq_len"], data["settings"]["output_seq_len"]) == (64, 128)
