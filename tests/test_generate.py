@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cli_in_process, run_cli
 from NNDF import cli
 
 NEW = 5
@@ -187,12 +187,14 @@ def test_bad_jsonl_is_one_line_naming_the_file_and_line(content, expect, tmp_pat
     assert line.startswith(f"error: --dataset {dataset}: ") and expect in line, line
 
 
-def test_bad_jsonl_from_run_py_exits_2_with_one_line(tmp_path):
-    """The whole program: exit code 2, one line, no traceback (a bad line, then an empty file)."""
+def test_bad_jsonl_from_run_py_exits_2_with_one_line(tmp_path, capsys):
+    """The whole program: exit code 2, one line, no traceback (a bad line through run.py, then an empty file in
+    process with the same checks)."""
     dataset = tmp_path / "bad.jsonl"
     for content, expect in (('{"text": "fine"}\n{"text": broken\n', "line 2 is not JSON"), ("", "no lines")):
         dataset.write_text(content, encoding="utf-8")
-        proc = run_cli("generate", "GPT2", "frameworks", "--dataset", str(dataset), timeout=300)
+        argv = ("generate", "GPT2", "frameworks", "--dataset", str(dataset))
+        proc = run_cli(*argv, timeout=300) if content else cli_in_process(capsys, *argv)
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
         assert len(lines) == 1 and lines[0].startswith(f"error: --dataset {dataset}: ") and expect in lines[0], lines
