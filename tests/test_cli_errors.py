@@ -250,13 +250,15 @@ def test_missing_image_flag_is_refused_before_setup(capsys, tmp_path):
 
 # --- backends, benchmark lengths, golden outputs under other decoding ---
 
-def test_trt_says_what_is_missing(tmp_path):
+def test_trt_says_what_is_missing(tmp_path, capsys):
+    """In process: the whole program's trt refusal is test_errors.py's test_trt_needs_cuda (through run.py)."""
     from NNDF.backends.trt.backend import TensorRTBackend
 
     if TensorRTBackend.availability()[0]:
         pytest.skip("TensorRT and a GPU are here")
     for device in ("cpu", "cuda"):
-        line = _bad("run", "GPT2", "trt", "--device", device, "-wd", str(tmp_path), expect="the trt backend")
+        line = _main(capsys, "run", "GPT2", "trt", "--device", device, "-wd", str(tmp_path))
+        assert "the trt backend" in line, line
         assert "use --device" not in line
         assert "TensorRT" in line or "sees no CUDA GPU" in line
 
@@ -396,17 +398,18 @@ def test_output_naming_an_input_is_refused(capsys, tmp_path):
 
 # --- the user's files: the message names the real problem ---
 
-def test_torch_dir_without_tokenizer_files_names_them(tmp_path):
+def test_torch_dir_without_tokenizer_files_names_them(tmp_path, capsys):
+    """In process, as the next: --torch-dir refusals through run.py are test_errors.py's."""
     folder = tmp_path / "notok"
     folder.mkdir()
     for name in ("config.json", "generation_config.json", "model.safetensors"):
         (folder / name).write_bytes((ROOT / "GPT2" / "offline" / "gpt2-offline" / name).read_bytes())
-    line = _bad("generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hello", "-wd",
-                str(tmp_path / "w"), expect="has no tokenizer files")
-    assert "tokenizer.json" in line and "vocab.json and merges.txt" in line
+    line = _main(capsys, "generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hello", "-wd",
+                 str(tmp_path / "w"))
+    assert "has no tokenizer files" in line and "tokenizer.json" in line and "vocab.json and merges.txt" in line
 
 
-def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path):
+def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path, capsys):
     folder = tmp_path / "badvocab"
     folder.mkdir()
     for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
@@ -414,8 +417,8 @@ def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path):
     config = json.loads((folder / "config.json").read_text())
     weights_vocab, config["vocab_size"] = config["vocab_size"], config["vocab_size"] + 100
     (folder / "config.json").write_text(json.dumps(config))
-    _bad("run", "GPT2", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path / "w"),
-         expect=f"config.json says vocab_size {weights_vocab + 100}, its weights embed {weights_vocab} tokens")
+    line = _main(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path / "w"))
+    assert f"config.json says vocab_size {weights_vocab + 100}, its weights embed {weights_vocab} tokens" in line
 
 
 def test_misleading_paths_get_the_real_problem(capsys, tmp_path):
