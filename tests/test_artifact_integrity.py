@@ -56,12 +56,14 @@ def _flip(path: Path, at: float = 0.5) -> None:
 
 # --- model folders: the user's --torch-dir and the committed offline model ---------------------------------
 
-def test_truncated_torch_dir_weights_is_one_line(tmp_path):
+def test_truncated_torch_dir_weights_is_one_line(tmp_path, capsys):
+    """In process: --torch-dir refusals of the whole program are test_errors.py's (through run.py)."""
     folder = tmp_path / "mine"
     shutil.copytree(COMMITTED, folder)
     weights = folder / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:4_000_000])
-    proc = run_cli("run", "GPT2", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path / "w"), *RUN)
+    proc = cli_in_process(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(folder), "-wd", str(tmp_path / "w"),
+                          *RUN)
     line = _one_line_error(proc, f"cannot read model weights: {weights} is damaged (truncated")
     assert "replace it with an intact copy" in line
 
@@ -134,14 +136,15 @@ def test_damaged_offline_random_model_is_rebuilt(how, says, tmp_path, caplog):
     assert not caplog.records
 
 
-def test_flipped_bytes_in_cached_onnx_are_reexported(workdir, tmp_path):
-    """Same size, other bytes: the fingerprint cannot see it, the digest does (a warning, then a new export)."""
+def test_flipped_bytes_in_cached_onnx_are_reexported(workdir, tmp_path, capsys):
+    """Same size, other bytes: the fingerprint cannot see it, the digest does (a warning, then a new export). In
+    process: a re-export through run.py is test_cli.py's test_stale_and_corrupt_exports_are_rebuilt."""
     exported = _export("GPT2", workdir, use_cache=True)
     folder = tmp_path / "w" / "GPT2" / "gpt2-offline" / exported.parent.name
     shutil.copytree(exported.parent, folder)
     _flip(folder / "model.onnx")
     assert damage(folder) == "model.onnx does not match the sha256 digest recorded when it was built"
-    proc = run_cli("run", "GPT2", "onnxrt", "--use-cache", "-wd", str(tmp_path / "w"), *RUN)
+    proc = cli_in_process(capsys, "run", "GPT2", "onnxrt", "--use-cache", "-wd", str(tmp_path / "w"), *RUN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
     assert warnings == [f"warning: cached artifact {folder} is damaged (model.onnx does not match the sha256 digest "
