@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cli_in_process, run_cli
 
 pytest.importorskip("tritonclient")
 
@@ -336,7 +336,8 @@ def test_trt_deploy_writes_the_plan_config_and_says_how_to_build_the_engine(work
     assert (repository / f"{name}_model_python" / "1" / "model.onnx").is_file()  # the plain export, runnable
 
 
-def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path):
+def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path, capsys):
+    """In process: deploy through run.py is test_triton.py's."""
     from NNDF.actions.deploy import deploy
     from NNDF.errors import UsageError
     from NNDF.options import ModelOptions
@@ -355,7 +356,8 @@ def test_deploy_refusals_leave_the_repository_as_it_was(workdir, tmp_path):
     stranger = tmp_path / "notes"
     stranger.mkdir()
     (stranger / "todo.txt").write_text("x")
-    result = run_cli("deploy", "BERT", "onnxrt", "-m", CLASSIFIER, "-wd", str(workdir), "--repository", str(stranger))
+    result = cli_in_process(capsys, "deploy", "BERT", "onnxrt", "-m", CLASSIFIER, "-wd", str(workdir), "--repository",
+                            str(stranger))
     assert result.returncode == 2 and "is not a Triton model repository" in result.stderr
     assert "Traceback" not in result.stderr
 
