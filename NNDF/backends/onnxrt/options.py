@@ -49,6 +49,15 @@ class OrtOptimizeOptions(OptionGroup):
 
 
 @dataclass(frozen=True)
+class QuantAttentionOptions(OptionGroup):
+    title = "ONNX Runtime: quantized attention (onnxrt backend, encoder models)"
+    owner = "encoder models on the onnxrt backend"
+    backends = ("onnxrt",)
+    kind_scope = HeadOptions
+    quant_attention: bool = flag(False, "--quant-attention", action=argparse.BooleanOptionalAction, help="int8: also quantize the packed q/k/v weights of the optimized graph's fused Attention (ONNX Runtime's QAttention): faster on long inputs, less exact (all-MiniLM-L6-v2 on a 2-core CPU: 8 x 128 about 1.25x faster, least embedding cosine to fp32 0.9895 against 0.9918 on data/encoder_offline.jsonl; docs/QUANTIZATION.md); default: left float")
+
+
+@dataclass(frozen=True)
 class BuiltGraphOptions(OptionGroup):
     title = "ONNX Runtime: graphs built from the weights (onnxrt backend)"
     owner = "the onnxrt backend"
@@ -61,8 +70,16 @@ class BuiltGraphOptions(OptionGroup):
 
 
 @dataclass(frozen=True)
-class ORTOptions(QuantizeOptions, OrtOptimizeOptions, BuiltGraphOptions):
+class ORTOptions(QuantizeOptions, OrtOptimizeOptions, QuantAttentionOptions, BuiltGraphOptions):
     """What the onnxrt backend reads (`run.options_of(ORTOptions)`)."""
+
+    def check(self):
+        if self.quant_attention and "int8" not in self.quantize:
+            raise UsageError("--quant-attention applies to --quantize int8 (int8's QAttention), which this run does "
+                             "not use")
+        if self.quant_attention and not self.ort_optimize:
+            raise UsageError("--quant-attention quantizes the fused Attention of ONNX Runtime's optimized graph, "
+                             "which --no-ort-optimize leaves out: drop one of them")
 
     def quantizations(self) -> tuple:
         """One entry per row, in the order given: None for the float graph, else a `Quantization`."""

@@ -10,7 +10,9 @@ A quantization is a type (`Int8`, `Int4`; `QUANTIZATIONS` maps the `--quantize` 
   itself stays float for its `Gather`).
 - `Int8`: `onnxruntime.quantization.quantize_dynamic` on the `MatMul` weights (signed int8 weights, one scale per
   output channel; activations quantized per call). fp32 graphs only. Per channel: measured on all-MiniLM-L6-v2,
-  least embedding cosine to the float graph 0.994 against 0.958 per tensor, at no measurable cost in speed.
+  least embedding cosine to the float graph 0.994 against 0.958 per tensor, at no measurable cost in speed. With
+  `attention` (`--quant-attention`) also the packed q/k/v weights of ONNX Runtime's fused `Attention` (an
+  optimized encoder graph's) into `QAttention`: faster on long inputs, less exact (docs/QUANTIZATION.md).
 - `Int4`: `matmul_nbits_quantizer` (RTN) to `MatMulNBits`: blocks of `block_size` weights along K with one scale
   (and, asymmetric, one zero point) each; `accuracy_level` 4 lets the CPU kernel compute in int8 (measured
   faster; the CUDA kernel ignores it).
@@ -30,9 +32,12 @@ from typing import ClassVar
 
 import numpy as np
 
+from NNDF.errors import UsageError
+
 EXTERNAL_DATA_BYTES = 1_800_000_000  # as the float export: protobuf's limit is 2 GiB per file
 HEAD_OUTPUT = "logits"  # the graph output the LM (or classifier) head produces
 _PASS_THROUGH = {"Reshape", "Add", "Transpose", "Cast", "Squeeze", "Unsqueeze", "Identity", "Flatten", "Slice"}
+MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib operators (its fused Attention)
 ACCURACY_LEVEL = 4  # MatMulNBits on the CPU: int8 compute for the activations (measured: docs/PERFORMANCE.md)
 
 
@@ -79,15 +84,34 @@ class Int8(Quantization):
     """Dynamic int8: int8 weights per output channel, uint8 activations quantized at run time."""
 
     name: ClassVar[str] = "int8"
+    attention: bool = False  # also ONNX Runtime's fused Attention's packed q/k/v weights (QAttention)
+
+    @classmethod
+    def from_options(cls, options) -> "Int8":
+        return cls(bool(getattr(options, "quant_attention", False)))
+
+    @property
+    def tag(self) -> str:
+        return f"{self.name}-attn" if self.attention else self.name
 
     def apply(self, model, keep_float: frozenset[str]):
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        operators = ["MatMul"]
+        if self.attention:
+            fused = [n for n in model.graph.node if n.op_type == "Attention" and n.domain == MS_DOMAIN]
+            if not fused:
+                raise UsageError("--quant-attention quantizes ONNX Runtime's fused Attention, and this graph has "
+                                 "none (the optimizer fuses an encoder's attention): leave --quant-attention out")
+            operators.append("Attention")
+            # attention ops of other domains (this project's) are no QAttention
+            keep_float = keep_float | {n.name for n in model.graph.node
+                                       if n.op_type == "Attention" and n.domain != MS_DOMAIN}
         with _scratch() as folder, _quiet_preprocessing_advice():  # quantize_dynamic reads and writes files
             source, target = folder / "float.onnx", folder / "int8.onnx"
             save(model, source)
-            quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8,
+            quantize_dynamic(source, target, op_types_to_quantize=operators, weight_type=QuantType.QInt8,
                              per_channel=True, nodes_to_exclude=sorted(keep_float),
                              use_external_data_format=_large(model),
                              # DefaultTensorType: the type of tensors shape inference cannot type (the outputs of
@@ -104,7 +128,8 @@ class Int8(Quantization):
         return None
 
     def settings(self) -> dict:
-        return {"kind": self.name, "weights": "int8 per channel", "activations": "uint8 dynamic"}
+        fused = {"attention": "packed q/k/v int8 (QAttention)"} if self.attention else {}
+        return {"kind": self.name, "weights": "int8 per channel", "activations": "uint8 dynamic", **fused}
 
 
 @dataclass(frozen=True)
@@ -283,7 +308,8 @@ def quantize_file(source: Path, target: Path, quantization: Quantization, spec: 
     model = quantization.apply(prepare(model, keep), keep)
     save(model, target)
     ops = [node.op_type for node in model.graph.node]
-    quantized = {op: ops.count(op) for op in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear") if op in ops}
+    quantized = {op: ops.count(op) for op in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "QAttention")
+                 if op in ops}
     return {"quantized_ops": quantized, "float_nodes": sorted(keep)}
 
 
