@@ -21,7 +21,6 @@ back, which is the graph alone (warm caches, its threads awake). Per row:
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -31,6 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tools.bench.quant_speed import open_rows, row_arguments  # noqa: E402
 
 
 class TimedSession:
@@ -88,31 +89,16 @@ def prompt_alone(steps, length: int, max_length: int, vocab: int, times: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", default="GPT2")
-    parser.add_argument("--torch-dir", help="a local model folder (or --variant)")
-    parser.add_argument("--variant", help="the family's variant (default: its offline default)")
-    parser.add_argument("--working-dir", default="temp")
-    parser.add_argument("--quantize", nargs="+", default=["none", "int8", "int4"])
-    parser.add_argument("--prompt", type=int, default=32)
-    parser.add_argument("--new", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser = row_arguments(__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=200, help="back-to-back repetitions of the step alone")
-    parser.add_argument("--gap", type=float, default=0.2, help="seconds idle before each generation")
-    parser.add_argument("--static-cache", action="store_true")
     args = parser.parse_args()
 
     import torch
 
-    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt, generation_config, open_run
-    from NNDF.backends.onnxrt.options import ORTOptions
-    from NNDF.options import ModelOptions, SamplingOptions
+    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt
     from NNDF.timing import GenerationClock
 
-    options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
-                           use_cache=True, static_cache=args.static_cache, cpu=True)
-    run = open_run(args.family, options, ("onnxrt",), ORTOptions(quantize=tuple(args.quantize)))
-    config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
+    run, config = open_rows(args)
     generator = torch.Generator().manual_seed(0)
     samples: dict[str, dict[str, list[float]]] = {}
     with ExitStack() as stack:

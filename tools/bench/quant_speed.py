@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def row_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments of the interleaved onnxrt rows (this tool's and `cpu_generation_split.py`'s)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--family", default="GPT2")
     parser.add_argument("--torch-dir", help="a local model folder (or --variant)")
     parser.add_argument("--variant", help="the family's variant (default: its offline default)")
@@ -42,20 +43,31 @@ def main() -> None:
                         help="seconds idle before each generation, so the row before's spinning threads are asleep")
     parser.add_argument("--static-cache", action="store_true",
                         help="the static-cache rows (on the CPU: the graph built from the weights, quantized)")
-    args = parser.parse_args()
+    return parser
 
-    import torch
 
-    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt, generation_config, open_run
+def open_rows(args):
+    """(run, generation config) of the onnxrt rows `args` name: exactly --new tokens, EOS suppressed."""
+    from NNDF.actions.common import generation_config, open_run
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, SamplingOptions
-    from NNDF.timing import GenerationClock
 
     options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
                            use_cache=True, static_cache=args.static_cache, cpu=True)
     run = open_run(args.family, options, ("onnxrt",),
                    ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
-    config = generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
+    return run, generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
+
+
+def main() -> None:
+    args = row_arguments(__doc__.splitlines()[0]).parse_args()
+
+    import torch
+
+    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt
+    from NNDF.timing import GenerationClock
+
+    run, config = open_rows(args)
     generator = torch.Generator().manual_seed(0)
     tpot: dict[str, list[float]] = {}
     e2e: dict[str, list[float]] = {}

@@ -1,6 +1,6 @@
 """ONNX Runtime's own flags: the onnxrt backend owns them (`NNDF.registry.BACKENDS` lists `ORTOptions`, what the
-library functions take; the CLI accepts a flag only when onnxrt is in the run). `--ort-optimize` is read only by
-the kinds that add `HeadOptions` (encoder models).
+library functions take; the CLI accepts a flag only when onnxrt is in the run). `--ort-optimize` and
+`--quant-attention` are read only by the kinds that add `HeadOptions` (encoder models).
 
 `--quantize` takes one or more of none / int8 / int4: each becomes its own row of the action's table (`onnxrt`,
 `onnxrt-int8`, `onnxrt-int4`), so one command shows what each quantization costs beside the float graph. The
@@ -46,14 +46,6 @@ class OrtOptimizeOptions(OptionGroup):
     backends = ("onnxrt",)
     kind_scope = HeadOptions
     ort_optimize: bool = flag(True, "--ort-optimize", action=argparse.BooleanOptionalAction, help="run ONNX Runtime's transformer graph optimizer on the export (fused attention, skip layer norm, GELU); --no-ort-optimize keeps the plain export, to compare")
-
-
-@dataclass(frozen=True)
-class QuantAttentionOptions(OptionGroup):
-    title = "ONNX Runtime: quantized attention (onnxrt backend, encoder models)"
-    owner = "encoder models on the onnxrt backend"
-    backends = ("onnxrt",)
-    kind_scope = HeadOptions
     quant_attention: bool = flag(False, "--quant-attention", action=argparse.BooleanOptionalAction, help="int8: also quantize the packed q/k/v weights of the optimized graph's fused Attention (ONNX Runtime's QAttention): faster on long inputs, less exact (all-MiniLM-L6-v2 on a 2-core CPU: 8 x 128 about 1.25x faster, least embedding cosine to fp32 0.9895 against 0.9918 on data/encoder_offline.jsonl; docs/QUANTIZATION.md); default: left float")
 
 
@@ -70,7 +62,7 @@ class BuiltGraphOptions(OptionGroup):
 
 
 @dataclass(frozen=True)
-class ORTOptions(QuantizeOptions, OrtOptimizeOptions, QuantAttentionOptions, BuiltGraphOptions):
+class ORTOptions(QuantizeOptions, OrtOptimizeOptions, BuiltGraphOptions):
     """What the onnxrt backend reads (`run.options_of(ORTOptions)`)."""
 
     def check(self):
