@@ -46,7 +46,7 @@ class OrtOptimizeOptions(OptionGroup):
     backends = ("onnxrt",)
     kind_scope = HeadOptions
     ort_optimize: bool = flag(True, "--ort-optimize", action=argparse.BooleanOptionalAction, help="run ONNX Runtime's transformer graph optimizer on the export (fused attention, skip layer norm, GELU); --no-ort-optimize keeps the plain export, to compare")
-    quant_attention: bool = flag(False, "--quant-attention", action=argparse.BooleanOptionalAction, help="int8: also quantize the packed q/k/v weights of the optimized graph's fused Attention (ONNX Runtime's QAttention): faster on long inputs, less exact (all-MiniLM-L6-v2 on a 2-core CPU: 8 x 128 about 1.25x faster, least embedding cosine to fp32 0.9895 against 0.9918 on data/encoder_offline.jsonl; docs/QUANTIZATION.md); default: left float")
+    quant_attention: bool = flag(False, "--quant-attention", action=argparse.BooleanOptionalAction, help="int8: also quantize the packed q/k/v weights of the optimized graph's fused Attention (ONNX Runtime's QAttention): faster on long inputs, less exact (all-MiniLM-L6-v2 on a 2-core CPU: 8 x 128 in 28.5 against 39.8 ms, least embedding cosine to fp32 0.9895 against 0.9918 on data/encoder_offline.jsonl; docs/QUANTIZATION.md); default: left float")
 
 
 @dataclass(frozen=True)
