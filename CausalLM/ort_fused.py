@@ -21,7 +21,10 @@ no further); the per-row lengths come from `seqlens_k` (each row's mask sum - 1,
 step). The op reads no attention mask, so
 every row's tokens start at column 0 of its buffers: a padded batch's prompt pass runs row by row over each row's
 own tokens (into that row's buffers), and later steps write each row at its own length, so a padded batch gives
-each row's batch-1 tokens.
+each row's batch-1 tokens. On the CPU a greedy generation's steps choose their own tokens (`greedy_forward`: the
+EOS mask and argmax on numpy views of the slot's logits, the token and the advanced positions and lengths written
+into the bound inputs), so that between two runs the host does a few numpy operations instead of the loop's torch
+work, which for a small model cost as much as a third of a step.
 """
 from __future__ import annotations
 
@@ -322,13 +325,50 @@ class OrtFusedSteps:
         torch.sub(attention_mask.sum(1), 1, out=cache.inputs["seqlens_k"])  # each row's length - 1, on the device
         cache.ids.copy_(input_ids)
         cache.positions.copy_(position_ids)
+        self._run_step(cache)
+        return cache.logits, cache
+
+    def _run_step(self, cache: KVSlot) -> None:
+        """The slot's one-token step on its bound buffers (bound on first use)."""
         if cache.binding is None:
             feeds = {**cache.inputs, **dict(zip(self.past_names, cache.past))}
             outputs = {"logits": cache.logits, **dict(zip(self.present_names, cache.past))}
             cache.binding = self.graph.bind(feeds, outputs)
         options = self.graph.run_options(cache.graph_id) if self.cuda_graph else None
         self.graph.run_bound(cache.binding, options)
-        return cache.logits, cache
+
+    def greedy_in_step(self, cache) -> bool:
+        """Whether `greedy_forward` serves a generation on this cache: a slot on the CPU, where a small model's step
+        is short beside the loop's torch work around it (docs/PERFORMANCE.md, "the greedy token chosen beside the
+        ONNX Runtime step")."""
+        return self.device.type == "cpu" and isinstance(cache, KVSlot)
+
+    def greedy_forward(self, cache: KVSlot, input_ids, position_ids, length: int, eos_ids: tuple[int, ...],
+                       forbid: bool, vocab: int):
+        """The next greedy token [rows] and the cache (`NNDF.steps.GreedySteps`): the step runs on the slot's own
+        last choice (or `input_ids` [rows, 1] where the loop changed it), then on numpy views of the slot's
+        buffers the EOS ids go to -inf where `forbid` (the loop's min-length processors), the argmax is the token
+        (the loop's `pick_tokens`), written into the slot's ids, and positions and per-row lengths advance by one.
+        `position_ids` [rows, 1] come with the generation's first step: each row's next position, which is also its
+        length - 1 (the rows' tokens start at column 0 of their buffers); `length` is not needed here."""
+        if cache.views is None:
+            cache.views = (cache.ids.numpy(), cache.positions.numpy(), cache.inputs["seqlens_k"].numpy(),
+                           cache.logits.numpy()[:, -1, :])
+        ids, positions, lengths, logits = cache.views
+        if position_ids is not None:
+            positions[:] = position_ids.numpy()
+            lengths[:] = positions[:, 0]
+        if input_ids is not None:
+            ids[:] = input_ids.numpy()
+        self._run_step(cache)
+        scores = logits[:, :vocab]
+        if forbid:  # in place: the logits buffer is this step's own, read by nothing else on this path
+            scores[:, [i for i in eos_ids if 0 <= i < vocab]] = -np.inf
+        tokens = scores.argmax(-1)
+        ids[:, 0] = tokens
+        positions += 1
+        lengths += 1
+        return torch.from_numpy(tokens), cache
 
     def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot) -> torch.Tensor:
         """The prompt pass: columns 0..n-1 of each row's buffers written with its n tokens, uncaptured; logits

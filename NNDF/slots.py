@@ -53,8 +53,8 @@ class KVSlot(Slot):
         self.rows, self.max_length, self.past = rows, max_length, past
         self._past_stack = stacked_view(past)  # [layers x 2, rows, ...] over `past`, or None
         # a greedy step that picks and feeds its own token (NNDF.backends.torch.greedy): what it reads, its
-        # captured graph and its output [rows]
-        self.choice, self.greedy_graph, self.tokens = None, None, None
+        # captured graph and its output [rows]; a CPU step's numpy views of its inputs and logits (CausalLM.ort_fused)
+        self.choice, self.greedy_graph, self.tokens, self.views = None, None, None, None
 
     ids = property(lambda self: self.inputs["input_ids"])
     positions = property(lambda self: self.inputs["position_ids"])
@@ -98,7 +98,7 @@ class KVSlot(Slot):
     def close(self) -> None:
         super().close()
         self.past, self._past_stack = [], None
-        self.choice, self.greedy_graph, self.tokens = None, None, None
+        self.choice, self.greedy_graph, self.tokens, self.views = None, None, None, None
 
 
 def stacked_zeros(count: int, shape: tuple[int, ...], dtype, device) -> list[torch.Tensor]:

@@ -65,7 +65,8 @@ class GenerativeSteps(Steps, Protocol):
 
 class GreedySteps(GenerativeSteps, Protocol):
     """Steps that can choose a greedy generation's next token inside their one-token step and feed it to
-    themselves (frameworks' static slots: NNDF/backends/torch/greedy.py); the loop uses them where
+    themselves (frameworks' static slots: NNDF/backends/torch/greedy.py; onnxrt's fused-graph slots on the CPU:
+    CausalLM/ort_fused.py); the loop uses them where
     `greedy_in_step(cache)` is true (NNDF.generation.GREEDY_IN_STEP)."""
 
     def greedy_in_step(self, cache: Cache) -> bool:

@@ -122,6 +122,38 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny_gpt2, workdir):
             assert _tokens(steps, ids, mask, beams, early, pad) == _hf(run, ids, mask, beams, early, pad)
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the greedy token chosen beside the step is the CPU's path")
+def test_cpu_greedy_steps_choose_their_tokens_as_the_loop_would(workdir, monkeypatch):
+    """On the CPU a greedy generation's one-token steps choose and feed their own tokens (`greedy_forward`); the
+    loop's own path (`forward`, its processors, `pick_tokens`) runs only the prompt pass. A left-padded row and an
+    EOS that row 0 emits second when free, forbidden for the first 6 new tokens (min_new_tokens: the EOS mask on
+    the step's logits): HF `generate`'s tokens."""
+    from collections import Counter
+
+    from transformers import GenerationConfig as HFConfig
+
+    run = _run(workdir, {"variant": "gpt2-offline"})
+    ids, mask = _prompt(run.source.config.vocab_size)
+    mask[1, :3] = 0
+    pad = run.tokenizer.pad_token_id or run.source.config.eos_token_id
+    calls = Counter()
+    with backend_steps(run, "onnxrt") as (_, steps):
+        eos = _tokens(steps, ids, mask, 1, None, pad)[0][1]
+        for name in ("forward", "greedy_forward"):
+            def counted(*args, _method=getattr(steps, name), _name=name, **kwargs):
+                calls[_name] += 1
+                return _method(*args, **kwargs)
+            monkeypatch.setattr(steps, name, counted)
+        config = GenerationConfig(max_new_tokens=NEW, eos_token_id=eos, pad_token_id=pad, min_new_tokens=6)
+        out = generate(steps, ids, mask, config)
+        got = [out.new_tokens(r, eos) for r in range(ROWS)]
+    assert calls["forward"] == 1 and calls["greedy_forward"] == max(map(len, got)) - 1  # the prompt pass, then steps
+    assert got[0][1] != eos  # forbidden there
+    hf = run.torch_model().generate(input_ids=ids, attention_mask=mask, generation_config=HFConfig(
+        max_new_tokens=NEW, min_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=pad))
+    assert got == [row[: row.index(eos) + 1] if eos in row else row for row in hf[:, ids.shape[1]:].tolist()]
+
+
 @pytest.mark.skipif(DEVICE != "cpu", reason="fp32 parity with HF generate runs on the CPU (CUDA: fp16 only)")
 def test_padded_batch_gives_hf_generate_tokens(workdir):
     """Rows left-padded by different amounts: each row's prompt pass runs over its own tokens, later steps at each
