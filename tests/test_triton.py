@@ -377,6 +377,30 @@ def test_concurrent_load_answers_equal_in_process_with_and_without_batching(trit
 
 # --- serve and deploy ------------------------------------------------------------------------------------------
 
+def test_stop_takes_down_what_the_server_leaves_in_its_process_group(tmp_path):
+    """A stand-in server that exits on SIGINT and leaves a child behind in its process group (as tritonserver can
+    leave a python model's stub): `stop` gives the exit code and the child is gone too."""
+    from NNDF.triton.server import TritonServer
+
+    server = TritonServer(tmp_path)
+    server.process = subprocess.Popen(["sh", "-c", "trap 'exit 3' INT; sleep 600 & echo $!; wait"],
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True,
+                                      preexec_fn=_sigint_default)
+    child = int(server.process.stdout.readline())
+    assert server.stop(timeout=10) == 3
+
+    def gone() -> bool:
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().split(") ")[1][0]
+        except FileNotFoundError:
+            return True
+        return state == "Z"  # killed, not yet reaped by init
+    deadline = time.monotonic() + 5
+    while not gone() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(), f"process {child} of the server's group is still running"
+
+
 def test_serve_on_a_busy_port_fails_in_one_line(triton_server):
     busy = triton_server.ports.http  # the session's server holds it
     result = run_cli("serve", str(triton_server.repository), "--http-port", str(busy), timeout=120)

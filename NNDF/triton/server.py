@@ -341,7 +341,9 @@ class TritonServer:
         raise HarnessError(f"tritonserver's models were not ready after {self.ready_timeout:.0f}s:\n{self.why()}")
 
     def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGINT (Triton finishes in-flight requests and unloads), SIGKILL after `timeout`; the exit code."""
+        """SIGINT (Triton finishes in-flight requests and unloads), SIGKILL after `timeout`; then SIGKILL to what
+        is left of its process group (a python model's stub the server did not take down with it keeps its
+        memory otherwise); the exit code."""
         code = None
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
@@ -352,6 +354,11 @@ class TritonServer:
                 code = self.process.wait()
         elif self.process is not None:
             code = self.process.returncode
+        if self.process is not None:
+            try:  # its own process group (start_new_session): its pid is the group's id
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # nothing left
+                pass
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
