@@ -339,8 +339,8 @@ class OrtFusedSteps:
 
     def greedy_in_step(self, cache) -> bool:
         """Whether `greedy_forward` serves a generation on this cache: a slot on the CPU, where a small model's step
-        is short beside the loop's torch work around it (docs/PERFORMANCE.md, "the greedy token chosen beside the
-        ONNX Runtime step")."""
+        is short beside the loop's torch work around it (docs/PERFORMANCE.md, "The greedy token chosen beside the
+        step")."""
         return self.device.type == "cpu" and isinstance(cache, KVSlot)
 
     def greedy_forward(self, cache: KVSlot, input_ids, position_ids, length: int, eos_ids: tuple[int, ...],
