@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tools.bench.quant_speed import open_rows, row_arguments  # noqa: E402
+from tools.bench.quant_speed import interleaved, open_rows, open_steps, row_arguments  # noqa: E402
 
 
 class TimedSession:
@@ -93,35 +93,24 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=200, help="back-to-back repetitions of the step alone")
     args = parser.parse_args()
 
-    import torch
-
-    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt
-    from NNDF.timing import GenerationClock
-
     run, config = open_rows(args)
-    generator = torch.Generator().manual_seed(0)
     samples: dict[str, dict[str, list[float]]] = {}
     with ExitStack() as stack:
-        opened = [(name, stack.enter_context(backend_steps(run, row))[1]) for name, row in backend_rows(run, ("onnxrt",))]
-        torch.set_num_threads(1)  # as backend_steps sets it for onnxrt on the CPU (several are open here)
+        opened = open_steps(run, stack)
         timed = {}
         for name, steps in opened:
             timed[name] = steps.graph.session = TimedSession(steps.graph.session)
-        for round_ in range(args.rounds + 1):  # round 0: warm-up
-            for name, steps in opened:
-                time.sleep(args.gap)
-                session = timed[name]
-                session.seconds.clear()
-                session.calls.clear()
-                prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
-                clock = GenerationClock(run.device)
-                generate_prompt(steps, prompt, config, clock)
-                if round_:
-                    times, got = clock.seconds(), samples.setdefault(name, {})
-                    got.setdefault("e2e", []).append(times["e2e"])
-                    got.setdefault("prefill", []).append(times["prefill"])
-                    got.setdefault("tpot", []).append((times["e2e"] - times["prefill"]) / (args.new - 1))
-                    got.setdefault("steps", []).extend(session.seconds[1:])
+
+        def forget(name: str) -> None:  # each generation's calls on their own
+            timed[name].seconds.clear()
+            timed[name].calls.clear()
+
+        for name, times in interleaved(run, config, opened, args, before=forget):
+            got = samples.setdefault(name, {})
+            got.setdefault("e2e", []).append(times["e2e"])
+            got.setdefault("prefill", []).append(times["prefill"])
+            got.setdefault("tpot", []).append((times["e2e"] - times["prefill"]) / (args.new - 1))
+            got.setdefault("steps", []).extend(timed[name].seconds[1:])
         vocab = run.source.config.vocab_size
         alone = {name: (timed[name].repeat_last(args.repeat),
                         prompt_alone(steps, args.prompt, args.prompt + args.new, vocab,

@@ -59,31 +59,47 @@ def open_rows(args):
     return run, generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
 
 
-def main() -> None:
-    args = row_arguments(__doc__.splitlines()[0]).parse_args()
-
+def open_steps(run, stack: ExitStack) -> list[tuple[str, object]]:
+    """(row name, steps) of every onnxrt row, open until `stack` closes; torch on one thread, as `backend_steps`
+    sets it for onnxrt on the CPU (several are open here)."""
     import torch
 
-    from NNDF.actions.common import backend_rows, backend_steps, generate_prompt
+    from NNDF.actions.common import backend_rows, backend_steps
+
+    opened = [(name, stack.enter_context(backend_steps(run, row))[1]) for name, row in backend_rows(run, ("onnxrt",))]
+    torch.set_num_threads(1)
+    return opened
+
+
+def interleaved(run, config, opened, args, before=lambda name: None):
+    """(row name, the generation clock's seconds) of every measured generation: each round generates once with each
+    row in turn (round 0 is the warm-up), --gap seconds idle and `before(name)` before each, a fresh random prompt."""
+    import torch
+
+    from NNDF.actions.common import generate_prompt
     from NNDF.timing import GenerationClock
 
-    run, config = open_rows(args)
     generator = torch.Generator().manual_seed(0)
+    for round_ in range(args.rounds + 1):
+        for name, steps in opened:
+            time.sleep(args.gap)
+            before(name)
+            prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
+            clock = GenerationClock(run.device)
+            generate_prompt(steps, prompt, config, clock)
+            if round_:
+                yield name, clock.seconds()
+
+
+def main() -> None:
+    args = row_arguments(__doc__.splitlines()[0]).parse_args()
+    run, config = open_rows(args)
     tpot: dict[str, list[float]] = {}
     e2e: dict[str, list[float]] = {}
     with ExitStack() as stack:
-        opened = [(name, stack.enter_context(backend_steps(run, row))[1]) for name, row in backend_rows(run, ("onnxrt",))]
-        torch.set_num_threads(1)  # as backend_steps sets it for onnxrt on the CPU (several are open here)
-        for round_ in range(args.rounds + 1):  # round 0: warm-up
-            for name, steps in opened:
-                time.sleep(args.gap)
-                prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
-                clock = GenerationClock(run.device)
-                generate_prompt(steps, prompt, config, clock)
-                times = clock.seconds()
-                if round_:
-                    tpot.setdefault(name, []).append((times["e2e"] - times["prefill"]) / (args.new - 1) * 1e3)
-                    e2e.setdefault(name, []).append(times["e2e"])
+        for name, times in interleaved(run, config, open_steps(run, stack), args):
+            tpot.setdefault(name, []).append((times["e2e"] - times["prefill"]) / (args.new - 1) * 1e3)
+            e2e.setdefault(name, []).append(times["e2e"])
     first = statistics.median(next(iter(tpot.values())))
     first_rate = args.new / statistics.median(next(iter(e2e.values())))
     print(f"{args.rounds} interleaved rounds ({args.gap} s idle before each), prompt {args.prompt}, {args.new} new "
