@@ -234,8 +234,9 @@ def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
 
 # device types where a greedy generation on a static slot lets the step choose and feed its own tokens
 # (`steps.greedy_forward`: NNDF.backends.torch.greedy; onnxrt's fused graphs on the CPU, CausalLM.ort_fused): the
-# same tokens, and between two steps only the step and one copy on the device. On an H200 (CUDA graphs) it was faster in each of 8 same-run pairs, by 0.3-1.3%
-# (GPT-2 0.402 against 0.408 ms a token, flan-T5-XL 1.861 against 1.866: docs/PERFORMANCE.md)
+# same tokens, and between two steps only the step and one copy on the device. On an H200 (CUDA graphs) it was
+# faster in each of 8 same-run pairs, by 0.3-1.3% (GPT-2 0.402 against 0.408 ms a token, flan-T5-XL 1.861 against
+# 1.866); on a 2-core CPU llama-offline's step 0.458 -> 0.418 ms fp32, 0.215 -> 0.162 int4 (docs/PERFORMANCE.md)
 GREEDY_IN_STEP = {"cpu", "cuda"}
 
 

@@ -100,14 +100,10 @@ class Int8(Quantization):
 
         operators = ["MatMul"]
         if self.attention:
-            fused = [n for n in model.graph.node if n.op_type == "Attention" and n.domain == MS_DOMAIN]
-            if not fused:
+            if not any(n.op_type == "Attention" and n.domain == MS_DOMAIN for n in model.graph.node):
                 raise UsageError("--quant-attention quantizes ONNX Runtime's fused Attention, and this graph has "
                                  "none (the optimizer fuses an encoder's attention): leave --quant-attention out")
             operators.append("Attention")
-            # attention ops of other domains (this project's) are no QAttention
-            keep_float = keep_float | {n.name for n in model.graph.node
-                                       if n.op_type == "Attention" and n.domain != MS_DOMAIN}
         with _scratch() as folder, _quiet_preprocessing_advice():  # quantize_dynamic reads and writes files
             source, target = folder / "float.onnx", folder / "int8.onnx"
             save(model, source)
