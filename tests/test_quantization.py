@@ -20,13 +20,10 @@ LAMBADA = "data/lambada_offline.jsonl"
 
 
 def _error(capsys, *argv: str) -> str:
-    """cli.main in-process: exit 2 (argparse's errors exit) and exactly one `error:` line; returns it."""
-    try:
-        code = cli.main(list(argv))
-    except SystemExit as exc:
-        code = exc.code
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    """run.py in-process (`cli_in_process`): exit 2 and exactly one `error:` line; returns it."""
+    proc = cli_in_process(capsys, *argv)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), err
     return err[0]
 
 
