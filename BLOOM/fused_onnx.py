@@ -91,7 +91,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         after = f"transformer.h.{i + 1}.input_layernorm" if i + 1 < config.n_layer else "transformer.ln_f"
         h, total = fg.skip_layer_norm(g, down, residual, *fg.norm_weights(g, take, after), down_bias, eps)
         residual = h if post else total
-    g.apply(h, head, outputs=["logits"])  # [B, S, V]
+    fg.logits(g, h, head)  # [B, S', V]
     take.check_all_used()
     return g.model("bloom_fused_decode")
 
@@ -151,5 +151,5 @@ def _layer_norm(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, eps
 # norms inside the Linear op's products: BLOOM-7B1's fastest measured graph (80.8% of an H100's copy bandwidth with
 # them and the ALiBi columns in the product; docs/PERFORMANCE.md); this project's Attention op: 5.825 against 5.923
 # ms a token with GroupQueryAttention
-BUILDER = fg.FusedBuilder(model_types=("bloom",), version="1", build=build, refusal=refusal,
+BUILDER = fg.FusedBuilder(model_types=("bloom",), version="2", build=build, refusal=refusal,
                           norms_in_products=True, own_attention=True)

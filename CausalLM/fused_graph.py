@@ -29,6 +29,10 @@ sources, onnxruntime/contrib_ops/{cpu,cuda}/bert/group_query_attention*):
   width's half a multiple of 8, at least total_sequence_length rows: a one-token step's buffer length) at
   positions it derives from seqlens_k, so rows start at position 0; `local_window_size` W: a query sees its last
   W keys, itself included (measured against HF's sliding window on the CPU kernel of ONNX Runtime 1.31.1).
+
+The head reads the final norm's output from position `logits_start` on (an int64 [1] host input, a Slice's start:
+0 for every position, -1 for the last only: `logits`), so a generation's prompt pass computes the head's product
+at its last position only; logits [B, logits_seq, V].
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ from onnx import TensorProto, numpy_helper
 from CausalLM.graph_builder import (ELEM, GATED, IR_VERSION, LAYER_NORM, MS, OPSET, RMS_NORM,  # noqa: F401
                                     GraphBuilder, PendingNorm)
 from CausalLM.graph_weights import StateDict, checkpoint_files  # noqa: F401 (the builders' names)
+from CausalLM.ort_fused import LOGITS_START
 from NNDF.backends.onnxrt import custom_ops
 from NNDF.errors import ArtifactError
 
@@ -271,12 +276,14 @@ def gelu(g: GraphBuilder, x: str, bias: str, tanh: bool) -> str:
 
 def decode_io(g: GraphBuilder, layers: int, heads: int, head_dim: int, vocab: int) -> list[tuple[str, str]]:
     """The fused decode graph's inputs and outputs; returns each layer's (past key, past value) names, whose
-    present outputs are `present.<i>.key` / `.value`."""
+    present outputs are `present.<i>.key` / `.value`. The logits [B, logits_seq, V] are those of the positions from
+    `LOGITS_START` on (`logits`)."""
     g.input("input_ids", TensorProto.INT64, ["batch", "seq"])
     g.input("position_ids", TensorProto.INT64, ["batch", "seq"])
     g.input("seqlens_k", TensorProto.INT32, ["batch"])
     g.input("total_sequence_length", TensorProto.INT32, [])
-    g.output("logits", g.elem, ["batch", "seq", vocab])
+    g.input(LOGITS_START, TensorProto.INT64, [1])
+    g.output("logits", g.elem, ["batch", "logits_seq", vocab])
     cache = ["batch", heads, "max_length", head_dim]
     pasts = []
     for i in range(layers):
@@ -285,6 +292,14 @@ def decode_io(g: GraphBuilder, layers: int, heads: int, head_dim: int, vocab: in
             g.output(f"present.{i}.{kv}", g.elem, cache)
         pasts.append((f"past.{i}.key", f"past.{i}.value"))
     return pasts
+
+
+def logits(g: GraphBuilder, h: str, head: str, bias: str | None = None) -> str:
+    """The graph's `logits` output: h [B, S, E] (after the final norm, which may still be pending) from position
+    `LOGITS_START` on, times the head `stored` as `head` (+ bias). A generation's prompt pass reads the last
+    position's only (-1): the head's product over the prompt's other positions, for a large vocabulary a good part
+    of the pass, is not computed; every position (0) for a one-token step and for scoring a text."""
+    return g.apply(g.positions_from(h, LOGITS_START), head, bias, outputs=["logits"])
 
 
 def save(model: onnx.ModelProto, path) -> None:

@@ -164,6 +164,16 @@ class GraphBuilder:
         else:
             self.op("SimplifiedLayerNormalization", [norm.x, norm.gamma], [name], axis=-1, epsilon=norm.eps)
 
+    def positions_from(self, x: str, start: str) -> str:
+        """x [B, S, ...] from position `start` on (an int64 [1] tensor, a graph input: negative counts from the end);
+        a pending norm of x stays pending, over the kept positions of the tensor it normalises."""
+        norm = self._pending.pop(x, None)
+        self._count += 1
+        ends = self.weight(f"slice{self._count}.ends", np.array([np.iinfo(np.int64).max]), np.int64)
+        axes = self.weight(f"slice{self._count}.axes", np.array([1]), np.int64)
+        kept = self.op("Slice", [norm.x if norm else x, start, ends, axes])
+        return self.norm(norm.kind, kept, norm.gamma, norm.beta, norm.eps) if norm else kept
+
     def add_into_product(self, x: str, residual: str, bias: str | None = None) -> bool:
         """In a Linear-op graph with `norms_in_products`, make the Linear node that just wrote `x` (read by no node
         yet, without an addend) add `residual` (and `bias`) to it, so `x` becomes the residual sum; False (and no

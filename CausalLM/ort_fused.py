@@ -42,7 +42,10 @@ from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
-HOST_INPUTS = frozenset({"total_sequence_length"})  # inputs the attention kernel reads on the CPU
+# the graphs' int64 [1] input: the first position whose logits the graph computes (`fused_graph.logits`)
+LOGITS_START = "logits_start"
+# inputs a kernel reads on the CPU: the attention's total length, the first position of the logits
+HOST_INPUTS = frozenset({"total_sequence_length", LOGITS_START})
 # validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
 # sizes split-K decoding by in real runs (a 7-column buffer would take a different path), while 7 are written
 VALIDATION_CACHE = 256
@@ -311,6 +314,7 @@ class OrtFusedSteps:
         inputs["seqlens_k"] = torch.zeros(rows, dtype=torch.int32, device=device)  # total length - 1 per row
         # host memory, frozen by a captured graph
         inputs["total_sequence_length"] = torch.tensor(max_length, dtype=torch.int32)
+        inputs[LOGITS_START] = torch.zeros(1, dtype=torch.int64)  # a step's one position
         vocab = graph.outputs["logits"].shape[-1]
         logits = torch.empty(rows, 1, vocab, dtype=graph.dtype("logits"), device=device)
         return KVSlot(rows, max_length, past, inputs, logits, graph_id)
@@ -321,7 +325,7 @@ class OrtFusedSteps:
     def forward(self, input_ids, attention_mask, position_ids, cache: KVSlot, last_only=False):
         width, seq = attention_mask.shape[1], input_ids.shape[1]
         if seq > 1 or width == 1:
-            return self._prompt(input_ids, attention_mask, position_ids, cache), cache
+            return self._prompt(input_ids, attention_mask, position_ids, cache, last_only), cache
         torch.sub(attention_mask.sum(1), 1, out=cache.inputs["seqlens_k"])  # each row's length - 1, on the device
         cache.ids.copy_(input_ids)
         cache.positions.copy_(position_ids)
@@ -370,35 +374,50 @@ class OrtFusedSteps:
         lengths += 1
         return torch.from_numpy(tokens), cache
 
-    def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot) -> torch.Tensor:
+    def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass: columns 0..n-1 of each row's buffers written with its n tokens, uncaptured; logits
-        [B, S, V] at the input's columns (zeros at padding). Rows of different lengths run one by one, each over its
-        own tokens (the op reads per-row lengths, no mask)."""
+        [B, S, V] at the input's columns (zeros at padding), or with `last_only` [B, 1, V] at the last column (every
+        row's last token: rows are left-padded), the only position whose head the graph then computes. Rows of
+        different lengths run one by one, each over its own tokens (the op reads per-row lengths, no mask)."""
         seq = input_ids.shape[1]
         if attention_mask.shape[1] != seq:
             raise UsageError("onnxrt --fused-decode runs a prompt pass only on an empty cache (its attention op "
                              "takes a later multi-token pass for one row only); leave --fused-decode out")
         if bool(attention_mask.all()):
-            return self._rows(input_ids, position_ids, slot, slice(None))
+            return self._rows(input_ids, position_ids, slot, slice(None), last_only)
         logits = None
         for row, real in enumerate(attention_mask.bool().cpu()):
             cols = real.nonzero().flatten().to(input_ids.device)
             out = self._rows(input_ids[row:row + 1, cols], position_ids[row:row + 1, cols], slot,
-                             slice(row, row + 1))
+                             slice(row, row + 1), last_only)
             if logits is None:
-                logits = out.new_zeros(input_ids.shape[0], seq, out.shape[-1])
-            logits[row, cols] = out[0]
+                logits = out.new_zeros(input_ids.shape[0], 1 if last_only else seq, out.shape[-1])
+            logits[row, slice(None) if last_only else cols] = out[0]
         return logits
 
-    def _rows(self, input_ids, position_ids, slot: KVSlot, rows: slice) -> torch.Tensor:
-        """One prompt pass of unpadded rows `rows` of the slot (their buffers: contiguous views)."""
+    def _rows(self, input_ids, position_ids, slot: KVSlot, rows: slice, last_only: bool) -> torch.Tensor:
+        """One prompt pass of unpadded rows `rows` of the slot (their buffers: contiguous views): logits of every
+        position, or of the last only. A pass over every row binds the caches once per slot (`prompt_binding`) and
+        then only the inputs and the logits: for a small model on the CPU, binding the caches anew each time was
+        a tenth of the prompt's time."""
         seq = input_ids.shape[1]
         seqlens = slot.inputs["seqlens_k"][rows]
         seqlens.fill_(seq - 1)
-        past = [buffer[rows] for buffer in slot.past]
-        feeds = {"input_ids": input_ids, "position_ids": position_ids, "seqlens_k": seqlens,
-                 "total_sequence_length": torch.tensor(seq, dtype=torch.int32), **dict(zip(self.past_names, past))}
-        return self.graph.run(feeds, outputs=dict(zip(self.present_names, past)))[0]
+        feeds = {"input_ids": input_ids.contiguous(), "position_ids": position_ids.contiguous(), "seqlens_k": seqlens,
+                 "total_sequence_length": torch.tensor(seq, dtype=torch.int32),
+                 LOGITS_START: torch.tensor([-1 if last_only else 0])}
+        if rows != slice(None):
+            past = [buffer[rows] for buffer in slot.past]
+            return self.graph.run({**feeds, **dict(zip(self.past_names, past))}, {"logits_seq": 1 if last_only else seq},
+                                  outputs=dict(zip(self.present_names, past)))[0]
+        if slot.prompt_binding is None:
+            slot.prompt_binding = self.graph.bind(dict(zip(self.past_names, slot.past)),
+                                                  dict(zip(self.present_names, slot.past)))
+        logits = torch.empty(slot.rows, 1 if last_only else seq, slot.logits.shape[-1], dtype=slot.logits.dtype,
+                             device=self.device)
+        self.graph.bind(feeds, {"logits": logits}, slot.prompt_binding)
+        self.graph.run_bound(slot.prompt_binding, self.graph.run_options(-1) if self.cuda_graph else None)
+        return logits
 
     def close(self) -> None:
         self.graph.close()

@@ -54,7 +54,7 @@ def build(arch, weights: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProt
         after = f"h.{i + 1}.ln_1" if i + 1 < config.n_layer else "ln_f"
         h, residual = fg.skip_layer_norm(g, fg.linear(g, inner, mlp), residual, *take.pair(g, after), mlp_bias, eps)
     head = take("lm_head.weight").T  # [E, V]: wte's, unless the checkpoint has its own head
-    g.op("MatMul", [h, g.weight("lm_head", head)], ["logits"])  # [B, S, V]
+    g.op("MatMul", [g.positions_from(h, fg.LOGITS_START), g.weight("lm_head", head)], ["logits"])  # [B, S', V]
     take.weights.check_all_used()
     return g.model("gpt2_fused_decode")
 
@@ -75,4 +75,4 @@ class _Pairs:
         return g.weight(name + ".weight", self(name + ".weight")), g.weight(name + ".bias", self(name + ".bias"))
 
 
-BUILDER = fg.FusedBuilder(model_types=("gpt2",), version="1", build=build, refusal=refusal)  # bump the version when the graph changes
+BUILDER = fg.FusedBuilder(model_types=("gpt2",), version="2", build=build, refusal=refusal)  # bump the version when the graph changes

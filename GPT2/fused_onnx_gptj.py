@@ -82,7 +82,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.n_layer else "transformer.ln_f"
         bias = g.weight(f"{layer}.mlp.fc_out.bias", take(f"{layer}.mlp.fc_out.bias"))
         h, residual = fg.skip_layer_norm(g, both, residual, *fg.norm_weights(g, take, after), bias, eps)
-    g.apply(h, head, g.weight("lm_head.bias", take("lm_head.bias")), outputs=["logits"])  # [B, S, V]
+    fg.logits(g, h, head, g.weight("lm_head.bias", take("lm_head.bias")))  # [B, S', V]
     take.used.update(name for name in take.names if MASK_BUFFERS.search(name))
     take.check_all_used()
     return g.model("gptj_fused_decode")
@@ -108,4 +108,4 @@ def qkv_weight(take: fg.StateDict, names: list[str], heads: int, order: np.ndarr
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=("gptj",), version="2", build=build, refusal=refusal)
+BUILDER = fg.FusedBuilder(model_types=("gptj",), version="3", build=build, refusal=refusal)

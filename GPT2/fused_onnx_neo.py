@@ -74,7 +74,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.c_proj")
         after = f"transformer.h.{i + 1}.ln_1" if i + 1 < config.num_layers else "transformer.ln_f"
         h, residual = fg.skip_layer_norm(g, down, residual, *fg.norm_weights(g, take, after), down_bias, eps)
-    g.apply(h, head, outputs=["logits"])  # [B, S, V]
+    fg.logits(g, h, head)  # [B, S', V]
     take.check_all_used()
     return g.model("gpt_neo_fused_decode")
 
@@ -84,4 +84,4 @@ def _weight(g: fg.GraphBuilder, take: fg.StateDict, name: str) -> str:
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=("gpt_neo",), version="1", build=build, refusal=refusal)
+BUILDER = fg.FusedBuilder(model_types=("gpt_neo",), version="2", build=build, refusal=refusal)

@@ -78,7 +78,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         after = f"gpt_neox.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "gpt_neox.final_layer_norm"
         residual_add = _parallel if config.use_parallel_residual else _sequential
         h, residual = residual_add(g, take, attn, residual, layer, fg.norm_weights(g, take, after), config)
-    g.apply(h, head, outputs=["logits"])  # [B, S, V]
+    fg.logits(g, h, head)  # [B, S', V]
     take.check_all_used()
     return g.model("gpt_neox_fused_decode")
 
@@ -150,4 +150,4 @@ def _mlp(g: fg.GraphBuilder, take: fg.StateDict, h: str, module: str, act: str) 
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=("gpt_neox",), version="1", build=build, refusal=refusal)
+BUILDER = fg.FusedBuilder(model_types=("gpt_neox",), version="2", build=build, refusal=refusal)

@@ -79,7 +79,7 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
         down, down_bias = fg.product(g, take, inner, f"{layer}.mlp.down_proj")
         after = f"model.layers.{i + 1}.input_layernorm" if i + 1 < len(layers) else "model.norm"
         h, residual = fg.skip_rms_norm(g, down, residual, _weight(g, take, f"{after}.weight"), down_bias, eps)
-    g.apply(h, head, outputs=["logits"])  # [B, S, V]
+    fg.logits(g, h, head)  # [B, S', V]
     take.check_all_used()
     return g.model(f"{config.model_type}_fused_decode")
 
@@ -155,4 +155,4 @@ def _gated_mlp(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str, inne
 
 
 # bump the version when the graph changes
-BUILDER = fg.FusedBuilder(model_types=FUSED_TYPES, version="1", build=build, refusal=refusal)
+BUILDER = fg.FusedBuilder(model_types=FUSED_TYPES, version="2", build=build, refusal=refusal)

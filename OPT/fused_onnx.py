@@ -69,8 +69,8 @@ def build(arch, take: fg.StateDict, g: fg.GraphBuilder) -> "fg.onnx.ModelProto":
                                 config.hidden_size)
     if decoder.project_out is not None:
         h, _ = fg.product(g, take, h, "model.decoder.project_out")  # [B, S, word_embed_proj_dim]
-    # [B, S, V]; the head: embed_tokens', unless the checkpoint has its own
-    g.matmul(h, "lm_head.weight", take("lm_head.weight"), outputs=["logits"])
+    # [B, S', V]; the head: embed_tokens', unless the checkpoint has its own
+    fg.logits(g, h, g.stored("lm_head.weight", take("lm_head.weight")))
     take.check_all_used()
     return g.model("opt_fused_decode")
 
@@ -123,4 +123,4 @@ def _qkv(g: fg.GraphBuilder, take: fg.StateDict, x: str, module: str) -> str:
 
 # bump the version when the graph changes; this project's Attention op: OPT-6.7B's step 5.062-5.066 against 5.189-5.191
 # ms a token with GroupQueryAttention on an H100 (docs/PERFORMANCE.md)
-BUILDER = fg.FusedBuilder(model_types=("opt",), version="1", build=build, refusal=refusal, own_attention=True)
+BUILDER = fg.FusedBuilder(model_types=("opt",), version="2", build=build, refusal=refusal, own_attention=True)

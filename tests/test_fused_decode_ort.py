@@ -113,7 +113,8 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny_gpt2, workdir):
         assert backend.export_max_diff() < 1e-3  # validated against PyTorch when built
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.n_layer
-        assert not {"Reshape", "Transpose", "ScatterND"} & set(nodes) and sum(nodes.values()) < 12 * config.n_layer
+        # per layer 9 nodes; around them the embeddings' 2, the first norm, the head and the Slice of its positions
+        assert not {"Reshape", "Transpose", "ScatterND"} & set(nodes) and sum(nodes.values()) == 9 * config.n_layer + 5
         for beams in (1, 3):
             expected = _hf(run, ids, mask, beams, None, pad)
             assert _tokens(steps, ids, mask, beams, None, pad) == expected, f"beams={beams}"
@@ -165,6 +166,28 @@ def test_padded_batch_gives_hf_generate_tokens(workdir):
     with backend_steps(run, "onnxrt") as (_, steps):
         for beams in (1, 3):
             assert _tokens(steps, ids, mask, beams, None, pad) == _hf(run, ids, mask, beams, None, pad), beams
+
+
+def test_prompt_pass_computes_the_head_at_the_last_position_when_asked(workdir):
+    """A prompt pass with `last_only` (the generation's) gives [B, 1, V]: the graph's head runs on the last
+    position only (ONNX Runtime writes the bound output at that shape), with the logits the full pass gives there;
+    a left-padded batch's rows too (each row's last token is the last column)."""
+    run = _run(workdir, {"variant": "gpt2-offline"})
+    ids, mask = _prompt(run.source.config.vocab_size)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    with backend_steps(run, "onnxrt") as (_, steps):
+        for padded in (False, True):
+            if padded:
+                mask[0, :2], mask[2, :4] = 0, 0
+                positions = (mask.cumsum(1) - 1).clamp(min=0)
+            got = {}
+            for last_only in (False, True):
+                cache = steps.new_cache(ROWS, PROMPT + NEW)
+                logits, _ = steps.forward(ids.to(steps.device), mask.to(steps.device), positions.to(steps.device),
+                                          cache, last_only=last_only)
+                got[last_only] = logits.float().cpu().clone()
+            assert got[False].shape[:2] == (ROWS, PROMPT) and got[True].shape[:2] == (ROWS, 1)
+            torch.testing.assert_close(got[True][:, 0], got[False][:, -1], atol=2e-2 if FP16 else 1e-4, rtol=0)
 
 
 def test_refusals(relu_gpt2, workdir):

@@ -86,10 +86,10 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_layers
         # per layer: 4 products, attention, 2 skip norms, GELU; the embeddings (a tied head's: a gather and a
-        # transpose), their skip norm, the head
-        assert not {"Reshape", "ScatterND", "Add"} & set(nodes)
+        # transpose), their skip norm, the head and the Slice of its positions
+        assert not {"Reshape", "ScatterND", "Add"} & set(nodes) and nodes["Slice"] == 1
         assert nodes.get("Transpose", 0) == config.tie_word_embeddings
-        assert sum(nodes.values()) == 8 * config.num_layers + 4 + config.tie_word_embeddings
+        assert sum(nodes.values()) == 8 * config.num_layers + 5 + config.tie_word_embeddings
         for beams in (1, 3):
             expected = hf_tokens(run, ids, mask, beams, None, pad, new=NEW)
             assert fused_tokens(steps, ids, mask, beams, None, pad, new=NEW) == expected, f"beams={beams}"

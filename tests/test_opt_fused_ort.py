@@ -95,9 +95,9 @@ def test_fused_graph_gives_hf_generate_tokens(name, tiny, workdir):
         nodes = backend.onnx.record["nodes"]
         assert nodes["GroupQueryAttention"] == config.num_hidden_layers
         # per layer: 4 products, attention, 2 skip norms, ReLU (+ the bias adds); 2 gathers, a norm or an add,
-        # project_in / project_out, the head
-        assert not {"Reshape", "Transpose", "ScatterND"} & set(nodes)
-        assert sum(nodes.values()) <= 10 * config.num_hidden_layers + 6
+        # project_in / project_out, the head and the Slice of its positions
+        assert not {"Reshape", "Transpose", "ScatterND"} & set(nodes) and nodes["Slice"] == 1
+        assert sum(nodes.values()) <= 10 * config.num_hidden_layers + 7
         for beams in (1, 3):
             expected = _hf(run, ids, mask, beams, None, pad)
             assert _tokens(steps, ids, mask, beams, None, pad) == expected, f"beams={beams}"

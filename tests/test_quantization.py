@@ -61,6 +61,42 @@ def test_prepare_rewrites_gemm_and_folds_the_head_transpose_exactly():
     assert [n.op_type for n in kept.graph.node] == ["Gemm", "Transpose", "MatMul", "Reshape"]  # left as it was
 
 
+def test_row_gathers_gather_a_tied_tables_rows_once_the_head_no_longer_reads_it():
+    """Gather(axis 1) of a constant [E, V] then Transpose [1, 2, 0] -> Gather(axis 0) of its [V, E] transpose, the
+    same embeddings; left as it is while another node (a float head) still reads the table."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from NNDF.backends.onnxrt.quantize import row_gathers
+
+    rng = np.random.default_rng(0)
+    table, head = rng.normal(size=(4, 10)).astype(np.float32), rng.normal(size=(4, 10)).astype(np.float32)
+
+    def model(head_reads: str):
+        graph = helper.make_graph(
+            [helper.make_node("Gather", ["table", "ids"], ["cols"], name="gather", axis=1),
+             helper.make_node("Transpose", ["cols"], ["x"], name="t", perm=[1, 2, 0]),
+             helper.make_node("MatMul", ["x", head_reads], ["logits"], name="head")],
+            "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 3])],
+            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3, 10])],
+            [numpy_helper.from_array(table, "table"), numpy_helper.from_array(head, "head_weight")])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+    ids = rng.integers(0, 10, size=(2, 3))
+    run = lambda m: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]  # noqa: E731
+    for head_reads in ("head_weight", "table"):
+        before = model(head_reads)
+        after = row_gathers(onnx.load_from_string(before.SerializeToString()))
+        ops = [(n.op_type, [helper.get_attribute_value(a) for a in n.attribute]) for n in after.graph.node]
+        if head_reads == "table":  # the head still reads the [E, V] table
+            assert ops == [("Gather", [1]), ("Transpose", [[1, 2, 0]]), ("MatMul", [])]
+        else:
+            assert ops == [("Gather", [0]), ("MatMul", [])]
+            assert list(next(t for t in after.graph.initializer if t.name == "table").dims) == [10, 4]
+        np.testing.assert_array_equal(run(after), run(before))
+
+
 @pytest.fixture(scope="module")
 def gpt2_accuracy(workdir, tmp_path_factory):
     """accuracy of gpt2-offline (trained) on the shipped LAMBADA-style file: float, int8 and int4 side by side."""

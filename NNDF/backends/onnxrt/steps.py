@@ -170,10 +170,11 @@ class OrtGraph:
         self.run_bound(binding, self.run_options(graph_id) if self.cuda_graph else None)
         return results
 
-    def bind(self, feeds: dict, outputs: dict):
+    def bind(self, feeds: dict, outputs: dict, binding=None):
         """An IO binding of these device tensors by pointer (the tensors must outlive its runs: a CUDA graph's
-        slot binds its fixed buffers once and reruns the binding)."""
-        binding = self.session.io_binding()
+        slot binds its fixed buffers once and reruns the binding); `binding`: one to bind them into, which keeps
+        what it had bound under other names."""
+        binding = binding or self.session.io_binding()
         place, index = self.device.type, self.device.index or 0
         for name, tensor in feeds.items():
             where = ("cpu", 0) if name in self.host_inputs else (place, index)
