@@ -39,7 +39,7 @@ class OnnxRuntimeBackend(Backend):
 
     @property
     def label(self) -> str:
-        return self.name if self.quantization is None else f"{self.name}-{self.quantization.name}"
+        return self.name if self.quantization is None else f"{self.name}-{self.quantization.label}"
 
     def variants(self, run: RunContext) -> list[Backend]:
         """One backend per `--quantize` value, in the order given (the float graphs: this one); a quantization

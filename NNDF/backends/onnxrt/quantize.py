@@ -65,6 +65,13 @@ class Quantization(ABC):
         """The artifact name's suffix: the kind and its settings."""
         return self.name
 
+    @property
+    def label(self) -> str:
+        """The row's name after the backend's (`onnxrt-<label>`, also deploy's default model name): the kind, and
+        what the user chose that makes another model of it (int8 with --quant-attention: `int8-attn`); settings
+        that only tune it (int4's block size) stay in the artifact's name."""
+        return self.name
+
     @abstractmethod
     def apply(self, model, keep_float: frozenset[str]):
         """The quantized graph (an `onnx.ModelProto`) of a `prepare`d float graph; `keep_float`: node names
@@ -93,6 +100,10 @@ class Int8(Quantization):
     @property
     def tag(self) -> str:
         return f"{self.name}-attn" if self.attention else self.name
+
+    @property
+    def label(self) -> str:
+        return self.tag
 
     def apply(self, model, keep_float: frozenset[str]):
         import onnx
