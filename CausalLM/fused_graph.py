@@ -47,7 +47,7 @@ from onnx import TensorProto, numpy_helper
 from CausalLM.graph_builder import (ELEM, GATED, IR_VERSION, LAYER_NORM, MS, OPSET, RMS_NORM,  # noqa: F401
                                     GraphBuilder, PendingNorm)
 from CausalLM.graph_weights import StateDict, checkpoint_files  # noqa: F401 (the builders' names)
-from CausalLM.ort_fused import LOGITS_START
+from CausalLM.graph_io import LOGITS_START
 from NNDF.backends.onnxrt import custom_ops
 from NNDF.errors import ArtifactError
 

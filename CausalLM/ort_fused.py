@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from CausalLM.graph_io import HOST_INPUTS, LOGITS_START
 from NNDF.artifacts import digest, weights_identity
 from NNDF.backends.onnxrt import custom_ops
 from NNDF.backends.onnxrt.artifact import GraphArtifact, user_files
@@ -42,10 +43,6 @@ from NNDF.context import RunContext
 from NNDF.errors import UsageError
 from NNDF.slots import KVSlot, SlotPool, reordered, step_inputs
 
-# the graphs' int64 [1] input: the first position whose logits the graph computes (`fused_graph.logits`)
-LOGITS_START = "logits_start"
-# inputs a kernel reads on the CPU: the attention's total length, the first position of the logits
-HOST_INPUTS = frozenset({"total_sequence_length", LOGITS_START})
 # validation's buffer length: a generation-sized buffer, so one-token steps pass the kernel the total length it
 # sizes split-K decoding by in real runs (a 7-column buffer would take a different path), while 7 are written
 VALIDATION_CACHE = 256

@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from CausalLM.ort_fused import HOST_INPUTS, BuiltGraphs, check_builds
+from CausalLM.graph_io import HOST_INPUTS
+from CausalLM.ort_fused import BuiltGraphs, check_builds
 from NNDF.backends.onnxrt.artifact import GraphArtifact
 from NNDF.backends.onnxrt.export import LogitsCheck
 from NNDF.backends.onnxrt.steps import OrtGraph
