@@ -130,7 +130,8 @@ class _RunningBatch:
         self._ids[:, : self.length] = input_ids
         self._mask = attention_mask.new_ones(rows, self.length + max_new)
         self._mask[:, : self.length] = attention_mask
-        self._next_position = position_ids_from_mask(attention_mask)[:, -1:] + 1  # [N, 1]
+        self._prompt_positions = position_ids_from_mask(attention_mask)  # [N, T], for the prefill
+        self._next_position = self._prompt_positions[:, -1:] + 1  # [N, 1]
         self.encoder, self.max_length = encoder, self.length + max_new
         self.cache: Cache = None if encoder is not None else steps.new_cache(rows, self.max_length)
         self._stepping = False  # the step feeds itself (`append_greedy`) since its first call
@@ -152,7 +153,7 @@ class _RunningBatch:
         if self.encoder is not None:
             self.cache = self.steps.start(self.encoder, self.max_length)
             self.observer.encoded()
-        logits, self.cache = self.steps.forward(self.ids, self.mask, position_ids_from_mask(self.mask), self.cache,
+        logits, self.cache = self.steps.forward(self.ids, self.mask, self._prompt_positions, self.cache,
                                                 last_only=True)
         return logits[:, -1, :].float()
 
