@@ -6,6 +6,8 @@ back-to-back passes (median), the rows as `quant_speed.py` opens them.
 
     python tools/bench/prefill_positions.py --family LLAMA --torch-dir temp/shapes/qwen2.5-0.5b --static-cache \
         --rounds 3 --repeat 5 --new 16
+    python tools/bench/prefill_positions.py --family LLAMA --torch-dir temp/shapes/qwen2.5-0.5b --static-cache \
+        --cuda --prompt 128 --quantize none       # fp16 on the first GPU, each pass synchronised
 """
 from __future__ import annotations
 
@@ -27,10 +29,17 @@ def main() -> None:
 
     parser = row_arguments(__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10, help="back-to-back passes a round")
+    parser.add_argument("--cuda", action="store_true", help="fp16 on the first GPU (the fused graph's CUDA kernels)")
     args = parser.parse_args()
-    run, _ = open_rows(args)
+    run, _ = open_rows(args, device="cuda", fp16=True) if args.cuda else open_rows(args)
+    device = run.device
     ids = torch.randint(0, run.source.config.vocab_size, (1, args.prompt), generator=torch.Generator().manual_seed(1))
-    mask, positions = torch.ones_like(ids), torch.arange(args.prompt)[None]
+    ids, mask, positions = ids.to(device), torch.ones_like(ids).to(device), torch.arange(args.prompt)[None].to(device)
+
+    def prompt_pass(steps, cache, last: bool):
+        steps.forward(ids, mask, positions, cache, last_only=last)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     seconds: dict[tuple[str, bool], list[float]] = {}
     with ExitStack() as stack:
         opened = open_steps(run, stack)
@@ -38,11 +47,11 @@ def main() -> None:
             for name, steps in opened:
                 cache = steps.new_cache(1, args.prompt + args.new)
                 for last in (False, True):
-                    passed = back_to_back(lambda: steps.forward(ids, mask, positions, cache, last_only=last),
-                                          args.repeat)
+                    passed = back_to_back(lambda: prompt_pass(steps, cache, last), args.repeat)
                     seconds.setdefault((name, last), []).append(passed)
+    where = torch.cuda.get_device_name(device) + ", fp16" if args.cuda else f"{os.cpu_count()} CPUs, fp32"
     print(f"prompt {args.prompt}, {args.rounds} interleaved rounds of {args.repeat} back-to-back passes (median), "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+          f"{where}, load average {os.getloadavg()[0]:.1f}")
     print("| row | every position ms | last position ms | saved |")
     print("|---|---|---|---|")
     for name, _ in opened:

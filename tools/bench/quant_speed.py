@@ -46,14 +46,15 @@ def row_arguments(description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def open_rows(args):
-    """(run, generation config) of the onnxrt rows `args` name: exactly --new tokens, EOS suppressed."""
+def open_rows(args, **device):
+    """(run, generation config) of the onnxrt rows `args` name: exactly --new tokens, EOS suppressed; on the CPU
+    unless `device` says otherwise (ModelOptions' device and fp16)."""
     from NNDF.actions.common import generation_config, open_run
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions, SamplingOptions
 
     options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
-                           use_cache=True, static_cache=args.static_cache, cpu=True)
+                           use_cache=True, static_cache=args.static_cache, **(device or {"cpu": True}))
     run = open_run(args.family, options, ("onnxrt",),
                    ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
     return run, generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
