@@ -405,7 +405,8 @@ class OrtFusedSteps:
                  LOGITS_START: torch.tensor([-1 if last_only else 0])}
         if rows != slice(None):
             past = [buffer[rows] for buffer in slot.past]
-            return self.graph.run({**feeds, **dict(zip(self.past_names, past))}, {"logits_seq": 1 if last_only else seq},
+            return self.graph.run({**feeds, **dict(zip(self.past_names, past))},
+                                  {"logits_seq": 1 if last_only else seq},
                                   outputs=dict(zip(self.present_names, past)))[0]
         if slot.prompt_binding is None:
             slot.prompt_binding = self.graph.bind(dict(zip(self.past_names, slot.past)),
