@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tools.bench.cpu_roofline import median  # noqa: E402
 from tools.bench.quant_speed import interleaved, open_rows, open_steps, row_arguments  # noqa: E402
 
 
@@ -67,14 +68,7 @@ def back_to_back(call, times: int, gap: float = 0.2) -> float:
     """Median seconds of `call` repeated `times` times after `gap` seconds idle (the threads of the row measured
     before asleep) and 10 unmeasured calls."""
     time.sleep(gap)
-    for _ in range(10):
-        call()
-    seconds = []
-    for _ in range(times):
-        start = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds)
+    return median(call, times, warmup=10)
 
 
 def prompt_alone(steps, length: int, max_length: int, vocab: int, times: int) -> float:
