@@ -24,6 +24,7 @@ step's bookkeeping as one graph (`_BeamGraph`: on CUDA one replay, not some 40 l
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 
@@ -220,12 +221,22 @@ def generate(
 
 
 def _processors(config: GenerationConfig, attention_mask: torch.Tensor, rows: torch.Tensor | None = None):
-    """The logits processors for a prompt's rows (`rows`: the prompt row of each generated row, for beams)."""
-    padding = None
-    if not bool(attention_mask.all()):  # HF: the repetition penalty skips each row's left padding
-        padding = (attention_mask != 0).int().argmax(dim=1)
-        padding = padding if rows is None else padding[rows]
+    """The logits processors for a prompt's rows (`rows`: the prompt row of each generated row, for beams). Those
+    of an unpadded prompt are made once per thread, prompt length, device and settings (`_unpadded_processors`)."""
+    if bool(attention_mask.all()):
+        return _unpadded_processors(threading.get_ident(), config, attention_mask.shape[1], attention_mask.device)
+    padding = (attention_mask != 0).int().argmax(dim=1)  # HF: the repetition penalty skips each row's left padding
+    padding = padding if rows is None else padding[rows]
     return logits_processors(config, attention_mask.shape[1], padding, attention_mask.device)
+
+
+@functools.lru_cache(maxsize=16)
+def _unpadded_processors(thread: int, config: GenerationConfig, prompt_length: int, device: torch.device):
+    """`logits_processors` for unpadded prompts, kept for the next generation alike: they keep no state from one
+    generation to the next, only what they build on first use (the EOS mask of the min-length ones, the bad
+    words' bias), which is then built once, not at each generation's first token; per thread, since building it
+    is not thread-safe in every processor of HF's."""
+    return logits_processors(config, prompt_length, None, device)
 
 
 def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
