@@ -129,6 +129,7 @@ class _RunningBatch:
         self.steps = steps
         self._ids = input_ids.new_full((rows, self.length + max_new), fill)  # [N, T + max_new]; `fill` after length
         self._ids[:, : self.length] = input_ids
+        self._host_ids = self._host_view(self._ids)
         self._mask = attention_mask.new_ones(rows, self.length + max_new)
         self._mask[:, : self.length] = attention_mask
         self._prompt_positions = position_ids_from_mask(attention_mask)  # [N, T], for the prefill
@@ -158,9 +159,18 @@ class _RunningBatch:
                                                 last_only=True)
         return logits[:, -1, :].float()
 
+    @staticmethod
+    def _host_view(ids: torch.Tensor):
+        """A numpy view of the ids in host memory (None on a device): a token's column is written through it, a
+        numpy assignment instead of torch's indexing (on the CPU, the larger part of the loop's own work a token)."""
+        return ids.numpy() if ids.device.type == "cpu" else None
+
     def push(self, tokens: torch.Tensor) -> None:
         """Record one token per row [N] without running the model (the last step)."""
-        self._ids[:, self.length] = tokens
+        if self._host_ids is not None:
+            self._host_ids[:, self.length] = tokens.numpy()
+        else:
+            self._ids[:, self.length] = tokens
         self.length += 1
 
     def append(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -192,6 +202,7 @@ class _RunningBatch:
         """Keep rows `index` [N'] (prompt expansion; beam reordering, where every row stays on its own input:
         `within_inputs`, so the mask and positions, equal for an input's beams, stay as they are)."""
         self._ids = self._ids.index_select(0, index)
+        self._host_ids = self._host_view(self._ids)
         if not within_inputs:
             self._mask, self._next_position = self._mask[index], self._next_position[index]
         if self.cache is not None:
