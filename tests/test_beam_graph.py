@@ -1,14 +1,15 @@
-"""Beam search's bookkeeping as one graph (`NNDF.generation.BEAMS_IN_GRAPH`, `_BeamGraph`): each step's EOS masks,
-log-softmax and hypothesis update run at fixed addresses on the device's own step counter (on CUDA captured once
-and replayed; on the CPU the same function runs as it is). HF `generate`'s beams, token for token, through the
-shared loop, and a second generation reusing the graph gives the same; a generation whose processors do more than
-mask EOS keeps the loop's own bookkeeping."""
+"""Beam search's bookkeeping as one graph (`NNDF.generation.BEAMS_IN_GRAPH`, `NNDF.beams.BeamGraph`): each step's
+EOS masks, log-softmax and hypothesis update run at fixed addresses on the device's own step counter (on CUDA
+captured once and replayed; on the CPU the same function runs as it is). HF `generate`'s beams, token for token,
+through the shared loop, and a second generation reusing the graph gives the same; a generation whose processors do
+more than mask EOS keeps the loop's own bookkeeping."""
 import os
 
 import pytest
 
 from NNDF import generation, registry
 from NNDF.actions.common import backend_steps, encode, generate_prompt
+from NNDF.beams import BeamGraph
 from NNDF.context import make_context
 from NNDF.generation import GenerationConfig
 from NNDF.options import ModelOptions
@@ -27,8 +28,8 @@ CASES = [("T5", "t5-offline", "frameworks", dict(static_cache=True)), ("GPT2", "
 
 def _counted(monkeypatch) -> list:
     runs = []
-    real = generation._BeamGraph.run
-    monkeypatch.setattr(generation._BeamGraph, "run", lambda self, *a: runs.append(1) or real(self, *a))
+    real = BeamGraph.run
+    monkeypatch.setattr(BeamGraph, "run", lambda self, *a: runs.append(1) or real(self, *a))
     return runs
 
 
