@@ -7,9 +7,9 @@ Greedy and beam search follow HF `generate` semantics token for token (beam sear
 beams never starve the running ones); its bookkeeping stays on the device and its stop test is read one step late,
 so a beam step queues its work without waiting for the device. Scores go through transformers' own logits
 processors (`NNDF.sampling.logits_processors`, over the token history, which is HF's `input_ids`); EOS is detected
-as HF's `EosTokenCriteria` detects it; `eos_token_id` may be one id or several (a chat model's end of text and end
-of turn): any of them ends a row, as in HF `generate`. What a run's settings are (a model's generation config under
-the user's flags) is decided in `NNDF.decoding`.
+as HF's `EosTokenCriteria` detects it (`_EndedRows`, in numpy on the CPU); `eos_token_id` may be one id or several
+(a chat model's end of text and end of turn): any of them ends a row, as in HF `generate`. What a run's settings are
+(a model's generation config under the user's flags) is decided in `NNDF.decoding`.
 Encoder-decoder models pass their encoder inputs as `encoder`: the prefill then runs `steps.start(encoder,
 max_length)` (encoder and cross-attention cache, whose result is the initial cache; `max_length`: the decoder
 positions the generation may fill, which a static cache allocates) before the decoder's first step, so the
@@ -29,9 +29,8 @@ import functools
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
-
-from transformers.generation.stopping_criteria import EosTokenCriteria
 
 from NNDF.beams import BeamState, LateFlag, beam_graph
 from NNDF.errors import UsageError
@@ -251,9 +250,37 @@ def _unpadded_processors(thread: int, config: GenerationConfig, prompt_length: i
     return logits_processors(config, prompt_length, None, device)
 
 
-def _eos_criteria(config: GenerationConfig) -> EosTokenCriteria | None:
-    ids = eos_ids(config.eos_token_id)
-    return EosTokenCriteria(list(ids)) if ids else None
+class _EndedRows:
+    """The rows that have generated one of the EOS ids, as HF's `EosTokenCriteria` detects them (a row's last token
+    is one of the ids), and the pad that replaces every later token of theirs. On the CPU the rows are a numpy array
+    (a token's handful of torch operations cost 40-90 us there, as much as a small model's step); elsewhere a tensor
+    on the device. `count` (rows ended so far) is read on the host at every `update`."""
+
+    def __init__(self, ids: tuple[int, ...], rows: int, device: torch.device):
+        self.host = device.type == "cpu"
+        if self.host:
+            self.eos, self.ended = np.asarray(ids), np.zeros(rows, dtype=bool)
+        else:
+            self.eos = torch.tensor(ids, device=device)
+            self.ended = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.count = 0
+
+    def padded(self, tokens: torch.Tensor, pad: int) -> torch.Tensor:
+        """`tokens` [N] with `pad` in the rows ended before (the same tensor while none has)."""
+        if not self.count:
+            return tokens
+        if self.host:
+            return torch.from_numpy(np.where(self.ended, pad, tokens.numpy()))
+        return torch.where(self.ended, pad, tokens)
+
+    def update(self, tokens: torch.Tensor) -> bool:
+        """Mark the rows whose token [N] is an EOS id; whether every row has ended."""
+        if self.host:
+            self.ended |= (tokens.numpy()[:, None] == self.eos).any(axis=1)
+        else:
+            self.ended |= torch.isin(tokens, self.eos)
+        self.count = int(self.ended.sum())
+        return self.count == self.ended.shape[0]
 
 
 # device types where a greedy generation on a static slot lets the step choose and feed its own tokens
@@ -284,38 +311,37 @@ def _greedy_or_sample(steps, input_ids, attention_mask, config: GenerationConfig
     prompt_length = input_ids.shape[1]
     max_new = config.new_tokens(prompt_length)
     processors = _processors(config, attention_mask)
-    eos_hit = _eos_criteria(config)
+    ends = eos_ids(config.eos_token_id)
+    ended = _EndedRows(ends, input_ids.shape[0], steps.device) if ends else None
     decoder = _RunningBatch(steps, input_ids, attention_mask, max_new, encoder, observer)
     generator = None
     if config.sampling.do_sample:
         generator = torch.Generator(device=steps.device).manual_seed(config.seed)
-    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=steps.device)
     logits = decoder.prefill()
     # EOS can only end generation once it is allowed: until then no host sync is needed per token.
     min_new = config.eos_allowed_from(prompt_length)
     in_step = _greedy_in_step(steps, decoder.cache, config, processors)
-    eos, vocab, chosen = eos_ids(config.eos_token_id), logits.shape[-1], None
+    vocab, chosen = logits.shape[-1], None
     for step in range(max_new):
         if chosen is None:
             tokens = pick_tokens(processors(decoder.ids, logits), config.sampling.do_sample, generator)
         else:
             tokens = chosen  # the step's own choice, made as the line above makes it
-        changed = False
-        if eos_hit is not None and step >= min_new:  # a row may have finished (at step min_new - 1 or later)
-            tokens, changed = torch.where(finished, config.pad_token_id, tokens), True
+        changed = False  # the loop's tokens differ from the step's own choice
+        if ended is not None and ended.count:  # a row has ended (at step min_new - 1 or later): pad from now on
+            tokens, changed = ended.padded(tokens, config.pad_token_id), True
         if step == 0:
             observer.first_token()
         observer.token(step)
         observer.chosen(step, tokens)
         last = step == max_new - 1
-        if eos_hit is not None and step + 1 >= min_new:
-            finished |= eos_hit(tokens[:, None], None)
-            last = last or bool(finished.all())
+        if ended is not None and step + 1 >= min_new:
+            last = ended.update(tokens) or last
         if last:
             decoder.push(tokens)
             break
         if in_step:
-            chosen = decoder.append_greedy(tokens, changed, eos, bool(processors) and step + 1 < min_new, vocab)
+            chosen = decoder.append_greedy(tokens, changed, ends, bool(processors) and step + 1 < min_new, vocab)
         else:
             logits = decoder.append(tokens)
     observer.finished()

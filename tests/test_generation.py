@@ -59,6 +59,26 @@ def test_min_new_tokens_overrides_min_length_as_hf():
     assert hf.shape[1] < 3 + 8  # stopped before min_length would have allowed
 
 
+@pytest.mark.parametrize("sample", [False, True])
+def test_rows_ending_at_different_steps_are_padded_as_hf(sample):
+    """A left-padded batch whose rows emit EOS at different steps: every row's whole sequence, the pad after its
+    EOS included, equals HF `generate`'s (greedy; sampling under a fixed draw: top_k=1, so both pick the argmax)."""
+    model = _tiny()
+    ids = torch.tensor([[0, 0, 5, 6], [9, 3, 2, 7], [0, 11, 12, 13]])
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]])
+    free = generate(TorchSteps(model, use_cache=True), ids, mask, GenerationConfig(max_new_tokens=12)).sequences
+    eos = free[0, 4 + 2].item()  # the first row's third new token: it ends by there, the others later or never
+    sampling = SamplingConfig(do_sample=True, top_k=1) if sample else SamplingConfig()
+    config = GenerationConfig(max_new_tokens=12, eos_token_id=eos, pad_token_id=1, sampling=sampling)
+    ours = generate(TorchSteps(model, use_cache=True), ids, mask, config).sequences
+    hf = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, eos_token_id=eos, pad_token_id=1,
+                        do_sample=sample, top_k=1 if sample else None)
+    assert ours.tolist() == hf.tolist()
+    ends = [row[4:].index(eos) if eos in row[4:] else None for row in hf.tolist()]
+    assert ends[0] is not None and ends[0] <= 2 and len(set(ends)) > 1  # the rows end apart
+    assert set(hf[0, 4 + ends[0] + 1:].tolist()) == {1}  # the first row's pads
+
+
 NEW = 20
 
 
