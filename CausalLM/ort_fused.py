@@ -374,8 +374,9 @@ class OrtFusedSteps:
     def _prompt(self, input_ids, attention_mask, position_ids, slot: KVSlot, last_only: bool) -> torch.Tensor:
         """The prompt pass: columns 0..n-1 of each row's buffers written with its n tokens, uncaptured; logits
         [B, S, V] at the input's columns (zeros at padding), or with `last_only` [B, 1, V] at the last column (every
-        row's last token: rows are left-padded), the only position whose head the graph then computes. Rows of
-        different lengths run one by one, each over its own tokens (the op reads per-row lengths, no mask)."""
+        row's last token: rows are left-padded), the only position whose head the graph then computes (unpadded: in
+        the slot's own logits buffer, valid until its next step). Rows of different lengths run one by one, each
+        over its own tokens (the op reads per-row lengths, no mask)."""
         seq = input_ids.shape[1]
         if attention_mask.shape[1] != seq:
             raise UsageError("onnxrt --fused-decode runs a prompt pass only on an empty cache (its attention op "
@@ -394,28 +395,42 @@ class OrtFusedSteps:
 
     def _rows(self, input_ids, position_ids, slot: KVSlot, rows: slice, last_only: bool) -> torch.Tensor:
         """One prompt pass of unpadded rows `rows` of the slot (their buffers: contiguous views): logits of every
-        position, or of the last only. A pass over every row binds the caches once per slot (`prompt_binding`) and
-        then only the inputs and the logits: for a small model on the CPU, binding the caches anew each time was
-        a tenth of the prompt's time."""
+        position, or of the last only. A pass over every row runs on the slot's prompt binding (`_prompt_binding`),
+        into which only the tokens, their positions and the logits are bound anew."""
         seq = input_ids.shape[1]
         seqlens = slot.inputs["seqlens_k"][rows]
         seqlens.fill_(seq - 1)
-        feeds = {"input_ids": input_ids.contiguous(), "position_ids": position_ids.contiguous(), "seqlens_k": seqlens,
-                 "total_sequence_length": torch.tensor(seq, dtype=torch.int32),
-                 LOGITS_START: torch.tensor([-1 if last_only else 0])}
+        start = -1 if last_only else 0
         if rows != slice(None):
             past = [buffer[rows] for buffer in slot.past]
-            return self.graph.run({**feeds, **dict(zip(self.past_names, past))},
-                                  {"logits_seq": 1 if last_only else seq},
+            feeds = {"input_ids": input_ids.contiguous(), "position_ids": position_ids.contiguous(),
+                     "seqlens_k": seqlens, "total_sequence_length": torch.tensor(seq, dtype=torch.int32),
+                     LOGITS_START: torch.tensor([start]), **dict(zip(self.past_names, past))}
+            return self.graph.run(feeds, {"logits_seq": 1 if last_only else seq},
                                   outputs=dict(zip(self.present_names, past)))[0]
-        if slot.prompt_binding is None:
-            slot.prompt_binding = self.graph.bind(dict(zip(self.past_names, slot.past)),
-                                                  dict(zip(self.present_names, slot.past)))
-        logits = torch.empty(slot.rows, 1 if last_only else seq, slot.logits.shape[-1], dtype=slot.logits.dtype,
-                             device=self.device)
-        self.graph.bind(feeds, {"logits": logits}, slot.prompt_binding)
-        self.graph.run_bound(slot.prompt_binding, self.graph.run_options(-1) if self.cuda_graph else None)
+        binding, scalars = self._prompt_binding(slot)
+        scalars["total_sequence_length"].fill_(seq)
+        scalars[LOGITS_START].fill_(start)
+        # the last position's logits go to the slot's own buffer (valid until the next step, as a step's)
+        logits = slot.logits if last_only else torch.empty(slot.rows, seq, slot.logits.shape[-1],
+                                                           dtype=slot.logits.dtype, device=self.device)
+        self.graph.bind({"input_ids": input_ids.contiguous(), "position_ids": position_ids.contiguous()},
+                        {"logits": logits}, binding)
+        self.graph.run_bound(binding, self.graph.run_options(-1) if self.cuda_graph else None)
         return logits
+
+    def _prompt_binding(self, slot: KVSlot):
+        """The slot's binding for prompt passes over every row, made once: its caches (as past and present), its
+        per-row lengths and two host scalars of its own, the pass's length and where its head starts (written
+        before each pass), each bound for good; and those two scalars by name. Binding the caches anew for each
+        prompt was a tenth of a small model's prompt pass on the CPU, and every binding costs most at a
+        generation's start, on caches an idle machine left cold."""
+        if slot.prompt_binding is None:
+            scalars = {"total_sequence_length": torch.zeros((), dtype=torch.int32),
+                       LOGITS_START: torch.zeros(1, dtype=torch.int64)}
+            feeds = {"seqlens_k": slot.inputs["seqlens_k"], **scalars, **dict(zip(self.past_names, slot.past))}
+            slot.prompt_binding = self.graph.bind(feeds, dict(zip(self.present_names, slot.past))), scalars
+        return slot.prompt_binding
 
     def close(self) -> None:
         self.graph.close()

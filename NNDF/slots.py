@@ -55,7 +55,7 @@ class KVSlot(Slot):
         # a greedy step that picks and feeds its own token (NNDF.backends.torch.greedy): what it reads, its
         # captured graph and its output [rows]; a CPU step's numpy views of its inputs and logits (CausalLM.ort_fused)
         self.choice, self.greedy_graph, self.tokens, self.views = None, None, None, None
-        self.prompt_binding: object = None  # a backend's binding of the caches for prompt passes (CausalLM.ort_fused)
+        self.prompt_binding: object = None  # a backend's binding for prompt passes, made once (CausalLM.ort_fused)
 
     ids = property(lambda self: self.inputs["input_ids"])
     positions = property(lambda self: self.inputs["position_ids"])
