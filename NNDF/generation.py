@@ -233,20 +233,24 @@ def generate(
 
 def _processors(config: GenerationConfig, attention_mask: torch.Tensor, rows: torch.Tensor | None = None):
     """The logits processors for a prompt's rows (`rows`: the prompt row of each generated row, for beams). Those
-    of an unpadded prompt are made once per thread, prompt length, device and settings (`_unpadded_processors`)."""
+    of an unpadded prompt are made once per thread, prompt length, device and settings (`_unpadded_processors`),
+    except with bad words: HF's processor for them sizes what it builds by the first vocabulary it sees."""
+    padding = None
     if bool(attention_mask.all()):
-        return _unpadded_processors(threading.get_ident(), config, attention_mask.shape[1], attention_mask.device)
-    padding = (attention_mask != 0).int().argmax(dim=1)  # HF: the repetition penalty skips each row's left padding
-    padding = padding if rows is None else padding[rows]
+        if not config.bad_words_ids:
+            return _unpadded_processors(threading.get_ident(), config, attention_mask.shape[1], attention_mask.device)
+    else:  # HF: the repetition penalty skips each row's left padding
+        padding = (attention_mask != 0).int().argmax(dim=1)
+        padding = padding if rows is None else padding[rows]
     return logits_processors(config, attention_mask.shape[1], padding, attention_mask.device)
 
 
 @functools.lru_cache(maxsize=16)
 def _unpadded_processors(thread: int, config: GenerationConfig, prompt_length: int, device: torch.device):
     """`logits_processors` for unpadded prompts, kept for the next generation alike: they keep no state from one
-    generation to the next, only what they build on first use (the EOS mask of the min-length ones, the bad
-    words' bias), which is then built once, not at each generation's first token; per thread, since building it
-    is not thread-safe in every processor of HF's."""
+    generation to the next, only what they build on first use (the EOS mask of the min-length ones, sized by the
+    scores they are given), which is then built once, not at each generation's first token; per thread, so that no
+    two threads build it at once."""
     return logits_processors(config, prompt_length, None, device)
 
 

@@ -9,10 +9,10 @@ from NNDF.offline import redraw_weights
 from NNDF.sampling import SamplingConfig
 
 
-def _tiny():
+def _tiny(vocab: int = 64):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=64,
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=vocab, n_positions=64,
                                        bos_token_id=0, eos_token_id=0, pad_token_id=0)).eval()
     redraw_weights(model, 0, 0.3)
     return model
@@ -77,6 +77,26 @@ def test_rows_ending_at_different_steps_are_padded_as_hf(sample):
     ends = [row[4:].index(eos) if eos in row[4:] else None for row in hf.tolist()]
     assert ends[0] is not None and ends[0] <= 2 and len(set(ends)) > 1  # the rows end apart
     assert set(hf[0, 4 + ends[0] + 1:].tolist()) == {1}  # the first row's pads
+
+
+def test_processors_kept_between_generations_except_bad_words():
+    """An unpadded prompt's processors are made once and kept for the next generation of the same settings; with bad
+    words they are made anew (HF's processor sizes its bias by the first vocabulary it meets): two models of
+    different vocabularies under the same bad words each give HF's tokens."""
+    from NNDF.generation import _processors
+
+    mask = torch.ones(1, 3, dtype=torch.long)
+    plain = GenerationConfig(max_new_tokens=8, min_new_tokens=4, eos_token_id=3)
+    assert _processors(plain, mask) is _processors(plain, mask)
+    worded = GenerationConfig(max_new_tokens=8, bad_words_ids=((5,), (7, 8)))
+    assert _processors(worded, mask) is not _processors(worded, mask)
+    ids = torch.tensor([[5, 6, 7]])
+    for vocab in (64, 80):
+        model = _tiny(vocab)
+        ours = generate(TorchSteps(model, use_cache=True), ids, mask, worded).sequences
+        hf = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, do_sample=False,
+                            bad_words_ids=[[5], [7, 8]], pad_token_id=0, eos_token_id=None)
+        assert ours.tolist() == hf.tolist()
 
 
 NEW = 20
