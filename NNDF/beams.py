@@ -44,15 +44,15 @@ class LateFlag:
         return bool(self._host.numpy()[0])
 
 
-def beam_graph(batch: int, beams: int, max_new: int, config, device, width: int,
-                prompt_length: int, vocab: int) -> "BeamGraph":
+def beam_graph(batch: int, beams: int, max_new: int, config, device, width: int, prompt_length: int,
+               vocab: int) -> "BeamGraph":
     """This thread's `BeamGraph` for these shapes and settings, reset for a new generation: made (and on CUDA
     captured) once, replayed by every later generation alike (the few most recent kept)."""
     key = (threading.get_ident(), str(device), batch, beams, max_new, width, prompt_length, vocab,
            eos_ids(config.eos_token_id), config.eos_allowed_from(prompt_length), config.length_penalty,
            config.early_stopping, config.pad_token_id)
     graph = _GRAPHS.pop(key, None) or BeamGraph(batch, beams, max_new, config, torch.device(device), width,
-                                                       prompt_length, vocab)
+                                                prompt_length, vocab)
     _GRAPHS[key] = graph  # the most recent last
     while len(_GRAPHS) > 4:
         _GRAPHS.pop(next(iter(_GRAPHS)))
