@@ -21,7 +21,7 @@ slots) and a device in `GREEDY_IN_STEP`, lets the step choose each next token an
 (`steps.greedy_forward`, NNDF/backends/torch/greedy.py): the same tokens, without the loop's own work on the
 device between two steps. A beam search whose processors only mask EOS, on a device in `BEAMS_IN_GRAPH`, runs each
 step's bookkeeping as one graph (`NNDF.beams.BeamGraph`: on CUDA one replay, not some 40 launches), on any backend;
-the beams' state on the device is `NNDF.beams`'.
+the beams' state on the device lives in `NNDF.beams`.
 """
 from __future__ import annotations
 
