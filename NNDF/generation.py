@@ -59,6 +59,14 @@ class GenerationConfig:
     no_repeat_ngram_size: int = 0  # 0: off
     bad_words_ids: tuple[tuple[int, ...], ...] = ()  # token sequences that may never be generated
 
+    def __post_init__(self):
+        # lists given for the sequence fields become tuples (and a set frozen): a config is hashable, the key its
+        # logits processors are kept under (`_unpadded_processors`)
+        if isinstance(self.eos_token_id, list):
+            object.__setattr__(self, "eos_token_id", tuple(self.eos_token_id))
+        object.__setattr__(self, "bad_words_ids", tuple(tuple(word) for word in self.bad_words_ids))
+        object.__setattr__(self, "dry_breakers", frozenset(self.dry_breakers))
+
     def eos_allowed_from(self, prompt_length: int) -> int:
         """The first new token (0-based) that may be EOS: `min_new_tokens` where set (HF then replaces min_length by
         prompt + min_new_tokens), else what `min_length` leaves after the prompt."""

@@ -99,6 +99,18 @@ def test_processors_kept_between_generations_except_bad_words():
         assert ours.tolist() == hf.tolist()
 
 
+def test_settings_given_as_lists_generate_as_tuples():
+    """A config whose EOS ids and bad words come as lists (as a caller may write them) is hashable and generates
+    what the same config of tuples does."""
+    _, steps, ids, mask, greedy = _greedy_case(8)
+    listed = GenerationConfig(max_new_tokens=8, eos_token_id=[greedy[3], 63], bad_words_ids=[[greedy[1]]],
+                              dry_breakers={1})
+    tupled = GenerationConfig(max_new_tokens=8, eos_token_id=(greedy[3], 63), bad_words_ids=((greedy[1],),),
+                              dry_breakers=frozenset({1}))
+    assert listed == tupled and hash(listed) == hash(tupled)
+    assert generate(steps, ids, mask, listed).sequences.tolist() == generate(steps, ids, mask, tupled).sequences.tolist()
+
+
 NEW = 20
 
 
