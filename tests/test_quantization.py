@@ -249,6 +249,30 @@ def test_fingerprint_follows_the_settings(workdir):
     assert trt.variants(run) == [trt] and type(trt.onnx).__name__ == "DecoderOnnx"  # trt builds the float export
 
 
+def test_int8_weight_blocks_are_matmulnbits_within_the_goals(gpt2_accuracy, workdir, tmp_path):
+    """`--quant-int8-blocks 64`: int8 as 8-bit weight blocks (MatMulNBits, bits 8, symmetric) in an artifact and a
+    row of their own, token perplexity on the same 60 passages within the int8 bound of the fixture's fp32."""
+    import onnx
+
+    path = tmp_path / "blocks.json"
+    assert cli.main(["accuracy", "GPT2", "onnxrt", "--use-cache", "--quantize", "int8", "--quant-int8-blocks", "64",
+                     "--dataset", LAMBADA, "--num-samples", "60", "-wd", str(workdir), "--json", str(path)]) == 0
+    row, = json.loads(path.read_text())["results"]
+    fp32 = next(r for r in gpt2_accuracy["results"] if r["backend"] == "onnxrt")["token_perplexity"]
+    assert row["backend"] == "onnxrt-int8-b64"
+    assert abs(row["token_perplexity"] / fp32 - 1) < 0.03
+    folder = workdir / "GPT2" / "gpt2-offline" / "decoder-fp32-kv-int8-b64"
+    record = json.loads((folder / "validation.json").read_text())
+    assert record["quantization"]["weights"] == "8-bit blocks of 64, symmetric (MatMulNBits)"
+    assert record["parts"]["decoder"]["quantized_ops"] == {"MatMulNBits": 17} and record["top1_agreement_vs_float"] > 0.95
+    graph = onnx.load(folder / "model.onnx", load_external_data=False).graph
+    blocks = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    attributes = {(a.name, onnx.helper.get_attribute_value(a)) for n in blocks for a in n.attribute
+                  if a.name in ("bits", "block_size")}
+    assert len(blocks) == 17 and attributes == {("bits", 8), ("block_size", 64)}
+    assert all(len(n.input) == 3 for n in blocks)  # a scale a block, no zero points: symmetric
+
+
 @pytest.mark.parametrize("argv,expect", [
     (("accuracy", "GPT2", "frameworks", "--quantize", "int8"),
      "--quantize is a flag of the onnxrt backend, which this run does not use (frameworks): name onnxrt"),
@@ -257,6 +281,13 @@ def test_fingerprint_follows_the_settings(workdir):
     (("accuracy", "GPT2", "onnxrt", "--quantize", "int8", "int8"), "--quantize names int8 twice"),
     (("accuracy", "GPT2", "onnxrt", "--quantize", "int8", "--quant-block-size", "64"),
      "--quant-block-size applies to --quantize int4"),
+    (("accuracy", "GPT2", "onnxrt", "--quantize", "int4", "--quant-int8-blocks", "64"),
+     "--quant-int8-blocks applies to --quantize int8 (int8 in weight blocks), which this run does not use"),
+    (("accuracy", "GPT2", "onnxrt", "--quantize", "int8", "--quant-int8-blocks", "48"),
+     "argument --quant-int8-blocks: invalid choice: 48"),
+    (("accuracy", "BERT", "onnxrt", "--quantize", "int8", "--quant-attention", "--quant-int8-blocks", "64"),
+     "--quant-attention quantizes the fused Attention to dynamic int8 (QAttention) and --quant-int8-blocks makes "
+     "int8 weight blocks instead: give one of them"),
     (("accuracy", "GPT2", "onnxrt", "--quantize", "int2"), "argument --quantize: invalid choice: 'int2'"),
     (("accuracy", "GPT2", "onnxrt", "--quantize", "int4", "--quant-block-size", "48"),
      "argument --quant-block-size: invalid choice: 48"),
@@ -353,6 +384,11 @@ def test_options_library_refusals():
     assert ORTOptions(quantize=("int8",), quant_attention=True).quantizations()[0] == Int8(attention=True)
     assert Int8(attention=True).tag == "int8-attn" and Int8().tag == "int8"
     assert "attention" not in Int8().settings()  # the default's fingerprint is the one before the option
+    assert Int8().settings() == {"kind": "int8", "weights": "int8 per channel", "activations": "uint8 dynamic"}
+    blocks = ORTOptions(quantize=("int8",), quant_int8_blocks=32).quantizations()[0]
+    assert blocks == Int8(blocks=32) and blocks.tag == blocks.label == "int8-b32"
+    assert "in weight blocks takes fp32 graphs, not fp16" in blocks.refusal("fp16", "cpu")
+    assert "runs on ONNX Runtime's CPU kernels, not cuda" in blocks.refusal("fp32", "cuda")
     weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, np.float32))
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],

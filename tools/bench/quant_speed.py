@@ -3,12 +3,15 @@
 row in turn (fresh random prompt, exactly --new tokens, EOS suppressed, as `benchmark`; --gap seconds idle before
 each, so no row starts while the threads of the one before still spin), so a burst of load from other processes
 hits every row alike; reports per row the median and the best TPOT, tokens/s as `benchmark`
-computes it (new tokens / median end to end, prefill included), and the ratios to the first row.
+computes it (new tokens / median end to end, prefill included), and the ratios to the first row: of the medians,
+and paired round by round (the first row's end to end / this row's in the same round, whose generations run
+within a second of each other, so the machine's drift from round to round cancels: median and quartiles).
 
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline    # a family's offline variant
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache
+    python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache --quant-int8-blocks 64
 
 `benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
 only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
@@ -36,6 +39,8 @@ def row_arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--working-dir", default="temp")
     parser.add_argument("--quantize", nargs="+", default=["none", "int8", "int4"])
     parser.add_argument("--quant-block-size", type=int, default=None)
+    parser.add_argument("--quant-int8-blocks", type=int, default=None,
+                        help="int8 in 8-bit weight blocks of this many (the CLI's flag), not dynamic")
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--new", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=10)
@@ -56,7 +61,8 @@ def open_rows(args, **device):
     options = ModelOptions(torch_dir=args.torch_dir, variant=args.variant, working_dir=args.working_dir,
                            use_cache=True, static_cache=args.static_cache, **(device or {"cpu": True}))
     run = open_run(args.family, options, ("onnxrt",),
-                   ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size))
+                   ORTOptions(quantize=tuple(args.quantize), quant_block_size=args.quant_block_size,
+                              quant_int8_blocks=args.quant_int8_blocks))
     return run, generation_config(run, SamplingOptions(), args.new, min_new_tokens=args.new)
 
 
@@ -96,22 +102,35 @@ def main() -> None:
     args = row_arguments(__doc__.splitlines()[0]).parse_args()
     run, config = open_rows(args)
     tpot: dict[str, list[float]] = {}
-    e2e: dict[str, list[float]] = {}
+    e2e: dict[str, list[float]] = {}  # per row, round by round (the rows come in the same order every round)
     with ExitStack() as stack:
         for name, times in interleaved(run, config, open_steps(run, stack), args):
             tpot.setdefault(name, []).append((times["e2e"] - times["prefill"]) / (args.new - 1) * 1e3)
             e2e.setdefault(name, []).append(times["e2e"])
     first = statistics.median(next(iter(tpot.values())))
-    first_rate = args.new / statistics.median(next(iter(e2e.values())))
+    first_e2e = next(iter(e2e.values()))
+    first_rate = args.new / statistics.median(first_e2e)
     print(f"{args.rounds} interleaved rounds ({args.gap} s idle before each), prompt {args.prompt}, {args.new} new "
           f"tokens, batch 1, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row |")
-    print("|---|---|---|---|---|---|")
+    print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row | "
+          "paired vs first row, p50 [p25-p75] |")
+    print("|---|---|---|---|---|---|---|")
     for name, values in tpot.items():
         median, rate = statistics.median(values), args.new / statistics.median(e2e[name])
+        low, mid, high = paired_ratio(first_e2e, e2e[name])
         print(f"| {name} | {median:.2f} | {min(values):.2f} | {first / median:.2f}x | {rate:.1f} | "
-              f"{rate / first_rate:.2f}x |")
+              f"{rate / first_rate:.2f}x | {mid:.2f}x [{low:.2f}-{high:.2f}] |")
+
+
+def paired_ratio(first: list[float], row: list[float]) -> tuple[float, float, float]:
+    """Quartiles (p25, p50, p75) of the round-by-round ratios first[i] / row[i] (end-to-end seconds of the same
+    round: the row's tokens/s over the first row's)."""
+    ratios = [a / b for a, b in zip(first, row)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, mid, high = statistics.quantiles(ratios, n=4)
+    return low, mid, high
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ library functions take; the CLI accepts a flag only when onnxrt is in the run). 
 
 `--quantize` takes one or more of none / int8 / int4: each becomes its own row of the action's table (`onnxrt`,
 `onnxrt-int8`, `onnxrt-int4`), so one command shows what each quantization costs beside the float graph. The
-other backends never read it (the CLI refuses it without onnxrt; trt builds from the float export).
+other backends never read it (the CLI refuses it without onnxrt; trt builds from the float export). int8 is dynamic
+per channel unless `--quant-int8-blocks` makes it weight blocks (row `onnxrt-int8-bN`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class QuantizeOptions(OptionGroup):
     quantize: tuple = flag(("none",), "--quantize", nargs="+", type=str, choices=QUANTIZE_CHOICES, metavar="{none,int8,int4}", help="weights of the onnxrt graphs: none (float), int8 (dynamic int8 MatMul, fp32 graphs), int4 (MatMulNBits blocks); several values give one row each (e.g. --quantize none int8 int4: onnxrt, onnxrt-int8, onnxrt-int4)")
     quant_block_size: int | None = flag(None, "--quant-block-size", type=int, choices=BLOCK_SIZES, help="int4: weights per scale along the input dimension (default 128: measured, docs/PERFORMANCE.md)")
     quant_symmetric: bool | None = flag(None, "--quant-symmetric", action=argparse.BooleanOptionalAction, help="int4: symmetric blocks (one scale each) or, the default, --no-quant-symmetric (a scale and a zero point each: measured more accurate)")
+    quant_int8_blocks: int | None = flag(None, "--quant-int8-blocks", type=int, choices=BLOCK_SIZES, help="int8: 8-bit weight blocks of this many along the input dimension, one scale each (ONNX Runtime's MatMulNBits with 8 bits; activations quantized per block at run time), instead of the default dynamic int8 per output channel; the row is onnxrt-int8-bN. Faster one-token steps where a model is so small that its step is overhead, slower prompt passes, slower steps on larger models (2-core CPU: llama-offline 2.0x the fp32 tokens/s against 1.7x with blocks of 64; GPT-2 124M shapes slower: docs/QUANTIZATION.md)")
 
     def check(self):
         repeated = sorted({q for q in self.quantize if self.quantize.count(q) > 1})
@@ -37,6 +39,9 @@ class QuantizeOptions(OptionGroup):
         for name, value in (("--quant-block-size", self.quant_block_size), ("--quant-symmetric", self.quant_symmetric)):
             if value is not None and "int4" not in self.quantize:
                 raise UsageError(f"{name} applies to --quantize int4 (int4's blocks), which this run does not use")
+        if self.quant_int8_blocks is not None and "int8" not in self.quantize:
+            raise UsageError("--quant-int8-blocks applies to --quantize int8 (int8 in weight blocks), which this run "
+                             "does not use")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,9 @@ class ORTOptions(QuantizeOptions, OrtOptimizeOptions, BuiltGraphOptions):
         if self.quant_attention and "int8" not in self.quantize:
             raise UsageError("--quant-attention applies to --quantize int8 (int8's QAttention), which this run does "
                              "not use")
+        if self.quant_attention and self.quant_int8_blocks is not None:
+            raise UsageError("--quant-attention quantizes the fused Attention to dynamic int8 (QAttention) and "
+                             "--quant-int8-blocks makes int8 weight blocks instead: give one of them")
         if self.quant_attention and not self.ort_optimize:
             raise UsageError("--quant-attention quantizes the fused Attention of ONNX Runtime's optimized graph, "
                              "which --no-ort-optimize leaves out: drop one of them")

@@ -12,7 +12,10 @@ A quantization is a type (`Int8`, `Int4`; `QUANTIZATIONS` maps the `--quantize` 
   output channel; activations quantized per call). fp32 graphs only. Per channel: measured on all-MiniLM-L6-v2,
   least embedding cosine to the float graph 0.994 against 0.958 per tensor, at no measurable cost in speed. With
   `attention` (`--quant-attention`) also the packed q/k/v weights of ONNX Runtime's fused `Attention` (an
-  optimized encoder graph's) into `QAttention`: faster on long inputs, less exact (docs/QUANTIZATION.md).
+  optimized encoder graph's) into `QAttention`: faster on long inputs, less exact (docs/QUANTIZATION.md). With
+  `blocks` (`--quant-int8-blocks`) instead 8-bit weight blocks through `MatMulNBits`, as int4's below with 8 bits
+  and one scale a block: ONNX Runtime's one-row kernel for them is cheaper than the dynamic product's where a
+  model is small enough that its step is overhead, its multi-row kernel slower (docs/QUANTIZATION.md).
 - `Int4`: `matmul_nbits_quantizer` (RTN) to `MatMulNBits`: blocks of `block_size` weights along K with one scale
   (and, asymmetric, one zero point) each; `accuracy_level` 4 lets the CPU kernel compute in int8 (measured
   faster; the CUDA kernel ignores it).
@@ -88,17 +91,21 @@ class Quantization(ABC):
 
 @dataclass(frozen=True)
 class Int8(Quantization):
-    """Dynamic int8: int8 weights per output channel, uint8 activations quantized at run time."""
+    """Dynamic int8: int8 weights per output channel, uint8 activations quantized at run time; or, with `blocks`,
+    8-bit weight blocks (`MatMulNBits`, symmetric) whose activations the kernel quantizes per block."""
 
     name: ClassVar[str] = "int8"
     attention: bool = False  # also ONNX Runtime's fused Attention's packed q/k/v weights (QAttention)
+    blocks: int | None = None  # weights per scale along K: 8-bit blocks instead of dynamic int8 per channel
 
     @classmethod
     def from_options(cls, options) -> "Int8":
-        return cls(bool(getattr(options, "quant_attention", False)))
+        return cls(bool(getattr(options, "quant_attention", False)), getattr(options, "quant_int8_blocks", None))
 
     @property
     def tag(self) -> str:
+        if self.blocks is not None:
+            return f"{self.name}-b{self.blocks}"
         return f"{self.name}-attn" if self.attention else self.name
 
     @property
@@ -109,6 +116,8 @@ class Int8(Quantization):
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
+        if self.blocks is not None:
+            return _weight_blocks(model, keep_float, bits=8, block_size=self.blocks, symmetric=True)
         operators = ["MatMul"]
         if self.attention:
             if not any(n.op_type == "Attention" and n.domain == MS_DOMAIN for n in model.graph.node):
@@ -130,11 +139,14 @@ class Int8(Quantization):
         if device != "cpu":  # ONNX Runtime's dynamic-quantization kernels are CPU kernels: no silent CPU fallback
             return f"--quantize int8 runs on ONNX Runtime's CPU kernels, not {device}: use --quantize int4 there"
         if precision != "fp32":
-            return (f"--quantize int8 (dynamic: activations quantized from fp32) takes fp32 graphs, not {precision}; "
-                    "drop --fp16, or use --quantize int4")
+            what = "in weight blocks" if self.blocks else "(dynamic: activations quantized from fp32)"
+            return f"--quantize int8 {what} takes fp32 graphs, not {precision}; drop --fp16, or use --quantize int4"
         return None
 
     def settings(self) -> dict:
+        if self.blocks is not None:
+            return {"kind": self.name, "weights": f"8-bit blocks of {self.blocks}, symmetric (MatMulNBits)",
+                    "activations": "int8 per block", "algorithm": "RTN", "accuracy_level": ACCURACY_LEVEL}
         fused = {"attention": "packed q/k/v int8 (QAttention)"} if self.attention else {}
         return {"kind": self.name, "weights": "int8 per channel", "activations": "uint8 dynamic", **fused}
 
@@ -153,14 +165,7 @@ class Int4(Quantization):
         return cls(block, cls.symmetric if options.quant_symmetric is None else options.quant_symmetric)
 
     def apply(self, model, keep_float: frozenset[str]):
-        from onnxruntime.quantization.matmul_nbits_quantizer import (DefaultWeightOnlyQuantConfig,
-                                                                     MatMulNBitsQuantizer)
-
-        config = DefaultWeightOnlyQuantConfig(block_size=self.block_size, is_symmetric=self.symmetric,
-                                              accuracy_level=ACCURACY_LEVEL, bits=4)
-        quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=sorted(keep_float), algo_config=config)
-        quantizer.process()
-        return quantizer.model.model
+        return _weight_blocks(model, keep_float, bits=4, block_size=self.block_size, symmetric=self.symmetric)
 
     @property
     def tag(self) -> str:
@@ -172,6 +177,18 @@ class Int4(Quantization):
 
 
 QUANTIZATIONS: dict[str, type[Quantization]] = {q.name: q for q in (Int8, Int4)}
+
+
+def _weight_blocks(model, keep_float: frozenset[str], bits: int, block_size: int, symmetric: bool):
+    """`model`'s MatMul weights as `bits`-bit blocks of `block_size` along K (`matmul_nbits_quantizer`, round to
+    nearest) in `MatMulNBits` nodes, `ACCURACY_LEVEL` for the CPU kernel; `keep_float` nodes left as they are."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=symmetric,
+                                          accuracy_level=ACCURACY_LEVEL, bits=bits)
+    quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=sorted(keep_float), algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
 
 
 class _PreprocessingAdvice(logging.Filter):
