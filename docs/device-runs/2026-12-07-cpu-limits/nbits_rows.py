@@ -59,6 +59,7 @@ for K, N in ((192, 320), (192, 192), (192, 1024), (512, 192), (192, 4096)):  # q
                 start = time.perf_counter()
                 s.run(None, feed)
                 times.append(time.perf_counter() - start)
-            name = f"MatMulNBits level {level}" if kind == "nbits" else {"fp32": "MatMul", "int8": "DynamicQuantizeMatMul"}[kind]
+            plain = {"fp32": "MatMul", "int8": "DynamicQuantizeMatMul"}
+            name = f"MatMulNBits level {level}" if kind == "nbits" else plain[kind]
             cells.append(f"{name} {statistics.median(times) * 1e6:.1f}")
         print(f"K {K} N {N}, {rows} rows: " + ", ".join(cells))
