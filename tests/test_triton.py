@@ -514,5 +514,8 @@ def test_deploy_refusals_leave_nothing_behind(triton_server, workdir, tmp_path, 
     assert sorted(p.name for p in triton_server.repository.iterdir()) == before
     assert not list(triton_server.repository.parent.glob(".*staging"))
     assert "--max-batch-size" in refused("onnxrt", "--repository", str(tmp_path / "r"), "--max-batch-size", "0")
-    assert "--quantize" in refused("onnxrt", "--repository", str(tmp_path / "r"), "--quantize", "int8")
+    assert "give one --quantize value (got onnxrt-int8, onnxrt-int4)" in refused(
+        "onnxrt", "--repository", str(tmp_path / "r"), "--quantize", "int8", "int4")
+    assert "does not apply --ort-products: the served model runs the onnxrt backend's exported graphs" in refused(
+        "onnxrt", "--repository", str(tmp_path / "r"), "--ort-products", "matmul")
     assert not (tmp_path / "r").exists()

@@ -1,7 +1,7 @@
 """`generate` over the `triton` client backend (the session's one server, tests/triton_fixtures.py): a batch's
 prompts go as one request each, and the served outputs equal the in-process onnxrt outputs of the same padded
 batches, for decoders (GPT2; LLAMA, whose prompts go in its chat template), an encoder-decoder (T5) and an
-image-to-text model (BLIP)."""
+image-to-text model (BLIP); a quantized deployment's (LLAMA's int4 graphs) equal the onnxrt-int4 row's."""
 from __future__ import annotations
 
 import pytest
@@ -22,3 +22,19 @@ def test_served_outputs_equal_in_process_batches(family, triton_server, workdir,
     assert [r["prompt"] for r in table["triton"]] == [r["prompt"] for r in table["onnxrt"]]
     assert [r["output_ids"] for r in table["triton"]] == [r["output_ids"] for r in table["onnxrt"]]
     assert [r["text"] for r in table["triton"]] == [r["text"] for r in table["onnxrt"]]
+
+
+def test_served_int4_graphs_equal_the_in_process_int4_row(triton_server, workdir, tmp_path):
+    """`deploy LLAMA onnxrt --quantize int4` serves the graphs the onnxrt-int4 row runs: the same tokens, and
+    serving.json names the quantization."""
+    import json
+
+    flags, rows = CASES["LLAMA"]
+    results = generate(tmp_path, "LLAMA", *flags, "--batch-size", "3", "--use-mask", "--quantize", "int4",
+                       "--triton-url", triton_server.urls["http"], "--triton-model", triton_server.int4,
+                       backends=("onnxrt", "triton"), workdir=workdir)
+    table = by_backend(results)
+    assert set(table) == {"onnxrt-int4", "triton"} and [r["batch_rows"] for r in table["onnxrt-int4"]] == rows
+    assert [r["output_ids"] for r in table["triton"]] == [r["output_ids"] for r in table["onnxrt-int4"]]
+    record = json.loads((triton_server.repository / triton_server.int4 / "1" / "serving.json").read_text())
+    assert record["quantization"]["kind"] == "int4" and record["quantization"]["block_size"] == 128

@@ -2,7 +2,8 @@
 defaults the Triton tests need into ONE temporary repository and serves it on free loopback ports.
 
 Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy with small request
-limits for the load and limit tests, and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache. Encoder
+limits for the load and limit tests, and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache;
+LLAMA also quantized (`--quantize int4`). Encoder
 (tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/triton/deploy.py writes them.
 The repository's path has a space and a non-ASCII letter (served through a plain symlink: NNDF/triton/server.py).
 The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
@@ -16,12 +17,14 @@ import pytest
 GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "LLAMA": "llama-offline-onnxrt", "T5": "t5-offline-onnxrt",
               "BLIP": "blip-offline-onnxrt"}
 SINGLE = "gpt2-offline-onnxrt-single"  # GPT2 with --max-batch-size 1 (no dynamic batching)
+INT4 = "llama-offline-onnxrt-int4"  # LLAMA's int4 graphs (deploy's default name for --quantize int4)
 STREAM = "gpt2-offline-onnxrt-stream"  # GPT2 with --streaming (decoupled)
 ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
 
 
 def _deploy_generative(repository, workdir) -> dict[str, str]:
     from NNDF.actions.deploy import deploy
+    from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions
     from NNDF.triton.options import DeployOptions
 
@@ -32,6 +35,9 @@ def _deploy_generative(repository, workdir) -> dict[str, str]:
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=SINGLE, max_batch_size=1,
                                                   max_new_tokens_limit=64, num_beams_limit=4, cache_limit_mib=1))
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
+    deploy("LLAMA", onnxrt, options, DeployOptions(repository=str(repository), max_batch_size=8),
+           ORTOptions(quantize=("int4",)))
+    assert (repository / INT4).is_dir()  # named after the row's label
     return dict(GENERATIVE)
 
 
@@ -51,7 +57,7 @@ def _deploy_encoders(repository, workdir) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def triton_server(workdir, tmp_path_factory):
     """SimpleNamespace(repository, urls {http, grpc, metrics}, ports, served, skipped, generative {family: model},
-    single, stream, encoders {variant: base name})."""
+    single, stream, int4, encoders {variant: base name})."""
     pytest.importorskip("tritonclient")
     from NNDF.errors import BackendUnavailable
     from NNDF.triton.server import Ports, TritonServer, find_server, free_ports, stub_numpy_problem
@@ -69,4 +75,4 @@ def triton_server(workdir, tmp_path_factory):
     with TritonServer(repository, ports) as server:
         yield SimpleNamespace(repository=repository, urls=ports.urls(), ports=ports, served=server.served,
                               skipped=server.skipped, generative=generative, single=SINGLE, stream=STREAM,
-                              encoders=encoders)
+                              int4=INT4, encoders=encoders)

@@ -68,17 +68,6 @@ def _trt_options(backend_options: tuple, batching: Batching) -> tuple:
     return (*(g for g in backend_options if not isinstance(g, TRTOptions)), given)
 
 
-def _chosen(run, backend: str):
-    """The backend whose graph is deployed: trt's (the plain export), or onnxrt's one `--quantize` variant (the
-    float graph, optimized unless --no-ort-optimize, or its int8 / int4 quantization)."""
-    chosen = run.bind(backend)
-    variants = chosen.variants(run)
-    if len(variants) != 1:
-        raise UsageError(f"deploy writes one graph: give one --quantize value (got "
-                         f"{', '.join(v.label for v in variants)}), and deploy each under its own --model-name")
-    return variants[0]
-
-
 def _copy_graph(source: Path, version: Path, name: str) -> Path:
     """The graph (and the external data it names) into `version`, as `name`."""
     from NNDF.triton.repository import copy_graph
@@ -108,11 +97,12 @@ class EncoderDeploy(Evaluator):
 
     def write(self, run, backend: str, repository: Path, report) -> None:
         from NNDF.integrity import onnx_signature
-        from NNDF.triton.repository import check_model_name, check_target, default_model_name
+        from NNDF.triton.repository import check_model_name, check_target, default_model_name, deployed_variant
 
         deploy = self.deploy
         batching = replace(self.batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
-        chosen = _chosen(run, backend)
+        chosen = deployed_variant(run, backend)  # trt's plain export, or onnxrt's graph (optimized unless
+        # --no-ort-optimize) or its one --quantize quantization
         names = Names(check_model_name(deploy.model_name
                                        or default_model_name(run.family.name, run.source.variant, chosen.label)))
         for name in names.all:  # refused before anything is exported

@@ -1,5 +1,7 @@
 """`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
-the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`).
+the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the export, or with one `--quantize`
+value the export quantized as that row quantizes it (the default model name then ends in the row's label, e.g.
+`llama-offline-onnxrt-int4`; serving.json records the quantization's settings).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
@@ -88,7 +90,7 @@ def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, 
 
 
 def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
-                   deploy: DeployOptions) -> dict:
+                   deploy: DeployOptions, quantization: dict | None = None) -> dict:
     import onnxruntime
     import torch
     import transformers
@@ -100,6 +102,7 @@ def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
             "encoder_inputs": list(encoder), "images": images,
             "max_new_tokens_limit": deploy.max_new_tokens_limit, "num_beams_limit": deploy.num_beams_limit,
             "cache_limit_mib": deploy.cache_limit_mib, "streaming": deploy.streaming,
+            "quantization": quantization,  # the graphs' (their artifact's settings), None for the float graphs
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                          "onnxruntime": onnxruntime.__version__}}
 
@@ -117,27 +120,31 @@ class DeployedModel:
                 "max batch": self.max_batch_size, "files": self.files}
 
 
-def _graphs(run) -> dict[str, Path]:
-    """The run's ONNX graphs (exported now if there is no current export), {part: path}."""
+def _graphs(run, chosen) -> dict[str, Path]:
+    """The graphs `chosen` (the onnxrt backend or one of its `--quantize` variants) runs without a static cache's
+    built graph, {part: path}: exported (and quantized) now if there is no current artifact."""
     from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
 
-    backend = run.bind("onnxrt")
-    assert isinstance(backend, OnnxRuntimeBackend)
-    backend.check_options(run)
-    return backend.onnx.paths(run)[0]
+    assert isinstance(chosen, OnnxRuntimeBackend)
+    chosen.check_options(run)
+    return chosen.onnx.paths(run)[0]
 
 
 def refuse_backend_flags(family: str, backend_options) -> None:
-    """The deployed model runs the onnxrt backend's plain graphs: a backend-owned flag (e.g. a quantization
-    choice) would be ignored, so it is refused in one line."""
+    """The deployed model runs the onnxrt backend's export, or its one quantization (`--quantize` and the flags
+    that tune it): any other backend-owned flag would be ignored, so it is refused in one line."""
     from dataclasses import fields as fields_of
 
+    from NNDF.backends.onnxrt.options import QuantizeOptions
+
+    served = {f.name for f in fields_of(QuantizeOptions)}
     for group in backend_options:
         default = type(group)()
-        changed = [f.name for f in fields_of(group) if getattr(group, f.name) != getattr(default, f.name)]
+        changed = [f.name for f in fields_of(group)
+                   if f.name not in served and getattr(group, f.name) != getattr(default, f.name)]
         if changed:
             raise UsageError(f"deploy {family} onnxrt does not apply {type(group).flag_name(changed[0])}: the served "
-                             "model runs the onnxrt backend's plain graphs")
+                             "model runs the onnxrt backend's exported graphs (or their --quantize quantization)")
 
 
 DEPLOYABLE = ("onnxrt",)
@@ -168,20 +175,24 @@ class GenerativeDeploy(Evaluator):
         return name
 
     def opening(self, family: str, backend: str, backend_options: tuple) -> tuple:
-        """(options, backends, backend option groups) the run opens with: the plain graphs, no backend flags."""
+        """(options, backends, backend option groups) the run opens with: the exported graphs, or their one
+        quantization; no other backend flag."""
         refuse_backend_flags(family, backend_options)
-        return self.options, (backend,), ()
+        return self.options, (backend,), backend_options
 
     def write(self, run, backend: str, repository: Path, report) -> None:
         from NNDF.artifacts import write_json_atomic
         from NNDF.integrity import onnx_signature
         from NNDF.triton.repository import (VERSION, check_model_name, check_target, copy_graph, default_model_name,
-                                           staged_model, write_stub)
+                                           deployed_variant, staged_model, write_stub)
 
         deploy, options = self.deploy, self.options
-        name = check_model_name(deploy.model_name or default_model_name(run.family.name, run.source.variant, backend))
+        chosen = deployed_variant(run, backend)
+        name = check_model_name(deploy.model_name
+                                or default_model_name(run.family.name, run.source.variant, chosen.label))
         check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
-        graphs = _graphs(run)
+        graphs = _graphs(run, chosen)
+        quantization = None if chosen.quantization is None else chosen.quantization.settings()
         encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
         images = reads_images(run.family.task, options)
         config = model_config(name, encoder, images, deploy, serves(run),
@@ -191,14 +202,15 @@ class GenerativeDeploy(Evaluator):
             parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
                      for part, path in graphs.items()}
             copy_model_files(run.source.local_dir, version / "hf", run.source.variant)
-            write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy))
+            write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy, quantization))
             write_stub(version, "NNDF.triton.generative:GenerativeModel")
             tc.write_config(stage, config)
             files = sum(1 for p in stage.rglob("*") if p.is_file())
-        report.settings = {"backend": "onnxrt (python backend)", "max_batch_size": deploy.max_batch_size,
+        report.settings = {"backend": f"{chosen.label} (python backend)", "max_batch_size": deploy.max_batch_size,
                            "instances": deploy.instances, "use_cache": options.use_cache,
                            "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
+        same = () if chosen.quantization is None else chosen.quantization.flags()  # the in-process row alike
         report.notes.append(f"serve it: {command('serve', str(repository))}; query it: "
-                            f"{command('chat', run.family.name, 'onnxrt', 'triton', '--triton-model', name)}"
+                            f"{command('chat', run.family.name, 'onnxrt', 'triton', *same, '--triton-model', name)}"
                             f"{'' if options.use_cache else ' --no-use-cache'}")

@@ -109,6 +109,17 @@ TritonPythonModel = getattr(importlib.import_module(_module), _name)
 '''
 
 
+def deployed_variant(run, backend: str):
+    """The backend whose graphs a deployment serves: `backend` as the run binds it, or for onnxrt its one
+    `--quantize` variant (the float graphs, or their int8 / int4 quantization); several values are refused, one
+    graph set per deployment."""
+    variants = run.bind(backend).variants(run)
+    if len(variants) != 1:
+        raise UsageError(f"deploy writes one graph: give one --quantize value (got "
+                         f"{', '.join(v.label for v in variants)}), and deploy each under its own --model-name")
+    return variants[0]
+
+
 def copy_graph(source: Path, folder: Path) -> Path:
     """Copy an ONNX graph and the external data files it names into `folder`; the copied graph's path."""
     import onnx

@@ -88,6 +88,10 @@ class Quantization(ABC):
     def settings(self) -> dict:
         """What the artifact's fingerprint and validation record say about this quantization."""
 
+    @abstractmethod
+    def flags(self) -> tuple[str, ...]:
+        """The command-line flags that make this quantization (a command printed for the user)."""
+
 
 @dataclass(frozen=True)
 class Int8(Quantization):
@@ -143,6 +147,10 @@ class Int8(Quantization):
             return f"--quantize int8 {what} takes fp32 graphs, not {precision}; drop --fp16, or use --quantize int4"
         return None
 
+    def flags(self) -> tuple[str, ...]:
+        return (("--quantize", self.name) + (("--quant-attention",) if self.attention else ())
+                + (("--quant-int8-blocks", str(self.blocks)) if self.blocks is not None else ()))
+
     def settings(self) -> dict:
         if self.blocks is not None:
             return {"kind": self.name, "weights": f"8-bit blocks of {self.blocks}, symmetric (MatMulNBits)",
@@ -170,6 +178,10 @@ class Int4(Quantization):
     @property
     def tag(self) -> str:
         return f"{self.name}-b{self.block_size}-{'sym' if self.symmetric else 'asym'}"
+
+    def flags(self) -> tuple[str, ...]:
+        return ("--quantize", self.name, "--quant-block-size", str(self.block_size),
+                "--quant-symmetric" if self.symmetric else "--no-quant-symmetric")
 
     def settings(self) -> dict:
         return {"kind": self.name, "block_size": self.block_size, "symmetric": self.symmetric, "algorithm": "RTN",
