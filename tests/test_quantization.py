@@ -390,6 +390,12 @@ def test_options_library_refusals():
     assert blocks == Int8(blocks=32) and blocks.tag == blocks.label == "int8-b32"
     assert "in weight blocks takes fp32 graphs, not fp16" in blocks.refusal("fp16", "cpu")
     assert "runs on ONNX Runtime's CPU kernels, not cuda" in blocks.refusal("fp32", "cuda")
+    from NNDF.backends.onnxrt.quantize import Int4
+
+    for made in (Int8(), blocks, Int8(attention=True), Int4(), Int4(64, True)):  # its flags make it again
+        args = cli.build_parser(["chat", "BERT", "onnxrt", *made.flags()]).parse_args(
+            ["chat", "BERT", "onnxrt", *made.flags()])
+        assert ORTOptions.from_namespace(args).quantizations() == (made,), made.flags()
     weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, np.float32))
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
