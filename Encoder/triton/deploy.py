@@ -101,8 +101,8 @@ class EncoderDeploy(Evaluator):
 
         deploy = self.deploy
         batching = replace(self.batching, gpu=run.device.type == "cuda")  # instances where the graph was made for
-        chosen = deployed_variant(run, backend)  # trt's plain export, or onnxrt's graph (optimized unless
-        # --no-ort-optimize) or its one --quantize quantization
+        # trt's plain export, or onnxrt's graph (optimized unless --no-ort-optimize) or its one --quantize quantization
+        chosen = deployed_variant(run, backend)
         names = Names(check_model_name(deploy.model_name
                                        or default_model_name(run.family.name, run.source.variant, chosen.label)))
         for name in names.all:  # refused before anything is exported

@@ -121,8 +121,8 @@ class DeployedModel:
 
 
 def _graphs(run, chosen) -> dict[str, Path]:
-    """The graphs `chosen` (the onnxrt backend or one of its `--quantize` variants) runs without a static cache's
-    built graph, {part: path}: exported (and quantized) now if there is no current artifact."""
+    """The graphs a served model runs for `chosen` (the onnxrt backend or one of its `--quantize` variants): its
+    export, quantized for a variant, made now if there is no current artifact; {part: path}."""
     from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
 
     assert isinstance(chosen, OnnxRuntimeBackend)
