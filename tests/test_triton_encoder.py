@@ -379,7 +379,10 @@ def test_deploy_takes_one_quantized_graph(workdir, tmp_path):
         deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)),
                ORTOptions(quantize=("none", "int8")))
     int8 = ORTOptions(quantize=("int8",))
-    deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)), int8)
+    report = deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)), int8)
+    # the query command runs the same int8 graph in process beside the served one
+    assert any(f"onnxrt triton --quantize int8 --triton-model bert-{MINILM.lower()}-onnxrt-int8_model_python" in note
+               for note in report.notes), report.notes
     run = open_run("BERT", options, ("onnxrt",), int8)
     [variant] = registry.backend(run.family, "onnxrt").variants(run)
     graph = variant.onnx.paths(run)[0]["encoder"]

@@ -35,9 +35,11 @@ def _deploy_generative(repository, workdir) -> dict[str, str]:
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=SINGLE, max_batch_size=1,
                                                   max_new_tokens_limit=64, num_beams_limit=4, cache_limit_mib=1))
     deploy("GPT2", onnxrt, options, DeployOptions(repository=str(repository), model_name=STREAM, streaming=True))
-    deploy("LLAMA", onnxrt, options, DeployOptions(repository=str(repository), max_batch_size=8),
-           ORTOptions(quantize=("int4",)))
+    report = deploy("LLAMA", onnxrt, options, DeployOptions(repository=str(repository), max_batch_size=8),
+                    ORTOptions(quantize=("int4",)))
     assert (repository / INT4).is_dir()  # named after the row's label
+    assert any(f"triton --quantize int4 --quant-block-size 128 --no-quant-symmetric --triton-model {INT4}" in note
+               for note in report.notes), report.notes  # its query command runs the same graphs in process
     return dict(GENERATIVE)
 
 

@@ -116,7 +116,7 @@ class EncoderDeploy(Evaluator):
             "preferred_batch_size": list(batching.preferred), "batch_delay_us": batching.delay_us,
             "instances": batching.instances}
         _write(run, repository, names, batching, backend, graph, signature, engine, deploy.force, report)
-        _notes(report, run, repository, names, backend, engine)
+        _notes(report, run, repository, names, chosen, engine)
 
 
 # --- TensorRT: the engine, when one can be had here ----------------------------------------------------------
@@ -246,7 +246,10 @@ def _write_readmes(run, names: Names, name: str, stage: Path, backend: str, batc
         write_text(stage / "README.md", plan_readme(names.model, have, trtexec_command(run, names)))
 
 
-def _notes(report: Report, run, repository: Path, names: Names, backend: str, engine: Engine | None) -> None:
+def _notes(report: Report, run, repository: Path, names: Names, chosen, engine: Engine | None) -> None:
+    """What the deployment needs and how to query it (`chosen`: the deployed backend, whose quantization's flags the
+    query command repeats so that its in-process onnxrt row runs the same graph)."""
+    backend = chosen.name
     platform = "onnxruntime_onnx" if backend == "onnxrt" else "tensorrt_plan"
     report.notes.append(f"{names.model} ({platform}) and the ensemble {names.ensemble} need Triton's "
                         f"{'ONNX Runtime' if backend == 'onnxrt' else 'TensorRT'} backend: NVIDIA's container "
@@ -259,6 +262,7 @@ def _notes(report: Report, run, repository: Path, names: Names, backend: str, en
         report.notes.append(f"{names.model}/1/model.plan: {engine.why}")
     from NNDF.triton.repository import command
 
-    query = command("predict", run.family.name, "onnxrt", "triton", "--triton-model", names.model_python)
+    same = chosen.variant_flags() if backend == "onnxrt" else ()
+    query = command("predict", run.family.name, "onnxrt", "triton", *same, "--triton-model", names.model_python)
     report.notes.append(f"serve: {command('serve', str(repository))}; query: {query} --prompt TEXT (or any Triton "
                         f"client: {names.ensemble_python} takes text BYTES [batch, 1])")

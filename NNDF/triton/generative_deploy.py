@@ -210,7 +210,6 @@ class GenerativeDeploy(Evaluator):
                            "instances": deploy.instances, "use_cache": options.use_cache,
                            "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
-        same = () if chosen.quantization is None else chosen.quantization.flags()  # the in-process row alike
-        report.notes.append(f"serve it: {command('serve', str(repository))}; query it: "
-                            f"{command('chat', run.family.name, 'onnxrt', 'triton', *same, '--triton-model', name)}"
+        query = command('chat', run.family.name, 'onnxrt', 'triton', *chosen.variant_flags(), '--triton-model', name)
+        report.notes.append(f"serve it: {command('serve', str(repository))}; query it: {query}"
                             f"{'' if options.use_cache else ' --no-use-cache'}")

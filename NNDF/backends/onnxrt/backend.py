@@ -41,6 +41,11 @@ class OnnxRuntimeBackend(Backend):
     def label(self) -> str:
         return self.name if self.quantization is None else f"{self.name}-{self.quantization.label}"
 
+    def variant_flags(self) -> tuple[str, ...]:
+        """The command-line flags that select this variant (none for the float graphs), for commands printed to
+        the user (deploy's query command: the in-process row then runs what the served model runs)."""
+        return () if self.quantization is None else self.quantization.flags()
+
     def variants(self, run: RunContext) -> list[Backend]:
         """One backend per `--quantize` value, in the order given (the float graphs: this one); a quantization
         this run's precision or device cannot take is refused here, before any backend is set up."""

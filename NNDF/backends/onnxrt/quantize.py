@@ -117,11 +117,11 @@ class Int8(Quantization):
         return self.tag
 
     def apply(self, model, keep_float: frozenset[str]):
+        if self.blocks is not None:
+            return _weight_blocks(model, keep_float, bits=8, block_size=self.blocks, symmetric=True)
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        if self.blocks is not None:
-            return _weight_blocks(model, keep_float, bits=8, block_size=self.blocks, symmetric=True)
         operators = ["MatMul"]
         if self.attention:
             if not any(n.op_type == "Attention" and n.domain == MS_DOMAIN for n in model.graph.node):
