@@ -1,7 +1,7 @@
 """`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
 the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the export, or with one `--quantize`
 value the export quantized as that row quantizes it (the default model name then ends in the row's label, e.g.
-`llama-offline-onnxrt-int4`; serving.json records the quantization's settings).
+`<variant>-onnxrt-int4`; serving.json records the quantization's settings).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
