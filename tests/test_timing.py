@@ -1,4 +1,6 @@
 """Measurement bookkeeping: percentiles, iterations / number / duration, benchmark arithmetic."""
+import time
+
 import numpy as np
 import pytest
 
@@ -29,7 +31,42 @@ def test_measure_runs_warmup_iterations_and_number():
 
 
 def test_measure_honours_duration():
-    import time
-
     samples = measure(lambda: {"t": time.sleep(0.01) or 0.0}, TimingOptions(iterations=1, warmup=0, duration=0.1), "x")
     assert len(samples) >= 5
+
+
+def _rss_mib() -> float:
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**20
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="the kernel's RSS high-water mark")
+def test_memory_watch_cpu_reads_the_kernels_peak_without_a_thread():
+    import threading
+
+    import torch
+
+    from NNDF.timing import MemoryWatch
+
+    before, threads = _rss_mib(), threading.active_count()
+    with MemoryWatch(torch.device("cpu")) as watch:
+        assert threading.active_count() == threads  # nothing runs beside what is measured
+        block = np.ones(64 * 2**20 // 8 * 4)  # 256 MiB touched, then freed before the block ends
+        del block
+    assert watch.kind == "peak process RSS (MiB)"
+    assert watch.peak_mb >= before + 240 and _rss_mib() < watch.peak_mb - 200
+
+
+def test_memory_watch_cpu_samples_where_the_kernel_has_no_mark(monkeypatch):
+    import torch
+
+    import NNDF.timing as timing
+
+    monkeypatch.setattr(timing, "_CLEAR_REFS", "/nonexistent/clear_refs")
+    with timing.MemoryWatch(torch.device("cpu")) as watch:
+        block = np.ones(64 * 2**20 // 8 * 4)
+        time.sleep(0.05)
+        del block
+    assert watch.kind == timing.MemoryWatch.SAMPLED and watch._thread is not None
+    assert watch.peak_mb >= 250
