@@ -6,12 +6,16 @@ hits every row alike; reports per row the median and the best TPOT, tokens/s as 
 computes it (new tokens / median end to end, prefill included), and the ratios to the first row: of the medians,
 and paired round by round (the first row's end to end / this row's in the same round, whose generations run
 within a second of each other, so the machine's drift from round to round cancels: median and quartiles).
+`--burst K` runs K generations back to back per row and round and measures all but the first: tokens/s as
+`benchmark` defines it (back-to-back calls after a warm-up), still interleaved; with the default 1 every measured
+generation starts after --gap seconds idle, with caches an idle machine lost (docs/PERFORMANCE.md).
 
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --rounds 15     # GPT-2 124M shapes, 32 + 64 tokens
     python tools/bench/quant_speed.py --torch-dir temp/shapes/gpt2 --quantize none int4 --quant-block-size 32
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline    # a family's offline variant
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache --quant-int8-blocks 64
+    python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache --burst 4
 
 `benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
 only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
@@ -46,6 +50,10 @@ def row_arguments(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--gap", type=float, default=0.2,
                         help="seconds idle before each generation, so the row before's spinning threads are asleep")
+    parser.add_argument("--burst", type=int, default=1,
+                        help="generations back to back per row and round after its idle gap; above 1 the first of "
+                             "each burst is a warm-up and the others are measured (`benchmark`'s back-to-back calls, "
+                             "interleaved); 1: every generation starts after the gap (a request after a pause)")
     parser.add_argument("--static-cache", action="store_true",
                         help="the static-cache rows (on the CPU: the graph built from the weights, quantized)")
     return parser
@@ -79,23 +87,26 @@ def open_steps(run, stack: ExitStack) -> list[tuple[str, object]]:
 
 
 def interleaved(run, config, opened, args, before=lambda name: None):
-    """(row name, the generation clock's seconds) of every measured generation: each round generates once with each
-    row in turn (round 0 is the warm-up), --gap seconds idle and `before(name)` before each, a fresh random prompt."""
+    """(row name, the generation clock's seconds) of every measured generation: each round runs each row in turn
+    (round 0 is the warm-up), --gap seconds idle, then --burst generations back to back (with more than one, the
+    first is a warm-up), each after `before(name)` on a fresh random prompt."""
     import torch
 
     from NNDF.actions.common import generate_prompt
     from NNDF.timing import GenerationClock
 
     generator = torch.Generator().manual_seed(0)
+    burst = getattr(args, "burst", 1)
     for round_ in range(args.rounds + 1):
         for name, steps in opened:
             time.sleep(args.gap)
-            before(name)
-            prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
-            clock = GenerationClock(run.device)
-            generate_prompt(steps, prompt, config, clock)
-            if round_:
-                yield name, clock.seconds()
+            for call in range(burst):
+                before(name)
+                prompt = run.family.task.random_prompt(run, 1, args.prompt, generator)
+                clock = GenerationClock(run.device)
+                generate_prompt(steps, prompt, config, clock)
+                if round_ and (burst == 1 or call):
+                    yield name, clock.seconds()
 
 
 def main() -> None:
@@ -110,8 +121,9 @@ def main() -> None:
     first = statistics.median(next(iter(tpot.values())))
     first_e2e = next(iter(e2e.values()))
     first_rate = args.new / statistics.median(first_e2e)
-    print(f"{args.rounds} interleaved rounds ({args.gap} s idle before each), prompt {args.prompt}, {args.new} new "
-          f"tokens, batch 1, "
+    burst = "" if args.burst == 1 else f", then {args.burst} generations back to back, the first a warm-up"
+    print(f"{args.rounds} interleaved rounds ({args.gap} s idle before each row{burst}), prompt {args.prompt}, "
+          f"{args.new} new tokens, batch 1, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print("| row | TPOT p50 ms | TPOT best ms | TPOT vs first row | tokens/s (new / e2e p50) | tokens/s vs first row | "
           "paired vs first row, p50 [p25-p75] |")
