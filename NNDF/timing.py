@@ -2,8 +2,8 @@
 
 `measure` runs a callable `warmup` times untimed, then at least `iterations` times (and for at least
 `duration` seconds), each iteration calling it `number` times; it returns one sample per iteration (the
-mean of its calls). The device is synchronised around every timed region, so GPU work is counted where it
-runs. `MemoryWatch` reports the peak during a region: device memory on CUDA (the torch allocator's peak plus
+mean of its calls); `measure_interleaved` times several rows in turns (`benchmark --interleave`). The device
+is synchronised around every timed region, so GPU work is counted where it runs. `MemoryWatch` reports the peak during a region: device memory on CUDA (the torch allocator's peak plus
 whatever other libraries hold, read from the driver), on the CPU the resident set size's high-water mark the Linux
 kernel keeps (reset when the region starts), or, where the kernel offers none, the RSS sampled every 2 ms.
 """
@@ -67,6 +67,42 @@ def measure(call: Callable[[], dict[str, float]], timing: TimingOptions, desc: s
     while len(samples) < timing.iterations or time.perf_counter() - start < timing.duration:
         calls = [call() for _ in range(timing.number)]
         samples.append({k: sum(c[k] for c in calls) / timing.number for k in calls[0]})
+        progress.update(1)
+    progress.close()
+    return samples
+
+
+INTERLEAVE_IDLE = 0.05  # seconds idle before each row's turn: ONNX Runtime's CPU threads spin ~30 ms after a run
+INTERLEAVE_WARM = 0.05  # seconds of untimed calls (at least one) then: caches an idle core lost take that to refill
+
+
+def measure_interleaved(rows: list[tuple[str, Callable[[], dict[str, float]]]], timing: TimingOptions,
+                        desc: str) -> list[list[dict[str, float]]]:
+    """Per row, its samples as `measure` gives them, the rows timed in turns: `warmup` untimed rounds, then rounds
+    until every row has `iterations` samples and `duration` seconds have passed. A row's turn: INTERLEAVE_IDLE
+    seconds idle (the row before stops spinning), untimed calls for INTERLEAVE_WARM seconds, at least one (its
+    caches warm again, as `measure`'s back-to-back calls have them: one call was not enough for a 2 ms forward),
+    then one iteration of `number` calls. Load from other processes and the machine's drift then hit every row
+    alike, and each round's rows run within moments of each other."""
+    def turn(call, timed: bool):
+        time.sleep(INTERLEAVE_IDLE)
+        until = time.perf_counter() + INTERLEAVE_WARM
+        call()
+        while time.perf_counter() < until:
+            call()
+        if timed:
+            calls = [call() for _ in range(timing.number)]
+            return {k: sum(c[k] for c in calls) / timing.number for k in calls[0]}
+
+    for _ in bar(range(timing.warmup), desc=f"{desc} warm-up"):
+        for _, call in rows:
+            turn(call, False)
+    samples: list[list[dict[str, float]]] = [[] for _ in rows]
+    start = time.perf_counter()
+    progress = bar(desc=desc, total=timing.iterations)
+    while len(samples[0]) < timing.iterations or time.perf_counter() - start < timing.duration:
+        for taken, (_, call) in zip(samples, rows):
+            taken.append(turn(call, True))
         progress.update(1)
     progress.close()
     return samples

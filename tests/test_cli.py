@@ -52,6 +52,23 @@ def test_benchmark_json_and_arithmetic(wd, tmp_path):
     assert data["results"][2]["onnx_max_diff"] < 1e-3
 
 
+def test_benchmark_interleaved_rows(wd, tmp_path, capsys):
+    """In process: --interleave sets both rows up at once and times them in turns; the rows' arithmetic and sizes
+    as without it (the frameworks row's weight bytes read while its model is loaded)."""
+    path = tmp_path / "bench.json"
+    out = _ok(cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "onnxrt", "--use-cache", "--input-seq-len",
+                             "8", "--output-seq-len", "5", "--iterations", "3", "--warmup", "1", "--interleave",
+                             "-wd", wd, "--json", str(path))).stdout
+    data = json.loads(path.read_text())
+    assert [r["backend"] for r in data["results"]] == ["frameworks", "onnxrt"] and data["settings"]["interleave"]
+    assert any(n.startswith("interleaved: every backend row set up at once") for n in data["notes"])
+    for r in data["results"]:
+        e2e = np.array(r["e2e_ms"]["samples"])
+        assert len(e2e) == 3 and r["tokens_per_s"] == pytest.approx(5 / (np.median(e2e) / 1e3))
+        assert r["memory_kind"].endswith("every row set up at once") and r["weight_bytes"] > 0
+    assert data["results"][1]["model_mb"] > 0 and "interleaved" in out
+
+
 def _reference_accuracy(texts, k):
     """The README's definitions, computed directly on the HF model (independent of NNDF)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -152,6 +152,18 @@ def test_benchmark_cli_json(workdir, tmp_path, capsys):
         assert r["peak_memory_mb"] > 0
 
 
+def test_benchmark_interleaved_rows(workdir, tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    _ok(cli_in_process(capsys, "benchmark", "BERT", *BACKENDS, "--input-seq-len", "16", "--iterations", "3",
+                       "--warmup", "1", "--interleave", "-wd", str(workdir), "--json", str(path)))
+    report = json.loads(path.read_text())
+    assert [r["backend"] for r in report["results"]] == list(BACKENDS) and report["settings"]["interleave"]
+    assert any(n.startswith("interleaved: every backend row set up at once") for n in report["notes"])
+    for r in report["results"]:
+        assert len(r["samples_ms"]) == 3 and r["sequences_per_s"] == pytest.approx(1e3 / r["latency_ms"]["mean"])
+        assert r["memory_kind"].endswith("every row set up at once") and r["peak_memory_mb"] > 0
+
+
 def test_benchmark_length_past_the_limit_is_one_line(capsys, workdir):
     err = _error(capsys, "benchmark", "BERT", "frameworks", "--input-seq-len", "300", "-wd", str(workdir))
     assert "--input-seq-len 300 exceeds all-MiniLM-L6-v2's limit of 256 tokens" in err

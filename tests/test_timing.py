@@ -70,3 +70,39 @@ def test_memory_watch_cpu_samples_where_the_kernel_has_no_mark(monkeypatch):
         del block
     assert watch.kind == timing.MemoryWatch.SAMPLED and watch._thread is not None
     assert watch.peak_mb >= 250
+
+
+def test_measure_interleaved_takes_turns(monkeypatch):
+    import NNDF.timing as timing
+
+    monkeypatch.setattr(timing, "INTERLEAVE_IDLE", 0.0)
+    monkeypatch.setattr(timing, "INTERLEAVE_WARM", 0.0)
+    order = []
+
+    def row(name):
+        def call():
+            order.append(name)
+            return {"t": float(len(order))}
+        return name, call
+
+    samples = timing.measure_interleaved([row("a"), row("b")], TimingOptions(iterations=2, number=2, warmup=1), "x")
+    # the warm-up round: one untimed call each; then per row and round one untimed call and `number` timed ones
+    assert "".join(order) == "ab" + "aaabbb" * 2
+    assert [len(s) for s in samples] == [2, 2]
+    assert samples[0][0]["t"] == pytest.approx((4 + 5) / 2) and samples[1][1]["t"] == pytest.approx((13 + 14) / 2)
+
+
+def test_measure_interleaved_warms_each_turn_for_a_while(monkeypatch):
+    import NNDF.timing as timing
+
+    monkeypatch.setattr(timing, "INTERLEAVE_IDLE", 0.0)
+    monkeypatch.setattr(timing, "INTERLEAVE_WARM", 0.05)
+    calls = []
+
+    def call():
+        calls.append(time.perf_counter())
+        time.sleep(0.01)
+        return {"t": 0.0}
+
+    timing.measure_interleaved([("a", call)], TimingOptions(iterations=1, number=1, warmup=0), "x")
+    assert 5 <= len(calls) - 1 <= 8  # ~0.05 s of 0.01 s untimed calls, then the timed one

@@ -19,9 +19,9 @@ import torch
 
 from Encoder.evaluate.common import timed_forward
 from NNDF.errors import UsageError
-from NNDF.evaluate import Evaluator
+from NNDF.evaluate import Evaluator, interleave_note, interleaved_call
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
-from NNDF.timing import MemoryWatch, Stats, measure
+from NNDF.timing import MemoryWatch, Stats, measure, measure_interleaved
 
 DEFAULT_LENGTH = BenchmarkOptions.DEFAULT_LENGTHS[0]  # 128 tokens
 REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # transformer-deploy's statistics (and p90, as `benchmark`)
@@ -55,18 +55,27 @@ class ForwardBenchmark:
                 "samples_ms": list(self.latency_ms.samples)}
 
 
-def _measure(run, name: str, forward, timing: TimingOptions, length: int, seed: int) -> ForwardBenchmark:
-    """Time `forward` over fresh random inputs per call (drawn before the clock)."""
+def _forward_call(run, forward, length: int, seed: int):
+    """One timed forward over fresh random inputs (drawn before the clock)."""
     task, batch = run.family.task, run.options.batch_size
     generator = torch.Generator().manual_seed(seed)
 
     def call():
         return timed_forward(run, forward, task.random_inputs(run, batch, length, generator))
 
+    return call
+
+
+def _measure(run, name: str, forward, timing: TimingOptions, length: int, seed: int) -> ForwardBenchmark:
+    """Time `forward` over fresh random inputs per call."""
     with MemoryWatch(run.device) as memory:
-        samples = [s["forward"] * 1e3 for s in measure(call, timing, name)]
-    latency = Stats.of(samples, timing.percentile)
-    return ForwardBenchmark(name, latency, batch / (latency.mean / 1e3), memory.peak_mb, memory.kind)
+        samples = measure(_forward_call(run, forward, length, seed), timing, name)
+    return _result(run, name, samples, timing, memory)
+
+
+def _result(run, name: str, samples, timing: TimingOptions, memory: MemoryWatch) -> ForwardBenchmark:
+    latency = Stats.of([s["forward"] * 1e3 for s in samples], timing.percentile)
+    return ForwardBenchmark(name, latency, run.options.batch_size / (latency.mean / 1e3), memory.peak_mb, memory.kind)
 
 
 def _hf_eager(run, timing: TimingOptions, length: int, seed: int) -> ForwardBenchmark:
@@ -95,6 +104,7 @@ class Benchmark(Evaluator):
                  bench: BenchmarkOptions) -> None:
         super().__init__(action, options, sampling, timing, bench)
         self.sampling, self.timing, self.bench = sampling, timing, bench
+        self.together = bench.interleave  # every row set up at once, timed in turns in `end`
 
     def run_options(self) -> tuple:
         return (self.bench,)  # trt's sequence optimum
@@ -108,16 +118,37 @@ class Benchmark(Evaluator):
             "batch_size": options.batch_size, "input_seq_len": length, "iterations": timing.iterations,
             "warmup": timing.warmup, "number": timing.number,
             "torch_compile": options.torch_compile and options.compile_mode,
-            "use_cuda_graph": options.use_cuda_graph, "seed": sampling.seed}
+            "use_cuda_graph": options.use_cuda_graph, "seed": sampling.seed, "interleave": self.bench.interleave}
         if self.bench.hf_baseline:  # first: an ONNX-based backend releases the PyTorch weights
             report.results.append(_hf_eager(run, timing, length, sampling.seed))
             report.notes.append("hf-eager: the HF model's own forward (eager PyTorch, no pooling), same inputs")
 
     def evaluate(self, run, name: str, backend, steps, report):
-        size = backend.model_bytes()
+        if self.together:  # timed in turns with the other rows in `end`
+            return backend, steps
         result = _measure(run, name, steps.forward, self.timing, self.length, self.sampling.seed)
-        report.results.append(dataclasses.replace(result, model_mb=None if size is None else size / 2**20))
+        report.results.append(_sized(result, backend))
+
+    def _interleaved(self, run, report, outcomes: list) -> None:
+        """Every row timed in turns (`measure_interleaved`), each call with its backend's torch threads."""
+        rows = [(name, interleaved_call(run, backend, _forward_call(run, steps.forward, self.length,
+                                                                    self.sampling.seed)))
+                for name, (backend, steps) in outcomes]
+        with MemoryWatch(run.device) as memory:
+            samples = measure_interleaved(rows, self.timing, "interleaved")
+        memory.kind += ", every row set up at once"
+        for (name, (backend, _)), taken in zip(outcomes, samples):
+            report.results.append(_sized(_result(run, name, taken, self.timing, memory), backend))
+        report.notes.append(interleave_note(self.bench.hf_baseline and "hf-eager"))
 
     def end(self, run, report, outcomes: list) -> None:
+        if self.together:
+            self._interleaved(run, report, outcomes)
         report.notes.append(f"latency in ms per forward of {self.options.batch_size} x {self.length} random tokens; "
                             f"sequences/s = batch / mean; memory: {report.results[-1].memory_kind}")
+
+
+def _sized(result: ForwardBenchmark, backend) -> ForwardBenchmark:
+    """The row with the size on disk of the graph it ran."""
+    size = backend.model_bytes()
+    return dataclasses.replace(result, model_mb=None if size is None else size / 2**20)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from NNDF.options import ModelOptions
-from NNDF.session import note_export_check
+from NNDF.session import note_export_check, torch_threads
+from NNDF.timing import INTERLEAVE_IDLE, INTERLEAVE_WARM
 
 
 class Evaluator:
@@ -47,3 +48,20 @@ class Evaluator:
 
     def end(self, run, report, outcomes: list) -> None:
         """[(row name, what `evaluate` returned)] in row order."""
+
+
+def interleaved_call(run, backend, call):
+    """`call` run with `backend`'s torch threads (`NNDF.session.torch_threads`): rows set up at once and timed in
+    turns (`benchmark --interleave`) each keep their own setting."""
+    def wrapped():
+        with torch_threads(run, backend):
+            return call()
+
+    return wrapped
+
+
+def interleave_note(baseline: str | None) -> str:
+    """What `benchmark --interleave` did, for the report (`baseline`: the row timed before the others, if any)."""
+    alone = f"; {baseline} was timed before them, on its own" if baseline else ""
+    return ("interleaved: every backend row set up at once and timed in turns (each iteration runs every row once, "
+            f"each turn after {INTERLEAVE_IDLE:g} s idle and {INTERLEAVE_WARM:g} s of untimed calls){alone}")

@@ -18,12 +18,12 @@ import torch
 
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.evaluate import Evaluator
+from NNDF.evaluate import Evaluator, interleave_note, interleaved_call
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import check_output_path
-from NNDF.session import generate_prompt, generation_config
-from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
+from NNDF.session import generate_prompt, generation_config, torch_threads
+from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure, measure_interleaved
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
                            encoder_ms=encoder)
 
 
-def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> BenchmarkResult:
+def _generation_call(run, steps, sampling, bench):
+    """One timed generation on a fresh random prompt: the clock's seconds."""
     config = generation_config(run, sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
     generator = torch.Generator().manual_seed(sampling.seed)
 
@@ -87,16 +88,33 @@ def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> Benchm
         generate_prompt(steps, prompt, config, clock)
         return clock.seconds()
 
+    return call, config, generator
+
+
+def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> BenchmarkResult:
+    call, config, generator = _generation_call(run, steps, sampling, bench)
     with MemoryWatch(run.device) as memory:
         samples = measure(call, timing, name)
+    return _backend_result(run, name, backend, steps, samples, memory, (config, generator), timing, bench,
+                           _read_per_step(run, backend))
+
+
+def _read_per_step(run, backend) -> int | None:
+    """The weight bytes a step of the backend reads (the torch model's, while it is loaded, for backends running it)."""
+    weights = backend.step_bytes()
+    if weights is None and backend.runs_torch_model:
+        weights = step_bytes(run, run.torch_model())
+    return weights
+
+
+def _backend_result(run, name, backend, steps, samples, memory, made, timing, bench, weights) -> BenchmarkResult:
+    """A backend row from its samples: the traced run for --plot, the model's size, the bytes a step reads."""
+    config, generator = made
     trace = TokenTrace(run.device)
     if bench.plot:
         generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
     result = _summarize(name, samples, bench, run.options.batch_size, timing, memory, backend.export_max_diff())
     size = backend.model_bytes()
-    weights = backend.step_bytes()
-    if weights is None and backend.runs_torch_model:
-        weights = step_bytes(run, run.torch_model())
     return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
                                model_mb=None if size is None else size / 2**20, weight_bytes=weights)
 
@@ -185,6 +203,7 @@ class Benchmark(Evaluator):
                  bench: BenchmarkOptions) -> None:
         super().__init__(action, options, sampling, timing, bench)
         self.sampling, self.timing, self.bench = sampling, timing, bench
+        self.together = bench.interleave  # every row set up at once, timed in turns in `end`
 
     def check(self, task) -> None:
         if self.bench.plot is not None:  # an output path: refused before the run, not after it
@@ -200,7 +219,8 @@ class Benchmark(Evaluator):
             "use_cache": options.use_cache, "static_cache": options.static_cache,
             "use_cuda_graph": options.use_cuda_graph, "fused_decode": options.fused_decode,
             "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams,
-            "iterations": timing.iterations, "warmup": timing.warmup, "number": timing.number}
+            "iterations": timing.iterations, "warmup": timing.warmup, "number": timing.number,
+            "interleave": bench.interleave}
         if fitted:
             report.notes.append(fitted)
         if bench.hf_baseline:
@@ -212,7 +232,24 @@ class Benchmark(Evaluator):
             run.release_torch_model()  # the backends load what they run: never two copies on the device at once
 
     def evaluate(self, run, name: str, backend, steps, report):
+        if self.together:  # timed in turns with the other rows in `end` (the torch model may be released by then)
+            return backend, steps, _read_per_step(run, backend)
         report.results.append(_bench_backend(run, name, backend, steps, self.sampling, self.timing, self.bench))
+
+    def _interleaved(self, run, report, outcomes: list) -> None:
+        """Every row timed in turns (`measure_interleaved`), each call with its backend's torch threads."""
+        rows, made = [], []
+        for name, (backend, steps, _) in outcomes:
+            call, config, generator = _generation_call(run, steps, self.sampling, self.bench)
+            rows.append((name, interleaved_call(run, backend, call)))
+            made.append((config, generator))
+        with MemoryWatch(run.device) as memory:
+            samples = measure_interleaved(rows, self.timing, "interleaved")
+        memory.kind += ", every row set up at once"
+        for (name, (backend, steps, weights)), taken, row_made in zip(outcomes, samples, made):
+            with torch_threads(run, backend):
+                report.results.append(_backend_result(run, name, backend, steps, taken, memory, row_made,
+                                                      self.timing, self.bench, weights))
 
     def export_notes(self, report, name: str, backend) -> None:
         """A quantized graph's validation (the export's max |diff| is a column of the row)."""
@@ -220,6 +257,9 @@ class Benchmark(Evaluator):
 
     def end(self, run, report, outcomes: list) -> None:
         bench, options = self.bench, self.options
+        if self.together:
+            self._interleaved(run, report, outcomes)
+            report.notes.append(interleave_note(bench.hf_baseline and "hf-generate"))
         report.notes.append(f"memory: {report.results[-1].memory_kind}")
         if bench.plot:
             plot_per_token(report.results, bench.input_seq_len, bench.plot,
