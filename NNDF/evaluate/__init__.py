@@ -15,8 +15,6 @@ kind's are in Encoder/evaluate/.
 """
 from __future__ import annotations
 
-from typing import ClassVar
-
 from NNDF.options import ModelOptions
 from NNDF.session import note_export_check, torch_threads
 from NNDF.timing import INTERLEAVE_IDLE, INTERLEAVE_WARM
@@ -25,7 +23,7 @@ from NNDF.timing import INTERLEAVE_IDLE, INTERLEAVE_WARM
 class Evaluator:
     """One action's work for one kind of model (see the module docstring for the order of the calls)."""
 
-    together: ClassVar[bool] = False  # every row's steps stay set up at once; `end` runs while they are
+    together: bool = False  # every row's steps stay set up at once, `end` running while they are (set per run too)
 
     def __init__(self, action: str, options: ModelOptions, *groups) -> None:
         self.action, self.options, self.groups = action, options, groups

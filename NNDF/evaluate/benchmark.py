@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -77,8 +78,20 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
                            encoder_ms=encoder)
 
 
-def _generation_call(run, steps, sampling, bench):
-    """One timed generation on a fresh random prompt: the clock's seconds."""
+@dataclass
+class _Row:
+    """A backend row to time: one generation per `call` on a fresh random prompt (the clock's seconds), and what its
+    result needs besides the samples (the bytes a step reads, taken while the torch model is loaded)."""
+    name: str
+    backend: object
+    steps: object
+    call: Callable[[], dict[str, float]]
+    config: object
+    generator: torch.Generator
+    weights: int | None
+
+
+def _row(run, name, backend, steps, sampling, bench) -> _Row:
     config = generation_config(run, sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
     generator = torch.Generator().manual_seed(sampling.seed)
 
@@ -88,35 +101,29 @@ def _generation_call(run, steps, sampling, bench):
         generate_prompt(steps, prompt, config, clock)
         return clock.seconds()
 
-    return call, config, generator
-
-
-def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> BenchmarkResult:
-    call, config, generator = _generation_call(run, steps, sampling, bench)
-    with MemoryWatch(run.device) as memory:
-        samples = measure(call, timing, name)
-    return _backend_result(run, name, backend, steps, samples, memory, (config, generator), timing, bench,
-                           _read_per_step(run, backend))
-
-
-def _read_per_step(run, backend) -> int | None:
-    """The weight bytes a step of the backend reads (the torch model's, while it is loaded, for backends running it)."""
     weights = backend.step_bytes()
     if weights is None and backend.runs_torch_model:
         weights = step_bytes(run, run.torch_model())
-    return weights
+    return _Row(name, backend, steps, call, config, generator, weights)
 
 
-def _backend_result(run, name, backend, steps, samples, memory, made, timing, bench, weights) -> BenchmarkResult:
-    """A backend row from its samples: the traced run for --plot, the model's size, the bytes a step reads."""
-    config, generator = made
+def _bench_backend(run, name, backend, steps, sampling, timing, bench) -> BenchmarkResult:
+    row = _row(run, name, backend, steps, sampling, bench)
+    with MemoryWatch(run.device) as memory:
+        samples = measure(row.call, timing, name)
+    return _result(run, row, samples, memory, timing, bench)
+
+
+def _result(run, row: _Row, samples, memory: MemoryWatch, timing, bench) -> BenchmarkResult:
+    """The row's result from its samples: the traced run for --plot, the model's size, the bytes a step reads."""
     trace = TokenTrace(run.device)
     if bench.plot:
-        generate_prompt(steps, _random_prompt(run, bench, generator), config, trace)
-    result = _summarize(name, samples, bench, run.options.batch_size, timing, memory, backend.export_max_diff())
+        generate_prompt(row.steps, _random_prompt(run, bench, row.generator), row.config, trace)
+    backend = row.backend
+    result = _summarize(row.name, samples, bench, run.options.batch_size, timing, memory, backend.export_max_diff())
     size = backend.model_bytes()
     return dataclasses.replace(result, per_token_ms=trace.per_token_ms(),
-                               model_mb=None if size is None else size / 2**20, weight_bytes=weights)
+                               model_mb=None if size is None else size / 2**20, weight_bytes=row.weights)
 
 
 def parameter_bytes(model: torch.nn.Module, leave_out: tuple = ()) -> int:
@@ -232,24 +239,19 @@ class Benchmark(Evaluator):
             run.release_torch_model()  # the backends load what they run: never two copies on the device at once
 
     def evaluate(self, run, name: str, backend, steps, report):
-        if self.together:  # timed in turns with the other rows in `end` (the torch model may be released by then)
-            return backend, steps, _read_per_step(run, backend)
+        if self.together:  # timed in turns with the other rows in `end`
+            return _row(run, name, backend, steps, self.sampling, self.bench)
         report.results.append(_bench_backend(run, name, backend, steps, self.sampling, self.timing, self.bench))
 
-    def _interleaved(self, run, report, outcomes: list) -> None:
+    def _interleaved(self, run, report, rows: list[_Row]) -> None:
         """Every row timed in turns (`measure_interleaved`), each call with its backend's torch threads."""
-        rows, made = [], []
-        for name, (backend, steps, _) in outcomes:
-            call, config, generator = _generation_call(run, steps, self.sampling, self.bench)
-            rows.append((name, interleaved_call(run, backend, call)))
-            made.append((config, generator))
         with MemoryWatch(run.device) as memory:
-            samples = measure_interleaved(rows, self.timing, "interleaved")
+            samples = measure_interleaved([(r.name, interleaved_call(run, r.backend, r.call)) for r in rows],
+                                          self.timing, "interleaved")
         memory.kind += ", every row set up at once"
-        for (name, (backend, steps, weights)), taken, row_made in zip(outcomes, samples, made):
-            with torch_threads(run, backend):
-                report.results.append(_backend_result(run, name, backend, steps, taken, memory, row_made,
-                                                      self.timing, self.bench, weights))
+        for row, taken in zip(rows, samples):
+            with torch_threads(run, row.backend):
+                report.results.append(_result(run, row, taken, memory, self.timing, self.bench))
 
     def export_notes(self, report, name: str, backend) -> None:
         """A quantized graph's validation (the export's max |diff| is a column of the row)."""
@@ -258,7 +260,7 @@ class Benchmark(Evaluator):
     def end(self, run, report, outcomes: list) -> None:
         bench, options = self.bench, self.options
         if self.together:
-            self._interleaved(run, report, outcomes)
+            self._interleaved(run, report, [row for _, row in outcomes])
             report.notes.append(interleave_note(bench.hf_baseline and "hf-generate"))
         report.notes.append(f"memory: {report.results[-1].memory_kind}")
         if bench.plot:
