@@ -3,7 +3,8 @@ defaults the Triton tests need into ONE temporary repository and serves it on fr
 
 Generative (tests/test_triton.py): GPT2 (dynamic batching, a one-request-at-a-time copy with small request
 limits for the load and limit tests, and a streaming one), T5 (encoder-decoder) and BLIP (image-to-text), all onnxrt with the KV cache;
-LLAMA also quantized (`--quantize int4`). Encoder
+LLAMA also quantized (`--quantize int4`); LLAMA and T5 also with `--static-cache` (the graphs built from the
+weights). Encoder
 (tests/test_triton_encoder.py): all-MiniLM-L6-v2 and a classifier, as Encoder/triton/deploy.py writes them.
 The repository's path has a space and a non-ASCII letter (served through a plain symlink: NNDF/triton/server.py).
 The server is the wheel's when tritonserver is not on PATH; the tests skip when neither is installed.
@@ -19,10 +20,13 @@ GENERATIVE = {"GPT2": "gpt2-offline-onnxrt", "LLAMA": "llama-offline-onnxrt", "T
 SINGLE = "gpt2-offline-onnxrt-single"  # GPT2 with --max-batch-size 1 (no dynamic batching)
 INT4 = "llama-offline-onnxrt-int4"  # LLAMA's int4 graphs (deploy's default name for --quantize int4)
 STREAM = "gpt2-offline-onnxrt-stream"  # GPT2 with --streaming (decoupled)
+STATIC = {"LLAMA": "llama-offline-onnxrt-static", "T5": "t5-offline-onnxrt-static"}  # --static-cache: built graphs
 ENCODERS = ("all-MiniLM-L6-v2", "roberta-classifier-offline")
 
 
 def _deploy_generative(repository, workdir) -> dict[str, str]:
+    from dataclasses import replace
+
     from NNDF.actions.deploy import deploy
     from NNDF.backends.onnxrt.options import ORTOptions
     from NNDF.options import ModelOptions
@@ -40,6 +44,11 @@ def _deploy_generative(repository, workdir) -> dict[str, str]:
     assert (repository / INT4).is_dir()  # named after the row's label
     assert any(f"triton --quantize int4 --quant-block-size 128 --no-quant-symmetric --triton-model {INT4}" in note
                for note in report.notes), report.notes  # its query command runs the same graphs in process
+    for family, name in STATIC.items():
+        report = deploy(family, onnxrt, replace(options, static_cache=True),
+                        DeployOptions(repository=str(repository), model_name=name, max_batch_size=8))
+        assert any(f"triton --static-cache --triton-model {name}" in note for note in report.notes), report.notes
+        assert "served graphs: the fused decode graph built from the weights (default" in " ".join(report.notes)
     return dict(GENERATIVE)
 
 

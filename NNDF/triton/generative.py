@@ -4,7 +4,9 @@ inside Triton (`model.py` stubs written by `deploy` serve `GenerativeModel`).
 Loading: `serving.json` (written by deploy, NNDF/triton/generative_deploy.py) is checked, then the run is opened
 as `--torch-dir hf/ --<part>-onnx onnx/<part>/...` would open it, so the graphs are checked against the model
 (names, vocabulary, layers, heads, dtype) before they serve, and the tokenizer, prompts and generation settings
-are exactly the in-process ones.
+are exactly the in-process ones. Graphs built from the weights (a static-cache deployment's, where its
+in-process row runs them; validated against PyTorch when they were built) run on their own steps
+(`OnnxRuntimeBackend.served_steps`), the run then naming no graph files.
 
 Requests: each is one prompt (batch dimension 1): `text` (and `image`), or `input_ids` (and `encoder_<name>`:
 what the `triton` client backend sends, so served tokens can be compared with in-process ones on any prompt).
@@ -70,7 +72,8 @@ def open_served_run(version: Path, record: dict, working_dir: Path):
     from NNDF.context import make_context
     from NNDF.options import ModelOptions
 
-    files = {f"{part}_onnx": str(version / rel) for part, rel in record["parts"].items()}
+    built = record.get("graphs") == "built"  # run by their own steps (`served_steps`), not as user files
+    files = {} if built else {f"{part}_onnx": str(version / rel) for part, rel in record["parts"].items()}
     options = ModelOptions(**record["options"], **files, torch_dir=str(version / "hf"), working_dir=str(working_dir),
                            device=record["device"])
     return make_context(registry.family(record["family"]), options)
@@ -126,7 +129,9 @@ class GenerativeModel:
         if self.streaming != self.record["streaming"]:
             raise HarnessError(f"{version / SERVING}: streaming is {self.record['streaming']} but the config's "
                                f"decoupled mode is {self.streaming}; deploy again")
-        self.steps = registry.backend(self.run.family, self.record["backend"]).setup(self.run)
+        paths = {part: version / rel for part, rel in self.record["parts"].items()}
+        self.steps = registry.backend(self.run.family, self.record["backend"]).served_steps(
+            self.run, paths, self.record.get("graphs") == "built")
         self.task = self.run.family.task
 
     def finalize(self) -> None:

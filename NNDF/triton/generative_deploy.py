@@ -1,7 +1,9 @@
 """`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
-the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the export, or with one `--quantize`
-value the export quantized as that row quantizes it (the default model name then ends in the row's label, e.g.
-`<variant>-onnxrt-int4`; serving.json records the quantization's settings).
+the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the graphs the in-process onnxrt
+row runs, i.e. the export, or with --static-cache the graphs built from the weights where that row takes them
+(deploy's note says which); with one `--quantize` value those graphs quantized as that row quantizes them (the
+default model name then ends in the row's label, e.g. `<variant>-onnxrt-int4`; serving.json records the
+quantization's settings).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
@@ -89,7 +91,7 @@ def model_config(name: str, encoder: dict, images: bool, deploy: DeployOptions, 
                            decoupled=deploy.streaming)
 
 
-def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
+def serving_record(run, parts: dict[str, str], built: bool, encoder: dict, images: bool,
                    deploy: DeployOptions, quantization: dict | None = None) -> dict:
     import onnxruntime
     import torch
@@ -99,6 +101,7 @@ def serving_record(run, parts: dict[str, str], encoder: dict, images: bool,
     options["use_mask"] = True  # requests of different lengths are batched with padding
     return {**serves(run), "variant": run.source.variant, "backend": "onnxrt",
             "device": run.device.type, "options": options, "parts": parts,
+            "graphs": "built" if built else "export",  # built from the weights (static cache), or the export
             "encoder_inputs": list(encoder), "images": images,
             "max_new_tokens_limit": deploy.max_new_tokens_limit, "num_beams_limit": deploy.num_beams_limit,
             "cache_limit_mib": deploy.cache_limit_mib, "streaming": deploy.streaming,
@@ -120,14 +123,14 @@ class DeployedModel:
                 "max batch": self.max_batch_size, "files": self.files}
 
 
-def _graphs(run, chosen) -> dict[str, Path]:
-    """The graphs a served model runs for `chosen` (the onnxrt backend or one of its `--quantize` variants): its
-    export, quantized for a variant, made now if there is no current artifact; {part: path}."""
+def _graphs(run, chosen) -> tuple[dict[str, Path], bool]:
+    """The graphs a served model runs for `chosen` (the onnxrt backend or one of its `--quantize` variants): those
+    its in-process row runs, made now if there is no current artifact: the export (quantized for a variant), or
+    with --static-cache the graphs built from the weights where the row takes them; ({part: path}, built)."""
     from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
 
     assert isinstance(chosen, OnnxRuntimeBackend)
-    chosen.check_options(run)
-    return chosen.onnx.paths(run)[0]
+    return chosen.served_graphs(run)
 
 
 def refuse_backend_flags(family: str, backend_options) -> None:
@@ -191,7 +194,7 @@ class GenerativeDeploy(Evaluator):
         name = check_model_name(deploy.model_name
                                 or default_model_name(run.family.name, run.source.variant, chosen.label))
         check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
-        graphs = _graphs(run, chosen)
+        graphs, built = _graphs(run, chosen)
         quantization = None if chosen.quantization is None else chosen.quantization.settings()
         encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
         images = reads_images(run.family.task, options)
@@ -202,7 +205,8 @@ class GenerativeDeploy(Evaluator):
             parts = {part: copy_graph(path, version / "onnx" / part).relative_to(version).as_posix()
                      for part, path in graphs.items()}
             copy_model_files(run.source.local_dir, version / "hf", run.source.variant)
-            write_json_atomic(version / SERVING, serving_record(run, parts, encoder, images, deploy, quantization))
+            write_json_atomic(version / SERVING, serving_record(run, parts, built, encoder, images, deploy,
+                                                                quantization))
             write_stub(version, "NNDF.triton.generative:GenerativeModel")
             tc.write_config(stage, config)
             files = sum(1 for p in stage.rglob("*") if p.is_file())
@@ -210,6 +214,10 @@ class GenerativeDeploy(Evaluator):
                            "instances": deploy.instances, "use_cache": options.use_cache,
                            "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
-        query = command('chat', run.family.name, 'onnxrt', 'triton', *chosen.variant_flags(), '--triton-model', name)
+        static = ("--static-cache",) if options.static_cache else ()
+        query = command('chat', run.family.name, 'onnxrt', 'triton', *static, *chosen.variant_flags(),
+                        '--triton-model', name)
         report.notes.append(f"serve it: {command('serve', str(repository))}; query it: {query}"
                             f"{'' if options.use_cache else ' --no-use-cache'}")
+        if chosen.choice:
+            report.notes.append(f"served graphs: {chosen.choice}")

@@ -121,10 +121,16 @@ def deployed_variant(run, backend: str):
 
 
 def copy_graph(source: Path, folder: Path) -> Path:
-    """Copy an ONNX graph and the external data files it names into `folder`; the copied graph's path."""
+    """Copy an ONNX graph, the external data files it names and the library of this project's ops beside it (a
+    graph that uses them carries it: NNDF.backends.onnxrt.custom_ops) into `folder`; the copied graph's path."""
     import onnx
 
+    from NNDF.backends.onnxrt import custom_ops
+
     folder.mkdir(parents=True, exist_ok=True)
+    library = source.with_name(custom_ops.FILE)
+    if library.is_file():
+        shutil.copy2(library, folder / library.name)
     model = onnx.load(str(source), load_external_data=False)
     locations = {entry.value for tensor in model.graph.initializer for entry in tensor.external_data
                  if entry.key == "location"}

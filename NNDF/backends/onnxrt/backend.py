@@ -12,6 +12,7 @@ the user's `--*-onnx` files that fail are reported, never replaced.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from NNDF.backends.base import Backend
 from NNDF.backends.onnxrt.artifact import GraphArtifact, graph_bytes
@@ -96,6 +97,21 @@ class OnnxRuntimeBackend(Backend):
         except ImportError:
             return False, "onnxruntime is not installed (pip install onnxruntime or onnxruntime-gpu)"
         return True, f"onnxruntime {ort.__version__}, providers: {', '.join(ort.get_available_providers())}"
+
+    def served_graphs(self, run: RunContext) -> tuple[dict[str, Path], bool]:
+        """The graphs a model served for this row runs ({part: path}, made now where no current artifact exists)
+        and whether they are built from the weights (`use_fused`: what a static-cache run takes in process), not
+        the export; `self.choice` then says which and why."""
+        self.check_options(run)
+        self.use_fused(run)
+        return self.onnx.paths(run)[0], self.onnx is not self.plain
+
+    def served_steps(self, run: RunContext, paths: dict[str, Path], built: bool):
+        """Steps over a served model's copies of `served_graphs`' graphs: the export's as the run's user files open
+        them (`setup`), or the built graphs' own steps (the run then names no user files)."""
+        if not built:
+            return self.setup(run)
+        return self.plain.fused(self.fused[run.source.config.model_type], run).steps(run, paths)
 
     def build(self, run: RunContext) -> list:
         self.use_fused(run)
