@@ -17,8 +17,9 @@ generation starts after --gap seconds idle, with caches an idle machine lost (do
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache --quant-int8-blocks 64
     python tools/bench/quant_speed.py --family LLAMA --variant llama-offline --static-cache --burst 4
 
-`benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory); this tool
-only interleaves them. Artifacts come from (or go to) --working-dir, as the CLI's.
+`benchmark GPT2 onnxrt --quantize none int8 int4` measures the rows one after the other (and memory), and with
+`--interleave` in turns, each timed call warm; this tool adds the ratios paired round by round and generations that
+start after the idle gap (the default). Artifacts come from (or go to) --working-dir, as the CLI's.
 """
 from __future__ import annotations
 
