@@ -519,3 +519,35 @@ def test_deploy_refusals_leave_nothing_behind(triton_server, workdir, tmp_path, 
     assert "does not apply --ort-products: the served model runs the onnxrt backend's exported graphs" in refused(
         "onnxrt", "--repository", str(tmp_path / "r"), "--ort-products", "matmul")
     assert not (tmp_path / "r").exists()
+
+
+def test_deploy_static_cache_serves_what_the_row_takes(workdir, tmp_path, capsys):
+    """With --static-cache deploy copies the graphs the in-process row runs (the built ones by default: the Triton
+    tests serve those), and `--no-fused-decode` the torch.onnx static export, as for that row; the server's steps
+    are set up from the record as `GenerativeModel` sets them up. Encoders refuse the flag in one line."""
+    import json
+
+    from NNDF import cli, registry
+    from NNDF.triton.generative import load_record, open_served_run
+
+    repository = tmp_path / "r"
+    assert cli.main(["deploy", "LLAMA", "onnxrt", "--static-cache", "--no-fused-decode", "--repository",
+                     str(repository), "-wd", str(workdir)]) == 0
+    out = capsys.readouterr().out
+    assert "triton --static-cache --no-fused-decode --triton-model llama-offline-onnxrt" in out
+    assert "served graphs: the torch.onnx static-cache export (--no-fused-decode)" in out
+    version = repository / "llama-offline-onnxrt" / "1"
+    record = load_record(version)
+    assert record["graphs"] == "export" and record["options"]["fused_decode"] is False
+    run = open_served_run(version, record, tmp_path / "wd")
+    steps = registry.backend(run.family, "onnxrt").served_steps(
+        run, {part: version / rel for part, rel in record["parts"].items()}, False)
+    try:
+        assert type(steps).__name__ != "OrtFusedSteps" and "cache_position" in steps.graph.inputs
+    finally:
+        steps.close()
+    assert json.loads((version / "serving.json").read_text())["options"]["static_cache"] is True
+    assert cli.main(["deploy", "BERT", "onnxrt", "--no-fused-decode", "--repository", str(repository),
+                     "-wd", str(workdir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--fused-decode does not apply to BERT (encoder models)" in err[0], err

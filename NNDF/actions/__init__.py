@@ -104,7 +104,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            runs_models=False),
     Action("deploy", "write a Triton Inference Server model repository for the model (--repository DIR)",
            "NNDF.actions.deploy:deploy", (ModelOptions, DeployOptions),  # served: masks always on, beams per request
-           reads=(*_MODEL, CacheOptions, RepositoryOptions, RequestLimitOptions)),
+           reads=(*_MODEL, CacheOptions, FusedStepOptions, RepositoryOptions, RequestLimitOptions)),
     Action("serve", "serve a Triton model repository on 127.0.0.1 until Ctrl-C", "NNDF.actions.serve:serve",
            (ServeOptions,), runs_models=False, operand=("DIR", "the Triton model repository (run.py deploy writes one)")),
 )}

@@ -1,7 +1,7 @@
 """`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
 the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the graphs the in-process onnxrt
 row runs, i.e. the export, or with --static-cache the graphs built from the weights where that row takes them
-(deploy's note says which); with one `--quantize` value those graphs quantized as that row quantizes them (the
+(`--fused-decode` / `--no-fused-decode` choose as they do for that row; deploy's note says which); with one `--quantize` value those graphs quantized as that row quantizes them (the
 default model name then ends in the row's label, e.g. `<variant>-onnxrt-int4`; serving.json records the
 quantization's settings).
 
@@ -41,7 +41,7 @@ from NNDF.triton.repository import command
 
 SERVING = "serving.json"
 # ModelOptions fields that decide how the graphs run in the server (recorded in serving.json)
-SERVED_OPTIONS = ("use_cache", "static_cache", "fp16", "threads", "use_mask")
+SERVED_OPTIONS = ("use_cache", "static_cache", "fused_decode", "fp16", "threads", "use_mask")
 OUTPUTS = {"text": ("TYPE_STRING", (1,)), "output_ids": ("TYPE_INT64", (-1,)), "logits": ("TYPE_FP32", (-1, -1))}
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".ckpt", ".onnx")
 
@@ -215,6 +215,8 @@ class GenerativeDeploy(Evaluator):
                            "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
         static = ("--static-cache",) if options.static_cache else ()
+        if options.fused_decode is not None:
+            static += ("--fused-decode" if options.fused_decode else "--no-fused-decode",)
         query = command('chat', run.family.name, 'onnxrt', 'triton', *static, *chosen.variant_flags(),
                         '--triton-model', name)
         report.notes.append(f"serve it: {command('serve', str(repository))}; query it: {query}"
