@@ -295,7 +295,7 @@ class BenchmarkInputOptions(OptionGroup):
     owner = "benchmark"
     input_seq_len: int | None = flag(None, "--input-seq-len", type=int, help="prompt length in random tokens (default 128; when both lengths are left to their defaults and exceed the model's position table, both are halved until they fit, and the report says so)")
     hf_baseline: bool = flag(False, "--hf-baseline", help="also time HF generate on the same inputs")
-    interleave: bool = flag(False, "--interleave", help="set every backend row up at once and time them in turns: each iteration runs every row once, each turn after 0.05 s idle and 0.05 s of untimed calls, so load from other processes and the machine's drift hit every row alike (for ratios on a shared machine); peak memory is then that of all rows together, and --hf-baseline's row runs before them on its own")
+    interleave: bool = flag(False, "--interleave", help="set every backend row up at once and time them in turns: each iteration runs every row once, each turn after 0.05 s idle and 0.05 s of untimed calls, so load from other processes and the machine's drift hit every row alike (for ratios on a shared machine; the report adds each row's rate over the first row's, paired round by round); peak memory is then that of all rows together, and --hf-baseline's row runs before them on its own")
 
     def check(self):
         if self.input_seq_len is not None:

@@ -108,6 +108,16 @@ def measure_interleaved(rows: list[tuple[str, Callable[[], dict[str, float]]]], 
     return samples
 
 
+def paired_ratio(first: list[float], row: list[float]) -> tuple[float, float, float]:
+    """Quartiles (p25, p50, p75) of the ratios first[i] / row[i] of two rows' times measured in the same round
+    (`measure_interleaved`): the row's rate over the first row's, the machine's drift between rounds cancelled."""
+    ratios = [a / b for a, b in zip(first, row)]
+    if len(ratios) < 2:
+        return ratios[0], ratios[0], ratios[0]
+    low, mid, high = (float(q) for q in np.percentile(ratios, (25, 50, 75)))
+    return low, mid, high
+
+
 class MemoryWatch:
     """Peak memory over a `with` block, in MiB: device memory on CUDA, process RSS on the CPU.
 

@@ -67,6 +67,10 @@ def test_benchmark_interleaved_rows(wd, tmp_path, capsys):
         assert len(e2e) == 3 and r["tokens_per_s"] == pytest.approx(5 / (np.median(e2e) / 1e3))
         assert r["memory_kind"].endswith("every row set up at once") and r["weight_bytes"] > 0
     assert data["results"][1]["model_mb"] > 0 and "interleaved" in out
+    e2e = [np.array(r["e2e_ms"]["samples"]) for r in data["results"]]
+    paired = np.median(e2e[0] / e2e[1])  # onnxrt's tokens/s over frameworks', round by round
+    assert f"tokens/s over frameworks's, paired round by round, median [quartiles]: onnxrt {paired:.2f}x" in " ".join(
+        data["notes"])
 
 
 def _reference_accuracy(texts, k):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -162,6 +163,10 @@ def test_benchmark_interleaved_rows(workdir, tmp_path, capsys):
     for r in report["results"]:
         assert len(r["samples_ms"]) == 3 and r["sequences_per_s"] == pytest.approx(1e3 / r["latency_ms"]["mean"])
         assert r["memory_kind"].endswith("every row set up at once") and r["peak_memory_mb"] > 0
+    if len(BACKENDS) == 2:
+        first, second = (np.array(r["samples_ms"]) for r in report["results"])
+        assert f"sequences/s over {BACKENDS[0]}'s, paired round by round, median [quartiles]: {BACKENDS[1]} " \
+               f"{np.median(first / second):.2f}x" in " ".join(report["notes"])
 
 
 def test_benchmark_length_past_the_limit_is_one_line(capsys, workdir):

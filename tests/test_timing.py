@@ -106,3 +106,13 @@ def test_measure_interleaved_warms_each_turn_for_a_while(monkeypatch):
 
     timing.measure_interleaved([("a", call)], TimingOptions(iterations=1, number=1, warmup=0), "x")
     assert 5 <= len(calls) - 1 <= 8  # ~0.05 s of 0.01 s untimed calls, then the timed one
+
+
+def test_paired_ratio_is_round_by_round():
+    from NNDF.timing import paired_ratio
+
+    first, row = [10.0, 20.0, 30.0, 40.0, 50.0], [5.0, 10.0, 10.0, 20.0, 25.0]  # 2, 2, 3, 2, 2
+    assert paired_ratio(first, row) == pytest.approx((2.0, 2.0, 2.0))
+    assert paired_ratio([4.0], [2.0]) == (2.0, 2.0, 2.0)
+    low, mid, high = paired_ratio([1.0, 2.0, 3.0, 4.0], [1.0, 1.0, 1.0, 1.0])
+    assert (low, mid, high) == pytest.approx(tuple(np.percentile([1, 2, 3, 4], (25, 50, 75))))

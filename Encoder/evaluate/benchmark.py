@@ -19,7 +19,7 @@ import torch
 
 from Encoder.evaluate.common import timed_forward
 from NNDF.errors import UsageError
-from NNDF.evaluate import Evaluator, interleave_note, interleaved_call
+from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
 from NNDF.timing import MemoryWatch, Stats, measure, measure_interleaved
 
@@ -140,6 +140,10 @@ class Benchmark(Evaluator):
         for (name, (backend, _)), taken in zip(outcomes, samples):
             report.results.append(_sized(_result(run, name, taken, self.timing, memory), backend))
         report.notes.append(interleave_note(self.bench.hf_baseline and "hf-eager"))
+        paired = paired_note([(name, [s["forward"] for s in taken]) for (name, _), taken in zip(outcomes, samples)],
+                             "sequences/s")
+        if paired:
+            report.notes.append(paired)
 
     def end(self, run, report, outcomes: list) -> None:
         if self.together:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from NNDF.options import ModelOptions
 from NNDF.session import note_export_check, torch_threads
-from NNDF.timing import INTERLEAVE_IDLE, INTERLEAVE_WARM
+from NNDF.timing import INTERLEAVE_IDLE, INTERLEAVE_WARM, paired_ratio
 
 
 class Evaluator:
@@ -63,3 +63,14 @@ def interleave_note(baseline: str | None) -> str:
     alone = f"; {baseline} was timed before them, on its own" if baseline else ""
     return ("interleaved: every backend row set up at once and timed in turns (each iteration runs every row once, "
             f"each turn after {INTERLEAVE_IDLE:g} s idle and {INTERLEAVE_WARM:g} s of untimed calls){alone}")
+
+
+def paired_note(rows: list[tuple[str, list[float]]], rate: str) -> str | None:
+    """Each row's `rate` over the first row's from interleaved samples [(name, times)], paired round by round
+    (`NNDF.timing.paired_ratio`); None for one row."""
+    if len(rows) < 2:
+        return None
+    (first, times), *others = rows
+    ratios = ", ".join(f"{name} {mid:.2f}x [{low:.2f}-{high:.2f}]"
+                       for name, row in others for low, mid, high in (paired_ratio(times, row),))
+    return f"interleaved: {rate} over {first}'s, paired round by round, median [quartiles]: {ratios}"

@@ -19,7 +19,7 @@ import torch
 
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
-from NNDF.evaluate import Evaluator, interleave_note, interleaved_call
+from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
 from NNDF.plot import plot_per_token
 from NNDF.results import check_output_path
@@ -252,6 +252,9 @@ class Benchmark(Evaluator):
         for row, taken in zip(rows, samples):
             with torch_threads(run, row.backend):
                 report.results.append(_result(run, row, taken, memory, self.timing, self.bench))
+        paired = paired_note([(r.name, [s["e2e"] for s in taken]) for r, taken in zip(rows, samples)], "tokens/s")
+        if paired:
+            report.notes.append(paired)
 
     def export_notes(self, report, name: str, backend) -> None:
         """A quantized graph's validation (the export's max |diff| is a column of the row)."""

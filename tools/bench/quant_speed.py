@@ -34,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from NNDF.timing import paired_ratio  # noqa: E402  (shared with benchmark --interleave)
+
 
 def row_arguments(description: str) -> argparse.ArgumentParser:
     """The arguments of the interleaved onnxrt rows (this tool's and `cpu_generation_split.py`'s)."""
@@ -134,16 +136,6 @@ def main() -> None:
         low, mid, high = paired_ratio(first_e2e, e2e[name])
         print(f"| {name} | {median:.2f} | {min(values):.2f} | {first / median:.2f}x | {rate:.1f} | "
               f"{rate / first_rate:.2f}x | {mid:.2f}x [{low:.2f}-{high:.2f}] |")
-
-
-def paired_ratio(first: list[float], row: list[float]) -> tuple[float, float, float]:
-    """Quartiles (p25, p50, p75) of the round-by-round ratios first[i] / row[i] (end-to-end seconds of the same
-    round: the row's tokens/s over the first row's)."""
-    ratios = [a / b for a, b in zip(first, row)]
-    if len(ratios) < 2:
-        return ratios[0], ratios[0], ratios[0]
-    low, mid, high = statistics.quantiles(ratios, n=4)
-    return low, mid, high
 
 
 if __name__ == "__main__":
