@@ -3,9 +3,10 @@
 `measure` runs a callable `warmup` times untimed, then at least `iterations` times (and for at least
 `duration` seconds), each iteration calling it `number` times; it returns one sample per iteration (the
 mean of its calls); `measure_interleaved` times several rows in turns (`benchmark --interleave`). The device
-is synchronised around every timed region, so GPU work is counted where it runs. `MemoryWatch` reports the peak during a region: device memory on CUDA (the torch allocator's peak plus
-whatever other libraries hold, read from the driver), on the CPU the resident set size's high-water mark the Linux
-kernel keeps (reset when the region starts), or, where the kernel offers none, the RSS sampled every 2 ms.
+is synchronised around every timed region, so GPU work is counted where it runs. `MemoryWatch` reports the peak
+during a region: device memory on CUDA (the torch allocator's peak plus whatever other libraries hold, read from
+the driver), on the CPU the resident set size's high-water mark the Linux kernel keeps (reset when the region
+starts), or, where the kernel offers none, the RSS sampled every 2 ms.
 """
 from __future__ import annotations
 
