@@ -252,6 +252,7 @@ class Benchmark(Evaluator):
         for row, taken in zip(rows, samples):
             with torch_threads(run, row.backend):
                 report.results.append(_result(run, row, taken, memory, self.timing, self.bench))
+        report.notes.append(interleave_note(self.bench.hf_baseline and "hf-generate"))
         paired = paired_note([(r.name, [s["e2e"] for s in taken]) for r, taken in zip(rows, samples)], "tokens/s")
         if paired:
             report.notes.append(paired)
@@ -264,7 +265,6 @@ class Benchmark(Evaluator):
         bench, options = self.bench, self.options
         if self.together:
             self._interleaved(run, report, [row for _, row in outcomes])
-            report.notes.append(interleave_note(bench.hf_baseline and "hf-generate"))
         report.notes.append(f"memory: {report.results[-1].memory_kind}")
         if bench.plot:
             plot_per_token(report.results, bench.input_seq_len, bench.plot,
