@@ -123,16 +123,6 @@ class DeployedModel:
                 "max batch": self.max_batch_size, "files": self.files}
 
 
-def _graphs(run, chosen) -> tuple[dict[str, Path], bool]:
-    """The graphs a served model runs for `chosen` (the onnxrt backend or one of its `--quantize` variants): those
-    its in-process row runs, made now if there is no current artifact: the export (quantized for a variant), or
-    with --static-cache the graphs built from the weights where the row takes them; ({part: path}, built)."""
-    from NNDF.backends.onnxrt.backend import OnnxRuntimeBackend
-
-    assert isinstance(chosen, OnnxRuntimeBackend)
-    return chosen.served_graphs(run)
-
-
 def refuse_backend_flags(family: str, backend_options) -> None:
     """The deployed model runs the onnxrt backend's export, or its one quantization (`--quantize` and the flags
     that tune it): any other backend-owned flag would be ignored, so it is refused in one line."""
@@ -194,7 +184,9 @@ class GenerativeDeploy(Evaluator):
         name = check_model_name(deploy.model_name
                                 or default_model_name(run.family.name, run.source.variant, chosen.label))
         check_target(repository, name, deploy.force)  # before any export: a refused deploy costs nothing
-        graphs, built = _graphs(run, chosen)
+        # the graphs its in-process row runs (made now where no current artifact exists): the export (quantized for
+        # a --quantize variant), or with --static-cache the graphs built from the weights where that row takes them
+        graphs, built = chosen.served_graphs(run)
         quantization = None if chosen.quantization is None else chosen.quantization.settings()
         encoder = onnx_signature(graphs["encoder"]).inputs if "encoder" in graphs else {}
         images = reads_images(run.family.task, options)

@@ -99,7 +99,7 @@ def interleaved(run, config, opened, args, before=lambda name: None):
     from NNDF.timing import GenerationClock
 
     generator = torch.Generator().manual_seed(0)
-    burst = getattr(args, "burst", 1)
+    burst = args.burst
     for round_ in range(args.rounds + 1):
         for name, steps in opened:
             time.sleep(args.gap)
