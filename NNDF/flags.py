@@ -67,7 +67,7 @@ def refusal(args: argparse.Namespace, action: Action, family, backends: tuple[st
         given = group.given(args)
         if not given:
             continue
-        flag = group.flag_name(given[0])
+        flag = group.flag_name(given[0], getattr(args, given[0]))
         if not kind_reads(family.task, group):
             having = ", ".join(_families_adding(group))
             return (f"{flag} does not apply to {family.name} ({family.kind} models): it belongs to {group.owner}"

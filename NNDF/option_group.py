@@ -132,9 +132,13 @@ class OptionGroup:
             group.add_argument(*meta["flags"], dest=f.name, default=argparse.SUPPRESS, help=help_text, **kwargs)
 
     @classmethod
-    def flag_name(cls, name: str) -> str:
-        """The flag spelling of field `name` (its first, long spelling)."""
-        return next(f.metadata["flags"][0] for f in fields(cls) if f.name == name)
+    def flag_name(cls, name: str, value=None) -> str:
+        """The flag spelling of field `name` (its first, long spelling); with `value` False for an on/off flag, its
+        `--no-` form (the one the user typed to get that value)."""
+        f = next(f for f in fields(cls) if f.name == name)
+        flag = f.metadata["flags"][0]
+        negated = value is False and f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction
+        return f"--no-{flag[2:]}" if negated else flag
 
     @classmethod
     def given(cls, ns: argparse.Namespace) -> list[str]:

@@ -112,6 +112,9 @@ def test_flags_an_action_does_not_read_are_parsed_but_hidden_from_help():
     (["run", "BERT", "frameworks", "--decoder-onnx", "x.onnx"], "--decoder-onnx is a flag of the onnxrt and trt "
      "backends, which this run does not use (frameworks): name onnxrt or trt, or drop the flag"),
     (["deploy", "GPT2", "onnxrt", "--ignore-generation-config"], "--ignore-generation-config does not apply to deploy"),
+    (["benchmark", "BERT", "onnxrt", "--no-fused-decode"], "error: --no-fused-decode does not apply to BERT"),
+    (["benchmark", "BERT", "onnxrt", "--fused-decode"], "error: --fused-decode does not apply to BERT"),
+    (["run", "GPT2", "frameworks", "--no-quant-symmetric"], "--no-quant-symmetric is a flag of the onnxrt backend"),
 ])
 def test_refusals_name_the_owner(capsys, argv, expect):
     assert expect in _main(capsys, *argv)

@@ -136,7 +136,7 @@ def refuse_backend_flags(family: str, backend_options) -> None:
         changed = [f.name for f in fields_of(group)
                    if f.name not in served and getattr(group, f.name) != getattr(default, f.name)]
         if changed:
-            raise UsageError(f"deploy {family} onnxrt does not apply {type(group).flag_name(changed[0])}: the served "
+            raise UsageError(f"deploy {family} onnxrt does not apply {type(group).flag_name(changed[0], getattr(group, changed[0]))}: the served "
                              "model runs the onnxrt backend's exported graphs (or their --quantize quantization)")
 
 
