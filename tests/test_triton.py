@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -399,6 +400,28 @@ def test_stop_takes_down_what_the_server_leaves_in_its_process_group(tmp_path):
     while not gone() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert gone(), f"process {child} of the server's group is still running"
+
+
+def test_a_model_stub_imports_what_the_servers_pythonpath_holds(tmp_path, monkeypatch):
+    """The python backend's embedded interpreter ignores PYTHONPATH (`python -E` here): a package that the
+    serving process finds only through PYTHONPATH (onnxruntime-gpu beside an image's CPU build, say) still
+    reaches the deployed model.py stub, through the paths `serve` hands it."""
+    from NNDF.triton.repository import write_stub
+    from NNDF.triton.server import PATH_VARIABLE, stub_paths
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "nndf_probe_module.py").write_text("class Probe:\n    where = __file__\n")
+    monkeypatch.setenv("PYTHONPATH", str(extra))
+    paths = stub_paths()
+    assert paths.index(str(extra)) == 1, paths  # after the stub's numpy, before site-packages
+    stub = write_stub(tmp_path, "nndf_probe_module:Probe")
+    probe = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('model', sys.argv[1]); "
+             "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); print(m.TritonPythonModel.where)")
+    env = {"PATH": "/usr/bin:/bin", PATH_VARIABLE: os.pathsep.join(paths)}
+    done = subprocess.run([sys.executable, "-E", "-c", probe, str(stub)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(extra / "nndf_probe_module.py")
 
 
 def test_serve_on_a_busy_port_fails_in_one_line(triton_server):

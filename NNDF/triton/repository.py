@@ -83,8 +83,8 @@ def staged_model(repository: Path, name: str, force: bool) -> Iterator[Path]:
 STUB = '''"""Triton python-backend entry point written by `python run.py deploy` (NNDF/triton/repository.py).
 
 The class it serves is {target} of the project at PROJECT. The backend's embedded Python ignores PYTHONPATH,
-so the folders in ${variable} (set by `python run.py serve`: numpy 1.x for this stub, the venv's packages,
-the project) and PROJECT go first on sys.path before the project is imported.
+so the folders in ${variable} (set by `python run.py serve`: numpy 1.x for this stub, the server's PYTHONPATH,
+the venv's packages, the project) and PROJECT go first on sys.path before the project is imported.
 """
 import importlib
 import os

@@ -2,7 +2,8 @@
 
 Which server: `tritonserver` on PATH (NVIDIA's container), else the binary bundled in the nvidia-pytriton wheel
 (with its libraries and the python backend). The python backend's stub embeds CPython and ignores PYTHONPATH,
-so the project's `model.py` stubs add the paths in `NNDF_TRITON_PATH` (set here) to `sys.path` themselves.
+so the project's `model.py` stubs add the paths in `NNDF_TRITON_PATH` (set here: the stub's numpy, then this
+process's PYTHONPATH, its site-packages and the project) to `sys.path` themselves.
 
 Paths: the python backend starts each model's stub through `bash -c` with the model's path unquoted (a space
 splits it: the stub then dies in `stol` and the server waits forever), and the stub's embedded Python encodes
@@ -111,8 +112,10 @@ def stub_numpy_problem() -> str | None:
 
 
 def stub_paths() -> list[str]:
-    """What the model.py stubs put first on sys.path: numpy 1.x, this venv's packages, the project."""
-    return [str(STUB_SITE), *site.getsitepackages(), str(ROOT)]
+    """What the model.py stubs put first on sys.path: numpy 1.x, the folders on this process's PYTHONPATH (the
+    stub would not see them otherwise), this venv's packages, the project."""
+    python_path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return [str(STUB_SITE), *python_path, *site.getsitepackages(), str(ROOT)]
 
 
 def plain_path_problem(paths: list[str]) -> str | None:
