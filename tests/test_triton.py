@@ -444,7 +444,12 @@ def _sigint_default():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tmp_path):
+@pytest.mark.parametrize("stop,inherited,said", [
+    (signal.SIGINT, _sigint_default, "stopped on Ctrl-C"),  # as in a terminal, where Ctrl-C reaches serve
+    (signal.SIGINT, None, "stopped on Ctrl-C"),  # a script's background job: SIGINT handed on ignored
+    (signal.SIGTERM, None, "stopped on SIGTERM"),  # a service manager's stop
+])
+def test_serve_starts_prints_its_endpoints_and_stops_on_a_signal(triton_server, tmp_path, stop, inherited, said):
     import os
     import shutil
 
@@ -457,7 +462,7 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
     process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(repository), "--http-port",
                                 str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)], cwd=ROOT,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=_sigint_default)  # as in a terminal, where Ctrl-C reaches serve
+                               preexec_fn=inherited or (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)))
     try:
         line = process.stdout.readline()  # the first line says it serves (after every model is ready)
         assert f"HTTP http://127.0.0.1:{http}" in line and f"gRPC grpc://127.0.0.1:{grpc}" in line, line
@@ -467,13 +472,13 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_ctrl_c(triton_server, tm
 
         with Client(f"http://127.0.0.1:{http}", timeout=60) as client:
             assert client.model_ready(triton_server.single)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         out, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
     assert process.returncode == 0, err
-    assert "stopped on Ctrl-C" in out and triton_server.single in out
+    assert said in out and triton_server.single in out
     assert "model_lifecycle" in log.read_text()  # the server's whole log
     log.unlink()
     with pytest.raises(ConnectionRefusedError):  # the server is gone
@@ -573,4 +578,4 @@ def test_deploy_static_cache_serves_what_the_row_takes(workdir, tmp_path, capsys
     assert cli.main(["deploy", "BERT", "onnxrt", "--no-fused-decode", "--repository", str(repository),
                      "-wd", str(workdir)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--fused-decode does not apply to BERT (encoder models)" in err[0], err
+    assert len(err) == 1 and "error: --no-fused-decode does not apply to BERT (encoder models)" in err[0], err

@@ -47,8 +47,12 @@ def _check_repository(directory: str) -> dict[str, object]:
     return {name: read_config(path / name / CONFIG) for name in names}
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, stopping the server as Ctrl-C does (a service manager's stop, `kill`)."""
+
+
 def _stop_on_term(*_):
-    raise KeyboardInterrupt
+    raise _Terminated
 
 
 def serve(directory: str | None, options: ServeOptions) -> Report:
@@ -64,6 +68,8 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
     server = TritonServer(Path(directory), ports, ready_timeout=options.ready_timeout, keep_log=True,
                           echo=options.verbose)
     previous = signal.signal(signal.SIGTERM, _stop_on_term)
+    # SIGINT too where the shell started us ignoring it (a background job of a script)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         server.start()
         for name in server.served:
@@ -78,10 +84,12 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
         report.notes.append(f"the server's log: {server.log_path}")
         code = server.process.wait()
         raise HarnessError(f"tritonserver stopped by itself (code {code}):\n{server.why()}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         code = server.stop()
-        report.notes.append(f"stopped on Ctrl-C (tritonserver exit code {code})")
+        how = "SIGTERM" if isinstance(stop, _Terminated) else "Ctrl-C"
+        report.notes.append(f"stopped on {how} (tritonserver exit code {code})")
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     return report
