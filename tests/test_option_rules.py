@@ -56,7 +56,7 @@ def test_no_kv_cache_refusals(tmp_path, capsys):
              "--static-cache is a kind of KV cache: it contradicts --no-use-cache")
     _refused_in_process(capsys, ("predict", "BERT", "frameworks", "--prompt", "hi", "--no-use-cache", "-wd",
                                  str(tmp_path)),
-             "--use-cache does not apply to BERT (encoder models): it belongs to generative models "
+             "--no-use-cache does not apply to BERT (encoder models): it belongs to generative models "
              f"({', '.join(_generative_families())})")
 
 
