@@ -511,6 +511,25 @@ def test_serve_names_a_failing_models_own_error_and_keeps_the_log(triton_server,
         log.unlink()
 
 
+def test_a_model_that_cannot_load_its_tokenizer_fails_to_load_not_at_each_request(triton_server, tmp_path):
+    """The served model loads its tokenizer when the server loads it: a broken tokenizer file is the model's load
+    error that `serve` names, not an error answered to every request of a model reported ready."""
+    import shutil
+
+    from NNDF.triton.server import free_ports
+
+    repository = tmp_path / "no-tokenizer"
+    shutil.copytree(triton_server.repository / triton_server.single, repository / triton_server.single)
+    (repository / triton_server.single / "1" / "hf" / "tokenizer.json").write_text("{ not json")
+    ports = [a for flag, port in zip(("--http-port", "--grpc-port", "--metrics-port"), free_ports(3))
+             for a in (flag, str(port))]
+    result = run_cli("serve", str(repository), *ports, "--ready-timeout", "90", timeout=150)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    error = result.stderr[result.stderr.index("error: "):]
+    assert f"{triton_server.single}: UNAVAILABLE" in error and "tokenizer" in error.lower(), error
+    Path(error.splitlines()[-1].split("the whole server log: ")[1].split(" (")[0]).unlink()
+
+
 def test_deploy_prints_quoted_commands_for_a_path_with_a_space(triton_server, workdir, tmp_path):
     import shlex
 

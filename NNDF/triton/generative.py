@@ -133,6 +133,7 @@ class GenerativeModel:
         self.steps = registry.backend(self.run.family, self.record["backend"]).served_steps(
             self.run, paths, self.record.get("graphs") == "built")
         self.task = self.run.family.task
+        self.run.tokenizer  # loaded now: a model that cannot tokenize fails to load (serve names why), not each request
 
     def finalize(self) -> None:
         self.steps.close()
