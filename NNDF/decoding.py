@@ -192,9 +192,13 @@ def available_bytes(device) -> int:
 def check_cache_fits(run, beams: int, length: int) -> None:
     """One line, before anything is allocated, when the KV cache alone of --batch-size rows x `beams` beams x
     `length` new tokens (the prompt not counted: a floor) would not fit the memory available on the run's
-    device twice: a decoding step holds two copies of it (the grown or beam-reordered cache is a new tensor)."""
+    device twice: a decoding step holds two copies of it (the grown or beam-reordered cache is a new tensor).
+    Lengths past the model's position table are left to the checks of the prompt and generation lengths."""
     from NNDF.generation import cache_bytes
 
+    limit = run.source.dims.positions
+    if limit and length > limit:  # no cache grows past the position table: the length check names that limit
+        return
     rows = run.options.batch_size
     need = cache_bytes(run.source.dims, rows, beams, length, 2 if run.options.fp16 else 4)
     free = available_bytes(run.device)

@@ -219,10 +219,12 @@ def test_chat_prompt_longer_than_the_positions(workdir, family, capsys):
     assert "prompt 2 of 2: the prompt is" in line and "256 positions take a prompt of at most" in line
 
 
-def test_chat_max_new_tokens_past_the_positions(capsys, workdir):
-    line = _main(capsys, "chat", "GPT2", "frameworks", "--max-new-tokens", "5000", "--prompt", "hi", "-wd",
+@pytest.mark.parametrize("new", ["5000", "999999999"])  # the second's KV cache would not fit memory either
+def test_chat_max_new_tokens_past_the_positions(capsys, workdir, new):
+    line = _main(capsys, "chat", "GPT2", "frameworks", "--max-new-tokens", new, "--prompt", "hi", "-wd",
                  str(workdir))
-    assert "5000 new tokens" in line and "give a smaller --max-new-tokens" in line
+    assert f"{new} new tokens" in line and "do not fit gpt2-offline's 256 positions" in line, line
+    assert "give a smaller --max-new-tokens" in line
 
 
 def test_interactive_chat_survives_bad_lines(workdir):
