@@ -129,6 +129,11 @@ class Conversation:
         self.asked = message
         return item
 
+    def clear(self) -> None:
+        """A new conversation: the turns so far are forgotten (the system prompt stays)."""
+        self.turns.clear()
+        self.asked = None
+
     def answered(self, answer: str) -> None:
         """The answer to the last `ask` joins the history (a line that failed is never asked again)."""
         if self.asked is not None:

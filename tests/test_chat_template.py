@@ -187,6 +187,23 @@ def test_interactive_chat_keeps_history_and_drops_whole_oldest_turns(chat_model,
     assert sum(int(n.split()[4]) for n in notes) == dropped and all("and the system prompt" in n for n in notes)
 
 
+def test_clear_starts_a_new_conversation(chat_model, wd, tmp_path):
+    """`/clear` forgets the turns before it (the system prompt stays): the next answer is HF generate's on that line
+    alone; the turn before `/clear` had the first in its prompt."""
+    model, tok = _hf(chat_model)
+    results, stderr = _chat(chat_model, wd, tmp_path, ["Hello there", "What is a loop", "/clear", "Thanks"],
+                            "--system", SYSTEM)
+    assert [r["prompt"] for r in results] == ["Hello there", "What is a loop", "Thanks"]
+    assert "'/clear' starts a new conversation" in stderr
+    assert [line for line in stderr.splitlines() if "a new conversation:" in line] == [
+        "note: a new conversation: the turns before are forgotten"]
+    kept = tok.apply_chat_template(_messages("What is a loop", SYSTEM, [("Hello there", results[0]["text"])]),
+                                   add_generation_prompt=True, return_dict=False)
+    assert results[1]["output_ids"] == _hf_new_tokens(model, kept)
+    alone = tok.apply_chat_template(_messages("Thanks", SYSTEM), add_generation_prompt=True, return_dict=False)
+    assert results[2]["output_ids"] == _hf_new_tokens(model, alone)
+
+
 def test_a_line_too_long_alone_is_refused_and_the_conversation_goes_on(chat_model, wd, tmp_path):
     model, tok = _hf(chat_model)
     long = " ".join(["word"] * POSITIONS)

@@ -14,7 +14,7 @@ conversation goes on; the `--json` report holds every answer.
 
 Decoder models whose tokenizer has a chat template get their prompts in it (NNDF/chat_template.py; `--system`,
 `--no-chat-template`): each `--prompt` is one user turn; interactive lines and answers are one conversation,
-its oldest turns dropped whole when the next prompt would not fit.
+its oldest turns dropped whole when the next prompt would not fit; the line `/clear` starts a new one.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class ChatResult:
 
 
 QUIT = frozenset({"exit", "quit"})
+CLEAR = "/clear"  # interactive: a new conversation (the history forgotten), as in other chat tools
 
 
 def _lines() -> Iterator[tuple[int, str | None]]:
@@ -130,12 +131,19 @@ def _conversation(run, opened, config: GenerationConfig, report: Report, templat
     task = run.family.task
     refusal = lambda item: length_refusal(run, encode(run, [item]), config)  # noqa: E731
     history = Conversation(template, refusal) if template else None
-    print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' or 'quit' ends.", file=sys.stderr)
+    print("Welcome to the HuggingFace demo chat box! Type your prompts; 'exit' or 'quit' ends"
+          + (f"; '{CLEAR}' starts a new conversation." if history else "."), file=sys.stderr)
     for number, line in _lines():
         if line is None or not line.strip():
             continue
         if line.strip().lower() in QUIT:
             return
+        if line.strip().lower() == CLEAR:
+            if history:
+                history.clear()
+            say("note: a new conversation: the turns before are forgotten" if history else
+                f"note: {CLEAR}: no conversation to clear (without a chat template every line is its own prompt)")
+            continue
         try:
             item = task.item_from_line(line)
             item = history.ask(item) if history else item  # the oldest turns dropped until it fits

@@ -7,7 +7,7 @@
 #                                          # on the CPU only llama-offline unless `qwen` is given
 set -uo pipefail
 DEVICE=${1:-cuda}
-QWEN=$([ "$DEVICE" = cuda ] || [ "${2:-}" = qwen ] && echo 1 || echo 0)
+QWEN=${QWEN:-$([ "$DEVICE" = cuda ] || [ "${2:-}" = qwen ] && echo 1 || echo 0)}  # QWEN=0: llama-offline only
 OUT=${OUT:-temp/triton-check}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 T0=$(date +%s); t() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
