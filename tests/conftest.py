@@ -24,9 +24,11 @@ for _name in ("COLUMNS", "LINES"):
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Off CUDA, the tests run our Triton kernels (NNDF/backends/torch/kernels.py) under Triton's interpreter: set before
-# Triton first sees them.
+# Triton first sees them. The CPU suite also hides any GPU from itself and the CLI runs it starts, whose default
+# device is CUDA where there is one: on a GPU workstation `make test` runs what it runs on the CPU machine.
 if os.environ.get("HARNESS_TEST_DEVICE", "cpu") != "cuda":
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 # The ONNX Runtime ops library compiled once per sources digest for every test's artifact folder, in a cache of the
 # tests' own, not the user's (NNDF/backends/onnxrt/custom_ops.py).
 os.environ.setdefault("NNDF_OPS_CACHE", str(Path(__import__("tempfile").gettempdir()) / f"nndf-test-ops-{os.getuid()}"))
