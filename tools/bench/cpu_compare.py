@@ -369,6 +369,9 @@ def main() -> None:
     parser.add_argument("--markdown", help="write the table here")
     args = parser.parse_args()
     args.reference = dict(item.split("=", 1) for item in args.reference)
+    if args.gpt2 and not (Path(args.torch_dir) / "config.json").is_file():
+        parser.error(f"--torch-dir {args.torch_dir}: no model for the GPT-2 rows there; make it with `python "
+                     f"tools/assets/make_shapes_model.py gpt2 {args.torch_dir}`, or give --gpt2 without rows")
 
     import torch
 
