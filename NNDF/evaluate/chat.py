@@ -136,9 +136,10 @@ def _conversation(run, opened, config: GenerationConfig, report: Report, templat
     for number, line in _lines():
         if line is None or not line.strip():
             continue
-        if line.strip().lower() in QUIT:
+        said = line.strip().lower()
+        if said in QUIT:
             return
-        if line.strip().lower() == CLEAR:
+        if said == CLEAR:
             if history:
                 history.clear()
             say("note: a new conversation: the turns before are forgotten" if history else

@@ -1,9 +1,9 @@
-"""`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the project's generation loop over
-the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the graphs the in-process onnxrt
-row runs, i.e. the export, or with --static-cache the graphs built from the weights where that row takes them
-(`--fused-decode` / `--no-fused-decode` choose as they do for that row; deploy's note says which); with one `--quantize` value those graphs quantized as that row quantizes them (the
-default model name then ends in the row's label, e.g. `<variant>-onnxrt-int4`; serving.json records the
-quantization's settings).
+"""`deploy MODEL onnxrt` for the generative kinds (their deploy evaluator): a python-backend model that runs the
+project's generation loop over the run's ONNX graphs inside Triton (`NNDF.triton.generative.GenerativeModel`): the
+graphs the in-process onnxrt row runs, i.e. the export, or with --static-cache the graphs built from the weights
+where that row takes them (`--fused-decode` / `--no-fused-decode` choose as they do for that row; deploy's note
+says which); with one `--quantize` value those graphs quantized as that row quantizes them (the default model name
+then ends in the row's label, e.g. `<variant>-onnxrt-int4`; serving.json records the quantization's settings).
 
 The version folder is self-contained: `onnx/<part>/` (each graph with its external data), `hf/` (the model's
 config, generation config, tokenizer and image-processor files: everything but the weights), `serving.json`
@@ -136,8 +136,9 @@ def refuse_backend_flags(family: str, backend_options) -> None:
         changed = [f.name for f in fields_of(group)
                    if f.name not in served and getattr(group, f.name) != getattr(default, f.name)]
         if changed:
-            raise UsageError(f"deploy {family} onnxrt does not apply {type(group).flag_name(changed[0], getattr(group, changed[0]))}: the served "
-                             "model runs the onnxrt backend's exported graphs (or their --quantize quantization)")
+            flag = type(group).flag_name(changed[0], getattr(group, changed[0]))
+            raise UsageError(f"deploy {family} onnxrt does not apply {flag}: the served model runs the onnxrt "
+                             "backend's exported graphs (or their --quantize quantization)")
 
 
 DEPLOYABLE = ("onnxrt",)
