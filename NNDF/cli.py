@@ -181,7 +181,10 @@ def dispatch(args) -> object:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # a word the action's parser does not take: named with where it belongs
+        say(f"error: run.py {args.action}: {flags.unrecognized(ACTIONS[args.action], extra)}")
+        return 2
     verbose = getattr(args, "verbose", False)
     _quiet_libraries(verbose)
     if getattr(args, "info", False):

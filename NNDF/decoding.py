@@ -171,6 +171,34 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
     )
 
 
+_SAMPLING_ONLY = (("--temperature", "temperature", (0.0, 1.0)), ("--top-k", "top_k", ()),
+                  ("--top-p", "top_p", (1.0,)))  # (flag, field, values that change nothing)
+_BEAMS_ONLY = (("--length-penalty", "length_penalty", (1.0,)), ("--early-stopping", "early_stopping", ("false",)))
+
+
+def _number(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def refuse_unread(sampling, config: GenerationConfig) -> None:
+    """Decoding flags given that this run's decoding never reads: sampling's without sampling, beam scoring's with
+    one beam (HF `generate` warns and ignores them). Refused in one line, naming what reads them; a value that
+    changes nothing either way (--temperature 0 or 1, --top-p 1, --length-penalty 1) is accepted."""
+    decodes = "by beam search" if config.num_beams > 1 else "greedily"
+    if not config.sampling.do_sample:
+        for flag, name, neutral in _SAMPLING_ONLY:
+            value = getattr(sampling, name)
+            if value is not None and value not in neutral:
+                raise UsageError(f"{flag} {_number(value)} applies when sampling, and this run decodes {decodes}: add "
+                                 f"--do-sample or drop {flag}")
+    if config.num_beams == 1:
+        for flag, name, neutral in _BEAMS_ONLY:
+            value = getattr(sampling, name)
+            if value is not None and value not in neutral:
+                raise UsageError(f"{flag} {_number(value)} applies to beam search, and this run decodes with one "
+                                 f"beam: add --num-beams N (N > 1) or drop {flag}")
+
+
 def _eos(eos: int | None, hf) -> int | tuple[int, ...] | None:
     """The ids that end generation: the task's EOS first, then the generation config's others (one id stays an
     int, as HF writes it)."""

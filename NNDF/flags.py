@@ -3,14 +3,16 @@ owns it) decides, for one action, one model's kind and the run's backends, wheth
 accepted, and says in one line why not. `reference()` writes the same facts as docs/FLAGS.md.
 
 A flag is in play iff its owner group is
-- read by the action (`Action.read_groups`), unless the group is a backend's own (any action that runs a model
-  hands every backend its own groups);
+- read by the action (`Action.read_groups`), unless the group is a backend's own (`backend_groups`: any action
+  that runs a model hands every backend its own groups);
 - added by the model's kind (`Task.option_groups`) where the group is read only by some kinds (`kind_owner`);
-- owned by a backend the run uses, where the group is a backend's own (`backends`).
+- read by a backend the run uses, where the group names its backends (`backends`: a backend's own groups, and an
+  action's group only some backends read, as `--torch-compile`).
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 from dataclasses import MISSING, fields
 
 from NNDF import registry
@@ -36,7 +38,7 @@ def kind_reads(task, group: type) -> bool:
 
 def shown(action: Action, group: type, task=None) -> bool:
     """Whether `--help` shows the group for this action (and, when the model is known, its kind)."""
-    read = bool(group.backends) or group in action.read_groups()
+    read = group in backend_groups() or group in action.read_groups()
     return read and (task is None or kind_reads(task, group))
 
 
@@ -67,12 +69,12 @@ def refusal(args: argparse.Namespace, action: Action, family, backends: tuple[st
         given = group.given(args)
         if not given:
             continue
-        flag = group.flag_name(given[0], getattr(args, given[0]))
+        flag = getattr(args, "typed_as", {}).get(given[0]) or group.flag_name(given[0], getattr(args, given[0]))
         if not kind_reads(family.task, group):
             having = ", ".join(_families_adding(group))
             return (f"{flag} does not apply to {family.name} ({family.kind} models): it belongs to {group.owner}"
                     + (f" ({having})" if having else ""))
-        if not group.backends and group not in action.read_groups():
+        if group not in backend_groups() and group not in action.read_groups():
             where = [a.name for a in ACTIONS.values() if group in a.read_groups()]
             return f"{flag} does not apply to {action.name} (it applies to {', '.join(where) or 'no action'})"
         if group.backends and not set(group.backends) & set(backends):
@@ -84,6 +86,30 @@ def check(args: argparse.Namespace, action: Action, family, backends: tuple[str,
     problem = refusal(args, action, family, backends)
     if problem:
         raise UsageError(problem)
+
+
+def _takes(group: type, word: str) -> bool:
+    return any(word in _spellings(f) for f in fields(group))
+
+
+def unrecognized(action: Action, words: list[str]) -> str:
+    """One line for the first word of the command line the action's parser does not take: a flag of other actions
+    names the actions that take it, a backend named after a flag says where backends go, anything else is named
+    with this action's nearest flags."""
+    word = words[0]
+    flag = word.split("=", 1)[0]
+    if flag.startswith("-"):
+        where = [a.name for a in ACTIONS.values() if any(_takes(g, flag) for g in a.read_groups())
+                 or a.runs_models and any(_takes(g, flag) for g in backend_groups())]
+        if where:
+            return f"{flag} does not apply to {action.name} (it applies to {', '.join(where)})"
+        own = [s for g in parsed_groups(action) for f in fields(g) for s in _spellings(f)]
+        near = difflib.get_close_matches(flag, own, n=3)
+        return f"unrecognized argument {flag}" + (f": did you mean {' or '.join(near)}?" if near else "")
+    if action.runs_models and word in registry.BACKENDS:
+        return (f"{word}: backends go right after MODEL, before the flags (run.py {action.name} MODEL {word} ... "
+                "[flags])")
+    return f"unexpected argument {word!r}"
 
 
 # --- the flag reference (docs/FLAGS.md) ---
@@ -112,10 +138,12 @@ def _cell(text: str) -> str:
 def _who(group: type) -> list[str]:
     """Who reads the group: the actions (or the backends), and the kinds where only some read it."""
     readers = [a for a in ACTIONS.values() if group in a.read_groups()]
-    if group.backends:
+    if group in backend_groups():
         lines = [f"- backends: {', '.join(group.backends)} (any action that runs a model, when one is named)"]
     else:
         lines = [f"- actions: {', '.join(a.name for a in readers)}"]
+        if group.backends:
+            lines.append(f"- backends: {', '.join(group.backends)} (the flags are refused where none is named)")
     if group.kind_owner():
         lines.append(f"- models: {group.owner} ({', '.join(_families_adding(group))})")
     elif group.backends or any(a.runs_models for a in readers):

@@ -55,6 +55,13 @@ def int64(text: str) -> int:
     return value
 
 
+def typed_as(namespace: argparse.Namespace) -> dict[str, str]:
+    """How the user typed fields another flag filled in (field -> words), for refusals that name what was typed."""
+    if not hasattr(namespace, "typed_as"):
+        namespace.typed_as = {}
+    return namespace.typed_as
+
+
 class BatchSize(argparse.Action):
     """--batch-size N, or min opt max (a TensorRT profile, as transformer-deploy's convert takes it): the batch run
     is N (or opt); the three values also go to `batch_profile` (the encoder engines' group), which only encoder
@@ -72,6 +79,7 @@ class BatchSize(argparse.Action):
                 parser.error(f"argument {option_string}: min opt max must satisfy 1 <= min <= opt <= max, "
                              f"got {' '.join(values)}")
             namespace.batch_profile = tuple(numbers)
+            typed_as(namespace)["batch_profile"] = f"{option_string} with three values (min opt max)"
         setattr(namespace, self.dest, numbers[len(numbers) // 2])
 
 

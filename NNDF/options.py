@@ -97,10 +97,17 @@ class CacheOptions(OptionGroup):
 
 
 @dataclass(frozen=True)
-class CompileOptions(OptionGroup):
-    title = "compiled and captured steps"
+class CudaGraphOptions(OptionGroup):
+    title = "captured steps"
     owner = "actions that run steps (generative models: the one-token step; encoder models: the forward pass)"
     use_cuda_graph: bool = flag(False, "--use-cuda-graph", help="replay the one-token step (encoder models: the forward pass) from a CUDA graph (CUDA only; for generative models frameworks and onnxrt need --static-cache; one graph per input shape otherwise)")
+
+
+@dataclass(frozen=True)
+class TorchCompileOptions(OptionGroup):
+    title = "compiled steps (frameworks backend)"
+    owner = "actions that run steps, on the frameworks backend"
+    backends = ("frameworks",)  # an action's group, read only where frameworks runs (onnxrt and trt never compile)
     torch_compile: bool = flag(False, "--torch-compile", help="frameworks: compile with torch.compile (inductor; the first call compiles, which takes a while): the one-token step of generative models (needs --static-cache), the forward pass of encoder models")
     compile_mode: str = flag("default", "--compile-mode", choices=("default", "max-autotune"), help="with --torch-compile: default (inductor's defaults) or max-autotune (inductor benchmarks Triton GEMM templates against cuBLAS per shape, fuses GEMM epilogues and tunes kernel launch configs; compiling takes minutes)")
 
@@ -160,7 +167,8 @@ class GraphFileOptions(OptionGroup):
 
 @dataclass(frozen=True)
 class ModelOptions(SourceOptions, CleanupOptions, DeviceOptions, BatchOptions, MaskOptions, OutputOptions,
-                   CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions, ImageOptions, HeadOptions,
+                   CacheOptions, CudaGraphOptions, TorchCompileOptions, FusedStepOptions, DecodingOptions, ImageOptions,
+                   HeadOptions,
                    GraphFileOptions):
     """What every action that runs a model takes: the union of the groups above (each checks its own values)."""
 
@@ -196,13 +204,13 @@ class SamplerOptions(OptionGroup):
     owner = "generative models"
     by_kind = True
     do_sample: bool | None = flag(None, "--do-sample", action=argparse.BooleanOptionalAction, help="sample instead of greedy / beam search (default: the model's generation config, else off)")
-    temperature: float | None = flag(None, "--temperature", type=float, help="softmax temperature when sampling (> 0; 0 is accepted without sampling and ignored, as HF does; default: the model's generation config, else 1)")
-    top_k: int | None = flag(None, "--top-k", type=int, help="keep the k most likely tokens when sampling (0: off; default: the model's generation config, else HF's 50; 0 with --ignore-generation-config)")
-    top_p: float | None = flag(None, "--top-p", type=float, help="nucleus sampling mass in (0, 1] (1: off; default: the model's generation config, else 1)")
+    temperature: float | None = flag(None, "--temperature", type=float, help="softmax temperature when sampling (> 0; without sampling refused unless 0 or 1, which change nothing; default: the model's generation config, else 1)")
+    top_k: int | None = flag(None, "--top-k", type=int, help="keep the k most likely tokens when sampling (refused without it; 0: off; default: the model's generation config, else HF's 50; 0 with --ignore-generation-config)")
+    top_p: float | None = flag(None, "--top-p", type=float, help="nucleus sampling mass in (0, 1] when sampling (refused without it, unless 1; 1: off; default: the model's generation config, else 1)")
     repetition_penalty: float | None = flag(None, "--repetition-penalty", type=float, help="HF-style repetition penalty (1: off; default: the model's generation config, else 1)")
     no_repeat_ngram_size: int | None = flag(None, "--no-repeat-ngram-size", type=int, help="forbid repeating any n-gram of this size (0: off; default: the model's generation config, else 0)")
-    length_penalty: float | None = flag(None, "--length-penalty", type=float, help="beam search: scores are divided by length ** this (default: the model's generation config, else 1)")
-    early_stopping: str | None = flag(None, "--early-stopping", choices=("true", "false", "never"), help="beam search stop rule, as HF's early_stopping (default: the model's generation config, else false)")
+    length_penalty: float | None = flag(None, "--length-penalty", type=float, help="beam search: scores are divided by length ** this (refused with one beam, unless 1; default: the model's generation config, else 1)")
+    early_stopping: str | None = flag(None, "--early-stopping", choices=("true", "false", "never"), help="beam search stop rule, as HF's early_stopping (refused with one beam, unless false; default: the model's generation config, else false)")
     dry_multiplier: float = flag(0.0, "--dry-multiplier", help="DRY penalty strength (0: off; typical 0.8)")
     dry_base: float = flag(1.75, "--dry-base", help="DRY exponential base")
     dry_allowed_length: int = flag(2, "--dry-allowed-length", help="repeats up to this length are not penalised")

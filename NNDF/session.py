@@ -94,9 +94,11 @@ def generation_config(run: RunContext, sampling: SamplingOptions, max_new_tokens
     """The run's generation settings: the model's generation config under the user's flags, as HF `generate`
     honours it (NNDF/decoding.py). `max_new_tokens` / `min_new_tokens`: lengths the action fixes (None: the
     flags, else the model's config, else the defaults)."""
-    from NNDF.decoding import resolve
+    from NNDF.decoding import refuse_unread, resolve
 
-    return resolve(run, sampling, max_new_tokens, min_new_tokens)
+    config = resolve(run, sampling, max_new_tokens, min_new_tokens)
+    refuse_unread(sampling, config)
+    return config
 
 
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:

@@ -87,6 +87,14 @@ def test_no_abbreviations_anywhere(capsys):
     (["benchmark", "BLIP", "frameworks", "--image", "x.png"], "--image does not apply to benchmark"),
     (["run", "GPT2", "frameworks", "--percentile", "90"], "--percentile does not apply to run (it applies to benchmark)"),
     (["compare", "GPT2", "--compare", "frameworks", "--dynamic-batch"], "--dynamic-batch is a flag of the trt backend"),
+    # flags of other actions only (their parser never takes them): named with the actions that do
+    (["predict", "BERT", "onnxrt", "--iterations", "2", "--prompt", "x"],
+     "error: run.py predict: --iterations does not apply to predict (it applies to benchmark, run, compare)"),
+    (["chat", "T5", "onnxrt", "--hf-baseline"], "--hf-baseline does not apply to chat (it applies to benchmark)"),
+    (["list", "--variant", "x"], "--variant does not apply to list (it applies to accuracy, benchmark, chat,"),
+    (["predict", "BERT", "--variant", "x", "triton"], "triton: backends go right after MODEL, before the flags"),
+    (["run", "GPT2", "frameworks", "--iter", "2"], "unrecognized argument --iter: did you mean --iterations"),
+    (["list", "GPT2", "onnxrt"], "error: run.py list: unexpected argument 'onnxrt'"),
 ])
 def test_flags_an_action_does_not_read_are_refused(capsys, argv, expect):
     assert expect in _main(capsys, *argv)
@@ -115,9 +123,46 @@ def test_flags_an_action_does_not_read_are_parsed_but_hidden_from_help():
     (["benchmark", "BERT", "onnxrt", "--no-fused-decode"], "error: --no-fused-decode does not apply to BERT"),
     (["benchmark", "BERT", "onnxrt", "--fused-decode"], "error: --fused-decode does not apply to BERT"),
     (["run", "GPT2", "frameworks", "--no-quant-symmetric"], "--no-quant-symmetric is a flag of the onnxrt backend"),
+    (["predict", "BERT", "onnxrt", "--torch-compile", "--prompt", "x"], "--torch-compile is a flag of the "
+     "frameworks backend, which this run does not use (onnxrt): name frameworks or drop the flag"),
+    (["benchmark", "GPT2", "onnxrt", "--static-cache", "--torch-compile"], "--torch-compile is a flag of the "
+     "frameworks backend"),
+    (["accuracy", "GPT2", "frameworks", "--torch-compile"], "--torch-compile does not apply to accuracy"),
+    (["predict", "BERT", "onnxrt", "--ort-products", "linear", "--prompt", "x"], "--ort-products does not apply to "
+     "BERT (encoder models): it belongs to generative models on the onnxrt backend"),
+    (["deploy", "BERT", "onnxrt", "--streaming", "--repository", "x"], "--streaming does not apply to BERT "
+     "(encoder models): it belongs to generative models"),
+    (["run", "BERT", "onnxrt", "--batch-size", "1", "4", "8"], "--batch-size with three values (min opt max) is a "
+     "flag of the trt backend"),
+    (["run", "T5", "trt", "--batch-size", "1", "2", "3"], "--batch-size with three values (min opt max) does not "
+     "apply to T5"),
 ])
 def test_refusals_name_the_owner(capsys, argv, expect):
     assert expect in _main(capsys, *argv)
+
+
+@pytest.mark.parametrize("flags,expect", [
+    (("--top-k", "3"), "--top-k 3 applies when sampling, and this run decodes greedily: add --do-sample or drop"),
+    (("--temperature", "0.7", "--num-beams", "2"), "--temperature 0.7 applies when sampling, and this run decodes "
+     "by beam search"),
+    (("--top-p", "0.5"), "--top-p 0.5 applies when sampling"),
+    (("--length-penalty", "2"), "--length-penalty 2 applies to beam search, and this run decodes with one beam"),
+    (("--early-stopping", "never"), "--early-stopping never applies to beam search"),
+])
+def test_decoding_flags_the_decoding_never_reads(capsys, workdir, flags, expect):
+    """HF generate warns and ignores them; refused here, naming what reads them."""
+    line = _main(capsys, "chat", "GPT2", "frameworks", "--prompt", "hi", "--max-new-tokens", "2", *flags, "-wd",
+                 str(workdir))
+    assert expect in line, line
+
+
+@pytest.mark.parametrize("flags", [("--temperature", "0"), ("--top-p", "1"), ("--length-penalty", "1"),
+                                   ("--early-stopping", "false"), ("--do-sample", "--top-k", "3", "--seed", "1"),
+                                   ("--num-beams", "2", "--length-penalty", "2")])
+def test_decoding_flags_that_change_nothing_or_are_read_run(capsys, workdir, flags):
+    code = cli.main(["chat", "GPT2", "frameworks", "--prompt", "hi", "--max-new-tokens", "2", *flags, "-wd",
+                     str(workdir)])
+    assert code == 0, capsys.readouterr().err
 
 
 def test_help_of_a_model_shows_only_what_its_kind_reads(capsys):

@@ -27,10 +27,10 @@ from NNDF.chat_template import ChatTemplateOptions
 from NNDF.generate_options import GenerateOptions
 from NNDF.options import (AccuracyDataOptions, AccuracyOptions, BatchOptions, BenchmarkGenerationOptions,
                           BenchmarkInputOptions, BenchmarkOptions, CacheOptions, ChatOptions, CleanupOptions,
-                          CompileOptions, DecodingOptions, DeviceOptions, FusedStepOptions, GraphFileOptions,
+                          CudaGraphOptions, DecodingOptions, DeviceOptions, FusedStepOptions, GraphFileOptions,
                           HeadOptions, ImageOptions, MaskOptions, MinLengthOptions, ModelOptions, OutputOptions,
                           PredictOptions, SamplerOptions, SamplingOptions, ScoringOptions, SeedOptions, SourceOptions,
-                          PercentileOptions, TimingLoopOptions, TimingOptions)
+                          PercentileOptions, TimingLoopOptions, TimingOptions, TorchCompileOptions)
 from NNDF.triton.options import DeployOptions, RepositoryOptions, RequestLimitOptions, ServeOptions
 
 
@@ -67,8 +67,8 @@ class Action:
 
 
 _MODEL = (SourceOptions, DeviceOptions, OutputOptions, HeadOptions, GraphFileOptions)  # every model action's
-_STEPS = (CleanupOptions, BatchOptions, MaskOptions, CacheOptions, CompileOptions, FusedStepOptions,
-          DecodingOptions)  # actions that run the model's steps on batches
+_STEPS = (CleanupOptions, BatchOptions, MaskOptions, CacheOptions, CudaGraphOptions, TorchCompileOptions,
+          FusedStepOptions, DecodingOptions)  # actions that run the model's steps on batches
 _DECODE = (SamplerOptions, MinLengthOptions, SeedOptions)
 
 ACTIONS: dict[str, Action] = {a.name: a for a in (
@@ -81,8 +81,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
                   BenchmarkInputOptions, BenchmarkGenerationOptions)),  # always --output-seq-len tokens
     Action("chat", "interactive prompts (or --prompt), several backends side by side", "NNDF.actions.chat:chat",
            (ModelOptions, SamplingOptions, ChatOptions, ChatTemplateOptions), side_by_side=True,  # one at a time
-           reads=(*_MODEL, CleanupOptions, CacheOptions, CompileOptions, FusedStepOptions, DecodingOptions,
-                  ImageOptions, *_DECODE, ChatOptions, ChatTemplateOptions), does="generates text", instead="predict"),
+           reads=(*_MODEL, CleanupOptions, CacheOptions, CudaGraphOptions, TorchCompileOptions, FusedStepOptions,
+                  DecodingOptions, ImageOptions, *_DECODE, ChatOptions, ChatTemplateOptions),
+           does="generates text", instead="predict"),
     Action("run", "golden samples from the family's checkpoint.toml", "NNDF.actions.checkpoint:run_samples",
            (ModelOptions, SamplingOptions, TimingOptions),
            reads=(*_MODEL, *_STEPS, ImageOptions, *_DECODE, TimingLoopOptions)),  # medians only
@@ -95,7 +96,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            does="writes text", instead="predict"),
     Action("predict", "encoder models: embeddings or class labels of texts, several backends side by side",
            "NNDF.actions.predict:predict", (ModelOptions, PredictOptions), side_by_side=True,
-           reads=(*_MODEL, CleanupOptions, BatchOptions, CompileOptions, PredictOptions),
+           reads=(*_MODEL, CleanupOptions, BatchOptions, CudaGraphOptions, TorchCompileOptions, PredictOptions),
            does="is for encoder models (embeddings, classification)", instead="generate"),
     Action("build", "prepare a run's artifacts (ONNX exports, quantized graphs, TensorRT engines) without running "
            "the model: build seconds and sizes", "NNDF.actions.build:build", (ModelOptions,),

@@ -19,7 +19,6 @@ class RepositoryOptions(OptionGroup):
     preferred_batch_size: tuple = flag((), "--preferred-batch-size", nargs="+", type=int, metavar="N", help="dynamic batching: batch sizes the batcher waits for (default: none preferred)")
     batch_delay_us: int = flag(2000, "--batch-delay-us", help="dynamic batching: how long a request may wait for others (microseconds)")
     instances: int = flag(1, "--instances", help="model instances (each a python process with its own ONNX Runtime session)")
-    streaming: bool = flag(False, "--streaming", help="Triton's decoupled mode: each request's tokens are sent as they are chosen (greedy and sampling; beam search sends the result), over gRPC streams")
     force: bool = flag(False, "--force", help="replace a model of the same name in the repository")
 
     def check(self):
@@ -39,6 +38,7 @@ class RequestLimitOptions(OptionGroup):
     kind_scope = CacheOptions
     max_new_tokens_limit: int = flag(512, "--max-new-tokens-limit", help="the most new tokens a request may ask for (larger requests get an error)")
     num_beams_limit: int = flag(8, "--num-beams-limit", help="the widest beam search a request may ask for (wider requests get an error)")
+    streaming: bool = flag(False, "--streaming", help="Triton's decoupled mode: each request's tokens are sent as they are chosen (greedy and sampling; beam search sends the result), over gRPC streams")
     cache_limit_mib: int = flag(2048, "--cache-limit-mib", help="the most KV cache one generation may hold, in MiB: rows x beams x (prompt + new tokens) x the model's cache bytes per token (a request over it alone gets an error; requests batched together stay under it)")
 
     def check(self):

@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass
 
 from NNDF.errors import UsageError
-from NNDF.options import HeadOptions, OptionGroup, flag
+from NNDF.options import CacheOptions, HeadOptions, OptionGroup, flag
 
 QUANTIZE_CHOICES = ("none", "int8", "int4")
 PRODUCTS = ("linear", "matmul")  # what the graphs built from the weights state their products with
@@ -56,9 +56,10 @@ class OrtOptimizeOptions(OptionGroup):
 
 @dataclass(frozen=True)
 class BuiltGraphOptions(OptionGroup):
-    title = "ONNX Runtime: graphs built from the weights (onnxrt backend)"
-    owner = "the onnxrt backend"
+    title = "ONNX Runtime: graphs built from the weights (onnxrt backend, generative models)"
+    owner = "generative models on the onnxrt backend"
     backends = ("onnxrt",)
+    kind_scope = CacheOptions  # the graphs built from the weights are static-cache decoders
     ort_products: str | None = flag(None, "--ort-products", choices=PRODUCTS, help="the products of the graphs onnxrt builds from the weights (--static-cache): linear (this project's Linear op, NNDF/backends/onnxrt/custom_ops.py: on CUDA its kernel reads a one-token step's weights, compiled by nvcc with the graph; a family's graphs also attend with this project's Attention op where its builder declares it) or matmul (ONNX Runtime's MatMul: cuBLAS on CUDA, MLAS on the CPU). Default: linear on CUDA, matmul on the CPU; refused where the run takes no built graph")
 
     def products(self, device: str) -> str:
