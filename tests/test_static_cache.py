@@ -133,6 +133,11 @@ def test_benchmark_beyond_position_table_is_refused(workdir, capsys):
     assert out.returncode == 2, out.stderr
     assert out.stderr.strip().splitlines()[-1] == \
         "error: --input-seq-len 200 + --output-seq-len 100 exceeds gpt2-offline's 256 positions; shorten them"
+    out = cli_in_process(capsys, "benchmark", "GPT2", "frameworks", "--cpu", "--input-seq-len", "200",
+                         "--working-dir", str(workdir))  # the other length left to its default: said so
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+        "error: --input-seq-len 200 + --output-seq-len 256 exceeds gpt2-offline's 256 positions; shorten them "
+        "(--output-seq-len 256 is the default)")
 
 
 @pytest.mark.parametrize("family,lengths,expect", [

@@ -191,7 +191,10 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
     prompt, new = bench.input_seq_len or default_prompt, bench.output_seq_len or default_new
     problem = run.family.task.length_problem(run, prompt, new)
     if problem and given:
-        raise UsageError(problem)
+        unset = [f"{flag} {value}" for flag, value, typed in (("--input-seq-len", prompt, bench.input_seq_len),
+                                                              ("--output-seq-len", new, bench.output_seq_len))
+                 if typed is None]
+        raise UsageError(problem + (f" ({unset[0]} is the default)" if unset else ""))
     while problem and (prompt, new) != (1, 1):
         prompt, new = max(prompt // 2, 1), max(new // 2, 1)
         problem = run.family.task.length_problem(run, prompt, new)
