@@ -4,11 +4,11 @@ One pass: parse -> resolve the family (its kind) and the backends -> check every
 (NNDF/flags.py: the action reads it, the kind adds it, the backend is named) -> build the action's option groups
 -> call the action's library function, which returns a `Report`, printed as a table and optionally written as
 JSON. Each action's parser is built from its declaration (`NNDF.actions.ACTIONS`) plus the backends' own groups;
-`run.py ACTION MODEL --help` shows only what that model's kind reads. Every `HarnessError` (and argparse's own
-errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback of what caused it follows);
-library warnings are silenced unless --verbose, the harness's own warnings are one `warning: ...` line each. When
-the reader of stdout goes away (`run.py list | head`) the run ends quietly with exit code 141, as SIGPIPE ends
-other tools.
+`run.py ACTION MODEL [BACKEND ...] --help` shows only what that model's kind and the backends named read. Every
+`HarnessError` (and argparse's own errors) becomes one line on stderr and exit code 2 (with --verbose, the traceback
+of what caused it follows); library warnings are silenced unless --verbose, the harness's own warnings are one
+`warning: ...` line each. When the reader of stdout goes away (`run.py list | head`) the run ends quietly with exit
+code 141, as SIGPIPE ends other tools.
 
 Flags are matched exactly (no abbreviations: `--iter` is not `--iterations`). Output paths (`--json`, `--plot`)
 are checked before the action runs: a folder, a place that cannot be written, or one of the run's inputs
@@ -47,9 +47,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _add_action(sub, action: Action, task=None) -> None:
+def _add_action(sub, action: Action, task=None, backends: tuple[str, ...] = ()) -> None:
     """The action's parser: every flag of its groups and the backends' is parsed (to be refused by name when not
-    in play); `--help` shows the groups in play for the action, and for `task` (the model's kind) when known."""
+    in play); `--help` shows the groups in play for the action, for `task` (the model's kind) and for `backends`
+    (those named) when known."""
     p = sub.add_parser(action.name, help=action.help, description=action.help, allow_abbrev=False)
     families = ", ".join(registry.FAMILY_PACKAGES)
     if not action.runs_models:
@@ -67,16 +68,22 @@ def _add_action(sub, action: Action, task=None) -> None:
         p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
                        "(default: every backend usable here)")
     for group in flags.parsed_groups(action):
-        group.add_to_parser(p, shown=flags.shown(action, group, task), hidden=flags.absent_parts(task))
+        group.add_to_parser(p, shown=flags.shown(action, group, task, backends), hidden=flags.absent_parts(task))
 
 
-def _kind_named(argv: list[str]):
-    """The kind (`Task`) of `ACTION MODEL ... --help` when argv names a known family there (else None)."""
+def _named(argv: list[str]):
+    """The kind (`Task`) and the backends of `ACTION MODEL [BACKEND ...] --help` when argv names a known family
+    there (else None and ())."""
     if not {"-h", "--help"} & set(argv):
-        return None
+        return None, ()
     if len(argv) >= 2 and argv[0] in ACTIONS and ACTIONS[argv[0]].runs_models and argv[1] in registry.FAMILY_PACKAGES:
-        return registry.family(argv[1]).task
-    return None
+        named = []
+        for word in argv[2:]:
+            if word not in registry.BACKENDS:
+                break
+            named.append(word)
+        return registry.family(argv[1]).task, tuple(named)
+    return None, ()
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -84,9 +91,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="run.py", description="HuggingFace models on PyTorch, ONNX Runtime and TensorRT: "
                      "accuracy, speed, chat, artifacts, serving.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser, metavar="ACTION")
-    task = _kind_named(argv) if argv else None
+    task, backends = _named(argv) if argv else (None, ())
     for action in ACTIONS.values():
-        _add_action(sub, action, task if task is not None and argv[0] == action.name else None)
+        named = task is not None and argv[0] == action.name
+        _add_action(sub, action, task if named else None, backends if named else ())
     return parser
 
 

@@ -36,10 +36,12 @@ def kind_reads(task, group: type) -> bool:
     return owner is None or owner in task.option_groups
 
 
-def shown(action: Action, group: type, task=None) -> bool:
-    """Whether `--help` shows the group for this action (and, when the model is known, its kind)."""
+def shown(action: Action, group: type, task=None, backends: tuple[str, ...] = ()) -> bool:
+    """Whether `--help` shows the group for this action (and, when the model is known, its kind; when backends are
+    named, only the groups they read)."""
     read = group in backend_groups() or group in action.read_groups()
-    return read and (task is None or kind_reads(task, group))
+    named = not backends or not group.backends or bool(set(group.backends) & set(backends))
+    return read and named and (task is None or kind_reads(task, group))
 
 
 def absent_parts(task) -> frozenset[str]:
@@ -158,8 +160,8 @@ def reference() -> str:
            "Generated from the option groups (`NNDF/options.py`, the backends' option modules, `NNDF/flags.py`):",
            "`python -m NNDF.flags` writes this file and a test checks it is current. A flag is accepted only where",
            "its owner is in play: the action reads its group, the model's kind adds it (where only some kinds read",
-           "it), the run names its backend (a backend's own flags). `python run.py ACTION MODEL --help` shows",
-           "exactly those.", ""]
+           "it), the run names its backend (a backend's own flags). `python run.py ACTION MODEL [BACKEND ...] --help`",
+           "shows exactly those.", ""]
     for group in dict.fromkeys(groups):
         out += [f"## {group.title}", "", *_who(group), "", "| flag | default | what it does |", "|---|---|---|"]
         for f in fields(group):

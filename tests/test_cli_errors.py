@@ -180,6 +180,11 @@ def test_help_of_a_model_shows_only_what_its_kind_reads(capsys):
     assert {"--task", "--seq-len", "--ort-optimize", "--encoder-onnx"} <= bert
     assert not {"--use-cache", "--decoder-onnx", "--num-beams", "--image"} & bert
     assert {"--use-cache", "--image", "--task", "--seq-len", "--quantize", "--triton-url"} <= plain
+    # backends named: only the groups they read (and every group no backend owns)
+    onnxrt, both = flags_of("predict", "BERT", "onnxrt"), flags_of("predict", "BERT", "frameworks", "trt")
+    assert {"--quantize", "--ort-optimize", "--use-cuda-graph"} <= onnxrt
+    assert not {"--seq-len", "--triton-url", "--torch-compile", "--ort-products"} & onnxrt
+    assert {"--torch-compile", "--seq-len"} <= both and not {"--quantize", "--triton-url"} & both
 
 
 def test_non_finite_numbers_are_refused(capsys):
