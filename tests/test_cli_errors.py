@@ -148,6 +148,7 @@ def test_refusals_name_the_owner(capsys, argv, expect):
     (("--top-p", "0.5"), "--top-p 0.5 applies when sampling"),
     (("--length-penalty", "2"), "--length-penalty 2 applies to beam search, and this run decodes with one beam"),
     (("--early-stopping", "never"), "--early-stopping never applies to beam search"),
+    (("--num-beams", "5000"), "--num-beams 5000 is more than gpt2-offline's 4096-token vocabulary: give at most 4096"),
 ])
 def test_decoding_flags_the_decoding_never_reads(capsys, workdir, flags, expect):
     """HF generate warns and ignores them; refused here, naming what reads them."""
