@@ -94,6 +94,32 @@ def test_missing_torch_dir(tmp_path):
     _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
 
 
+def _gpt2_copy(folder, names=None):
+    """The committed gpt2-offline folder copied to `folder` (only `names`, when given)."""
+    from conftest import ROOT
+
+    folder.mkdir()
+    for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
+        if names is None or path.name in names:
+            (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def test_failed_torch_dir_run_leaves_no_folder(capsys, tmp_path):
+    """--torch-dir with no weights, or weights cut short: one line, and no empty artifact folder left behind (one
+    holding earlier artifacts stays)."""
+    no_weights = _gpt2_copy(tmp_path / "cfgonly", {"config.json", "tokenizer.json", "tokenizer_config.json"})
+    cut = _gpt2_copy(tmp_path / "cut")
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:1000])
+    work = tmp_path / "w"
+    run = ("generate", "GPT2", "onnxrt", "--prompt", "hi", "--max-new-tokens", "1", "-wd", str(work))
+    _refused(capsys, *run, "--torch-dir", str(no_weights), expect="no file named model.safetensors")
+    assert not work.exists()
+    (work / "GPT2" / "gpt2-offline" / "decoder").mkdir(parents=True)
+    _refused(capsys, *run, "--torch-dir", str(cut), expect="cut/model.safetensors is damaged (truncated")
+    assert [p.name for p in (work / "GPT2").iterdir()] == ["gpt2-offline"]
+
+
 def test_unreadable_dataset(tmp_path, capsys):
     _bad("accuracy", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), "-wd", str(tmp_path),
          expect="missing.jsonl: no such file")
