@@ -75,7 +75,7 @@ def test_wrong_architecture_for_family(tmp_path):
 
     line = _bad("run", "OPT", "frameworks", "--torch-dir", str(ROOT / "GPT2" / "offline" / "gpt2-offline"),
                 "-wd", str(tmp_path), expect="is a 'gpt2' model")
-    assert line.endswith("family OPT runs opt")
+    assert line.endswith("family OPT runs opt; 'gpt2' models run as family GPT2: name GPT2 instead of OPT")
 
 
 def test_model_type_no_family_models(tmp_path):
@@ -90,8 +90,14 @@ def test_model_type_no_family_models(tmp_path):
     assert line.endswith("'mixtral' needs mixture-of-experts layers, which this family does not model")
 
 
-def test_missing_torch_dir(tmp_path):
-    _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
+def test_missing_torch_dir(tmp_path, capsys):
+    _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="nope' does not exist")
+    (tmp_path / "config.json").write_text("{}")
+    _refused(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "config.json"),
+             expect="config.json' is a file, not a folder")
+    (tmp_path / "empty").mkdir()
+    _refused(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "empty"),
+             expect="empty' is not a HuggingFace model folder (no config.json)")
 
 
 def _gpt2_copy(folder, names=None):
@@ -118,6 +124,52 @@ def test_failed_torch_dir_run_leaves_no_folder(capsys, tmp_path):
     (work / "GPT2" / "gpt2-offline" / "decoder").mkdir(parents=True)
     _refused(capsys, *run, "--torch-dir", str(cut), expect="cut/model.safetensors is damaged (truncated")
     assert [p.name for p in (work / "GPT2").iterdir()] == ["gpt2-offline"]
+
+
+def test_unknown_model_type_is_one_whole_line(capsys, tmp_path, monkeypatch):
+    """A config.json of a model type transformers does not know, in a folder or in the HF cache: which type, and
+    what the family runs."""
+    import json
+
+    folder = _gpt2_copy(tmp_path / "unknown")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, model_type="gpt5")))
+    line = _refused(capsys, "generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hi",
+                    "-wd", str(tmp_path / "w"), expect="unknown' is a 'gpt5' model; family GPT2 runs gpt2, gpt_neo")
+    assert line.endswith("does not know it either")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cached = tmp_path / "hf" / "hub" / "models--someone--gpt5"
+    (cached / "refs").mkdir(parents=True)
+    (cached / "refs" / "main").write_text(commit)
+    (cached / "snapshots").mkdir()
+    folder.rename(cached / "snapshots" / commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    line = _bad("generate", "GPT2", "frameworks", "--variant", "someone/gpt5", "--prompt", "hi", "-wd",
+                str(tmp_path / "w"), expect="'someone/gpt5' is a 'gpt5' model; family GPT2 runs gpt2, gpt_neo")
+    assert line.endswith("does not know it either") and not (tmp_path / "w").exists()
+
+
+def test_family_type_this_transformers_lacks_says_upgrade():
+    """One of the family's own model types that the installed transformers does not know yet: upgrade it."""
+    from dataclasses import replace
+
+    from NNDF import registry
+    from NNDF.models import _type_refusal
+
+    family = replace(registry.family("GPT2"), model_types=("gpt2", "gpt5"))
+    refusal = _type_refusal(family, "/models/next", "gpt5")
+    assert "'/models/next' is a 'gpt5' model, which transformers " in str(refusal)
+    assert str(refusal).endswith("does not know: upgrade it (pip install --upgrade transformers)")
+    assert _type_refusal(family, "/models/next", "gpt2") is None
+
+
+def test_long_library_messages_are_cut_between_sentences():
+    from NNDF.models import _first_line
+
+    first = "The checkpoint has model type `gpt5` but Transformers does not recognize this architecture."
+    text = f"{first} This could be because of an issue with the checkpoint, or because your version is out of date."
+    assert _first_line(ValueError(f"{text}\nMore"), limit=120) == first
+    assert _first_line(ValueError("word " * 100), limit=50) == "word " * 9 + "word ..."
 
 
 def test_unreadable_dataset(tmp_path, capsys):
