@@ -6,9 +6,9 @@ folder is always read with `local_files_only=True`, so it never touches the netw
 under `local:<name>-<digest of its resolved path>`, or `local:<--variant>` when --variant labels it. A hub id is
 loaded only after one quick check that the hub answers (NNDF/hub.py): when it does not, the id comes from the
 local HF cache (said once) or fails in one line. Hub failures become one line that suggests `--torch-dir` or the
-family's offline default. A model of another architecture (its config.json's `model_type`, read as plain JSON
-when transformers cannot load it) is refused naming the types the family runs. `trust_remote_code` is passed
-through only when the user asked for it.
+family's offline default (all its offline variants for a name it does not declare: perhaps a typo). A model of
+another architecture (its config.json's `model_type`, read as plain JSON when transformers cannot load it) is
+refused naming the types the family runs. `trust_remote_code` is passed through only when the user asked for it.
 """
 from __future__ import annotations
 
@@ -68,8 +68,15 @@ class ModelSource:
 
 def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
     return ModelLoadError(f"could not load {location!r} ({_first_line(exc)}); the HuggingFace Hub may be unreachable: "
-                          f"use --torch-dir DIR for a local HF folder, or the offline default --variant "
-                          f"{family.default_variant}")
+                          f"use --torch-dir DIR for a local HF folder, or {_offline_hint(family, location)}")
+
+
+def _offline_hint(family: Family, name: str) -> str:
+    """What to run instead of hub id `name`: the offline default for a declared variant, else (perhaps a mistyped
+    name) every offline variant of the family."""
+    if any(v.name == name for v in family.variants):
+        return f"the offline default --variant {family.default_variant}"
+    return f"a {family.name} variant that needs no network: --variant {', '.join(family.offline_variants)}"
 
 
 def _first_line(exc: Exception, limit: int = 240) -> str:
@@ -243,8 +250,7 @@ def _hub_unreachable(family: Family, hub_id: str) -> bool:
         return False
     if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         raise ModelLoadError(f"the HuggingFace Hub is unreachable ({why}) and {hub_id!r} is not in the local HF "
-                             f"cache: use --torch-dir DIR for a local HF folder, or the offline default --variant "
-                             f"{family.default_variant}")
+                             f"cache: use --torch-dir DIR for a local HF folder, or {_offline_hint(family, hub_id)}")
     log.warning("the HuggingFace Hub is unreachable (%s): %s comes from the local HF cache", why, hub_id)
     return True
 

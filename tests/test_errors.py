@@ -78,6 +78,37 @@ def test_wrong_architecture_for_family(tmp_path):
     assert line.endswith("family OPT runs opt; 'gpt2' models run as family GPT2: name GPT2 instead of OPT")
 
 
+@pytest.mark.parametrize("argv,expect", [
+    (("predict", "BERT", "onnxrt", "--variant", "t5-offline", "--prompt", "hi"),
+     "--variant 't5-offline' is a T5 variant, not a BERT one: run.py predict T5 onnxrt --variant t5-offline; "
+     "BERT's offline variants: all-MiniLM-L6-v2, roberta-classifier-offline"),
+    (("chat", "T5", "--variant", "bart-offline"),
+     "--variant 'bart-offline' is a BART variant, not a T5 one: run.py chat BART --variant bart-offline; "
+     "T5's offline variants: t5-offline, flan-t5-offline"),
+    (("chat", "GPT2", "--variant", "llama-offline"),
+     "--variant 'llama-offline' is a LLAMA variant, not a GPT2 one: run.py chat LLAMA --variant llama-offline; "
+     "GPT2's offline variants: gpt2-offline, gpt-neo-offline, gpt-neox-offline, gptj-offline"),
+])
+def test_variant_of_another_family_names_it(capsys, tmp_path, argv, expect):
+    _refused(capsys, *argv, "-wd", str(tmp_path / "w"), expect=expect)
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("unreachable", [False, True])
+def test_mistyped_variant_lists_the_offline_variants(capsys, tmp_path, monkeypatch, unreachable):
+    """A name no family declares (a typo, or a hub id not cached) with no hub: this family's offline variants."""
+    from NNDF import hub
+
+    if unreachable:  # else HF_HUB_OFFLINE (the suite's): the libraries read the cache and fail
+        monkeypatch.setattr(hub, "offline", lambda: False)
+        monkeypatch.setattr(hub, "unreachable", lambda: "huggingface.co:443: Name or service not known")
+    line = _refused(capsys, "generate", "GPT2", "frameworks", "--variant", "gpt2-ofline", "--prompt", "hi",
+                    "-wd", str(tmp_path), expect="'gpt2-ofline'")
+    assert line.endswith("use --torch-dir DIR for a local HF folder, or a GPT2 variant that needs no network: "
+                         "--variant gpt2-offline, gpt-neo-offline, gpt-neox-offline, gptj-offline")
+    assert ("the HuggingFace Hub is unreachable" in line) == unreachable
+
+
 def test_model_type_no_family_models(tmp_path):
     """A model type close to a family's but not modelled by any: the refusal says what the family lacks for it."""
     from transformers import MixtralConfig
