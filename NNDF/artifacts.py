@@ -22,7 +22,8 @@ umask gives ordinary folders and files (`tempfile` would leave 0700 / 0600).
 
 The working dir is written only when something must be built: a run whose artifacts are all current works in a
 read-only working dir (a shared cache); a build there is refused in one line. A full disk during a build is one
-line ("no space left in DIR, about N GB needed"), and the staging folder is removed.
+line ("no space left in DIR, about N GB needed"), and the staging folder is removed. The folders a build made
+(the working dir's included) are removed again when it fails and leaves them empty: a failed run leaves nothing.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import errno
 import fcntl
 import glob
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -265,7 +267,11 @@ def _lock_file(path: Path) -> int:
     """An open descriptor of `path` (created if missing) holding its exclusive `flock`: retried when the file
     was removed (released by its last holder) while this process waited for it."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, file_mode())
+        except FileNotFoundError:  # its last holder's build failed and removed the folder it had made: make it again
+            path.parent.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if os.path.samestat(os.fstat(fd), os.stat(path)):
@@ -311,14 +317,14 @@ class ArtifactStore:
         again under it (another process may have built it while this one waited): a current artifact in a
         read-only working dir takes no lock. Not reentrant: one build of `name` per process at a time."""
         final = self.path(name)
-        self._make_folder(final.parent, name, 0)
-        path = final.parent / f".{final.name}.lock"
-        fd = _lock_file(path)
-        try:
-            yield
-        finally:
-            path.unlink(missing_ok=True)  # before the release: a waiter on this file sees it gone and opens anew
-            os.close(fd)
+        with self._folder(name, 0):
+            path = final.parent / f".{final.name}.lock"
+            fd = _lock_file(path)
+            try:
+                yield
+            finally:
+                path.unlink(missing_ok=True)  # before the release: a waiter on this file sees it gone and opens anew
+                os.close(fd)
 
     @contextmanager
     def must_build(self, name: str, fingerprint: dict, rebuild: str = "rebuilding it", force: bool = False,
@@ -343,8 +349,7 @@ class ArtifactStore:
         fingerprint and the digest of every file. `needs`: about how many bytes the artifact takes (said when
         the disk fills up; else what was written until then)."""
         final = self.path(name)
-        self._make_folder(final.parent, name, needs)
-        with staging_folder(final.parent, f".{final.name}.building-") as tmp:
+        with self._folder(name, needs), staging_folder(final.parent, f".{final.name}.building-") as tmp:
             try:
                 yield tmp
                 write_json_atomic(tmp / FINGERPRINT, fingerprint)
@@ -363,6 +368,22 @@ class ArtifactStore:
                     os.replace(tmp, final)
             else:
                 os.replace(tmp, final)
+
+    @contextmanager
+    def _folder(self, name: str, needs: int) -> Iterator[None]:
+        """Artifact `name`'s parent folder (and the working dir) made where missing for the block; those made here
+        and left empty after it (a build that failed) are removed: a failed run leaves no empty folders behind."""
+        folder = self.path(name).parent
+        made = list(itertools.takewhile(lambda path: not path.exists(), [folder, *folder.parents]))  # deepest first
+        self._make_folder(folder, name, needs)
+        try:
+            yield
+        finally:
+            for path in made:
+                try:
+                    path.rmdir()
+                except OSError:  # not empty (an artifact, another process's lock or build): nor are its parents
+                    break
 
     def _make_folder(self, folder: Path, name: str, needs: int) -> None:
         """Create `folder` (and the working dir); a place that cannot be written is one line: only now, when

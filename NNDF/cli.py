@@ -134,6 +134,19 @@ def _check_outputs(args, family=None) -> None:
     check_outputs(args, _committed_folder(args, family))
 
 
+def _check_variant(args, family) -> None:
+    """--variant naming another family's variant (and no --torch-dir, which it would label): one line naming that
+    family, before the hub is asked for it."""
+    name = getattr(args, "variant", None)
+    if not name or getattr(args, "torch_dir", None) or any(v.name == name for v in family.variants):
+        return
+    owner = registry.family_of_variant(name)
+    if owner is not None:
+        command = " ".join(["run.py", args.action, owner.name, *args.backends, "--variant", name])
+        raise UsageError(f"--variant {name!r} is a {owner.name} variant, not a {family.name} one: {command}; "
+                         f"{family.name}'s offline variants: {', '.join(family.offline_variants)}")
+
+
 def _committed_folder(args, family):
     """The offline variant's committed model folder this run reads (None: none, or --torch-dir)."""
     if family is None or getattr(args, "torch_dir", None):
@@ -173,6 +186,7 @@ def prepare(args) -> Callable[[], object]:
         return partial(registry.load(action.function), args.model,
                        *(group.from_namespace(args) for group in action.groups))
     family = registry.family(args.model)
+    _check_variant(args, family)
     _check_outputs(args, family)
     function = _function(action, family)
     backends = _backends(args, action, family)

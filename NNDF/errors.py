@@ -28,6 +28,14 @@ class ModelLoadError(HarnessError):
     """A model, config or tokenizer could not be loaded (missing folder, wrong architecture, no hub)."""
 
 
+class WrongModelType(ModelLoadError):
+    """A model of an architecture the family does not run; `model_type` is its HF config's."""
+
+    def __init__(self, message: str, model_type: str):
+        super().__init__(message)
+        self.model_type = model_type
+
+
 class BackendUnavailable(HarnessError):
     """A backend's library or device is missing on this machine."""
 

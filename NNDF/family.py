@@ -88,6 +88,11 @@ class Family:
         return Variant(name=name)
 
     @property
+    def offline_variants(self) -> tuple[str, ...]:
+        """The names of the variants that need no network."""
+        return tuple(v.name for v in self.variants if v.offline)
+
+    @property
     def kind(self) -> str:
         """The task's label ("decoder", "seq2seq", ...), for messages and listings."""
         return self.task.kind

@@ -6,12 +6,16 @@ folder is always read with `local_files_only=True`, so it never touches the netw
 under `local:<name>-<digest of its resolved path>`, or `local:<--variant>` when --variant labels it. A hub id is
 loaded only after one quick check that the hub answers (NNDF/hub.py): when it does not, the id comes from the
 local HF cache (said once) or fails in one line. Hub failures become one line that suggests `--torch-dir` or the
-family's offline default. `trust_remote_code` is passed through only when the user asked for it.
+family's offline default (all its offline variants for a name it does not declare: perhaps a typo). A model of
+another architecture (its config.json's `model_type`, read as plain JSON when transformers cannot load it) is
+refused naming the types the family runs. `trust_remote_code` is passed through only when the user asked for it.
 """
 from __future__ import annotations
 
+import json
 import logging
 import pickle
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -20,7 +24,7 @@ import torch
 
 from NNDF import hub
 from NNDF.artifacts import digest
-from NNDF.errors import ModelLoadError
+from NNDF.errors import ModelLoadError, WrongModelType
 from NNDF.family import ROOT, Family, Variant
 from NNDF.integrity import damaged_file, embedding_rows
 from NNDF.model_config import ModelDims
@@ -63,16 +67,32 @@ class ModelSource:
 
 
 def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ModelLoadError(
-        f"could not load {location!r} ({reason[:160]}); the HuggingFace Hub may be unreachable: use "
-        f"--torch-dir DIR for a local HF folder, or the offline default --variant {family.default_variant}"
-    )
+    return ModelLoadError(f"could not load {location!r} ({_first_line(exc)}); the HuggingFace Hub may be unreachable: "
+                          f"use --torch-dir DIR for a local HF folder, or {_offline_hint(family, location)}")
 
 
-def _first_line(exc: Exception) -> str:
+def _offline_hint(family: Family, name: str) -> str:
+    """What to run instead of hub id `name`: the offline default for a declared variant, else (perhaps a mistyped
+    name) every offline variant of the family."""
+    if any(v.name == name for v in family.variants):
+        return f"the offline default --variant {family.default_variant}"
+    return f"a {family.name} variant that needs no network: --variant {', '.join(family.offline_variants)}"
+
+
+def _first_line(exc: Exception, limit: int = 240) -> str:
+    """The first line of a library's message; past `limit` characters, its sentences that fit (never cut mid-word)."""
     text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    line = text.splitlines()[0]
+    if len(line) <= limit:
+        return line
+    kept = ""
+    for sentence in re.split(r"(?<=[.;:])\s+", line):
+        if len(kept) + len(sentence) + 1 > limit:
+            break
+        kept = f"{kept} {sentence}".strip()
+    return kept or line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _from_pretrained(cls, family: Family, location: str, local: bool, what: str, trust: bool, repair: str = "",
@@ -137,20 +157,70 @@ def resolve_source(family: Family, variant_name: str | None, torch_dir: str | No
     variant: Variant = family.variant(variant_name or family.default_variant)
     local_dir = None
     if torch_dir:
-        local_dir = Path(torch_dir)
-        if not (local_dir / "config.json").is_file():
-            raise ModelLoadError(f"--torch-dir {torch_dir!r} is not a HuggingFace model folder (no config.json)")
+        local_dir = _model_folder(torch_dir)
     elif variant.offline:
         local_dir = materialize(family, variant, working_dir)
     location = str(local_dir) if local_dir else variant.name
     repair = _repair_hint(variant, torch_dir, local_dir)
     cache_only = local_dir is None and _hub_unreachable(family, location)
-    config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
-                              trust_remote_code, repair, cache_only)
+    try:
+        config = _from_pretrained(AutoConfig, family, location, local_dir is not None, "the model config",
+                                  trust_remote_code, repair, cache_only)
+    except ModelLoadError as exc:  # e.g. a model type transformers does not know: say whose it is
+        refusal = _type_refusal(family, location, _declared_type(location, local_dir is not None))
+        if refusal is None:
+            raise
+        raise refusal from exc.__cause__
     if config.model_type not in family.model_types:
-        raise ModelLoadError(_wrong_type(family, location, config.model_type))
+        raise WrongModelType(_wrong_type(family, location, config.model_type), config.model_type)
     name = local_label(torch_dir, variant_name) if torch_dir else variant.name
     return ModelSource(family, name, location, local_dir, config, trust_remote_code, repair, cache_only)
+
+
+def _model_folder(torch_dir: str) -> Path:
+    """The --torch-dir folder, refused in one line when it is missing, a file, or holds no config.json."""
+    folder = Path(torch_dir)
+    if not folder.exists():
+        raise ModelLoadError(f"--torch-dir {torch_dir!r} does not exist: give a HuggingFace model folder (one "
+                             "written by save_pretrained)")
+    if not folder.is_dir():
+        raise ModelLoadError(f"--torch-dir {torch_dir!r} is a file, not a folder: give the HuggingFace model folder "
+                             "that holds it")
+    if not (folder / "config.json").is_file():
+        raise ModelLoadError(f"--torch-dir {torch_dir!r} is not a HuggingFace model folder (no config.json)")
+    return folder
+
+
+def _declared_type(location: str, local: bool) -> str | None:
+    """The `model_type` a config.json declares, read as plain JSON (a local folder's, or the local HF cache's copy
+    of a hub id's), without transformers resolving it; None when it cannot be read."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        path = Path(location) / "config.json" if local else try_to_load_from_cache(location, "config.json")
+        declared = json.loads(Path(path).read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, TypeError, AttributeError):  # unreadable, not JSON, not cached, not an object
+        return None
+    return declared if isinstance(declared, str) else None
+
+
+def _type_refusal(family: Family, location: str, model_type: str | None) -> ModelLoadError | None:
+    """Why a config that failed to load cannot run here, from its declared `model_type`: another architecture than
+    the family's, or one of the family's that this transformers does not know (None: neither, or no type)."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type is None:
+        return None
+    known = model_type in CONFIG_MAPPING
+    if model_type not in family.model_types:
+        unknown = "" if known else f"; transformers {transformers.__version__} does not know it either"
+        return WrongModelType(_wrong_type(family, location, model_type) + unknown, model_type)
+    if not known:
+        return ModelLoadError(f"{location!r} is a {model_type!r} model, which transformers "
+                              f"{transformers.__version__} does not know: upgrade it (pip install --upgrade "
+                              "transformers)")
+    return None
 
 
 def _wrong_type(family: Family, location: str, model_type: str) -> str:
@@ -180,8 +250,7 @@ def _hub_unreachable(family: Family, hub_id: str) -> bool:
         return False
     if not isinstance(try_to_load_from_cache(hub_id, "config.json"), str):
         raise ModelLoadError(f"the HuggingFace Hub is unreachable ({why}) and {hub_id!r} is not in the local HF "
-                             f"cache: use --torch-dir DIR for a local HF folder, or the offline default --variant "
-                             f"{family.default_variant}")
+                             f"cache: use --torch-dir DIR for a local HF folder, or {_offline_hint(family, hub_id)}")
     log.warning("the HuggingFace Hub is unreachable (%s): %s comes from the local HF cache", why, hub_id)
     return True
 

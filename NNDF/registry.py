@@ -93,6 +93,16 @@ def family(name: str) -> Family:
     return load(FAMILIES[name].family)
 
 
+def family_of_variant(name: str) -> Family | None:
+    """The registered family that declares variant `name` (None: none does)."""
+    return next((fam for fam in families().values() if any(v.name == name for v in fam.variants)), None)
+
+
+def family_of_type(model_type: str) -> Family | None:
+    """The registered family that runs HF model type `model_type` (None: none does)."""
+    return next((fam for fam in families().values() if model_type in fam.model_types), None)
+
+
 def backends_of(fam: Family) -> list[str]:
     """Backends this family runs on, in registry order: its kind has an adapter there, or the backend serves the
     kind by itself."""

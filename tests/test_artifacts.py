@@ -30,7 +30,31 @@ def test_failed_build_leaves_nothing(tmp_path):
             (tmp / "model.onnx").write_text("partial")
             raise RuntimeError("export crashed")
     assert not store.path("decoder").exists()
-    assert list(store.root.iterdir()) == []  # no temporary folder left behind either
+    assert list(tmp_path.iterdir()) == []  # no temporary folder, nor the empty folders made for it
+
+
+def test_failed_build_removes_only_the_empty_folders_it_made(tmp_path):
+    """A build that fails under its build lock (a model that cannot be read) removes the folders it made, the
+    working dir's included, when they are empty; a folder holding earlier artifacts stays."""
+    work = tmp_path / "work"
+    store = ArtifactStore(work, "GPT2", "local:model-1234")
+    with pytest.raises(RuntimeError):
+        with store.must_build("decoder", {"a": 1}) as needed, store.build("decoder", {"a": 1}):
+            assert needed
+            raise RuntimeError("the weights cannot be read")
+    assert not work.exists()
+    earlier = ArtifactStore(work, "GPT2", "gpt2-offline")
+    with earlier.build("decoder", {"a": 1}) as tmp:
+        (tmp / "model.onnx").write_text("v1")
+    with pytest.raises(RuntimeError):
+        with store.build_lock("decoder"):
+            raise RuntimeError("the weights cannot be read")
+    assert sorted(p.name for p in (work / "GPT2").iterdir()) == ["gpt2-offline"]
+    assert earlier.is_current("decoder", {"a": 1})
+    with pytest.raises(RuntimeError):
+        with earlier.build_lock("encoder"):
+            raise RuntimeError("the weights cannot be read")
+    assert sorted(p.name for p in earlier.root.iterdir()) == ["decoder"]  # not made by that build: kept
 
 
 def test_failed_rebuild_keeps_nothing_stale_current(tmp_path):

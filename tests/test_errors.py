@@ -75,7 +75,38 @@ def test_wrong_architecture_for_family(tmp_path):
 
     line = _bad("run", "OPT", "frameworks", "--torch-dir", str(ROOT / "GPT2" / "offline" / "gpt2-offline"),
                 "-wd", str(tmp_path), expect="is a 'gpt2' model")
-    assert line.endswith("family OPT runs opt")
+    assert line.endswith("family OPT runs opt; 'gpt2' models run as family GPT2: name GPT2 instead of OPT")
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (("predict", "BERT", "onnxrt", "--variant", "t5-offline", "--prompt", "hi"),
+     "--variant 't5-offline' is a T5 variant, not a BERT one: run.py predict T5 onnxrt --variant t5-offline; "
+     "BERT's offline variants: all-MiniLM-L6-v2, roberta-classifier-offline"),
+    (("chat", "T5", "--variant", "bart-offline"),
+     "--variant 'bart-offline' is a BART variant, not a T5 one: run.py chat BART --variant bart-offline; "
+     "T5's offline variants: t5-offline, flan-t5-offline"),
+    (("chat", "GPT2", "--variant", "llama-offline"),
+     "--variant 'llama-offline' is a LLAMA variant, not a GPT2 one: run.py chat LLAMA --variant llama-offline; "
+     "GPT2's offline variants: gpt2-offline, gpt-neo-offline, gpt-neox-offline, gptj-offline"),
+])
+def test_variant_of_another_family_names_it(capsys, tmp_path, argv, expect):
+    _refused(capsys, *argv, "-wd", str(tmp_path / "w"), expect=expect)
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("unreachable", [False, True])
+def test_mistyped_variant_lists_the_offline_variants(capsys, tmp_path, monkeypatch, unreachable):
+    """A name no family declares (a typo, or a hub id not cached) with no hub: this family's offline variants."""
+    from NNDF import hub
+
+    if unreachable:  # else HF_HUB_OFFLINE (the suite's): the libraries read the cache and fail
+        monkeypatch.setattr(hub, "offline", lambda: False)
+        monkeypatch.setattr(hub, "unreachable", lambda: "huggingface.co:443: Name or service not known")
+    line = _refused(capsys, "generate", "GPT2", "frameworks", "--variant", "gpt2-ofline", "--prompt", "hi",
+                    "-wd", str(tmp_path), expect="'gpt2-ofline'")
+    assert line.endswith("use --torch-dir DIR for a local HF folder, or a GPT2 variant that needs no network: "
+                         "--variant gpt2-offline, gpt-neo-offline, gpt-neox-offline, gptj-offline")
+    assert ("the HuggingFace Hub is unreachable" in line) == unreachable
 
 
 def test_model_type_no_family_models(tmp_path):
@@ -90,8 +121,86 @@ def test_model_type_no_family_models(tmp_path):
     assert line.endswith("'mixtral' needs mixture-of-experts layers, which this family does not model")
 
 
-def test_missing_torch_dir(tmp_path):
-    _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="is not a HuggingFace model folder")
+def test_missing_torch_dir(tmp_path, capsys):
+    _bad("run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "nope"), expect="nope' does not exist")
+    (tmp_path / "config.json").write_text("{}")
+    _refused(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "config.json"),
+             expect="config.json' is a file, not a folder")
+    (tmp_path / "empty").mkdir()
+    _refused(capsys, "run", "GPT2", "frameworks", "--torch-dir", str(tmp_path / "empty"),
+             expect="empty' is not a HuggingFace model folder (no config.json)")
+
+
+def _gpt2_copy(folder, names=None):
+    """The committed gpt2-offline folder copied to `folder` (only `names`, when given)."""
+    from conftest import ROOT
+
+    folder.mkdir()
+    for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
+        if names is None or path.name in names:
+            (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def test_failed_torch_dir_run_leaves_no_folder(capsys, tmp_path):
+    """--torch-dir with no weights, or weights cut short: one line, and no empty artifact folder left behind (one
+    holding earlier artifacts stays)."""
+    no_weights = _gpt2_copy(tmp_path / "cfgonly", {"config.json", "tokenizer.json", "tokenizer_config.json"})
+    cut = _gpt2_copy(tmp_path / "cut")
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:1000])
+    work = tmp_path / "w"
+    run = ("generate", "GPT2", "onnxrt", "--prompt", "hi", "--max-new-tokens", "1", "-wd", str(work))
+    _refused(capsys, *run, "--torch-dir", str(no_weights), expect="no file named model.safetensors")
+    assert not work.exists()
+    (work / "GPT2" / "gpt2-offline" / "decoder").mkdir(parents=True)
+    _refused(capsys, *run, "--torch-dir", str(cut), expect="cut/model.safetensors is damaged (truncated")
+    assert [p.name for p in (work / "GPT2").iterdir()] == ["gpt2-offline"]
+
+
+def test_unknown_model_type_is_one_whole_line(capsys, tmp_path, monkeypatch):
+    """A config.json of a model type transformers does not know, in a folder or in the HF cache: which type, and
+    what the family runs."""
+    import json
+
+    folder = _gpt2_copy(tmp_path / "unknown")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(dict(config, model_type="gpt5")))
+    line = _refused(capsys, "generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hi",
+                    "-wd", str(tmp_path / "w"), expect="unknown' is a 'gpt5' model; family GPT2 runs gpt2, gpt_neo")
+    assert line.endswith("does not know it either")
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    cached = tmp_path / "hf" / "hub" / "models--someone--gpt5"
+    (cached / "refs").mkdir(parents=True)
+    (cached / "refs" / "main").write_text(commit)
+    (cached / "snapshots").mkdir()
+    folder.rename(cached / "snapshots" / commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    line = _bad("generate", "GPT2", "frameworks", "--variant", "someone/gpt5", "--prompt", "hi", "-wd",
+                str(tmp_path / "w"), expect="'someone/gpt5' is a 'gpt5' model; family GPT2 runs gpt2, gpt_neo")
+    assert line.endswith("does not know it either") and not (tmp_path / "w").exists()
+
+
+def test_family_type_this_transformers_lacks_says_upgrade():
+    """One of the family's own model types that the installed transformers does not know yet: upgrade it."""
+    from dataclasses import replace
+
+    from NNDF import registry
+    from NNDF.models import _type_refusal
+
+    family = replace(registry.family("GPT2"), model_types=("gpt2", "gpt5"))
+    refusal = _type_refusal(family, "/models/next", "gpt5")
+    assert "'/models/next' is a 'gpt5' model, which transformers " in str(refusal)
+    assert str(refusal).endswith("does not know: upgrade it (pip install --upgrade transformers)")
+    assert _type_refusal(family, "/models/next", "gpt2") is None
+
+
+def test_long_library_messages_are_cut_between_sentences():
+    from NNDF.models import _first_line
+
+    first = "The checkpoint has model type `gpt5` but Transformers does not recognize this architecture."
+    text = f"{first} This could be because of an issue with the checkpoint, or because your version is out of date."
+    assert _first_line(ValueError(f"{text}\nMore"), limit=120) == first
+    assert _first_line(ValueError("word " * 100), limit=50) == "word " * 9 + "word ..."
 
 
 def test_unreadable_dataset(tmp_path, capsys):

@@ -9,6 +9,7 @@ from typing import Iterator
 from NNDF import registry, session
 from NNDF.backends.base import Backend
 from NNDF.context import RunContext
+from NNDF.errors import WrongModelType
 from NNDF.options import ModelOptions, OptionGroup
 from NNDF.session import (decode, dry_breaker_ids, encode, finish, generate_prompt,  # noqa: F401
                           generation_config, note_export_check, torch_threads)
@@ -19,7 +20,14 @@ def open_run(family_name: str, options: ModelOptions, backends: tuple[str, ...],
     """Resolve the family, check every named backend (a bad name fails before any loading), then the run."""
     family = registry.family(family_name)
     chosen = [registry.backend(family, name) for name in backends]
-    return session.open_run(family, options, chosen, *backend_options, bind=partial(registry.backend, family))
+    try:
+        return session.open_run(family, options, chosen, *backend_options, bind=partial(registry.backend, family))
+    except WrongModelType as exc:  # a model of another registered family: name it
+        owner = registry.family_of_type(exc.model_type)
+        if owner is None:
+            raise
+        raise WrongModelType(f"{exc}; {exc.model_type!r} models run as family {owner.name}: name {owner.name} "
+                             f"instead of {family.name}", exc.model_type) from exc.__cause__
 
 
 def backend_rows(run: RunContext, backends: tuple[str, ...]) -> list[tuple[str, Backend]]:
