@@ -153,6 +153,18 @@ def test_benchmark_cli_json(workdir, tmp_path, capsys):
         assert r["peak_memory_mb"] > 0
 
 
+def test_benchmark_percentiles_ascending(workdir, tmp_path, capsys):
+    """--percentile 75 goes between p50 and p90, in the table and in the JSON."""
+    path = tmp_path / "bench.json"
+    out = _ok(cli_in_process(capsys, "benchmark", "BERT", "frameworks", "--percentile", "75", "--input-seq-len", "8",
+                             "--iterations", "2", "--warmup", "0", "-wd", str(workdir), "--json", str(path))).stdout
+    header = [c.strip() for c in next(ln for ln in out.splitlines() if ln.startswith("| backend")).split("|")]
+    assert header[header.index("p50"):header.index("p99") + 1] == ["p50", "p75", "p90", "p95", "p99"]
+    (r,) = json.loads(path.read_text())["results"]
+    assert {"p50", "p75", "p90", "p95", "p99"} <= set(r["latency_ms"])
+    assert r["latency_ms"]["p75"] == pytest.approx(np.percentile(r["samples_ms"], 75))
+
+
 def test_benchmark_interleaved_rows(workdir, tmp_path, capsys):
     path = tmp_path / "bench.json"
     _ok(cli_in_process(capsys, "benchmark", "BERT", *BACKENDS, "--input-seq-len", "16", "--iterations", "3",
