@@ -2,12 +2,12 @@
 
 Per call: prefill / time to first token (prompt pass + first token choice; for encoder-decoder models the
 encoder, its cross-attention cache and the first decoder step, with the encoder's own share reported as
-"encoder"), end to end, and per-token
-decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
-tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
-`--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
-marked by a logits processor), as an outside reference; with `--static-cache` HF's own static cache
-(`cache_implementation="static"`), reported as "hf-generate-static".
+"encoder"), end to end, and per-token decode latency TPOT = (end to end - first token) / (new tokens - 1); with
+one new token there is no decode step, so TPOT and the bandwidth derived from it are n/a (null in the JSON).
+Every call gets fresh random prompt tokens (drawn before the timer starts); EOS is suppressed so every run has
+the same length. With `--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same
+way (first token marked by a logits processor), as an outside reference; with `--static-cache` HF's own static
+cache (`cache_implementation="static"`), reported as "hf-generate-static".
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
 class BenchmarkResult:
     backend: str
     prefill_ms: Stats
-    tpot_ms: Stats
+    tpot_ms: Stats | None  # None: one new token, no decode step to time
     e2e_ms: Stats
     tokens_per_s: float  # batch * new tokens / median end-to-end seconds
     peak_memory_mb: float
@@ -45,18 +45,20 @@ class BenchmarkResult:
     @property
     def weights_gb_s(self) -> float | None:
         """Achieved bandwidth (gpt-fast's measure): weight bytes read per step / median time per step (TPOT)."""
-        if self.weight_bytes is None or not self.tpot_ms.p50 > 0:
+        if self.weight_bytes is None or self.tpot_ms is None or not self.tpot_ms.p50 > 0:
             return None
         return self.weight_bytes / (self.tpot_ms.p50 * 1e-3) / 1e9
 
     def row(self) -> dict:
-        p = self.prefill_ms.percentile
         encoder = {} if self.encoder_ms is None else {"encoder p50 ms": self.encoder_ms.p50}
-        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
-                "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
+        tpot = self.tpot_ms
+        percentiles = sorted({50, 90, 99, self.prefill_ms.percentile})  # ascending, --percentile among them
+        decode = {f"TPOT p{q} ms": "n/a" if tpot is None else tpot.at(q) for q in percentiles}
+        gb_s = "n/a" if tpot is None else "" if self.weights_gb_s is None else self.weights_gb_s
+        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, **decode,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
                 "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb,
-                "weights GB/s": "" if self.weights_gb_s is None else self.weights_gb_s}
+                "weights GB/s": gb_s}
 
 
 def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
@@ -69,11 +71,11 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
     pct = timing.percentile
     prefill = [s["prefill"] * 1e3 for s in samples]
     e2e = [s["e2e"] * 1e3 for s in samples]
-    steps = max(bench.output_seq_len - 1, 1)
-    tpot = [(e - p) / steps for e, p in zip(e2e, prefill)]
+    steps = bench.output_seq_len - 1  # decode steps after the first token (none: no TPOT)
+    tpot = Stats.of([(e - p) / steps for e, p in zip(e2e, prefill)], pct) if steps else None
     e2e_stats = Stats.of(e2e, pct)
     encoder = Stats.of([s["encoder"] * 1e3 for s in samples], pct) if "encoder" in samples[0] else None
-    return BenchmarkResult(name, Stats.of(prefill, pct), Stats.of(tpot, pct), e2e_stats,
+    return BenchmarkResult(name, Stats.of(prefill, pct), tpot, e2e_stats,
                            batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff,
                            encoder_ms=encoder)
 
