@@ -5,9 +5,10 @@ Every call draws fresh random token ids [--batch-size, --input-seq-len] (default
 clock starts; the device is synchronised before and after the forward (NNDF.timing); `--warmup` untimed calls
 come first. Per backend: mean, sd (population, numpy's default, as transformer-deploy's), min, max, p50, p90, p95,
 p99 of the milliseconds per forward (and `--percentile` in order among them when it is another one),
-sequences/s = batch / mean seconds (the throughput of back-to-back calls), and peak memory over the timed calls (NNDF.timing.MemoryWatch).
-`--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager": `model(**inputs)`, the head's
-pooling left out) on the same kind of inputs, timed the same way. `--seed` seeds the inputs.
+sequences/s = batch / mean seconds (the throughput of back-to-back calls), and peak memory over the timed calls
+(NNDF.timing.MemoryWatch). `--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager":
+`model(**inputs)`, the head's pooling left out) on the same kind of inputs, timed the same way. `--seed` seeds the
+inputs.
 """
 from __future__ import annotations
 
