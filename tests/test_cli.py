@@ -320,3 +320,39 @@ def test_run_of_one_new_token_has_no_decoder_seconds(wd, tmp_path, capsys, monke
     assert row["decoder (sec)"] == "n/a" and float(row["full (sec)"]) > 0
     (r,) = json.loads(path.read_text())["results"]
     assert r["decoder_s"] is None and r["samples"][0]["decoder_s"] is None and len(r["samples"][0]["tokens"]) == 1
+
+
+@pytest.mark.parametrize("family,encoder", [("BART", "model.encoder."), ("BLIP", "vision_model.")])
+def test_encoder_decoder_weight_bytes_agree_across_rows(family, encoder, wd, tmp_path, capsys):
+    """The bytes a decoder step reads: the decoder's parameters with the embedding it shares with the encoder (the
+    tied head), less the cross-attention keys and values a KV cache computes once per input; onnxrt's are the
+    tensors of its decoder graph (the same weights: its cache generator graph holds the cross-attention ones)."""
+    import onnx
+    import transformers
+    from onnx import numpy_helper
+
+    from NNDF import registry
+    from NNDF.backends.onnxrt.artifact import tensor_bytes
+
+    path = tmp_path / "bench.json"
+    _ok(cli_in_process(capsys, "benchmark", family, "frameworks", "onnxrt", "--use-cache", "--hf-baseline",
+                       "--input-seq-len", "8", "--output-seq-len", "4", "--iterations", "1", "--warmup", "0", "-wd", wd,
+                       "--json", str(path)))
+    rows = {r["backend"]: r["weight_bytes"] for r in json.loads(path.read_text())["results"]}
+    facts = registry.family(family)
+    store = Path(wd) / family / facts.default_variant
+    model = getattr(transformers, facts.task.auto_class).from_pretrained(store / "hf-model")
+    cross = facts.cross_kv
+    storages = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        module = name.rsplit(".", 1)[0]
+        if not name.startswith(encoder) and not module.endswith(cross):
+            storages[p.data_ptr()] = p.numel() * p.element_size()
+    assert rows["frameworks"] == rows["hf-generate"] == sum(storages.values())
+    assert abs(rows["onnxrt"] / rows["frameworks"] - 1) < 0.01, rows  # the export folds a few equal vectors into one
+    graph = next(store.glob("*-fp32-kv")) / "decoder.onnx"
+    arrays = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(graph)).graph.initializer)
+    assert rows["onnxrt"] == arrays < graph.stat().st_size  # the file adds the graph's text
+    external = tmp_path / "external.onnx"
+    onnx.save(onnx.load(str(graph)), str(external), save_as_external_data=True, size_threshold=0)
+    assert tensor_bytes({"decoder": external}) == arrays

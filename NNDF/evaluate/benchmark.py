@@ -129,22 +129,31 @@ def _result(run, row: _Row, samples, memory: MemoryWatch, timing, bench) -> Benc
 
 
 def parameter_bytes(model: torch.nn.Module, leave_out: tuple = ()) -> int:
-    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor), less the storages
-    only the modules `leave_out` hold."""
-    def storages(params) -> dict:
-        return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in params}
+    """Bytes of the parameters a torch model's modules hold, each storage once, less those reached only through the
+    modules `leave_out`: a tensor held there and elsewhere too (BART's shared embedding, the encoder's input and the
+    decoder's input and head) counts."""
+    skipped, seen, storages = {id(m) for m in leave_out}, set(), {}
 
-    seen = storages(model.parameters())
-    kept = {id(t) for t in model.parameters()} - {id(t) for m in leave_out for t in m.parameters()}
-    still = storages(t for t in model.parameters() if id(t) in kept)
-    only_left_out = set(seen) - set(still)
-    return sum(size for ptr, size in seen.items() if ptr not in only_left_out)
+    def visit(module: torch.nn.Module) -> None:
+        if id(module) in skipped or id(module) in seen:
+            return
+        seen.add(id(module))
+        for t in module.parameters(recurse=False):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        for child in module.children():
+            visit(child)
+
+    visit(model)
+    return sum(storages.values())
 
 
 def step_bytes(run, model: torch.nn.Module) -> int:
     """The weight bytes one generation step reads: the model's parameters less what runs once per input (an
-    encoder's own weights)."""
-    return parameter_bytes(model, tuple(run.family.task.once_per_input(model)))
+    encoder's own weights; with a KV cache, the decoder's cross-attention key and value projections)."""
+    once = list(run.family.task.once_per_input(model))
+    if run.options.use_cache and run.family.cross_kv:
+        once += [m for name, m in model.named_modules() if name.endswith(run.family.cross_kv)]
+    return parameter_bytes(model, tuple(once))
 
 
 def _bench_hf_generate(run, sampling, timing, bench, static: bool) -> BenchmarkResult:
