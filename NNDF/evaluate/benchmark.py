@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from NNDF.context import RunContext
+from NNDF.decoding import attention_problem
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
@@ -196,7 +197,8 @@ def _bench_hf_generate(run, sampling, timing, bench, static: bool) -> BenchmarkR
 
 def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:
     """The lengths to measure. Given ones must fit the model's positions (else one line); when both are left to
-    their defaults they are halved together until they fit, and the note returned says so."""
+    their defaults they are halved together until they fit, and the note returned says so. Without a position table
+    the prompt must fit memory (`attention_problem`)."""
     default_prompt, default_new = BenchmarkOptions.DEFAULT_LENGTHS
     given = bench.input_seq_len is not None or bench.output_seq_len is not None
     prompt, new = bench.input_seq_len or default_prompt, bench.output_seq_len or default_new
@@ -208,6 +210,9 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
         problem = run.family.task.length_problem(run, prompt, new)
     if problem:
         raise UsageError(problem)
+    memory = attention_problem(run, run.options.batch_size, prompt)
+    if memory:
+        raise UsageError(f"{memory}: shorten --input-seq-len or lower --batch-size")
     note = None if given or (prompt, new) == (default_prompt, default_new) else (
         f"lengths: the defaults {default_prompt} + {default_new} do not fit {run.source.variant}'s positions; "
         f"measured {prompt} + {new} (set --input-seq-len / --output-seq-len to choose)")
