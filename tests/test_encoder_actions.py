@@ -203,6 +203,24 @@ def test_accuracy_default_dataset_and_agreement(workdir, tmp_path, capsys):
     assert all(r.min_cosine > 0.99999 for r in report.results)  # MiniLM embeddings: cosine to frameworks fp32
 
 
+def test_accuracy_cosine_gaps_are_never_negative(workdir, tmp_path, capsys):
+    """The reference against itself is exactly 0 apart; no row's 1 - cosine goes below 0 by rounding."""
+    from Encoder.evaluate.common import cosine
+
+    vectors = torch.randn(200, 384, generator=torch.Generator().manual_seed(0))
+    assert all(cosine(v, v) == 1.0 for v in vectors)  # float64 gives 1 + 2.2e-16 for most of these
+    assert all(cosine(v, v + 1e-9) <= 1.0 for v in vectors)
+    path = tmp_path / "acc.json"
+    out = _ok(cli_in_process(capsys, "accuracy", "BERT", *BACKENDS, "--num-samples", "10", "-wd", str(workdir),
+                             "--json", str(path))).stdout
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:4]] for ln in out.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| backend")}
+    assert rows["frameworks"] == ["0", "0"]
+    for r in json.loads(path.read_text())["results"]:
+        assert r["mean_cosine"] <= 1.0 and r["min_cosine"] <= r["mean_cosine"] and max(r["cosines"]) <= 1.0
+        assert r["backend"] != "frameworks" or r["cosines"] == [1.0] * 10
+
+
 def test_accuracy_labels_by_name_any_case_or_index_and_unknown_refused(workdir, tmp_path):
     from NNDF.actions.accuracy import accuracy
 
