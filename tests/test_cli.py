@@ -356,3 +356,15 @@ def test_encoder_decoder_weight_bytes_agree_across_rows(family, encoder, wd, tmp
     external = tmp_path / "external.onnx"
     onnx.save(onnx.load(str(graph)), str(external), save_as_external_data=True, size_threshold=0)
     assert tensor_bytes({"decoder": external}) == arrays
+
+
+def test_accuracy_says_when_the_dataset_has_fewer_samples(wd, tmp_path, capsys):
+    """--num-samples past the file's passages: all of them are scored and a note says how many there were."""
+    data, path = tmp_path / "three.jsonl", tmp_path / "acc.json"
+    data.write_text("".join(json.dumps({"text": line}) + "\n" for line in Path(DATA).read_text().splitlines()[:3]))
+    for asked, note in (("50", f"--num-samples 50: {data} has only 3 samples; all 3 are used"), ("3", None)):
+        out = _ok(cli_in_process(capsys, "accuracy", "T5", "frameworks", "--dataset", str(data), "--num-samples",
+                                 asked, "-wd", wd, "--json", str(path))).stdout
+        report = json.loads(path.read_text())
+        assert report["settings"]["num_samples"] == 3 and report["results"][0]["num_samples"] == 3
+        assert (f"note: {note}" in out and note in report["notes"]) if note else "--num-samples" not in out

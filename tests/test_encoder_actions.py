@@ -272,3 +272,9 @@ def test_library_refusals():
 
     with pytest.raises(UsageError, match="--prompt 1 is empty"):
         load_texts(PredictOptions(prompt=("",)))
+
+
+def test_accuracy_says_when_the_dataset_has_fewer_samples(workdir, capsys):
+    out = _ok(cli_in_process(capsys, "accuracy", "BERT", "frameworks", "--num-samples", "100", "-wd",
+                             str(workdir))).stdout
+    assert "note: --num-samples 100: data/encoder_offline.jsonl has only 40 samples; all 40 are used" in out
