@@ -277,6 +277,12 @@ def test_benchmark_given_lengths_have_no_defaults_note(capsys, workdir):
     assert "exceeds" in line and "the defaults" not in line
 
 
+def test_benchmark_plot_of_one_new_token_is_refused(capsys, workdir, tmp_path):
+    line = _main(capsys, "benchmark", "GPT2", "frameworks", "--input-seq-len", "4", "--output-seq-len", "1",
+                 "--plot", str(tmp_path / "p.png"), "-wd", str(workdir))
+    assert "--plot: one new token has no decode step" in line and not (tmp_path / "p.png").exists()
+
+
 def test_benchmark_prompt_past_memory_without_a_position_table(capsys, workdir):
     """T5 has relative positions: no table bounds the prompt, the memory of its attention does (5 tensors of 4 heads
     x 1e12 x 4 bytes here, past any machine's): refused in one line before the run."""

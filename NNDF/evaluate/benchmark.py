@@ -236,6 +236,9 @@ class Benchmark(Evaluator):
         options, timing = self.options, self.timing
         self.bench, fitted = _lengths(run, self.bench)
         bench = self.bench
+        if bench.plot is not None and bench.output_seq_len == 1:
+            raise UsageError("--plot: one new token has no decode step, so no per-token latency to plot; give "
+                             "--output-seq-len 2 or more, or leave --plot out")
         report.settings = {
             "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
             "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
