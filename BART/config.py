@@ -54,6 +54,7 @@ FAMILY = Family(
     default_variant="bart-offline",
     checkpoint=HERE / "checkpoint.toml",
     config_names=ConfigNames(decoder_layers="decoder_layers"),  # num_hidden_layers is the encoder's depth
+    cross_kv=("encoder_attn.k_proj", "encoder_attn.v_proj"),
     variants=(
         Variant("bart-offline", "random, tiny", random=RandomWeights(_bart_config, BART_TOKENIZER_DIR, seed=21)),
         Variant("mbart-offline", "random, tiny", random=RandomWeights(_mbart_config, MBART_TOKENIZER_DIR, seed=22,

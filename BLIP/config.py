@@ -34,6 +34,7 @@ FAMILY = Family(
     model_types=("blip",),
     default_variant="blip-offline",
     checkpoint=HERE / "checkpoint.toml",
+    cross_kv=("crossattention.self.key", "crossattention.self.value"),
     variants=(
         Variant("blip-offline", "random, tiny", random=RandomWeights(_offline_config, PROCESSOR_DIR, seed=31)),
         Variant("Salesforce/blip-image-captioning-base", "247M"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -228,22 +229,28 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail again
         return 141
     except Exception as exc:  # noqa: BLE001 - only out-of-memory is the user's to fix; anything else is a bug
-        if not _out_of_memory(exc):
+        what = _out_of_memory(exc)
+        if what is None:
             raise
         if verbose:
             traceback.print_exception(exc, file=sys.stderr)
-        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0][:160]
-        say(f"error: out of memory ({first}): use a smaller --batch-size, shorter lengths or fewer beams")
+        say(f"error: out of memory ({what}): use a smaller --batch-size, shorter lengths or fewer beams")
         return 2
     return 0
 
 
-def _out_of_memory(exc: BaseException) -> bool:
-    """MemoryError, torch's OutOfMemoryError (CUDA), or the CPU allocator's failure (a RuntimeError)."""
-    if isinstance(exc, MemoryError) or exc.__class__.__name__ == "OutOfMemoryError":
-        return True
+def _out_of_memory(exc: BaseException) -> str | None:
+    """What failed to allocate, in a few words, where `exc` is an allocation failure (None: it is not): MemoryError,
+    torch's OutOfMemoryError (CUDA), the CPU allocator's failure (a RuntimeError), or ONNX Runtime's, whose message
+    names the node and the bytes (its own exception types, not RuntimeError)."""
     text = str(exc)
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+    ort = re.search(r"running (\w+) node.*Failed to allocate memory for requested buffer of size (\d+)", text, re.S)
+    if ort and type(exc).__module__.startswith("onnxruntime"):
+        return f"ONNX Runtime could not allocate {int(ort[2]) / 1e9:.1f} GB for a {ort[1]}"
+    if not (isinstance(exc, MemoryError) or exc.__class__.__name__ == "OutOfMemoryError" or (
+            isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text))):
+        return None
+    return (text.strip().splitlines() or [exc.__class__.__name__])[0][:160]
 
 
 def _write_json(report, path: str | None) -> None:

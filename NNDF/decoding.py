@@ -241,6 +241,32 @@ def check_cache_fits(run, beams: int, length: int) -> None:
                          f"{free / 1e9:.1f} GB available: lower --num-beams, --batch-size or --max-new-tokens")
 
 
+# tensors [rows, heads, L, L] one attention layer holds at once over a prompt of L tokens (scores, position bias,
+# their sum, softmax): t5-offline's encoder on the CPU grew by 5.0 of them from 3000 to 6000 tokens on ONNX Runtime
+# (+2170 MB, 432 MB a tensor), by 2.9 on PyTorch
+ATTENTION_TENSORS = 5
+
+
+def attention_problem(run, rows: int, length: int) -> str | None:
+    """Why a prompt of `length` tokens in `rows` rows would not fit the memory available on the run's device (None:
+    it would), from what one attention layer holds over it (`ATTENTION_TENSORS` x [rows, heads, length, length]),
+    before anything runs. Only where the model has no position table (relative positions, ALiBi): nothing else
+    bounds its length there, and those families' attention (HF's T5 and BLOOM, and the graphs exported from them)
+    holds the scores whole; a table bounds the length otherwise, within which fused attention kernels need not
+    hold them."""
+    dims = run.source.dims
+    if dims.positions:
+        return None
+    need = ATTENTION_TENSORS * rows * dims.heads * length * length * (2 if run.options.fp16 else 4)
+    free = available_bytes(run.device)
+    if need <= free:
+        return None
+    return (f"a prompt of {length} tokens: one attention layer over it holds about {need / 1e9:.0f} GB "
+            f"({ATTENTION_TENSORS} tensors of {rows} row(s) x {dims.heads} heads x {length} x {length}: scores, "
+            f"position bias, softmax) and {run.device.type} has {free / 1e9:.1f} GB available "
+            f"({run.source.variant} has no position table to bound the length)")
+
+
 def dry_breaker_ids(tokenizer, breakers) -> frozenset[int]:
     """Token ids whose text contains a sequence breaker (so a DRY repeat never spans one)."""
     ids = set()

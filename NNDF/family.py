@@ -79,6 +79,10 @@ class Family:
     config_names: ConfigNames = ConfigNames()  # config attributes HF's standard names do not cover
     # HF model types close to this family's that it does not run -> what it lacks for them (said when refused)
     refused_types: Mapping[str, str] = field(default_factory=dict)
+    # encoder-decoders: the endings of the module names of the decoder's cross-attention key and value projections.
+    # With a KV cache they run once per input, over the encoder's output (onnxrt's cache generator graph), so a
+    # decoder step does not read them (the benchmark's weights GB/s)
+    cross_kv: tuple[str, ...] = ()
 
     def variant(self, name: str) -> Variant:
         """The declared variant `name`, or an undeclared HF id (any model of the family's architectures)."""

@@ -33,6 +33,13 @@ def read_jsonl(dataset: str, limit: int | None = None) -> list[tuple[int, dict]]
     return rows
 
 
+def short_note(dataset: str, asked: int, got: int) -> str | None:
+    """The report's note when `--num-samples` asks for more samples than the dataset has (None: it has enough)."""
+    if got >= asked:
+        return None
+    return f"--num-samples {asked}: {dataset} has only {got} samples; all {got} are used"
+
+
 def text_of(dataset: str, number: int, row: dict) -> str:
     """The non-empty "text" of line `number`."""
     text = row.get("text")

@@ -335,7 +335,7 @@ class AccuracyDataOptions(OptionGroup):
     title = "accuracy"
     owner = "accuracy"
     dataset: str = flag("lambada", "--dataset", help="local JSONL file (field 'text'; encoder models: 'text' and 'label') or HF dataset name (default: LAMBADA; encoder models: data/encoder_offline.jsonl)")
-    num_samples: int = flag(20, "--num-samples", help="passages, in order")
+    num_samples: int = flag(20, "--num-samples", help="passages, in order (all, and a note, if there are fewer)")
 
     def check(self):
         _positive("--num-samples", self.num_samples)

@@ -89,6 +89,18 @@ def check_output_path(path: str, flag: str) -> None:
         raise UsageError(f"{flag} {path}: {problem}; give a file path in a writable folder")
 
 
+def columns(rows: list[dict]) -> list[str]:
+    """Every row's keys in one order: a key the rows before lack goes right after the key it follows in its own
+    row (an encoder-decoder's "encoder" column stays beside "backend" when the first row, HF generate, has none)."""
+    order: list[str] = []
+    for row in rows:
+        keys = list(row)
+        for i, key in enumerate(keys):
+            if key not in order:
+                order.insert(order.index(keys[i - 1]) + 1 if i else 0, key)
+    return order
+
+
 def _render(rows: list[dict]) -> str:
     return tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4g")
 
@@ -165,6 +177,8 @@ class Report:
         if not items:
             return "(no results)"
         rows = [{k: printable(v) if isinstance(v, str) else v for k, v in r.row().items()} for r in items]
+        keys = columns(rows)
+        rows = [{k: r.get(k, "") for k in keys} for r in rows]
         return fit_table(rows, getattr(type(items[0]), "WIDE", ()), table_width())
 
     def table(self) -> str:

@@ -52,6 +52,10 @@ class Stats:
         return cls(p(50), p(90), p(99), p(percentile), percentile, float(a.mean()), float(a.min()),
                    float(a.max()), tuple(float(x) for x in a), p(95), float(a.std()))
 
+    def at(self, q: int) -> float:
+        """The q-th percentile: --percentile's (`pN`) or one of the fields above."""
+        return self.pN if q == self.percentile else getattr(self, f"p{q}")
+
     def to_json(self) -> dict:
         d = asdict(self)
         d[f"p{self.percentile}"] = d.pop("pN")

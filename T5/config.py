@@ -43,6 +43,7 @@ FAMILY = Family(
     default_variant="t5-offline",
     checkpoint=HERE / "checkpoint.toml",
     config_names=ConfigNames(decoder_layers="num_decoder_layers"),  # num_hidden_layers is the encoder's depth
+    cross_kv=("EncDecAttention.k", "EncDecAttention.v"),
     variants=(
         Variant("t5-offline", "random, tiny", random=RandomWeights(_t5_config, TOKENIZER_DIR, seed=11)),
         Variant("flan-t5-offline", "random, tiny", random=RandomWeights(_flan_config, TOKENIZER_DIR, seed=12)),

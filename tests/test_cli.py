@@ -266,3 +266,105 @@ def test_build_prepares_the_graphs_and_reports_seconds_and_sizes(tmp_path):
     before = graph.stat().st_mtime_ns
     assert cli.main(list(args)) == 0  # current artifacts are found, not rebuilt (in process)
     assert graph.stat().st_mtime_ns == before
+
+
+def _rows(stdout: str) -> list[dict[str, str]]:
+    """The printed table's rows as {column: cell}."""
+    lines = [ln for ln in stdout.splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in ln.strip("|").split("|")))) for ln in lines[2:]]
+
+
+def test_benchmark_of_one_new_token_has_no_decode_figures(wd, tmp_path, capsys):
+    """One new token: no decode step, so TPOT and the bandwidth are n/a (null in the JSON), never a made-up number."""
+    path = tmp_path / "bench.json"
+    out = _ok(cli_in_process(capsys, "benchmark", "GPT2", "onnxrt", "--use-cache", "--input-seq-len", "4",
+                             "--output-seq-len", "1", "--iterations", "2", "--warmup", "1", "-wd", wd,
+                             "--json", str(path))).stdout
+    (row,) = _rows(out)
+    assert row["TPOT p50 ms"] == row["TPOT p99 ms"] == row["weights GB/s"] == "n/a"
+    (r,) = json.loads(path.read_text())["results"]
+    assert r["tpot_ms"] is None and r["per_token_ms"] == [] and r["weight_bytes"] > 0
+    assert r["tokens_per_s"] == pytest.approx(1 / (r["e2e_ms"]["p50"] / 1e3))
+
+
+def test_encoder_decoder_benchmark_columns_in_one_order(wd, tmp_path, capsys):
+    """BART with HF generate first (no encoder figure) and BLIP: the encoder column right after the backend, the
+    TPOT percentiles ascending with --percentile's among them; one new token leaves TPOT n/a here too."""
+    headers = []
+    for family in ("BART", "BLIP"):
+        path = tmp_path / f"{family}.json"
+        out = _ok(cli_in_process(capsys, "benchmark", family, "frameworks", "--use-cache", "--input-seq-len", "4",
+                                 "--output-seq-len", "1", "--iterations", "1", "--warmup", "0", "--hf-baseline",
+                                 "--percentile", "95", "-wd", wd, "--json", str(path))).stdout
+        rows = _rows(out)
+        headers.append(list(rows[0]))
+        assert rows[0]["backend"] == "hf-generate" and rows[0]["encoder p50 ms"] == ""
+        assert float(rows[1]["encoder p50 ms"]) > 0 and rows[1]["TPOT p95 ms"] == "n/a"
+        assert all(r["tpot_ms"] is None for r in json.loads(path.read_text())["results"])
+    assert headers[0] == headers[1]
+    assert headers[0][:7] == ["backend", "encoder p50 ms", "prefill p50 ms", "TPOT p50 ms", "TPOT p90 ms",
+                              "TPOT p95 ms", "TPOT p99 ms"]
+
+
+def test_run_of_one_new_token_has_no_decoder_seconds(wd, tmp_path, capsys, monkeypatch):
+    """A generation of one token has no decoder step after the first: its seconds are n/a (null in the JSON)."""
+    from NNDF.evaluate import checkpoint
+
+    samples = checkpoint.load_checkpoint
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda run: (1, samples(run)[1][:1]))
+    path = tmp_path / "run.json"
+    out = _ok(cli_in_process(capsys, "compare", "T5", "--compare", "frameworks", "--use-cache", "--iterations", "1",
+                             "--warmup", "0", "-wd", wd, "--json", str(path))).stdout
+    (row,) = _rows(out)
+    assert row["decoder (sec)"] == "n/a" and float(row["full (sec)"]) > 0
+    (r,) = json.loads(path.read_text())["results"]
+    assert r["decoder_s"] is None and r["samples"][0]["decoder_s"] is None and len(r["samples"][0]["tokens"]) == 1
+
+
+@pytest.mark.parametrize("family,encoder", [("BART", "model.encoder."), ("BLIP", "vision_model.")])
+def test_encoder_decoder_weight_bytes_agree_across_rows(family, encoder, wd, tmp_path, capsys):
+    """The bytes a decoder step reads: the decoder's parameters with the embedding it shares with the encoder (the
+    tied head), less the cross-attention keys and values a KV cache computes once per input; onnxrt's are the
+    tensors of its decoder graph (the same weights: its cache generator graph holds the cross-attention ones)."""
+    import onnx
+    import transformers
+    from onnx import numpy_helper
+
+    from NNDF import registry
+    from NNDF.backends.onnxrt.artifact import tensor_bytes
+
+    path = tmp_path / "bench.json"
+    _ok(cli_in_process(capsys, "benchmark", family, "frameworks", "onnxrt", "--use-cache", "--hf-baseline",
+                       "--input-seq-len", "8", "--output-seq-len", "4", "--iterations", "1", "--warmup", "0", "-wd", wd,
+                       "--json", str(path)))
+    rows = {r["backend"]: r["weight_bytes"] for r in json.loads(path.read_text())["results"]}
+    facts = registry.family(family)
+    store = Path(wd) / family / facts.default_variant
+    model = getattr(transformers, facts.task.auto_class).from_pretrained(store / "hf-model")
+    cross = facts.cross_kv
+    storages = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        module = name.rsplit(".", 1)[0]
+        if not name.startswith(encoder) and not module.endswith(cross):
+            storages[p.data_ptr()] = p.numel() * p.element_size()
+    assert rows["frameworks"] == rows["hf-generate"] == sum(storages.values())
+    assert abs(rows["onnxrt"] / rows["frameworks"] - 1) < 0.01, rows  # the export folds a few equal vectors into one
+    graph = next(store.glob("*-fp32-kv")) / "decoder.onnx"
+    arrays = sum(numpy_helper.to_array(t).nbytes for t in onnx.load(str(graph)).graph.initializer)
+    assert rows["onnxrt"] == arrays < graph.stat().st_size  # the file adds the graph's text
+    external = tmp_path / "external.onnx"
+    onnx.save(onnx.load(str(graph)), str(external), save_as_external_data=True, size_threshold=0)
+    assert tensor_bytes({"decoder": external}) == arrays
+
+
+def test_accuracy_says_when_the_dataset_has_fewer_samples(wd, tmp_path, capsys):
+    """--num-samples past the file's passages: all of them are scored and a note says how many there were."""
+    data, path = tmp_path / "three.jsonl", tmp_path / "acc.json"
+    data.write_text("".join(json.dumps({"text": line}) + "\n" for line in Path(DATA).read_text().splitlines()[:3]))
+    for asked, note in (("50", f"--num-samples 50: {data} has only 3 samples; all 3 are used"), ("3", None)):
+        out = _ok(cli_in_process(capsys, "accuracy", "T5", "frameworks", "--dataset", str(data), "--num-samples",
+                                 asked, "-wd", wd, "--json", str(path))).stdout
+        report = json.loads(path.read_text())
+        assert report["settings"]["num_samples"] == 3 and report["results"][0]["num_samples"] == 3
+        assert (f"note: {note}" in out and note in report["notes"]) if note else "--num-samples" not in out

@@ -328,6 +328,42 @@ def test_benchmark_given_lengths_have_no_defaults_note(capsys, workdir):
     assert "exceeds" in line and "the defaults" not in line
 
 
+def test_benchmark_plot_of_one_new_token_is_refused(capsys, workdir, tmp_path):
+    line = _main(capsys, "benchmark", "GPT2", "frameworks", "--input-seq-len", "4", "--output-seq-len", "1",
+                 "--plot", str(tmp_path / "p.png"), "-wd", str(workdir))
+    assert "--plot: one new token has no decode step" in line and not (tmp_path / "p.png").exists()
+
+
+def test_benchmark_prompt_past_memory_without_a_position_table(capsys, workdir):
+    """T5 has relative positions: no table bounds the prompt, the memory of its attention does (5 tensors of 4 heads
+    x 1e12 x 4 bytes here, past any machine's): refused in one line before the run."""
+    line = _main(capsys, "benchmark", "T5", "onnxrt", "--input-seq-len", "1000000", "--output-seq-len", "2",
+                 "--iterations", "1", "--warmup", "0", "-wd", str(workdir))
+    assert "a prompt of 1000000 tokens: one attention layer over it holds about 80000 GB (5 tensors of 1 row(s) x 4 " \
+           "heads x 1000000 x 1000000" in line and "shorten --input-seq-len" in line
+
+
+def test_onnx_runtime_allocation_failure_is_one_line(capsys, workdir, monkeypatch):
+    """ONNX Runtime's own allocation failure (a graph that asks for 400 GB) ends the run with one line naming the
+    node and the bytes, exit 2, never a traceback."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from NNDF.evaluate import benchmark
+
+    graph = helper.make_graph([helper.make_node("ConstantOfShape", ["shape"], ["y"])], "big",
+                              [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, ir_version=9, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    shape = np.array([100_000_000_000], dtype=np.int64)  # float32: 400 GB
+    monkeypatch.setattr(benchmark, "generate_prompt", lambda *args: session.run(None, {"shape": shape}))
+    line = _main(capsys, "benchmark", "GPT2", "onnxrt", "--input-seq-len", "4", "--output-seq-len", "2",
+                 "--iterations", "1", "--warmup", "0", "-wd", str(workdir))
+    assert line.startswith("error: out of memory (ONNX Runtime could not allocate 400.0 GB for a ConstantOfShape)")
+
+
 def test_run_with_beams_reports_accuracy_na_and_why(workdir, tmp_path):
     path = tmp_path / "run.json"
     assert cli.main(["run", "GPT2", "frameworks", "--use-cache", "--num-beams", "2", "--iterations", "1", "--warmup",

@@ -153,6 +153,18 @@ def test_benchmark_cli_json(workdir, tmp_path, capsys):
         assert r["peak_memory_mb"] > 0
 
 
+def test_benchmark_percentiles_ascending(workdir, tmp_path, capsys):
+    """--percentile 75 goes between p50 and p90, in the table and in the JSON."""
+    path = tmp_path / "bench.json"
+    out = _ok(cli_in_process(capsys, "benchmark", "BERT", "frameworks", "--percentile", "75", "--input-seq-len", "8",
+                             "--iterations", "2", "--warmup", "0", "-wd", str(workdir), "--json", str(path))).stdout
+    header = [c.strip() for c in next(ln for ln in out.splitlines() if ln.startswith("| backend")).split("|")]
+    assert header[header.index("p50"):header.index("p99") + 1] == ["p50", "p75", "p90", "p95", "p99"]
+    (r,) = json.loads(path.read_text())["results"]
+    assert {"p50", "p75", "p90", "p95", "p99"} <= set(r["latency_ms"])
+    assert r["latency_ms"]["p75"] == pytest.approx(np.percentile(r["samples_ms"], 75))
+
+
 def test_benchmark_interleaved_rows(workdir, tmp_path, capsys):
     path = tmp_path / "bench.json"
     _ok(cli_in_process(capsys, "benchmark", "BERT", *BACKENDS, "--input-seq-len", "16", "--iterations", "3",
@@ -189,6 +201,24 @@ def test_accuracy_default_dataset_and_agreement(workdir, tmp_path, capsys):
 
     report = accuracy("BERT", BACKENDS, ModelOptions(working_dir=str(workdir)), AccuracyOptions(num_samples=4))
     assert all(r.min_cosine > 0.99999 for r in report.results)  # MiniLM embeddings: cosine to frameworks fp32
+
+
+def test_accuracy_cosine_gaps_are_never_negative(workdir, tmp_path, capsys):
+    """The reference against itself is exactly 0 apart; no row's 1 - cosine goes below 0 by rounding."""
+    from Encoder.evaluate.common import cosine
+
+    vectors = torch.randn(200, 384, generator=torch.Generator().manual_seed(0))
+    assert all(cosine(v, v) == 1.0 for v in vectors)  # float64 gives 1 + 2.2e-16 for most of these
+    assert all(cosine(v, v + 1e-9) <= 1.0 for v in vectors)
+    path = tmp_path / "acc.json"
+    out = _ok(cli_in_process(capsys, "accuracy", "BERT", *BACKENDS, "--num-samples", "10", "-wd", str(workdir),
+                             "--json", str(path))).stdout
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[2:4]] for ln in out.splitlines()
+            if ln.startswith("| ") and not ln.startswith("| backend")}
+    assert rows["frameworks"] == ["0", "0"]
+    for r in json.loads(path.read_text())["results"]:
+        assert r["mean_cosine"] <= 1.0 and r["min_cosine"] <= r["mean_cosine"] and max(r["cosines"]) <= 1.0
+        assert r["backend"] != "frameworks" or r["cosines"] == [1.0] * 10
 
 
 def test_accuracy_labels_by_name_any_case_or_index_and_unknown_refused(workdir, tmp_path):
@@ -242,3 +272,9 @@ def test_library_refusals():
 
     with pytest.raises(UsageError, match="--prompt 1 is empty"):
         load_texts(PredictOptions(prompt=("",)))
+
+
+def test_accuracy_says_when_the_dataset_has_fewer_samples(workdir, capsys):
+    out = _ok(cli_in_process(capsys, "accuracy", "BERT", "frameworks", "--num-samples", "100", "-wd",
+                             str(workdir))).stdout
+    assert "note: --num-samples 100: data/encoder_offline.jsonl has only 40 samples; all 40 are used" in out

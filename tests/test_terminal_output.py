@@ -11,7 +11,7 @@ import sys
 
 from conftest import ROOT
 from NNDF import cli, progress
-from NNDF.results import fit_table, printable
+from NNDF.results import Report, columns, fit_table, printable
 
 HOSTILE = "red \x1b[31mALERT\x1b[0m, \u202eevil\u202c, nul \x00, two\nlines"
 ESCAPED = "red \\x1b[31mALERT\\x1b[0m, \\u202eevil\\u202c, nul \\x00, two\\nlines"
@@ -48,6 +48,23 @@ def test_fit_table_shortens_the_wide_columns_to_the_width():
     narrow = fit_table(rows, ("prompt", "text"), 10).splitlines()  # cannot fit: no column below 12 characters
     assert "p" * 9 + "..." in narrow[2] and "t" * 9 + "..." in narrow[2]
     assert fit_table(rows[:1], ("prompt", "text"), 1000).count("...") == 0
+
+
+class _Row:
+    """A result that is only its row."""
+
+    def __init__(self, row: dict):
+        self.row = lambda: row
+
+
+def test_columns_keep_each_key_beside_the_one_it_follows():
+    """A key the first rows lack goes where its own row has it, not at the end (HF generate has no encoder time)."""
+    rows = [{"backend": "hf", "prefill": 1, "tokens/s": 2}, {"backend": "ours", "encoder": 0.5, "prefill": 1,
+                                                             "tokens/s": 2}]
+    assert columns(rows) == ["backend", "encoder", "prefill", "tokens/s"]
+    assert columns([{"b": 1}, {"a": 1, "b": 2}, {"b": 3, "c": 4}]) == ["a", "b", "c"]
+    table = Report("benchmark", "BART", "x", {}, [_Row(r) for r in rows]).table().splitlines()
+    assert table[0].split("|")[2].strip() == "encoder" and table[2].split("|")[2].strip() == ""
 
 
 def test_generate_escapes_on_the_terminal_and_keeps_the_json_exact(tmp_path, workdir):

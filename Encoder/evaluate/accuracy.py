@@ -27,7 +27,7 @@ import torch
 from Encoder.evaluate.common import DEFAULT_DATASET, Forwarded, cosine, forward_texts, label_names
 from NNDF.errors import DatasetError
 from NNDF.evaluate import Evaluator
-from NNDF.jsonl import read_jsonl, text_of
+from NNDF.jsonl import read_jsonl, short_note, text_of
 from NNDF.options import AccuracyOptions, ModelOptions
 from NNDF.results import Report
 from NNDF.session import backend_steps, finish, open_run
@@ -140,7 +140,7 @@ class Accuracy(Evaluator):
                      else None)  # before any pass
         report.settings = {"task": head.name, "dataset": self.shown, "num_samples": len(self.texts),
                            "device": run.device.type, "precision": options.precision}
-        report.notes += [self.note] if self.note else []
+        report.notes += filter(None, [self.note, short_note(self.shown, self.acc.num_samples, len(self.texts))])
 
     def evaluate(self, run, name: str, backend, steps, report):
         return forward_texts(run, steps, self.texts, self.options.batch_size, f"{name} accuracy")

@@ -3,11 +3,12 @@ reports it.
 
 Every call draws fresh random token ids [--batch-size, --input-seq-len] (default 128; no padding) before the
 clock starts; the device is synchronised before and after the forward (NNDF.timing); `--warmup` untimed calls
-come first. Per backend: mean, sd (population, numpy's default, as transformer-deploy's), min, max, p50, p90, p95, p99 of
-the milliseconds per forward (and `--percentile` when it is another one), sequences/s = batch / mean seconds
-(the throughput of back-to-back calls), and peak memory over the timed calls (NNDF.timing.MemoryWatch).
-`--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager": `model(**inputs)`, the head's
-pooling left out) on the same kind of inputs, timed the same way. `--seed` seeds the inputs.
+come first. Per backend: mean, sd (population, numpy's default, as transformer-deploy's), min, max, p50, p90, p95,
+p99 of the milliseconds per forward (and `--percentile` in order among them when it is another one),
+sequences/s = batch / mean seconds (the throughput of back-to-back calls), and peak memory over the timed calls
+(NNDF.timing.MemoryWatch). `--hf-baseline` adds the HF model's own forward in eager PyTorch ("hf-eager":
+`model(**inputs)`, the head's pooling left out) on the same kind of inputs, timed the same way. `--seed` seeds the
+inputs.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, Timing
 from NNDF.timing import MemoryWatch, Stats, measure, measure_interleaved
 
 DEFAULT_LENGTH = BenchmarkOptions.DEFAULT_LENGTHS[0]  # 128 tokens
-REPORTED = ("mean", "sd", "min", "max", "p50", "p90", "p95", "p99")  # transformer-deploy's statistics (and p90, as `benchmark`)
+SUMMARY = ("mean", "sd", "min", "max")  # transformer-deploy's statistics, then its percentiles
+PERCENTILES = (50, 90, 95, 99)  # (p90 too, as `benchmark`), with --percentile's in order among them
 
 
 @dataclass(frozen=True)
@@ -37,20 +39,20 @@ class ForwardBenchmark:
     memory_kind: str  # what peak_memory_mb measures (device memory on CUDA, process RSS on the CPU)
     model_mb: float | None = None  # MiB on disk of the graph run (with external data; None: frameworks, hf-eager)
 
-    def _extra(self) -> dict:
-        """--percentile's value when it is not one of the reported ones."""
+    def _latency(self) -> dict:
+        """The statistics, then the percentiles ascending (--percentile's among them when it is another one)."""
         lat = self.latency_ms
-        return {} if f"p{lat.percentile}" in REPORTED else {f"p{lat.percentile}": lat.pN}
+        percentiles = sorted(set(PERCENTILES) | {lat.percentile})
+        return {k: getattr(lat, k) for k in SUMMARY} | {f"p{q}": lat.at(q) for q in percentiles}
 
     def row(self) -> dict:
-        lat = self.latency_ms
-        row = {"backend": self.backend} | {("mean ms" if k == "mean" else k): getattr(lat, k) for k in REPORTED}
-        return row | self._extra() | {"sequences/s": self.sequences_per_s, "peak MiB": self.peak_memory_mb,
-                                      "model MiB": "" if self.model_mb is None else self.model_mb}
+        latency = {("mean ms" if k == "mean" else k): v for k, v in self._latency().items()}
+        return {"backend": self.backend} | latency | {"sequences/s": self.sequences_per_s,
+                                                     "peak MiB": self.peak_memory_mb,
+                                                     "model MiB": "" if self.model_mb is None else self.model_mb}
 
     def to_json(self) -> dict:
-        latency = {k: getattr(self.latency_ms, k) for k in REPORTED} | self._extra()
-        return {"backend": self.backend, "latency_ms": latency, "sequences_per_s": self.sequences_per_s,
+        return {"backend": self.backend, "latency_ms": self._latency(), "sequences_per_s": self.sequences_per_s,
                 "peak_memory_mb": self.peak_memory_mb, "memory_kind": self.memory_kind, "model_mb": self.model_mb,
                 "samples_ms": list(self.latency_ms.samples)}
 

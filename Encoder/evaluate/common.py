@@ -101,8 +101,12 @@ def token_labels(logits: torch.Tensor, names: list[str]) -> tuple[str, ...]:
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Cosine similarity of two vectors (float64: no rounding of its own near 1)."""
-    return float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0))
+    """Cosine similarity of two vectors (float64: no rounding of its own near 1): exactly 1 for a vector and itself
+    (the reference row), and never past 1, where float64 rounding can land an ulp from it either way (1 - cosine is
+    then never negative)."""
+    if torch.equal(a, b) and bool(a.any()):
+        return 1.0
+    return min(float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=0)), 1.0)
 
 
 # --- timing ---

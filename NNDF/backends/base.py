@@ -80,7 +80,7 @@ class Backend(ABC):
 
     def step_bytes(self) -> int | None:
         """Bytes of those model files one generation step reads (the kind's `Task.step_parts`; None as
-        `model_bytes`)."""
+        `model_bytes`); onnxrt counts the tensors in its graphs."""
         return self.model_bytes()
 
     def fused_decode_types(self) -> tuple[str, ...]:

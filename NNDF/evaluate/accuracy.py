@@ -27,7 +27,7 @@ import torch
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
-from NNDF.jsonl import read_jsonl, text_of
+from NNDF.jsonl import read_jsonl, short_note, text_of
 from NNDF.options import AccuracyOptions, ModelOptions
 from NNDF.progress import bar
 from NNDF.results import Report
@@ -187,6 +187,7 @@ class Accuracy(Evaluator):
         report.settings = {"dataset": acc.dataset, "num_samples": len(self.passages),
                            "tokens_to_generate": acc.tokens_to_generate, "device": run.device.type,
                            "precision": self.options.precision}
+        report.notes += filter(None, [short_note(acc.dataset, acc.num_samples, len(self.passages))])
 
     def evaluate(self, run, name: str, backend, steps, report):
         return [score_passage(run, steps, text, self.acc.tokens_to_generate, self.tops)

@@ -2,12 +2,12 @@
 
 Per call: prefill / time to first token (prompt pass + first token choice; for encoder-decoder models the
 encoder, its cross-attention cache and the first decoder step, with the encoder's own share reported as
-"encoder"), end to end, and per-token
-decode latency TPOT = (end to end - first token) / (new tokens - 1). Every call gets fresh random prompt
-tokens (drawn before the timer starts); EOS is suppressed so every run has the same length. With
-`--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same way (first token
-marked by a logits processor), as an outside reference; with `--static-cache` HF's own static cache
-(`cache_implementation="static"`), reported as "hf-generate-static".
+"encoder"), end to end, and per-token decode latency TPOT = (end to end - first token) / (new tokens - 1); with
+one new token there is no decode step, so TPOT and the bandwidth derived from it are n/a (null in the JSON).
+Every call gets fresh random prompt tokens (drawn before the timer starts); EOS is suppressed so every run has
+the same length. With `--hf-baseline`, HF `generate` runs on the same inputs in the same session, timed the same
+way (first token marked by a logits processor), as an outside reference; with `--static-cache` HF's own static
+cache (`cache_implementation="static"`), reported as "hf-generate-static".
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from NNDF.context import RunContext
+from NNDF.decoding import attention_problem
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
@@ -31,7 +32,7 @@ from NNDF.timing import GenerationClock, MemoryWatch, Stats, TokenTrace, measure
 class BenchmarkResult:
     backend: str
     prefill_ms: Stats
-    tpot_ms: Stats
+    tpot_ms: Stats | None  # None: one new token, no decode step to time
     e2e_ms: Stats
     tokens_per_s: float  # batch * new tokens / median end-to-end seconds
     peak_memory_mb: float
@@ -45,18 +46,20 @@ class BenchmarkResult:
     @property
     def weights_gb_s(self) -> float | None:
         """Achieved bandwidth (gpt-fast's measure): weight bytes read per step / median time per step (TPOT)."""
-        if self.weight_bytes is None or not self.tpot_ms.p50 > 0:
+        if self.weight_bytes is None or self.tpot_ms is None or not self.tpot_ms.p50 > 0:
             return None
         return self.weight_bytes / (self.tpot_ms.p50 * 1e-3) / 1e9
 
     def row(self) -> dict:
-        p = self.prefill_ms.percentile
         encoder = {} if self.encoder_ms is None else {"encoder p50 ms": self.encoder_ms.p50}
-        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, "TPOT p50 ms": self.tpot_ms.p50,
-                "TPOT p90 ms": self.tpot_ms.p90, "TPOT p99 ms": self.tpot_ms.p99, f"TPOT p{p} ms": self.tpot_ms.pN,
+        tpot = self.tpot_ms
+        percentiles = sorted({50, 90, 99, self.prefill_ms.percentile})  # ascending, --percentile among them
+        decode = {f"TPOT p{q} ms": "n/a" if tpot is None else tpot.at(q) for q in percentiles}
+        gb_s = "n/a" if tpot is None else "" if self.weights_gb_s is None else self.weights_gb_s
+        return {"backend": self.backend, **encoder, "prefill p50 ms": self.prefill_ms.p50, **decode,
                 "e2e p50 ms": self.e2e_ms.p50, "e2e p99 ms": self.e2e_ms.p99, "tokens/s": self.tokens_per_s,
                 "peak MiB": self.peak_memory_mb, "model MiB": "" if self.model_mb is None else self.model_mb,
-                "weights GB/s": "" if self.weights_gb_s is None else self.weights_gb_s}
+                "weights GB/s": gb_s}
 
 
 def _random_prompt(run: RunContext, bench: BenchmarkOptions, generator: torch.Generator):
@@ -69,11 +72,11 @@ def _summarize(name: str, samples, bench: BenchmarkOptions, batch: int, timing: 
     pct = timing.percentile
     prefill = [s["prefill"] * 1e3 for s in samples]
     e2e = [s["e2e"] * 1e3 for s in samples]
-    steps = max(bench.output_seq_len - 1, 1)
-    tpot = [(e - p) / steps for e, p in zip(e2e, prefill)]
+    steps = bench.output_seq_len - 1  # decode steps after the first token (none: no TPOT)
+    tpot = Stats.of([(e - p) / steps for e, p in zip(e2e, prefill)], pct) if steps else None
     e2e_stats = Stats.of(e2e, pct)
     encoder = Stats.of([s["encoder"] * 1e3 for s in samples], pct) if "encoder" in samples[0] else None
-    return BenchmarkResult(name, Stats.of(prefill, pct), Stats.of(tpot, pct), e2e_stats,
+    return BenchmarkResult(name, Stats.of(prefill, pct), tpot, e2e_stats,
                            batch * bench.output_seq_len / (e2e_stats.p50 / 1e3), memory.peak_mb, memory.kind, max_diff,
                            encoder_ms=encoder)
 
@@ -127,22 +130,31 @@ def _result(run, row: _Row, samples, memory: MemoryWatch, timing, bench) -> Benc
 
 
 def parameter_bytes(model: torch.nn.Module, leave_out: tuple = ()) -> int:
-    """Bytes of a torch model's parameters, each storage once (tied embeddings are one tensor), less the storages
-    only the modules `leave_out` hold."""
-    def storages(params) -> dict:
-        return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in params}
+    """Bytes of the parameters a torch model's modules hold, each storage once, less those reached only through the
+    modules `leave_out`: a tensor held there and elsewhere too (BART's shared embedding, the encoder's input and the
+    decoder's input and head) counts."""
+    skipped, seen, storages = {id(m) for m in leave_out}, set(), {}
 
-    seen = storages(model.parameters())
-    kept = {id(t) for t in model.parameters()} - {id(t) for m in leave_out for t in m.parameters()}
-    still = storages(t for t in model.parameters() if id(t) in kept)
-    only_left_out = set(seen) - set(still)
-    return sum(size for ptr, size in seen.items() if ptr not in only_left_out)
+    def visit(module: torch.nn.Module) -> None:
+        if id(module) in skipped or id(module) in seen:
+            return
+        seen.add(id(module))
+        for t in module.parameters(recurse=False):
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        for child in module.children():
+            visit(child)
+
+    visit(model)
+    return sum(storages.values())
 
 
 def step_bytes(run, model: torch.nn.Module) -> int:
     """The weight bytes one generation step reads: the model's parameters less what runs once per input (an
-    encoder's own weights)."""
-    return parameter_bytes(model, tuple(run.family.task.once_per_input(model)))
+    encoder's own weights; with a KV cache, the decoder's cross-attention key and value projections)."""
+    once = list(run.family.task.once_per_input(model))
+    if run.options.use_cache and run.family.cross_kv:
+        once += [m for name, m in model.named_modules() if name.endswith(run.family.cross_kv)]
+    return parameter_bytes(model, tuple(once))
 
 
 def _bench_hf_generate(run, sampling, timing, bench, static: bool) -> BenchmarkResult:
@@ -185,7 +197,8 @@ def _bench_hf_generate(run, sampling, timing, bench, static: bool) -> BenchmarkR
 
 def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions, str | None]:
     """The lengths to measure. Given ones must fit the model's positions (else one line); when both are left to
-    their defaults they are halved together until they fit, and the note returned says so."""
+    their defaults they are halved together until they fit, and the note returned says so. Without a position table
+    the prompt must fit memory (`attention_problem`)."""
     default_prompt, default_new = BenchmarkOptions.DEFAULT_LENGTHS
     given = bench.input_seq_len is not None or bench.output_seq_len is not None
     prompt, new = bench.input_seq_len or default_prompt, bench.output_seq_len or default_new
@@ -200,6 +213,9 @@ def _lengths(run: RunContext, bench: BenchmarkOptions) -> tuple[BenchmarkOptions
         problem = run.family.task.length_problem(run, prompt, new)
     if problem:
         raise UsageError(problem)
+    memory = attention_problem(run, run.options.batch_size, prompt)
+    if memory:
+        raise UsageError(f"{memory}: shorten --input-seq-len or lower --batch-size")
     note = None if given or (prompt, new) == (default_prompt, default_new) else (
         f"lengths: the defaults {default_prompt} + {default_new} do not fit {run.source.variant}'s positions; "
         f"measured {prompt} + {new} (set --input-seq-len / --output-seq-len to choose)")
@@ -223,6 +239,9 @@ class Benchmark(Evaluator):
         options, timing = self.options, self.timing
         self.bench, fitted = _lengths(run, self.bench)
         bench = self.bench
+        if bench.plot is not None and bench.output_seq_len == 1:
+            raise UsageError("--plot: one new token has no decode step, so no per-token latency to plot; give "
+                             "--output-seq-len 2 or more, or leave --plot out")
         report.settings = {
             "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
             "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,

@@ -4,8 +4,8 @@ checkpoint.toml holds `[generation] max_new_tokens` and `[[sample]]` entries wit
 variant and precision, the `expected` greedy continuation. For every sample and backend: the generated text,
 whether it equals the expected text (accuracy = share of samples that do; n/a where nothing is expected
 for this variant and precision), the teacher-forced perplexity of the expected text, and median seconds for
-the prompt pass, one decoder step, and the full generation. `run` prints one row per sample; `compare` one
-row per backend, side by side.
+the prompt pass, one decoder step (n/a where the generation is one token: EOS first), and the full generation.
+`run` prints one row per sample; `compare` one row per backend, side by side.
 
 The expected outputs are HF `generate`'s greedy outputs under the model's generation config
 (tools/assets/make_checkpoints.py). A run that decodes differently (beams, sampling, a penalty or rule the flags add or
@@ -40,7 +40,7 @@ class SampleResult:
     accuracy: float | None  # 1.0 if output == expected, 0.0 if not, None if nothing is expected
     perplexity: float | None  # of the expected text given the input
     prefill_s: float
-    decoder_s: float
+    decoder_s: float | None  # None: one new token in every timed call, no decoder step after the first
     full_s: float
     encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
     tokens: tuple[int, ...] = ()  # the new tokens of the first row (agreement between backends)
@@ -54,7 +54,11 @@ class SampleResult:
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s
-        return row | {"decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
+        return row | {"decoder (sec)": _or_na(self.decoder_s), "full (sec)": self.full_s}
+
+
+def _or_na(seconds: float | None):
+    return "n/a" if seconds is None else seconds
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class BackendSummary:
     accuracy: float | None
     perplexity: float | None
     prefill_s: float
-    decoder_s: float
+    decoder_s: float | None  # None as SampleResult's, for every sample
     full_s: float
     samples: tuple[SampleResult, ...]
     encoder_s: float | None = None
@@ -73,7 +77,8 @@ class BackendSummary:
                "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s
-        return row | {"prefill (sec)": self.prefill_s, "decoder (sec)": self.decoder_s, "full (sec)": self.full_s}
+        return row | {"prefill (sec)": self.prefill_s, "decoder (sec)": _or_na(self.decoder_s),
+                      "full (sec)": self.full_s}
 
 
 def load_checkpoint(run: RunContext) -> tuple[int, list[dict]]:
@@ -146,24 +151,30 @@ def _run_sample(run, name, steps, sample, config, timing, greedy: bool = True) -
         result = generate_prompt(steps, inputs, config, clock)
         steps_taken = result.sequences.shape[1] - result.prompt_length
         seconds = clock.seconds()
-        seconds["decoder"] = (seconds["e2e"] - seconds["prefill"]) / max(steps_taken - 1, 1)
+        if steps_taken > 1:  # one token (EOS first): no decoder step to time
+            seconds["decoder"] = (seconds["e2e"] - seconds["prefill"]) / (steps_taken - 1)
         return seconds
 
     samples = measure(call, timing, f"{name} sample")
-    med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    med = {k: _median([s[k] for s in samples if k in s]) for k in ("prefill", "e2e", "encoder", "decoder")}
     expected = _expected(sample, run)
     accuracy = None if expected is None or not greedy else float(text == expected)
     return SampleResult(name, str(item), text, expected, accuracy, _perplexity(run, steps, item, expected),
-                        med["prefill"], med["decoder"], med["e2e"], med.get("encoder"), tuple(new_tokens))
+                        med["prefill"], med["decoder"], med["e2e"], med["encoder"], tuple(new_tokens))
+
+
+def _median(values: list) -> float | None:
+    """The median of the values there are (None: none)."""
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def _summary(name: str, results: list[SampleResult]) -> BackendSummary:
     acc = [r.accuracy for r in results if r.accuracy is not None]
     ppl = [math.log(r.perplexity) for r in results if r.perplexity is not None]
-    med = lambda attr: statistics.median(getattr(r, attr) for r in results)  # noqa: E731
+    med = lambda attr: _median([getattr(r, attr) for r in results])  # noqa: E731
     return BackendSummary(name, sum(acc) / len(acc) if acc else None, math.exp(sum(ppl) / len(ppl)) if ppl else None,
-                          med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results),
-                          med("encoder_s") if results[0].encoder_s is not None else None)
+                          med("prefill_s"), med("decoder_s"), med("full_s"), tuple(results), med("encoder_s"))
 
 
 def _agreement(outputs: list[list[SampleResult]]) -> list[str]:

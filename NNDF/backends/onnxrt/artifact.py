@@ -56,6 +56,31 @@ def graph_bytes(paths: dict[str, Path]) -> int:
     return sum(p.stat().st_size for p in set(files))
 
 
+def tensor_bytes(paths: dict[str, Path]) -> int:
+    """Bytes of the tensors these graphs hold (initializers and constants, external data included, read from the
+    graphs' headers): their weights, without the graph's own text (node names and metadata, a quarter of a tiny
+    model's file)."""
+    import math
+
+    import onnx
+
+    def size(t) -> int:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            length = {e.key: e.value for e in t.external_data}.get("length")
+            if length is not None:
+                return int(length)
+        elif t.HasField("raw_data"):
+            return len(t.raw_data)
+        return math.prod(t.dims) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+
+    total = 0
+    for path in set(paths.values()):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        constants = [a.t for node in graph.node for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
+        total += sum(map(size, [*graph.initializer, *constants]))
+    return total
+
+
 class GraphArtifact(ABC):
     """Graphs a run uses, kept in the artifact store: where they come from (the user's files, a current artifact, or
     a build now) and what their validation at build time said. `OnnxArtifact` exports from PyTorch;

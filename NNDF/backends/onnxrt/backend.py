@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from NNDF.backends.base import Backend
-from NNDF.backends.onnxrt.artifact import GraphArtifact, graph_bytes
+from NNDF.backends.onnxrt.artifact import GraphArtifact, graph_bytes, tensor_bytes
 from NNDF.backends.onnxrt.options import ORTOptions
 from NNDF.context import RunContext
 from NNDF.errors import ArtifactError, UsageError
@@ -84,7 +84,7 @@ class OnnxRuntimeBackend(Backend):
         if self.paths is None:
             return None
         parts = self.task.step_parts
-        return graph_bytes({p: path for p, path in self.paths.items() if parts is None or p in parts})
+        return tensor_bytes({p: path for p, path in self.paths.items() if parts is None or p in parts})
 
     def export_notes(self) -> tuple[str, ...]:
         notes = () if self.onnx is self.plain and self.quantization is None else self.onnx.notes()
