@@ -27,8 +27,8 @@ class ImagePrompt:
     image: str  # path to a PNG or JPEG
     text: str = ""  # conditional captioning prefix ("a picture of"), or empty
 
-    def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any
-        return f"{self.image} | {self.text}" if self.text else self.image
+    def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any ("+": no table's "|")
+        return f"{self.image} + {self.text}" if self.text else self.image
 
 
 def _text_config(run):

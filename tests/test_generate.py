@@ -149,7 +149,7 @@ def test_a_dataset_of_images_batches_per_text_prefix_with_paths_relative_to_the_
     dataset.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
     got = generate(tmp_path, "BLIP", "--dataset", str(dataset), "--batch-size", "4", backends=("frameworks",),
                    workdir=workdir)
-    assert [r["prompt"] for r in got] == [f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'} | a picture of",
+    assert [r["prompt"] for r in got] == [f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'} + a picture of",
                                           f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'}"]
     assert [r["batch_rows"] for r in got] == [2, 1, 1, 2]
     assert got[2]["output_ids"] == got[0]["output_ids"][:2]
@@ -161,6 +161,17 @@ def test_the_report_prints_a_row_per_prompt_and_backend_and_tokens_per_second(tm
     out = capsys.readouterr().out
     assert "generate: GPT2 gpt2-offline" in out and "tokens/s" in out
     assert sum(TEXTS[0][:30] in line for line in out.splitlines()) == 1
+
+
+def test_image_prompts_and_pipes_keep_the_table_in_its_columns(tmp_path, workdir, capsys):
+    """An image prompt's cell joins the image and its text with "+", a "|" of the user's own is escaped: every row
+    of the Markdown table has the header's cells."""
+    argv = ["generate", "BLIP", "frameworks", "--image", IMAGES[0], "--prompt", "a picture of", "--prompt", "a|b",
+            "--max-new-tokens", "2", "-wd", str(workdir), "--device", "cpu"]
+    assert cli.main(argv) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if "red-square" in ln]
+    assert [ln.split(" | ")[2].strip() for ln in table] == [f"{IMAGES[0]} + a picture of", f"{IMAGES[0]} + a\\|b"]
+    assert all(ln.replace("\\|", "").count("|") == 5 for ln in table), table  # #, backend, prompt, text
 
 
 # --- bad input: one line, exit 2, before any model loads ----------------------------------------------------------
