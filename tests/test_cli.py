@@ -259,6 +259,8 @@ def test_build_prepares_the_graphs_and_reports_seconds_and_sizes(tmp_path):
     args = ("build", "GPT2", "onnxrt", "--use-cache", "--quantize", "none", "int8", "-wd", str(wd))
     out = _ok(run_cli(*args, "--json", str(path))).stdout
     assert "| onnxrt-int8 |" in out
+    assert "build: GPT2 gpt2-offline (device=cpu, precision=fp32, batch_size=1, use_cache=True, static_cache=False, " \
+           "num_beams=1)" in out
     rows = json.loads(path.read_text())["results"]
     assert [r["backend"] for r in rows] == ["onnxrt", "onnxrt-int8"]
     assert all(r["build_seconds"] >= 0 and r["size_mb"] > 0 for r in rows)

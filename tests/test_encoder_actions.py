@@ -99,6 +99,12 @@ def test_predict_many_texts_prints_a_summary(workdir, tmp_path, capsys):
     assert "most similar" in out and "| frameworks |       8 |" in out
 
 
+def test_build_header_shows_only_what_an_encoder_reads(workdir, capsys):
+    assert cli.main(["build", "BERT", "onnxrt", "-wd", str(workdir), "--device", "cpu"]) == 0
+    header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("build: "))
+    assert header == "build: BERT all-MiniLM-L6-v2 (device=cpu, precision=fp32, batch_size=1)"  # no cache, no beams
+
+
 @pytest.mark.parametrize("argv,expect", [
     (("predict", "BERT", "frameworks"), "predict needs texts: give --prompt TEXT (repeatable) or --dataset"),
     (("predict", "BERT", "frameworks", "--prompt", "fine", "--prompt", " "), "--prompt 2 is empty"),

@@ -174,6 +174,30 @@ def test_image_prompts_and_pipes_keep_the_table_in_its_columns(tmp_path, workdir
     assert all(ln.replace("\\|", "").count("|") == 5 for ln in table), table  # #, backend, prompt, text
 
 
+def test_settings_show_the_decoding_a_result_was_made_with(tmp_path, workdir, capsys):
+    """Every generating action's header and JSON settings: the cache (static too) and beams, and when sampling the
+    sampling settings and the seed, so a sampled result can be drawn again from its JSON."""
+    wd = ("-wd", str(workdir), "--device", "cpu")
+    sampled = ("--do-sample", "--temperature", "0.7", "--top-k", "5", "--top-p", "0.9", "--repetition-penalty",
+               "1.2", "--seed", "3")
+    expected = {"use_cache": True, "static_cache": False, "num_beams": 1, "do_sample": True, "temperature": 0.7,
+                "top_k": 5, "top_p": 0.9, "seed": 3, "repetition_penalty": 1.2}
+    for action, flags in (("generate", ("--prompt", "Hello", "--max-new-tokens", "2")),
+                          ("chat", ("--prompt", "Hello", "--max-new-tokens", "2")),
+                          ("run", ("--iterations", "1", "--warmup", "0")),
+                          ("benchmark", ("--input-seq-len", "4", "--output-seq-len", "2", "--iterations", "1",
+                                         "--warmup", "0"))):
+        out = tmp_path / f"{action}.json"
+        assert cli.main([action, "GPT2", "frameworks", *flags, *sampled, *wd, "--json", str(out)]) == 0, action
+        settings = json.loads(out.read_text())["settings"]
+        assert {k: settings.get(k) for k in expected} == expected, (action, settings)
+        header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"{action}: GPT2"))
+        assert "static_cache=False" in header and "temperature=0.7, top_k=5, top_p=0.9, seed=3" in header, header
+    assert cli.main(["generate", "GPT2", "frameworks", "--prompt", "Hello", "--max-new-tokens", "2", *wd]) == 0
+    header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("generate: GPT2"))
+    assert "do_sample=False, repetition_penalty=1.0)" in header and "temperature" not in header  # greedy
+
+
 # --- bad input: one line, exit 2, before any model loads ----------------------------------------------------------
 
 def _one_error(capsys, *argv: str) -> str:

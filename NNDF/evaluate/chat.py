@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from NNDF.chat_template import ChatTemplateOptions, Conversation, Template, template_of, templated
+from NNDF.decoding import report_settings
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.generate_options import check_lengths
@@ -183,7 +184,7 @@ class Chat(Evaluator):
         report.settings = {
             "device": run.device.type, "precision": options.precision,
             "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
-            "use_cache": options.use_cache, "num_beams": config.num_beams, "do_sample": config.sampling.do_sample}
+            **report_settings(options, config)}
         self.interactive = not (self.chat.prompt or options.image)
         self.template = template_of(run, self.template_options)  # None: the text as it is
         # --prompt / --image: every item checked (tokens, images, lengths) before any backend is set up

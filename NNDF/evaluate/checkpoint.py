@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from NNDF.context import RunContext
+from NNDF.decoding import report_settings
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions
@@ -197,8 +198,8 @@ class Checkpoint(Evaluator):
                             for item in run.family.task.items(options, ())]
         self.config = generation_config(run, self.sampling, self.max_new)
         self.change = decoding_change(run, self.sampling, self.config, self.max_new)
-        report.settings = {"device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
-                           "num_beams": self.config.num_beams, "max_new_tokens": self.max_new,
+        report.settings = {"device": run.device.type, "precision": options.precision,
+                           **report_settings(options, self.config), "max_new_tokens": self.max_new,
                            "iterations": self.timing.iterations}
 
     def evaluate(self, run, name: str, backend, steps, report):

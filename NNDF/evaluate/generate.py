@@ -28,6 +28,7 @@ from pathlib import Path
 
 from NNDF import progress
 from NNDF.chat_template import ChatTemplateOptions, template_of, templated
+from NNDF.decoding import report_settings
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.evaluate.chat import length_refusal
@@ -250,8 +251,7 @@ class Generate(Evaluator):
         report.settings = {
             "device": run.device.type, "precision": options.precision, "prompts": len(self.requests),
             "batch_size": options.batch_size, "max_new_tokens": gen.max_new_tokens or config.max_new_tokens
-            or f"max_length {config.max_length}", "use_cache": options.use_cache, "num_beams": config.num_beams,
-            "do_sample": config.sampling.do_sample}
+            or f"max_length {config.max_length}", **report_settings(options, config)}
 
     def evaluate(self, run, name: str, backend, steps, report):
         results, speed = _run_batches(run, name, steps, self.batches, len(self.requests))

@@ -205,7 +205,7 @@ class GenerativeDeploy(Evaluator):
             files = sum(1 for p in stage.rglob("*") if p.is_file())
         report.settings = {"backend": f"{chosen.label} (python backend)", "max_batch_size": deploy.max_batch_size,
                            "instances": deploy.instances, "use_cache": options.use_cache,
-                           "streaming": deploy.streaming}
+                           "static_cache": options.static_cache, "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
         query = command("chat", run.family.name, "onnxrt", "triton", *options.as_flags("static_cache", "fused_decode"),
                         *chosen.variant_flags(), "--triton-model", name,
