@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -109,7 +110,8 @@ def test_chat_prints_each_answer_once(workdir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())["results"][0]
     assert result["prompt"] == "Hello \x1b[2J there"
-    assert proc.stdout.count(f"frameworks: {result['text']}. Time: ") == 1  # the answer as written (lines kept)
+    assert proc.stdout.count(f"s): {result['text']}\n") == 1  # the answer as written (lines kept), last
+    assert re.search(r"^frameworks \(\d+\.\d{4} s\): ", proc.stdout, re.M)  # the seconds before it
     assert proc.stdout.count("frameworks") == 1 and "| backend" not in proc.stdout  # and nowhere else
 
 
