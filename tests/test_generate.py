@@ -239,6 +239,8 @@ def test_bad_prompts_and_batches_are_one_line(tmp_path, workdir, capsys):
     wd = ("-wd", str(workdir), "--device", "cpu")
     images = tmp_path / "images.jsonl"
     images.write_text(json.dumps({"text": "a picture of"}) + "\n", encoding="utf-8")
+    lost = tmp_path / "lost-image.jsonl"
+    lost.write_text(json.dumps({"image": "missing.png"}) + "\n", encoding="utf-8")
     cases = [
         (("generate", "GPT2", "frameworks", *wd), "generate needs prompts"),
         (("generate", "GPT2", "frameworks", "--prompt", " ", *wd), "empty --prompt"),
@@ -246,7 +248,14 @@ def test_bad_prompts_and_batches_are_one_line(tmp_path, workdir, capsys):
         (("generate", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), *wd), "no such file"),
         (("generate", "BLIP", "frameworks", "--dataset", str(images), *wd), f"{images}: line 1: image captioning"),
         (("generate", "GPT2", "frameworks", "--prompt", "a", "--prompt", "a b c d e", "-b", "2", *wd),
-         "prompt 1 and the 1 batched with it: prompts of different lengths are padded: add --use-mask"),
+         "prompt 1 and the prompt batched with it: prompts of different lengths are padded: add --use-mask"),
+        (("generate", "GPT2", "frameworks", *_prompts(("a", "a b", "a b c")), "-b", "3", *wd),
+         "prompt 1 and the 2 prompts batched with it: prompts of different lengths"),
+        # a dataset line's image is its "image" field, not a --image flag
+        (("generate", "BLIP", "frameworks", "--dataset", str(lost), *wd),
+         f"--dataset {lost}: line 1: image {tmp_path / 'missing.png'}: no such file; give a PNG or JPEG file"),
+        (("generate", "GPT2", "frameworks", "--dataset", str(lost), *wd),
+         f"--dataset {lost}: line 1: image applies to image-to-text models; decoder models read text"),
         (("generate", "GPT2", "frameworks", "--prompt", "hello world " * 300, *wd), "prompt 1: the prompt is"),
     ]
     for argv, expect in cases:
