@@ -91,6 +91,14 @@ def test_predict_truncates_long_texts_with_a_note(workdir):
     assert len(tokens) == 510  # 512 with [CLS] and [SEP]
 
 
+def test_a_bare_encoders_pooling_note_says_where_it_comes_from_once(workdir, capsys):
+    assert cli.main(["predict", "BERT", "frameworks", "--variant", "distilbert-classifier-offline", "--task",
+                     "feature-extraction", "--prompt", "hi", "-wd", str(workdir)]) == 0
+    out = capsys.readouterr().out
+    assert "note: embeddings: mean pooling (the default for a bare encoder: no sentence-transformers modules.json);" \
+        in out and out.count("pooling") == 1
+
+
 def test_predict_many_texts_prints_a_summary(workdir, tmp_path, capsys):
     data = tmp_path / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": f"sentence number {i} about topic {i % 3}"}) + "\n" for i in range(8)))
