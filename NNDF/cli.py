@@ -62,7 +62,8 @@ def _add_action(sub, action: Action, task=None) -> None:
             group.add_to_parser(p)
         return
     p.add_argument("model", metavar="MODEL", help=f"model family: {families}")
-    p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
+    # a default: argparse lists a "*" positional without one as required
+    p.add_argument("backends", nargs="*", default=[], metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
     if action.side_by_side:
         p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
                        "(default: every backend usable here)")
