@@ -165,6 +165,7 @@ class Report:
     extra: list = field(default_factory=list)  # a second table (e.g. `list`'s backend status)
     title: str | None = None  # the line above the table (None: the action, the model and the settings)
     live: bool = False  # the results were printed as they came (chat): `print` shows only the title and notes
+    after_lines: bool = False  # lines were printed before the report (chat's answers, serve's status): a blank line
 
     @staticmethod
     def _table(items) -> str:
@@ -183,7 +184,7 @@ class Report:
         return f"{self.action}: {self.family} {self.variant} ({settings})"
 
     def print(self) -> None:
-        print(f"\n{printable(self.heading())}")
+        print(("\n" if self.after_lines else "") + printable(self.heading()))
         if not self.live:
             print(self.table())
         if self.extra:

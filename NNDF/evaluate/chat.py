@@ -181,6 +181,7 @@ class Chat(Evaluator):
         options = self.options
         self.config = config = generation_config(run, self.sampling, self.chat.max_new_tokens)
         report.live = True  # each answer is printed as it comes (`_answer`); the report's table would repeat them
+        report.after_lines = True
         report.settings = {
             "device": run.device.type, "precision": options.precision,
             "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
