@@ -57,8 +57,7 @@ def _add_action(sub, action: Action, task=None) -> None:
             p.add_argument("model", metavar=action.operand[0], help=action.operand[1])
         else:
             p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
-        p.add_argument("--json", help="also write the report as JSON to this path")
-        for group in action.groups:
+        for group in action.owner_groups():
             group.add_to_parser(p)
         return
     p.add_argument("model", metavar="MODEL", help=f"model family: {families}")

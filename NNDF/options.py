@@ -81,6 +81,13 @@ class OutputOptions(OptionGroup):
     info: bool = flag(False, "--info", help="show progress bars and status lines even when stderr is not a terminal")
 
 
+@dataclass(frozen=True)
+class ReportFileOptions(OptionGroup):
+    title = "output (actions that run no model)"
+    owner = "actions that run no model"
+    json: str | None = flag(None, "--json", help="also write the report as JSON to this path")
+
+
 # --- the one-token step and the forward pass: caches, compiled and captured graphs ---
 
 @dataclass(frozen=True)
