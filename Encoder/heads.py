@@ -34,4 +34,4 @@ class Pooling:
 
     mode: str = "mean"  # mean | cls | max
     normalize: bool = False  # L2-normalize the pooled vector (sentence-transformers' Normalize module)
-    declared_by: str = "plain mean pooling (no sentence-transformers modules.json)"
+    declared_by: str = "the default for a bare encoder: no sentence-transformers modules.json"

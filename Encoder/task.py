@@ -102,7 +102,7 @@ class TextEncoder(Task):
     def parts(self, use_cache: bool) -> tuple[str, ...]:
         return ("encoder",)
 
-    def items(self, options, texts: tuple) -> list:
+    def items(self, options, texts: tuple, images_from: str = "--image") -> list:
         return list(texts)
 
     # --- what the run computes ---

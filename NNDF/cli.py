@@ -59,12 +59,12 @@ def _add_action(sub, action: Action, task=None, backends: tuple[str, ...] = ()) 
             p.add_argument("model", metavar=action.operand[0], help=action.operand[1])
         else:
             p.add_argument("model", nargs="?", metavar="MODEL", help=f"one of {families}")
-        p.add_argument("--json", help="also write the report as JSON to this path")
-        for group in action.groups:
+        for group in action.owner_groups():
             group.add_to_parser(p)
         return
     p.add_argument("model", metavar="MODEL", help=f"model family: {families}")
-    p.add_argument("backends", nargs="*", metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
+    # a default: argparse lists a "*" positional without one as required
+    p.add_argument("backends", nargs="*", default=[], metavar="BACKEND", help=f"any of {', '.join(registry.BACKENDS)}")
     if action.side_by_side:
         p.add_argument("--compare", nargs="+", metavar="BACKEND", help="backends to run side by side "
                        "(default: every backend usable here)")

@@ -204,6 +204,29 @@ def refuse_unread(sampling, config: GenerationConfig) -> None:
                                  f"beam: add --num-beams N (N > 1) or drop {flag}")
 
 
+def report_settings(options, config: GenerationConfig) -> dict:
+    """What the report of an action that generates shows of how it generates (its header and the JSON's
+    `settings`): the KV cache (`options`: a ModelOptions), the beams, whether it samples and, when it does, the
+    sampling settings and the seed (a sampled result can be drawn again from its JSON), the repetition penalty,
+    and the other rules where they are on."""
+    sampling = config.sampling
+    settings = {"use_cache": options.use_cache, "static_cache": options.static_cache, "num_beams": config.num_beams,
+                "do_sample": sampling.do_sample}
+    if sampling.do_sample:
+        settings |= {"temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                     "seed": config.seed}
+    settings["repetition_penalty"] = sampling.repetition_penalty
+    if config.no_repeat_ngram_size:
+        settings["no_repeat_ngram_size"] = config.no_repeat_ngram_size
+    if sampling.dry_multiplier > 0:
+        settings |= {"dry_multiplier": sampling.dry_multiplier, "dry_base": sampling.dry_base,
+                     "dry_allowed_length": sampling.dry_allowed_length,
+                     "dry_penalty_last_n": sampling.dry_penalty_last_n}
+    if config.num_beams > 1:
+        settings |= {"length_penalty": config.length_penalty, "early_stopping": config.early_stopping}
+    return settings
+
+
 def _eos(eos: int | None, hf) -> int | tuple[int, ...] | None:
     """The ids that end generation: the task's EOS first, then the generation config's others (one id stays an
     int, as HF writes it)."""

@@ -161,7 +161,10 @@ def reference() -> str:
            "`python -m NNDF.flags` writes this file and a test checks it is current. A flag is accepted only where",
            "its owner is in play: the action reads its group, the model's kind adds it (where only some kinds read",
            "it), the run names its backend (a backend's own flags). `python run.py ACTION MODEL [BACKEND ...] --help`",
-           "shows exactly those.", ""]
+           "shows exactly those.", "",
+           f"`--compare BACKEND...` ({', '.join(a.name for a in ACTIONS.values() if a.side_by_side)}) names the",
+           "backends to run side by side, as the positional `BACKEND...` does; with no backend named, these",
+           "actions run every backend usable here.", ""]
     for group in dict.fromkeys(groups):
         out += [f"## {group.title}", "", *_who(group), "", "| flag | default | what it does |", "|---|---|---|"]
         for f in fields(group):

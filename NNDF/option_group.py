@@ -148,6 +148,20 @@ class OptionGroup:
         negated = value is False and f.metadata["argparse"].get("action") is argparse.BooleanOptionalAction
         return f"--no-{flag[2:]}" if negated else flag
 
+    def as_flags(self, *names: str) -> tuple[str, ...]:
+        """The command-line flags that give the fields `names` their values here, in that order (a field at its
+        default gives none), for a command printed to the user."""
+        defaults = {f.name: _default(f) for f in fields(self)}
+        flags: list[str] = []
+        for name in names:
+            value = getattr(self, name)
+            if value == defaults[name]:
+                continue
+            flags.append(self.flag_name(name, value))
+            if not isinstance(value, bool):
+                flags.extend(map(str, value) if isinstance(value, tuple) else (str(value),))
+        return tuple(flags)
+
     @classmethod
     def given(cls, ns: argparse.Namespace) -> list[str]:
         """Names of this group's fields the user gave on the command line."""

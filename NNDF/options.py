@@ -81,6 +81,13 @@ class OutputOptions(OptionGroup):
     info: bool = flag(False, "--info", help="show progress bars and status lines even when stderr is not a terminal")
 
 
+@dataclass(frozen=True)
+class ReportFileOptions(OptionGroup):
+    title = "output (actions that run no model)"
+    owner = "actions that run no model"
+    json: str | None = flag(None, "--json", help="also write the report as JSON to this path")
+
+
 # --- the one-token step and the forward pass: caches, compiled and captured graphs ---
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ class FusedStepOptions(OptionGroup):
     title = "fused decode step (generative models)"
     owner = "generative models"
     by_kind = True
-    fused_decode: bool | None = flag(None, "--fused-decode", action=argparse.BooleanOptionalAction, help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph built from the weights out of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it. Default: onnxrt with --static-cache builds it wherever the family has one for the model type and it runs at the run's precision and device (without --decoder-onnx; with --quantize only for decoder-only models on the CPU, quantized too), else the torch.onnx export; frameworks runs the model's own code. --no-fused-decode: the export / the model's own code")
+    fused_decode: bool | None = flag(None, "--fused-decode", action=argparse.BooleanOptionalAction, help="the family's fused decode step instead of the model's own code (needs --static-cache): frameworks runs a one-token step written for inductor (one-row products as fused reductions, one-query attention with the cache write inside), onnxrt a graph built from the weights out of ONNX Runtime's fused attention with the cache written in place; families and backends without one refuse it. Default: onnxrt with --static-cache builds it wherever the family has one for the model type and it runs at the run's precision and device (without --decoder-onnx; with --quantize only for decoder-only models on the CPU, quantized too); else decoder-only models take the torch.onnx static-cache export, while encoder-decoders, which have no such export on onnxrt, are refused in one line (--static-cache with --quantize or --no-fused-decode: drop --static-cache); frameworks runs the model's own code. --no-fused-decode: the export (decoder-only models) / the model's own code")
 
 
 # --- what one kind alone reads ---

@@ -5,9 +5,10 @@ and the environment it ran in. `Report.print()` renders the readable table; `Rep
 the same results (atomically) with the raw samples, so numbers can be recomputed.
 
 What reaches the terminal is made safe and readable there, never in the JSON, which keeps the exact text: control
-characters (ANSI escapes, NUL, right-to-left overrides, ...) are shown escaped (`printable`), every cell is one
-line, and the columns a result names in `WIDE` (prompts, outputs) are shortened with "..." until the table fits
-the terminal's width (`COLUMNS`; into a file or a pipe without it, nothing is shortened).
+characters (ANSI escapes, NUL, right-to-left overrides, ...) are shown escaped (`printable`), a "|" in a cell is
+escaped as Markdown escapes it, every cell is one line, and the columns a result names in `WIDE` (prompts,
+outputs) are shortened with "..." until the table fits the terminal's width (`COLUMNS`; into a file or a pipe
+without it, nothing is shortened).
 """
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ def printable(text: str, keep: str = "") -> str:
         return ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
 
     return "".join(map(shown, text))
+
+
+def cell(text: str) -> str:
+    """A table cell: `printable`, and a "|" in it escaped as Markdown tables escape it (else it splits the cell)."""
+    return printable(text).replace("|", "\\|")
 
 
 def table_width() -> int | None:
@@ -171,12 +177,13 @@ class Report:
     extra: list = field(default_factory=list)  # a second table (e.g. `list`'s backend status)
     title: str | None = None  # the line above the table (None: the action, the model and the settings)
     live: bool = False  # the results were printed as they came (chat): `print` shows only the title and notes
+    after_lines: bool = False  # lines were printed before the report (chat's answers, serve's status): a blank line
 
     @staticmethod
     def _table(items) -> str:
         if not items:
             return "(no results)"
-        rows = [{k: printable(v) if isinstance(v, str) else v for k, v in r.row().items()} for r in items]
+        rows = [{k: cell(v) if isinstance(v, str) else v for k, v in r.row().items()} for r in items]
         keys = columns(rows)
         rows = [{k: r.get(k, "") for k in keys} for r in rows]
         return fit_table(rows, getattr(type(items[0]), "WIDE", ()), table_width())
@@ -191,7 +198,7 @@ class Report:
         return f"{self.action}: {self.family} {self.variant} ({settings})"
 
     def print(self) -> None:
-        print(f"\n{printable(self.heading())}")
+        print(("\n" if self.after_lines else "") + printable(self.heading()))
         if not self.live:
             print(self.table())
         if self.extra:

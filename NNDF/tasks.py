@@ -79,8 +79,9 @@ class Task(ABC):
         """The exported graphs / engines a run uses (names of the --<part>-onnx / --<part>-engine flags)."""
 
     @abstractmethod
-    def items(self, options, texts: tuple) -> list:
-        """The items of a run from `--prompt` texts (and `--image` files where the task reads images)."""
+    def items(self, options, texts: tuple, images_from: str = "--image") -> list:
+        """The items of a run from `--prompt` texts (and `--image` files where the task reads images);
+        `images_from` names where the images came from in messages (a dataset line's field: "image")."""
 
 
 class GenerativeTask(Task):
@@ -152,9 +153,9 @@ class GenerativeTask(Task):
 class TextItems:
     """Tasks whose items are texts: prompts, chat lines and checkpoint samples are strings."""
 
-    def items(self, options, texts: tuple) -> list:
+    def items(self, options, texts: tuple, images_from: str = "--image") -> list:
         if getattr(options, "image", ()):
-            raise UsageError(f"--image applies to image-to-text models; {self.kind} models read text")
+            raise UsageError(f"{images_from} applies to image-to-text models; {self.kind} models read text")
         return list(texts)
 
     def item_from_line(self, line: str):

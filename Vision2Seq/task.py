@@ -27,8 +27,8 @@ class ImagePrompt:
     image: str  # path to a PNG or JPEG
     text: str = ""  # conditional captioning prefix ("a picture of"), or empty
 
-    def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any
-        return f"{self.image} | {self.text}" if self.text else self.image
+    def __str__(self) -> str:  # the `prompt` of reports: the image path, and the text if any ("+": no table's "|")
+        return f"{self.image} + {self.text}" if self.text else self.image
 
 
 def _text_config(run):
@@ -81,12 +81,12 @@ class ImageToText(Seq2SeqLM):
                 "trt": "Vision2Seq.backends:ImageTextTrt",
                 "triton": "NNDF.backends.triton.backend:GenerativeTriton"}
 
-    def items(self, options, texts: tuple) -> list[ImagePrompt]:
+    def items(self, options, texts: tuple, images_from: str = "--image") -> list[ImagePrompt]:
         """--image files (checked here, before anything loads) with each --prompt text."""
         if not options.image:
             raise UsageError("image captioning needs images: give --image PATH (repeatable; PNG or JPEG)")
         for image in options.image:
-            _check_file(image, "--image")
+            _check_file(image, images_from)
         return [ImagePrompt(image, text) for image in options.image for text in (texts or ("",))]
 
     def sample_item(self, sample: dict) -> ImagePrompt:

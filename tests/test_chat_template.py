@@ -287,3 +287,15 @@ def test_benchmark_and_accuracy_take_no_chat_template_flags(chat_model, wd, caps
     code = cli.main(["accuracy", "LLAMA", "frameworks", "--torch-dir", str(chat_model), "--system", "x", "-wd", wd])
     assert code == 2 and where.format("accuracy") in capsys.readouterr().err
 
+
+
+def test_the_usage_raw_text_example_gets_a_visible_answer(wd, tmp_path):
+    """docs/USAGE.md's --no-chat-template command, as written: llama-offline continues the text."""
+    import shlex
+
+    usage = (ROOT / "docs" / "USAGE.md").read_text()
+    line = next(ln for ln in usage.splitlines() if ln.startswith("python run.py") and "--no-chat-template" in ln)
+    out = tmp_path / "raw.json"
+    assert cli.main([*shlex.split(line)[2:], "--max-new-tokens", "8", "-wd", wd, "--device", "cpu", "--json",
+                     str(out)]) == 0
+    assert json.loads(out.read_text())["results"][0]["text"].strip()

@@ -48,3 +48,15 @@ def test_relative_links_resolve(page):
         elif anchor and target.suffix == ".md" and anchor not in _anchors(target):
             broken.append(f"{link} (no such heading)")
     assert not broken, f"{page.relative_to(ROOT)}: " + ", ".join(broken)
+
+
+def test_usage_names_every_family_and_offline_variant():
+    """USAGE.md's "Families (MODEL)" paragraph against the registry (what `run.py list` shows)."""
+    from NNDF import registry
+
+    text = (ROOT / "docs" / "USAGE.md").read_text()
+    paragraph = text[text.index("Families (`MODEL`)"):text.index("Random-weight models produce")]
+    missing = [f"{name}" for name in registry.FAMILY_PACKAGES if f"`{name}`" not in paragraph]
+    missing += [v.name for fam in registry.families().values() for v in fam.variants
+                if v.offline and f"`{v.name}`" not in paragraph]
+    assert not missing, f"docs/USAGE.md's families paragraph leaves out {', '.join(missing)}"

@@ -91,12 +91,26 @@ def test_predict_truncates_long_texts_with_a_note(workdir):
     assert len(tokens) == 510  # 512 with [CLS] and [SEP]
 
 
+def test_a_bare_encoders_pooling_note_says_where_it_comes_from_once(workdir, capsys):
+    assert cli.main(["predict", "BERT", "frameworks", "--variant", "distilbert-classifier-offline", "--task",
+                     "feature-extraction", "--prompt", "hi", "-wd", str(workdir)]) == 0
+    out = capsys.readouterr().out
+    assert "note: embeddings: mean pooling (the default for a bare encoder: no sentence-transformers modules.json);" \
+        in out and out.count("pooling") == 1
+
+
 def test_predict_many_texts_prints_a_summary(workdir, tmp_path, capsys):
     data = tmp_path / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": f"sentence number {i} about topic {i % 3}"}) + "\n" for i in range(8)))
     assert cli.main(["predict", "BERT", "frameworks", "--dataset", str(data), "-wd", str(workdir)]) == 0
     out = capsys.readouterr().out
     assert "most similar" in out and "| frameworks |       8 |" in out
+
+
+def test_build_header_shows_only_what_an_encoder_reads(workdir, capsys):
+    assert cli.main(["build", "BERT", "onnxrt", "-wd", str(workdir), "--device", "cpu"]) == 0
+    header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("build: "))
+    assert header == "build: BERT all-MiniLM-L6-v2 (device=cpu, precision=fp32, batch_size=1)"  # no cache, no beams
 
 
 @pytest.mark.parametrize("argv,expect", [

@@ -52,6 +52,12 @@ def test_unknown_flag_value():
     _bad("run", "GPT2", "frameworks", "--device", "tpu", expect="invalid choice: 'tpu'")
 
 
+def test_a_missing_model_is_the_one_required_argument(capsys):
+    for action in ("predict", "run"):  # BACKEND is optional (side-by-side actions take every usable one)
+        line = _refused(capsys, action, expect="the following arguments are required: MODEL")
+        assert line.endswith("required: MODEL"), line
+
+
 def test_unknown_action():
     _bad("fly", "GPT2", expect="invalid choice: 'fly'")
 

@@ -2,10 +2,12 @@
 every flag the command line takes is in it under the group that owns it."""
 from __future__ import annotations
 
+import argparse
+import re
 from dataclasses import fields
 
 from conftest import ROOT
-from NNDF import flags
+from NNDF import cli, flags
 from NNDF.actions import ACTIONS
 
 
@@ -21,6 +23,16 @@ def test_every_flag_is_in_the_reference_under_its_owner():
     for group in groups:
         for f in fields(group):
             assert sections[group.title].count(f"| `{group.flag_name(f.name)}`") == 1, (group.title, f.name)
+
+
+def test_every_flag_any_parser_takes_is_in_the_committed_reference():
+    """Flags an action's parser adds outside the option groups too (`--compare`; `--json` of list and serve)."""
+    reference = (ROOT / "docs" / "FLAGS.md").read_text(encoding="utf-8")
+    parser = cli.build_parser()
+    actions = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in actions.items():
+        for option in (o for a in sub._actions for o in a.option_strings if o not in ("-h", "--help")):
+            assert re.search(rf"`{option}[` ]", reference), (name, option)
 
 
 def test_every_owner_group_has_an_owner_and_each_flag_one_owner_per_action():

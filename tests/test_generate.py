@@ -149,7 +149,7 @@ def test_a_dataset_of_images_batches_per_text_prefix_with_paths_relative_to_the_
     dataset.write_text("\n".join(json.dumps(line) for line in lines), encoding="utf-8")
     got = generate(tmp_path, "BLIP", "--dataset", str(dataset), "--batch-size", "4", backends=("frameworks",),
                    workdir=workdir)
-    assert [r["prompt"] for r in got] == [f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'} | a picture of",
+    assert [r["prompt"] for r in got] == [f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'} + a picture of",
                                           f"{images / 'red-square.png'}", f"{images / 'blue-circle.jpg'}"]
     assert [r["batch_rows"] for r in got] == [2, 1, 1, 2]
     assert got[2]["output_ids"] == got[0]["output_ids"][:2]
@@ -161,6 +161,41 @@ def test_the_report_prints_a_row_per_prompt_and_backend_and_tokens_per_second(tm
     out = capsys.readouterr().out
     assert "generate: GPT2 gpt2-offline" in out and "tokens/s" in out
     assert sum(TEXTS[0][:30] in line for line in out.splitlines()) == 1
+
+
+def test_image_prompts_and_pipes_keep_the_table_in_its_columns(tmp_path, workdir, capsys):
+    """An image prompt's cell joins the image and its text with "+", a "|" of the user's own is escaped: every row
+    of the Markdown table has the header's cells."""
+    argv = ["generate", "BLIP", "frameworks", "--image", IMAGES[0], "--prompt", "a picture of", "--prompt", "a|b",
+            "--max-new-tokens", "2", "-wd", str(workdir), "--device", "cpu"]
+    assert cli.main(argv) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if "red-square" in ln]
+    assert [ln.split(" | ")[2].strip() for ln in table] == [f"{IMAGES[0]} + a picture of", f"{IMAGES[0]} + a\\|b"]
+    assert all(ln.replace("\\|", "").count("|") == 5 for ln in table), table  # #, backend, prompt, text
+
+
+def test_settings_show_the_decoding_a_result_was_made_with(tmp_path, workdir, capsys):
+    """Every generating action's header and JSON settings: the cache (static too) and beams, and when sampling the
+    sampling settings and the seed, so a sampled result can be drawn again from its JSON."""
+    wd = ("-wd", str(workdir), "--device", "cpu")
+    sampled = ("--do-sample", "--temperature", "0.7", "--top-k", "5", "--top-p", "0.9", "--repetition-penalty",
+               "1.2", "--seed", "3")
+    expected = {"use_cache": True, "static_cache": False, "num_beams": 1, "do_sample": True, "temperature": 0.7,
+                "top_k": 5, "top_p": 0.9, "seed": 3, "repetition_penalty": 1.2}
+    for action, flags in (("generate", ("--prompt", "Hello", "--max-new-tokens", "2")),
+                          ("chat", ("--prompt", "Hello", "--max-new-tokens", "2")),
+                          ("run", ("--iterations", "1", "--warmup", "0")),
+                          ("benchmark", ("--input-seq-len", "4", "--output-seq-len", "2", "--iterations", "1",
+                                         "--warmup", "0"))):
+        out = tmp_path / f"{action}.json"
+        assert cli.main([action, "GPT2", "frameworks", *flags, *sampled, *wd, "--json", str(out)]) == 0, action
+        settings = json.loads(out.read_text())["settings"]
+        assert {k: settings.get(k) for k in expected} == expected, (action, settings)
+        header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(f"{action}: GPT2"))
+        assert "static_cache=False" in header and "temperature=0.7, top_k=5, top_p=0.9, seed=3" in header, header
+    assert cli.main(["generate", "GPT2", "frameworks", "--prompt", "Hello", "--max-new-tokens", "2", *wd]) == 0
+    header = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("generate: GPT2"))
+    assert "do_sample=False, repetition_penalty=1.0)" in header and "temperature" not in header  # greedy
 
 
 # --- bad input: one line, exit 2, before any model loads ----------------------------------------------------------
@@ -204,6 +239,8 @@ def test_bad_prompts_and_batches_are_one_line(tmp_path, workdir, capsys):
     wd = ("-wd", str(workdir), "--device", "cpu")
     images = tmp_path / "images.jsonl"
     images.write_text(json.dumps({"text": "a picture of"}) + "\n", encoding="utf-8")
+    lost = tmp_path / "lost-image.jsonl"
+    lost.write_text(json.dumps({"image": "missing.png"}) + "\n", encoding="utf-8")
     cases = [
         (("generate", "GPT2", "frameworks", *wd), "generate needs prompts"),
         (("generate", "GPT2", "frameworks", "--prompt", " ", *wd), "empty --prompt"),
@@ -211,7 +248,14 @@ def test_bad_prompts_and_batches_are_one_line(tmp_path, workdir, capsys):
         (("generate", "GPT2", "frameworks", "--dataset", str(tmp_path / "missing.jsonl"), *wd), "no such file"),
         (("generate", "BLIP", "frameworks", "--dataset", str(images), *wd), f"{images}: line 1: image captioning"),
         (("generate", "GPT2", "frameworks", "--prompt", "a", "--prompt", "a b c d e", "-b", "2", *wd),
-         "prompt 1 and the 1 batched with it: prompts of different lengths are padded: add --use-mask"),
+         "prompt 1 and the prompt batched with it: prompts of different lengths are padded: add --use-mask"),
+        (("generate", "GPT2", "frameworks", *_prompts(("a", "a b", "a b c")), "-b", "3", *wd),
+         "prompt 1 and the 2 prompts batched with it: prompts of different lengths"),
+        # a dataset line's image is its "image" field, not a --image flag
+        (("generate", "BLIP", "frameworks", "--dataset", str(lost), *wd),
+         f"--dataset {lost}: line 1: image {tmp_path / 'missing.png'}: no such file; give a PNG or JPEG file"),
+        (("generate", "GPT2", "frameworks", "--dataset", str(lost), *wd),
+         f"--dataset {lost}: line 1: image applies to image-to-text models; decoder models read text"),
         (("generate", "GPT2", "frameworks", "--prompt", "hello world " * 300, *wd), "prompt 1: the prompt is"),
     ]
     for argv, expect in cases:

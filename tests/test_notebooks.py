@@ -34,7 +34,7 @@ BUDGET = {"playground": 90, "T5": 120, "GPT2": 150, "BART": 180, "LLAMA": 150, "
 
 # What each notebook must print (on a CPU, where TensorRT is always skipped in one line).
 EXPECTED = {
-    "playground": ["benchmark: GPT2", "accuracy: GPT2", "frameworks: "],
+    "playground": ["benchmark: GPT2", "accuracy: GPT2", "frameworks (", " s): "],  # chat: "<backend> (<s> s): <text>"
     "T5": ["validated: max |logits(ONNX) - logits(PyTorch)|", "TensorRT skipped: ", "benchmark: T5 t5-offline",
            "| hf-generate |"],
     "GPT2": ["KV cache off: ", "TensorRT skipped: ", "accuracy: GPT2 gpt2-offline", "lm-eval acc", "use_cache=False",

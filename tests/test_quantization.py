@@ -350,6 +350,10 @@ def test_encoder_quantizes_the_optimized_graph(workdir):
         name = f"encoder-feature-extraction-fp32-ortopt-{kind}{'-b128-asym' if kind == 'int4' else ''}"
         record = json.loads((folder / name / "validation.json").read_text())
         assert record["max_abs_diff_vs_float"] < 0.1 and record["min_cosine_vs_float"] > least
+        # counted in the quantized graph: neither int8 nor int4 quantizes the fused Attention's packed q/k/v weights
+        assert record["parts"]["encoder"]["float_weighted"] == {"Attention": 6}
+    assert any(note.startswith("onnxrt-int8: int8 graphs (encoder: DynamicQuantizeLinear 18, MatMulInteger 18; "
+                               "weights kept float: Attention 6)") for note in report.notes), report.notes
     embeddings = {r.backend: np.asarray(r.embedding) for r in texts if r.prompt.startswith("The weather")}
     for kind, least in (("onnxrt-int8", 0.99), ("onnxrt-int4", 0.95)):
         assert float(embeddings[kind] @ embeddings["onnxrt"]) > least  # normalised embeddings: the cosine
@@ -368,6 +372,9 @@ def test_encoder_int8_quantizes_attention_on_request(workdir):
     record = json.loads((workdir / "BERT" / "all-MiniLM-L6-v2" / "encoder-feature-extraction-fp32-ortopt-int8-attn" /
                          "validation.json").read_text())
     assert record["parts"]["encoder"]["quantized_ops"]["QAttention"] == 6  # one a layer
+    assert record["parts"]["encoder"]["float_weighted"] == {}
+    assert any("(encoder: DynamicQuantizeLinear 24, MatMulInteger 18, QAttention 6; weights kept float: none)" in note
+               for note in report.notes), report.notes
     assert record["quantization"]["attention"] == "packed q/k/v int8 (QAttention)"
     assert record["min_cosine_vs_float"] > 0.98  # measured 0.9923 (3 texts)
     embeddings = {r.backend: np.asarray(r.embedding) for r in report.results if hasattr(r, "embedding")}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -98,7 +99,7 @@ def test_compare_rows_are_backends_and_one_line_per_sample(workdir, monkeypatch,
 
 def test_list_has_a_header_and_stops_quietly_in_a_pipe():
     proc = _cli("list")
-    assert proc.returncode == 0 and proc.stdout.splitlines()[1] == (
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == (  # the first line, no blank line before it
         "list: every family's variants (--variant), then the backends and whether they work on this machine")
     assert _table(proc.stdout, "backend")[0].startswith("| backend    | usable here ")
     # a reader that stops after two lines (as `run.py list | head -2`), through a pipe too small (4 KiB) to take
@@ -116,7 +117,7 @@ def test_list_has_a_header_and_stops_quietly_in_a_pipe():
     _, stderr = piped.communicate(timeout=120)
     assert len(proc.stdout.encode()) > 4096 + 8192  # more than the pipe holds and the reader's first read takes
     assert stderr == "" and piped.returncode == 141
-    assert first[1].startswith("list: every family's variants")
+    assert first[0].startswith("list: every family's variants")
 
 
 def test_chat_prints_each_answer_once(workdir, tmp_path):
@@ -126,7 +127,8 @@ def test_chat_prints_each_answer_once(workdir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())["results"][0]
     assert result["prompt"] == "Hello \x1b[2J there"
-    assert proc.stdout.count(f"frameworks: {result['text']}. Time: ") == 1  # the answer as written (lines kept)
+    assert proc.stdout.count(f"s): {result['text']}\n") == 1  # the answer as written (lines kept), last
+    assert re.search(r"^frameworks \(\d+\.\d{4} s\): ", proc.stdout, re.M)  # the seconds before it
     assert proc.stdout.count("frameworks") == 1 and "| backend" not in proc.stdout  # and nowhere else
 
 

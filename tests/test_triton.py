@@ -573,8 +573,10 @@ def test_deploy_static_cache_serves_what_the_row_takes(workdir, tmp_path, capsys
     tests serve those), and `--no-fused-decode` the torch.onnx static export, as for that row; the server's steps
     are set up from the record as `GenerativeModel` sets them up. Encoders refuse the flag in one line."""
     import json
+    import shlex
 
     from NNDF import cli, registry
+    from NNDF.options import ModelOptions
     from NNDF.triton.generative import load_record, open_served_run
 
     repository = tmp_path / "r"
@@ -582,6 +584,10 @@ def test_deploy_static_cache_serves_what_the_row_takes(workdir, tmp_path, capsys
                      str(repository), "-wd", str(workdir)]) == 0
     out = capsys.readouterr().out
     assert "triton --static-cache --no-fused-decode --triton-model llama-offline-onnxrt" in out
+    # the query as printed finds the same artifacts: it carries the run's --working-dir
+    query = shlex.split(out.split("query it: ")[1].splitlines()[0])[2:]
+    options = ModelOptions.from_namespace(cli.build_parser(query).parse_args(query))
+    assert (options.working_dir, options.static_cache, options.fused_decode) == (str(workdir), True, False)
     assert "served graphs: the torch.onnx static-cache export (--no-fused-decode)" in out
     version = repository / "llama-offline-onnxrt" / "1"
     record = load_record(version)

@@ -381,8 +381,12 @@ def test_deploy_takes_one_quantized_graph(workdir, tmp_path):
     int8 = ORTOptions(quantize=("int8",))
     report = deploy("BERT", ("onnxrt",), options, DeployOptions(repository=str(repository)), int8)
     # the query command runs the same int8 graph in process beside the served one
-    assert any(f"onnxrt triton --quantize int8 --triton-model bert-{MINILM.lower()}-onnxrt-int8_model_python" in note
-               for note in report.notes), report.notes
+    # ... and finds it where deploy did: the query carries the run's model and --working-dir
+    query = (f"onnxrt triton --quantize int8 --triton-model bert-{MINILM.lower()}-onnxrt-int8_model_python "
+             f"--variant {MINILM} --working-dir {workdir}")
+    assert any(f"{query} --prompt TEXT" in note for note in report.notes), report.notes
+    readme = repository / f"bert-{MINILM.lower()}-onnxrt-int8" / "README.md"
+    assert f'{query} --prompt "first text"' in readme.read_text()
     run = open_run("BERT", options, ("onnxrt",), int8)
     [variant] = registry.backend(run.family, "onnxrt").variants(run)
     graph = variant.onnx.paths(run)[0]["encoder"]

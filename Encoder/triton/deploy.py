@@ -115,8 +115,9 @@ class EncoderDeploy(Evaluator):
             "repository": str(repository), "max_batch_size": batching.max_batch_size,
             "preferred_batch_size": list(batching.preferred), "batch_delay_us": batching.delay_us,
             "instances": batching.instances}
-        _write(run, repository, names, batching, backend, graph, signature, engine, deploy.force, report)
-        _notes(report, run, repository, names, chosen, engine)
+        query = _query(run, names, chosen)
+        _write(run, repository, names, batching, backend, graph, signature, engine, deploy.force, report, query)
+        _notes(report, run, repository, names, chosen, engine, query)
 
 
 # --- TensorRT: the engine, when one can be had here ----------------------------------------------------------
@@ -212,7 +213,7 @@ def _fill(run, names: Names, name: str, version: Path, graph: Path, engine: Engi
 
 
 def _write(run, repository: Path, names: Names, batching: Batching, backend: str, graph: Path, signature,
-           engine: Engine | None, force: bool, report: Report) -> None:
+           engine: Engine | None, force: bool, report: Report, query: str) -> None:
     from NNDF.triton import config as tc
     from NNDF.triton.repository import VERSION, staged_model
 
@@ -226,7 +227,7 @@ def _write(run, repository: Path, names: Names, batching: Batching, backend: str
             tc.read_config(written)  # Triton's schema, strictly
             if file_signature is not None:
                 check_config_file(written, path, file_signature)
-            _write_readmes(run, names, name, stage, backend, batching, repository, engine)
+            _write_readmes(run, names, name, stage, backend, batching, repository, engine, query)
             files = sum(1 for p in stage.rglob("*") if p.is_file())
             runs_on = config.platform or config.backend
             report.results.append(DeployedEncoder(name, runs_on, ", ".join(i.name for i in config.input),
@@ -234,21 +235,32 @@ def _write(run, repository: Path, names: Names, batching: Batching, backend: str
 
 
 def _write_readmes(run, names: Names, name: str, stage: Path, backend: str, batching: Batching,
-                   repository: Path, engine: Engine | None) -> None:
+                   repository: Path, engine: Engine | None, query: str) -> None:
     """The deployment's README in the ensemble's folder; TensorRT's engine README in N_model's."""
     from Encoder.triton.readme import deployment_readme, plan_readme, write_text
 
     if name == names.ensemble:
-        write_text(stage / "README.md", deployment_readme(run, names, backend, batching, repository))
+        write_text(stage / "README.md", deployment_readme(run, names, backend, batching, repository, query))
     elif name == names.model and engine is not None:
         have = (f"`1/model.plan` is the engine ({engine.why})." if engine.path is not None else
                 f"`1/model.plan` is not here: no TensorRT engine could be had where this was written ({engine.why}).")
         write_text(stage / "README.md", plan_readme(names.model, have, trtexec_command(run, names)))
 
 
-def _notes(report: Report, run, repository: Path, names: Names, chosen, engine: Engine | None) -> None:
-    """What the deployment needs and how to query it (`chosen`: the deployed backend, whose quantization's flags the
-    query command repeats so that its in-process onnxrt row runs the same graph)."""
+def _query(run, names: Names, chosen) -> str:
+    """The command that queries the served model beside the same graph in process (`chosen`: the deployed backend,
+    whose quantization's flags it repeats, with the run's model source, working dir, device and precision)."""
+    from NNDF.backends.onnxrt.options import ORTOptions
+    from NNDF.triton.repository import SAME_ARTIFACTS, command
+
+    same = chosen.variant_flags() if chosen.name == "onnxrt" else ()
+    source = run.options.as_flags(*SAME_ARTIFACTS, "task") + run.options_of(ORTOptions).as_flags("ort_optimize")
+    return command("predict", run.family.name, "onnxrt", "triton", *same, "--triton-model", names.model_python,
+                   *source)
+
+
+def _notes(report: Report, run, repository: Path, names: Names, chosen, engine: Engine | None, query: str) -> None:
+    """What the deployment needs and how to query it (`query`: the command, without its --prompt)."""
     backend = chosen.name
     platform = "onnxruntime_onnx" if backend == "onnxrt" else "tensorrt_plan"
     report.notes.append(f"{names.model} ({platform}) and the ensemble {names.ensemble} need Triton's "
@@ -262,7 +274,5 @@ def _notes(report: Report, run, repository: Path, names: Names, chosen, engine: 
         report.notes.append(f"{names.model}/1/model.plan: {engine.why}")
     from NNDF.triton.repository import command
 
-    same = chosen.variant_flags() if backend == "onnxrt" else ()
-    query = command("predict", run.family.name, "onnxrt", "triton", *same, "--triton-model", names.model_python)
     report.notes.append(f"serve: {command('serve', str(repository))}; query: {query} --prompt TEXT (or any Triton "
                         f"client: {names.ensemble_python} takes text BYTES [batch, 1])")

@@ -48,7 +48,7 @@ The pytriton wheel's server has only the python backend: it serves `{n.tokenize}
 
     curl -s localhost:8000/v2/models/{n.ensemble_python}/infer -d \\
         '{{"inputs": [{{"name": "text", "shape": [2, 1], "datatype": "BYTES", "data": ["first text", "second"]}}]}}'
-    python run.py predict {family} onnxrt triton -m {variant} --triton-model {n.model_python} --prompt "first text"
+    {query} --prompt "first text"
 
 (`{n.ensemble}` and `{n.model}` in NVIDIA's container: the same requests.) `predict` / `benchmark ... triton`
 send the token ids the project makes in process, so served and in-process results sit side by side.
@@ -69,7 +69,7 @@ serving container, from the repository folder, with
 """
 
 
-def deployment_readme(run, names: Names, backend: str, batching: Batching, repository: Path) -> str:
+def deployment_readme(run, names: Names, backend: str, batching: Batching, repository: Path, query: str) -> str:
     platform, filename = PLATFORMS[backend]
     task = run.family.task
     ids = ", ".join(f"`{n}`" for n in task.input_names(run))
@@ -81,7 +81,7 @@ def deployment_readme(run, names: Names, backend: str, batching: Batching, repos
         batch=batching.max_batch_size, preferred=preferred, delay=batching.delay_us,
         repository=shlex.quote(str(repository.resolve())), root_arg=shlex.quote(str(ROOT)), variable=PATH_VARIABLE,
         backend_name="ONNX Runtime" if backend == "onnxrt" else "TensorRT",
-        trt=TRT_BUILD.format(model=names.model) if backend == "trt" else "")
+        trt=TRT_BUILD.format(model=names.model) if backend == "trt" else "", query=query)
 
 
 def plan_readme(model: str, have: str, command: str) -> str:

@@ -29,8 +29,9 @@ from NNDF.options import (AccuracyDataOptions, AccuracyOptions, BatchOptions, Be
                           BenchmarkInputOptions, BenchmarkOptions, CacheOptions, ChatOptions, CleanupOptions,
                           CudaGraphOptions, DecodingOptions, DeviceOptions, FusedStepOptions, GraphFileOptions,
                           HeadOptions, ImageOptions, MaskOptions, MinLengthOptions, ModelOptions, OutputOptions,
-                          PredictOptions, SamplerOptions, SamplingOptions, ScoringOptions, SeedOptions, SourceOptions,
-                          PercentileOptions, TimingLoopOptions, TimingOptions, TorchCompileOptions)
+                          PredictOptions, ReportFileOptions, SamplerOptions, SamplingOptions, ScoringOptions,
+                          SeedOptions, SourceOptions, PercentileOptions, TimingLoopOptions, TimingOptions,
+                          TorchCompileOptions)
 from NNDF.triton.options import DeployOptions, RepositoryOptions, RequestLimitOptions, ServeOptions
 
 
@@ -50,8 +51,9 @@ class Action:
 
     def owner_groups(self) -> tuple[type, ...]:
         """Every owner group of the action's library groups: their flags are parsed (those it does not read,
-        to be refused by name)."""
-        return tuple(part for group in self.groups for part in group.parts())
+        to be refused by name); an action that runs no model also takes --json (the CLI writes its report)."""
+        parts = tuple(part for group in self.groups for part in group.parts())
+        return parts if self.runs_models else (*parts, ReportFileOptions)
 
     def read_groups(self) -> tuple[type, ...]:
         """The owner groups whose flags this action takes, in `owner_groups` order."""

@@ -15,7 +15,7 @@ from NNDF import registry
 from NNDF.actions.common import backend_rows, finish, open_run
 from NNDF.backends.base import Backend
 from NNDF.errors import UsageError
-from NNDF.options import ModelOptions, OptionGroup
+from NNDF.options import CacheOptions, DecodingOptions, ModelOptions, OptionGroup
 from NNDF.results import Report, environment
 
 
@@ -37,8 +37,12 @@ def builders() -> list[str]:
 
 
 def _settings(run, options: ModelOptions, backend_options) -> dict:
-    settings = {"device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
-                "batch_size": options.batch_size, "num_beams": run.num_beams}
+    """The header's settings: those the model's kind reads (an encoder has no KV cache and no beams)."""
+    settings = {"device": run.device.type, "precision": options.precision, "batch_size": options.batch_size}
+    if CacheOptions in run.family.task.option_groups:
+        settings |= {"use_cache": options.use_cache, "static_cache": options.static_cache}
+    if DecodingOptions in run.family.task.option_groups:  # TensorRT profiles size their rows by the beams
+        settings["num_beams"] = run.num_beams
     for group in backend_options:  # e.g. TensorRT's dynamic batch, which its engines are built for
         if getattr(group, "dynamic_batch", False):
             settings["dynamic_batch"] = True

@@ -79,6 +79,7 @@ def serve(directory: str | None, options: ServeOptions) -> Report:
         for name, why in server.skipped.items():
             report.notes.append(f"not served here: {name} ({why})")
             print(f"not served here: {name} ({why})", flush=True)
+        report.after_lines = True
         print(f"serving {', '.join(server.served)}: HTTP {urls['http']}, gRPC {urls['grpc']}, "
               f"metrics {urls['metrics']}; log {server.log_path}; Ctrl-C stops", flush=True)
         report.notes.append(f"the server's log: {server.log_path}")

@@ -19,6 +19,7 @@ import torch
 
 from NNDF.context import RunContext
 from NNDF.decoding import attention_problem
+from NNDF.decoding import report_settings
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
@@ -242,14 +243,14 @@ class Benchmark(Evaluator):
         if bench.plot is not None and bench.output_seq_len == 1:
             raise UsageError("--plot: one new token has no decode step, so no per-token latency to plot; give "
                              "--output-seq-len 2 or more, or leave --plot out")
+        config = generation_config(run, self.sampling, bench.output_seq_len, min_new_tokens=bench.output_seq_len)
         report.settings = {
             "device": run.device.type, "precision": options.precision, "batch_size": options.batch_size,
             "input_seq_len": bench.input_seq_len, "output_seq_len": bench.output_seq_len,
-            "use_cache": options.use_cache, "static_cache": options.static_cache,
+            **report_settings(options, config), "seed": self.sampling.seed,  # the random prompts' seed too
             "use_cuda_graph": options.use_cuda_graph, "fused_decode": options.fused_decode,
-            "torch_compile": options.torch_compile and options.compile_mode, "num_beams": run.num_beams,
-            "iterations": timing.iterations, "warmup": timing.warmup, "number": timing.number,
-            "interleave": bench.interleave}
+            "torch_compile": options.torch_compile and options.compile_mode, "iterations": timing.iterations,
+            "warmup": timing.warmup, "number": timing.number, "interleave": bench.interleave}
         if fitted:
             report.notes.append(fitted)
         if bench.hf_baseline:

@@ -1,9 +1,9 @@
 """`chat` for the generative kinds: prompts from `--prompt` (repeatable) or stdin, answered by every chosen backend side by side.
 
 Interactive mode reads one prompt per line until `exit`, `quit` or end of input (also when stdin is a pipe), and
-prints `<backend>: <text>. Time: <s>s` for each backend as soon as it answers (once: the report at the end gives
-the settings and notes, `--json` every answer). All backends stay set up for the whole session, so only the
-first prompt pays for exports and loading.
+prints `<backend> (<s> s): <text>` for each backend as soon as it answers (the time before the answer, so nothing
+the model writes can be taken for it; once: the report at the end gives the settings and notes, `--json` every
+answer). All backends stay set up for the whole session, so only the first prompt pays for exports and loading.
 
 Lengths: a prompt whose tokens plus the new tokens (--max-new-tokens, else the model's generation config) do not
 fit the model's position table is refused, never truncated (cutting a prompt changes what is asked; an
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from NNDF.chat_template import ChatTemplateOptions, Conversation, Template, template_of, templated
+from NNDF.decoding import report_settings
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.generate_options import check_lengths
@@ -121,7 +122,7 @@ def _answer(run, opened, item, inputs, config: GenerationConfig, report: Report)
         new = out.new_tokens(0, config.eos_token_id)
         result = ChatResult(name, str(item), tuple(new), decode(run, new), seconds)
         shown = printable(result.text, keep="\n\t")  # an answer keeps its lines; control characters are escaped
-        print(f"{name}: {shown}. Time: {seconds:.4f}s", flush=True)
+        print(f"{name} ({seconds:.4f} s): {shown}", flush=True)
         report.results.append(result)
 
 
@@ -180,10 +181,11 @@ class Chat(Evaluator):
         options = self.options
         self.config = config = generation_config(run, self.sampling, self.chat.max_new_tokens)
         report.live = True  # each answer is printed as it comes (`_answer`); the report's table would repeat them
+        report.after_lines = True
         report.settings = {
             "device": run.device.type, "precision": options.precision,
             "max_new_tokens": config.max_new_tokens or f"max_length {config.max_length}",
-            "use_cache": options.use_cache, "num_beams": config.num_beams, "do_sample": config.sampling.do_sample}
+            **report_settings(options, config)}
         self.interactive = not (self.chat.prompt or options.image)
         self.template = template_of(run, self.template_options)  # None: the text as it is
         # --prompt / --image: every item checked (tokens, images, lengths) before any backend is set up

@@ -3,9 +3,10 @@
 checkpoint.toml holds `[generation] max_new_tokens` and `[[sample]]` entries with an `input` and, per
 variant and precision, the `expected` greedy continuation. For every sample and backend: the generated text,
 whether it equals the expected text (accuracy = share of samples that do; n/a where nothing is expected
-for this variant and precision), the teacher-forced perplexity of the expected text, and median seconds for
-the prompt pass, one decoder step (n/a where the generation is one token: EOS first), and the full generation.
-`run` prints one row per sample; `compare` one row per backend, side by side.
+for this variant and precision, or for images given with `--image` instead of the samples), the teacher-forced
+perplexity of the expected text, and median seconds for the prompt pass, one decoder step (n/a where the
+generation is one token: EOS first), and the full generation. `run` prints one row per sample; `compare` one row
+per backend, side by side.
 
 The expected outputs are HF `generate`'s greedy outputs under the model's generation config
 (tools/assets/make_checkpoints.py). A run that decodes differently (beams, sampling, a penalty or rule the flags add or
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 
 from NNDF.context import RunContext
+from NNDF.decoding import report_settings
 from NNDF.errors import HarnessError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.options import ModelOptions, SamplingOptions, TimingOptions
@@ -48,8 +50,8 @@ class SampleResult:
     WIDE = ("input", "output")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
 
     def row(self) -> dict:
-        image, bar, text = self.input.partition(" | ")  # an image prompt: "path | text" (the JSON has the path)
-        shown = Path(image).name + bar + text if Path(image).is_file() else self.input
+        image, plus, text = self.input.partition(" + ")  # an image prompt: "path + text" (the JSON has the path)
+        shown = Path(image).name + plus + text if Path(image).is_file() else self.input
         row = {"backend": self.backend, "input": shown, "output": self.output,
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
@@ -208,8 +210,8 @@ class Checkpoint(Evaluator):
                             for item in run.family.task.items(options, ())]
         self.config = generation_config(run, self.sampling, self.max_new)
         self.change = decoding_change(run, self.sampling, self.config, self.max_new)
-        report.settings = {"device": run.device.type, "precision": options.precision, "use_cache": options.use_cache,
-                           "num_beams": self.config.num_beams, "max_new_tokens": self.max_new,
+        report.settings = {"device": run.device.type, "precision": options.precision,
+                           **report_settings(options, self.config), "max_new_tokens": self.max_new,
                            "iterations": self.timing.iterations}
 
     def evaluate(self, run, name: str, backend, steps, report):
@@ -220,7 +222,10 @@ class Checkpoint(Evaluator):
 
     def end(self, run, report, outcomes: list) -> None:
         report.notes.extend(_agreement([results for _, results in outcomes]))
-        if not any(_expected(s, run) for s in self.samples):
+        if self.options.image:
+            report.notes.append("the --image files were captioned instead of checkpoint.toml's samples: nothing is "
+                                "expected for them, so accuracy is n/a")
+        elif not any(_expected(s, run) for s in self.samples):
             report.notes.append(f"checkpoint.toml has no expected outputs for {run.source.variant} "
                                 f"{self.options.precision}: accuracy is n/a")
         elif self.change:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from NNDF import progress
 from NNDF.chat_template import ChatTemplateOptions, template_of, templated
+from NNDF.decoding import report_settings
 from NNDF.errors import DatasetError, UsageError
 from NNDF.evaluate import Evaluator
 from NNDF.evaluate.chat import length_refusal
@@ -136,9 +137,9 @@ def _dataset_requests(task, options: ModelOptions, dataset: str) -> list[Request
             text = text_of(dataset, number, row)
         elif not isinstance(image, str) or not image.strip() or not isinstance(text, str):
             raise DatasetError(f"{where}: \"image\" is a path and \"text\" a string")
-        images = () if image is None else (str(folder / image),)
+        images, texts = () if image is None else (str(folder / image),), (text,) if text.strip() else ()
         try:
-            item = task.items(dataclasses.replace(options, image=images), (text,) if text.strip() else ())[0]
+            item = task.items(dataclasses.replace(options, image=images), texts, "image")[0]
         except UsageError as exc:  # a text model given an image, an image model given none, a missing file
             raise DatasetError(f"{where}: {exc}") from exc
         requests.append(Request(len(requests) + 1, item, new, where))
@@ -187,7 +188,8 @@ def plan(run, requests: list[Request], sampling: SamplingOptions, max_new_tokens
         try:
             batch.inputs(run)
         except UsageError as exc:
-            others = f" and the {len(group) - 1} batched with it" if len(group) > 1 else ""
+            n = len(group) - 1
+            others = f" and the {'prompt' if n == 1 else f'{n} prompts'} batched with it" if n else ""
             raise UsageError(f"{group[0].where}{others}: {exc}") from exc
         batches.append(batch)
     return batches
@@ -250,8 +252,7 @@ class Generate(Evaluator):
         report.settings = {
             "device": run.device.type, "precision": options.precision, "prompts": len(self.requests),
             "batch_size": options.batch_size, "max_new_tokens": gen.max_new_tokens or config.max_new_tokens
-            or f"max_length {config.max_length}", "use_cache": options.use_cache, "num_beams": config.num_beams,
-            "do_sample": config.sampling.do_sample}
+            or f"max_length {config.max_length}", **report_settings(options, config)}
 
     def evaluate(self, run, name: str, backend, steps, report):
         results, speed = _run_batches(run, name, steps, self.batches, len(self.requests))

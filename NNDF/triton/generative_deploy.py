@@ -37,7 +37,7 @@ from NNDF.options import ModelOptions
 from NNDF.triton import config as tc
 from NNDF.triton.options import DeployOptions
 from NNDF.backends.triton.names import serves
-from NNDF.triton.repository import command
+from NNDF.triton.repository import SAME_ARTIFACTS, command
 
 SERVING = "serving.json"
 # ModelOptions fields that decide how the graphs run in the server (recorded in serving.json)
@@ -205,14 +205,11 @@ class GenerativeDeploy(Evaluator):
             files = sum(1 for p in stage.rglob("*") if p.is_file())
         report.settings = {"backend": f"{chosen.label} (python backend)", "max_batch_size": deploy.max_batch_size,
                            "instances": deploy.instances, "use_cache": options.use_cache,
-                           "streaming": deploy.streaming}
+                           "static_cache": options.static_cache, "streaming": deploy.streaming}
         report.results.append(DeployedModel(name, str(repository), "python", deploy.max_batch_size, files))
-        static = ("--static-cache",) if options.static_cache else ()
-        if options.fused_decode is not None:
-            static += ("--fused-decode" if options.fused_decode else "--no-fused-decode",)
-        query = command('chat', run.family.name, 'onnxrt', 'triton', *static, *chosen.variant_flags(),
-                        '--triton-model', name)
-        report.notes.append(f"serve it: {command('serve', str(repository))}; query it: {query}"
-                            f"{'' if options.use_cache else ' --no-use-cache'}")
+        query = command("chat", run.family.name, "onnxrt", "triton", *options.as_flags("static_cache", "fused_decode"),
+                        *chosen.variant_flags(), "--triton-model", name,
+                        *options.as_flags(*SAME_ARTIFACTS, "use_cache"))
+        report.notes.append(f"serve it: {command('serve', str(repository))}; query it: {query}")
         if chosen.choice:
             report.notes.append(f"served graphs: {chosen.choice}")

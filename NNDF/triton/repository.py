@@ -24,6 +24,9 @@ from NNDF.triton.server import PATH_VARIABLE, ROOT
 
 README = "README.md"
 VERSION = "1"
+# ModelOptions fields that say which model, artifacts, device and precision a run uses: a printed query command
+# repeats them, so that its in-process row finds the graphs the deployment was made from
+SAME_ARTIFACTS = ("variant", "torch_dir", "working_dir", "trust_remote_code", "device", "cpu", "fp16")
 
 
 def command(*args: str) -> str:

@@ -370,8 +370,29 @@ def row_gathers(model):
     return model
 
 
+def float_weighted(model) -> dict[str, int]:
+    """Nodes of `model` that still multiply by a float constant (through a Transpose or Cast of one), by operator:
+    what quantization left float, found in the graph itself (e.g. plain int8 leaves ONNX Runtime's fused
+    Attention's packed q/k/v weights float; a declared float LM head is a MatMul)."""
+    from onnx import TensorProto
+
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+    weights = {t.name: t.data_type for t in model.graph.initializer}
+    producer = {out: node for node in model.graph.node for out in node.output}
+    counts: dict[str, int] = {}
+    for node in model.graph.node:
+        weighted = node.op_type in ("MatMul", "Gemm") or (node.op_type == "Attention" and node.domain == MS_DOMAIN)
+        name = node.input[1] if weighted and len(node.input) > 1 else None
+        while name in producer and producer[name].op_type in ("Transpose", "Cast"):
+            name = producer[name].input[0]
+        if weights.get(name) in floats:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
 def quantize_file(source: Path, target: Path, quantization: Quantization, spec: QuantSpec) -> dict:
-    """Quantize the float graph `source` into `target`; returns what was quantized and what was kept float."""
+    """Quantize the float graph `source` into `target`; returns what was quantized and which nodes kept float
+    weights (counted in the quantized graph)."""
     import onnx
 
     model = onnx.load(source)
@@ -381,7 +402,7 @@ def quantize_file(source: Path, target: Path, quantization: Quantization, spec: 
     ops = [node.op_type for node in model.graph.node]
     quantized = {op: ops.count(op) for op in ("MatMulNBits", "MatMulInteger", "DynamicQuantizeLinear", "QAttention")
                  if op in ops}
-    return {"quantized_ops": quantized, "float_nodes": sorted(keep)}
+    return {"quantized_ops": quantized, "float_weighted": float_weighted(model)}
 
 
 @dataclass(frozen=True)

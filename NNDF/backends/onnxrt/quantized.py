@@ -7,17 +7,22 @@ float export (reused from the store, exported first when missing). At build time
 beside the float ones on fixed inputs (the base artifact's `validation_outputs`: teacher-forced log-probabilities
 for generative models, the encoder's output for encoders) and `validation.json` records the max |difference|,
 the cosine similarity (mean and least) and, for scores (not embeddings, whose largest coordinate means nothing),
-the top-1 agreement, which the actions report. The user's `--*-onnx` files are not quantized (refused in one
-line).
+the top-1 agreement, and, per graph, the nodes whose weights stayed float (counted in the quantized graph: e.g.
+the fused Attention that plain int8 leaves float), which the actions report. The user's `--*-onnx` files are not
+quantized (refused in one line).
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from NNDF.backends.onnxrt.artifact import GraphArtifact
 from NNDF.backends.onnxrt.quantize import Agreement, Quantization, quantize_file
 from NNDF.context import RunContext
 from NNDF.errors import UsageError
+
+RECORD = 2  # the layout of validation.json (2: the nodes whose weights stayed float, counted in the graph)
+
 
 class QuantizedOnnx(GraphArtifact):
     """The graphs of `base` (a float `OnnxArtifact`) with their weights quantized by `quantization`."""
@@ -43,7 +48,7 @@ class QuantizedOnnx(GraphArtifact):
     def fingerprint(self, run: RunContext) -> dict:
         import onnxruntime
 
-        return {**self.base.fingerprint(run), "quantization": self.quantization.settings(),
+        return {**self.base.fingerprint(run), "quantization": self.quantization.settings(), "record": RECORD,
                 "quant_spec": repr(self.spec.quantize), "onnxruntime": onnxruntime.__version__,
                 "compared": "embeddings" if self.base.validation_embeddings(run) else "scores"}
 
@@ -90,7 +95,9 @@ class QuantizedOnnx(GraphArtifact):
         record = self.record or {}
         quantized = "; ".join(f"{part}: {', '.join(f'{op} {n}' for op, n in info['quantized_ops'].items())}"
                               for part, info in record.get("parts", {}).items())
-        floats = sorted({n for info in record.get("parts", {}).values() for n in info["float_nodes"]})
+        floats = Counter()  # nodes whose weights stayed float, by operator, over the parts
+        for info in record.get("parts", {}).values():
+            floats.update(info["float_weighted"])
         nan, top1 = float("nan"), record.get("top1_agreement_vs_float")
         if top1 is None:  # embeddings: how close they are is the cosine
             found = (f"embeddings' cosine similarity: mean {record.get('mean_cosine_vs_float', nan):.6f}, least "
@@ -99,5 +106,6 @@ class QuantizedOnnx(GraphArtifact):
         else:
             found = (f"max |diff| = {record.get('max_abs_diff_vs_float', nan):.3g}, top-1 agreement = "
                      f"{100 * top1:.1f}%, least cosine = {record.get('min_cosine_vs_float', nan):.4f}")
-        return (f"{self.quantization.name} graphs ({quantized}; kept float: {', '.join(floats) or 'nothing'}) vs the "
-                f"float graphs on {record.get('rows_compared')} validation rows: {found} (validated at quantization)",)
+        kept = ", ".join(f"{op} {n}" for op, n in floats.items()) or "none"
+        return (f"{self.quantization.name} graphs ({quantized}; weights kept float: {kept}) vs the float graphs on"
+                f" {record.get('rows_compared')} validation rows: {found} (validated at quantization)",)
