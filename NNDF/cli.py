@@ -42,10 +42,15 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):
-        if "--build-only" in message:
-            message += " (engines and graphs are built by the build action: run.py build MODEL BACKEND...)"
-        say(f"error: {self.prog}: {' '.join(message.split())}")
+        say(f"error: {self.prog}: {_hinted(' '.join(message.split()))}")
         raise SystemExit(2)
+
+
+def _hinted(message: str) -> str:
+    """A refused word's message, with where to go for a flag other tools of this kind take."""
+    if "--build-only" in message:
+        message += " (engines and graphs are built by the build action: run.py build MODEL BACKEND...)"
+    return message
 
 
 def _add_action(sub, action: Action, task=None, backends: tuple[str, ...] = ()) -> None:
@@ -206,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # a word the action's parser does not take: named with where it belongs
-        say(f"error: run.py {args.action}: {flags.unrecognized(ACTIONS[args.action], extra)}")
+        say(f"error: run.py {args.action}: {_hinted(flags.unrecognized(ACTIONS[args.action], extra))}")
         return 2
     verbose = getattr(args, "verbose", False)
     _quiet_libraries(verbose)

@@ -114,11 +114,6 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
         beam_src = "--num-beams > 1" if run.options.num_beams is not None else f"{says}'s num_beams={beams}"
         raise UsageError(f"{sample_src} with {beam_src} (beam sampling) is not supported: use one of them "
                          "(--no-do-sample, --num-beams 1, or --ignore-generation-config)")
-    vocab = run.source.dims.vocab
-    if beams > vocab:  # the first step has only `vocab` continuations: the other beams could never be filled
-        source = "--num-beams" if run.options.num_beams is not None else "the model's generation config's num_beams"
-        raise UsageError(f"{source} {beams} is more than {run.source.variant}'s {vocab}-token vocabulary: give at "
-                         f"most {vocab}")
     if hf is not None:
         _refuse_unsupported(hf, do_sample)
     eos, pad = run.family.task.special_ids(run)
@@ -147,6 +142,11 @@ def resolve(run, sampling, max_new_tokens: int | None = None, min_new_tokens: in
                          "temperature; give --temperature > 0, or --no-do-sample")
 
     check_cache_fits(run, beams, max_new_tokens or max_length)
+    vocab = run.source.dims.vocab
+    if beams > vocab:  # the first step has only `vocab` continuations: the other beams could never be filled
+        source = "--num-beams" if run.options.num_beams is not None else "the model's generation config's num_beams"
+        raise UsageError(f"{source} {beams} is more than {run.source.variant}'s {vocab}-token vocabulary: give at "
+                         f"most {vocab}")
     cfg = SamplingConfig(
         do_sample=do_sample,
         temperature=temperature,
