@@ -18,8 +18,7 @@ from typing import Callable
 import torch
 
 from NNDF.context import RunContext
-from NNDF.decoding import attention_problem
-from NNDF.decoding import report_settings
+from NNDF.decoding import attention_problem, report_settings
 from NNDF.errors import UsageError
 from NNDF.evaluate import Evaluator, interleave_note, interleaved_call, paired_note
 from NNDF.options import BenchmarkOptions, ModelOptions, SamplingOptions, TimingOptions
