@@ -29,6 +29,7 @@ from typing import Callable
 from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
+from NNDF.family import ROOT
 from NNDF.outputs import OUTPUTS, check_outputs
 from NNDF.plot import plot_format
 from NNDF.results import check_output_path, say
@@ -208,6 +209,10 @@ def dispatch(args) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if not (ROOT / "data").is_dir():  # installed from a wheel: the packages without the clone's files they read
+        say(f"error: the harness runs from a clone of its repository, not from installed packages ({ROOT} has no "
+            "data/, offline models or checkpoint.toml files): pip install -e <the clone>")
+        return 2
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # a word the action's parser does not take: named with where it belongs
