@@ -104,6 +104,10 @@ class GenerativeTask(Task):
     def sample_item(self, sample: dict):
         """A checkpoint.toml sample's input."""
 
+    def shown(self, item) -> str:
+        """An item as a table cell shows it (reports' JSON keeps `str(item)` whole)."""
+        return str(item)
+
     @abstractmethod
     def special_ids(self, run) -> tuple[int | None, int | None]:
         """(EOS, pad) of generation."""

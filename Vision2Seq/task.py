@@ -89,6 +89,9 @@ class ImageToText(Seq2SeqLM):
             _check_file(image, images_from)
         return [ImagePrompt(image, text) for image in options.image for text in (texts or ("",))]
 
+    def shown(self, item: ImagePrompt) -> str:  # the image file's name, not its whole path
+        return str(ImagePrompt(Path(item.image).name, item.text))
+
     def sample_item(self, sample: dict) -> ImagePrompt:
         """checkpoint.toml: `image` (relative to the repository root) and an optional text `input`."""
         image = Path(sample["image"])

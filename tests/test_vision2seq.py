@@ -2,6 +2,7 @@
 with and without a text prompt, a batch of images), TensorRT bookkeeping with ONNX Runtime standing in for the
 engines, and the image-specific errors."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,8 @@ def test_chat_and_run_on_user_images(workdir, tmp_path, capsys):
     proc = cli_in_process(capsys, "run", "BLIP", "onnxrt", "--use-cache", "--image", IMAGES[0], "--iterations", "1",
                           "--warmup", "0", "-wd", str(workdir))
     assert proc.returncode == 0 and "n/a" in proc.stdout and "red-square" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("| onnxrt"))
+    assert f"| {Path(IMAGES[0]).name} " in row  # the table shows the file's name, the JSON its path
     # checkpoint.toml has blip-offline's expected outputs: n/a because the user's images ran instead of the samples
     assert ("note: the --image files were captioned instead of checkpoint.toml's samples: nothing is expected for "
             "them, so accuracy is n/a") in proc.stdout

@@ -46,13 +46,12 @@ class SampleResult:
     full_s: float
     encoder_s: float | None = None  # encoder-decoder models: the encoder's share of the prefill
     tokens: tuple[int, ...] = ()  # the new tokens of the first row (agreement between backends)
+    shown: str = ""  # the input as the table shows it (the task's `shown`; "": the input itself)
 
     WIDE = ("input", "output")  # shortened to fit the terminal (NNDF/results.py); the JSON has them whole
 
     def row(self) -> dict:
-        image, plus, text = self.input.partition(" + ")  # an image prompt: "path + text" (the JSON has the path)
-        shown = Path(image).name + plus + text if Path(image).is_file() else self.input
-        row = {"backend": self.backend, "input": shown, "output": self.output,
+        row = {"backend": self.backend, "input": self.shown or self.input, "output": self.output,
                "accuracy": "n/a" if self.accuracy is None else self.accuracy, "perplexity": self.perplexity}
         if self.encoder_s is not None:
             row["encoder (sec)"] = self.encoder_s
@@ -162,7 +161,8 @@ def _run_sample(run, name, steps, sample, config, timing, greedy: bool = True) -
     expected = _expected(sample, run)
     accuracy = None if expected is None or not greedy else float(text == expected)
     return SampleResult(name, str(item), text, expected, accuracy, _perplexity(run, steps, item, expected),
-                        med["prefill"], med["decoder"], med["e2e"], med["encoder"], tuple(new_tokens))
+                        med["prefill"], med["decoder"], med["e2e"], med["encoder"], tuple(new_tokens),
+                        run.family.task.shown(item))
 
 
 def _median(values: list) -> float | None:
