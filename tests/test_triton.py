@@ -485,6 +485,44 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_a_signal(triton_server, 
         socket.create_connection(("127.0.0.1", http), timeout=5).close()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server ends with its parent on Linux only")
+def test_a_serve_killed_outright_takes_its_server_with_it(triton_server, tmp_path):
+    """SIGKILL gives `serve` no time to stop the server: the server (and what it started) ends by itself."""
+    import shutil
+
+    import psutil
+
+    from NNDF.triton.server import free_ports
+
+    repository = tmp_path / "repository"
+    shutil.copytree(triton_server.repository / triton_server.single, repository / triton_server.single)
+    http, grpc, metrics = free_ports(3)
+    process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(repository), "--http-port",
+                                str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)], cwd=ROOT,
+                               env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    try:
+        line = process.stdout.readline()  # after every model is ready
+        assert f"HTTP http://127.0.0.1:{http}" in line, line + process.stderr.read()
+        log = Path(line.split("; log ")[1].split(";")[0])
+        started = psutil.Process(process.pid).children(recursive=True)
+        assert any(p.name() == "tritonserver" for p in started)
+        process.kill()
+        process.wait(timeout=10)
+        _, alive = psutil.wait_procs(started, timeout=30)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+        log.unlink()
+    finally:
+        if process.poll() is None:  # nothing left behind if the test failed
+            process.kill()
+        for p in started:
+            if p.is_running():
+                p.kill()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", http), timeout=5).close()
+
+
 def test_serve_names_a_failing_models_own_error_and_keeps_the_log(triton_server, tmp_path):
     """A model whose model.py has a SyntaxError: serve fails in seconds with the model's status row (the
     exception and its line) and the kept log's path, no traceback of ours; --verbose streams the log."""

@@ -47,6 +47,7 @@ from NNDF.errors import BackendUnavailable, HarnessError, UsageError
 ROOT = Path(__file__).resolve().parents[2]  # the project root: the stubs import NNDF and the families from it
 STUB_SITE = Path(sys.prefix) / "triton-stub"  # numpy 1.x for the python backend's stub (see the docstring)
 STUB_NUMPY = "numpy==1.26.4"
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent thread ends
 PATH_VARIABLE = "NNDF_TRITON_PATH"  # os.pathsep-separated folders the model.py stubs put first on sys.path
 LOG_TAIL = 12  # server log lines shown when it fails and no model says why
 PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+,:@%=-]+")  # survives `bash -c` unquoted and an ASCII-only Python
@@ -221,11 +222,31 @@ def servable(repository: Path, backends: set[str] | None) -> tuple[list[str], di
     return [name for name in configs if name not in skipped], skipped
 
 
+def _ends_with(parent: int):
+    """What the server's process runs before it becomes the server: on Linux, SIGTERM (a clean stop, bounded by
+    --exit-timeout-secs) when the thread that started it ends, which includes this process dying by SIGKILL, whose
+    `stop` never runs; a parent already gone by then stops it at once. Elsewhere nothing: a server whose parent was
+    killed outright keeps running there. The libc function is looked up here, before the fork."""
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # no prctl (not Linux)
+        return None
+
+    def in_child() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return in_child
+
+
 class TritonServer:
     """`with TritonServer(repo, ports) as server:` starts tritonserver on 127.0.0.1, waits until every model of
     the repository is READY (or fails naming the failing models' own errors and the log file), and stops it on
     exit (SIGINT, then SIGKILL). The log file is removed after a clean stop unless `keep_log`; `echo` copies it
-    to stderr as it grows."""
+    to stderr as it grows. On Linux the server also stops when the thread that started it ends (`_ends_with`): start
+    it from a thread that outlives it (the main thread, as `serve` does)."""
 
     def __init__(self, repository: Path, ports: Ports = Ports(), ready_timeout: float = 180.0,
                  log_verbose: int = 0, keep_log: bool = False, echo: bool = False):
@@ -290,7 +311,8 @@ class TritonServer:
         with os.fdopen(handle, "wb") as log:
             self.process = subprocess.Popen(self.command(install, backends), stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=self.environment(install),
-                                            start_new_session=True)  # Ctrl-C reaches us, and we stop it
+                                            start_new_session=True,  # Ctrl-C reaches us, and we stop it
+                                            preexec_fn=_ends_with(os.getpid()))
         if self.echo:
             threading.Thread(target=self._echo, daemon=True).start()
         try:
