@@ -264,11 +264,16 @@ def test_build_prepares_the_graphs_and_reports_seconds_and_sizes(tmp_path):
            "num_beams=1)" in out
     rows = json.loads(path.read_text())["results"]
     assert [r["backend"] for r in rows] == ["onnxrt", "onnxrt-int8"]
-    assert all(r["build_seconds"] >= 0 and r["size_mb"] > 0 for r in rows)
+    assert all(r["built_now"] == "yes" and r["build_seconds"] > 0 and r["size_mb"] > 0 for r in rows)
+    assert [r["built now"] for r in _rows(out)] == ["yes", "yes"]
     graph = wd / "GPT2" / "gpt2-offline" / "decoder-fp32-kv" / "model.onnx"
     before = graph.stat().st_mtime_ns
-    assert cli.main(list(args)) == 0  # current artifacts are found, not rebuilt (in process)
+    out = _ok(run_cli(*args, "--json", str(path))).stdout  # current artifacts are found, not rebuilt
     assert graph.stat().st_mtime_ns == before
+    again = json.loads(path.read_text())["results"]
+    assert [(r["built_now"], r["build_seconds"], r["size_mb"]) for r in again] == [
+        ("reused", None, r["size_mb"]) for r in rows]  # the seconds to find them current are no build time
+    assert [(r["built now"], r["build s"]) for r in _rows(out)] == [("reused", ""), ("reused", "")]
 
 
 def _rows(stdout: str) -> list[dict[str, str]]:

@@ -3,7 +3,8 @@
 `python run.py build MODEL BACKEND... [flags]`: for each backend row (onnxrt: one per `--quantize` value) the
 backend's `build` exports, quantizes or builds TensorRT engines (or finds them current in the working dir), and
 the report gives build seconds and sizes: the backend's own rows where it has them (TensorRT: one per engine,
-built now or reused), else one row with the seconds `build` took and the size of the files it prepared.
+built now or reused), else one row saying whether its artifacts were built now, reused (current in the working dir:
+no build seconds) or the user's own files, with the seconds a build took and the size of the files.
 A backend with nothing to build (it runs the model as loaded) is refused before anything loads.
 """
 from __future__ import annotations
@@ -21,14 +22,16 @@ from NNDF.results import Report, environment
 
 @dataclass(frozen=True)
 class ArtifactBuild:
-    """One backend row's artifacts: how long preparing them took, and their size on disk."""
+    """One backend row's artifacts: whether they were built now, how long that took, and their size on disk."""
 
     backend: str
-    build_seconds: float
+    built_now: str | None  # the backend's `made`: "yes", "reused", "your files" (None: it does not say)
+    build_seconds: float | None  # None: nothing was built (the seconds to find them current are no build time)
     size_mb: float | None
 
     def row(self) -> dict:
-        return {"backend": self.backend, "build s": self.build_seconds, "MB": self.size_mb}
+        made = {} if self.built_now is None else {"built now": self.built_now}
+        return {"backend": self.backend, **made, "build s": self.build_seconds, "MB": self.size_mb}
 
 
 def builders() -> list[str]:
@@ -63,7 +66,8 @@ def build(family: str, backends: tuple[str, ...], options: ModelOptions, *backen
         start = time.perf_counter()
         rows = backend.build(run)
         seconds = time.perf_counter() - start
-        size = backend.model_bytes()
-        report.results.extend(rows or [ArtifactBuild(label, round(seconds, 3), size and size / 2 ** 20)])
+        size, made = backend.model_bytes(), backend.made
+        built = None if made in ("reused", "your files") else round(seconds, 3)
+        report.results.extend(rows or [ArtifactBuild(label, made, built, size and size / 2 ** 20)])
     finish(run)
     return report

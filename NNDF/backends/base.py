@@ -52,8 +52,11 @@ class Backend(ABC):
         """The step functions for this run (`GenerativeSteps`, `EncoderDecoderSteps` for an encoder-decoder,
         `ForwardSteps` for an encoder)."""
 
+    made: str | None = None  # after `build`: "yes" (built now), "reused" (current in the working dir), "your files"
+
     def build(self, run: "RunContext") -> list:
-        """Prepare the run's artifacts (exports, engines) without running the model; results to report."""
+        """Prepare the run's artifacts (exports, engines) without running the model; results to report (none: the
+        action's own row, from `made` and `model_bytes`)."""
         return []
 
     @property

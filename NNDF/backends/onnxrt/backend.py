@@ -115,7 +115,8 @@ class OnnxRuntimeBackend(Backend):
 
     def build(self, run: RunContext) -> list:
         self.use_fused(run)
-        self.paths = self.onnx.paths(run)[0]  # `model_bytes` then gives their size
+        self.paths, fresh = self.onnx.paths(run)  # `model_bytes` then gives their size
+        self.made = "your files" if self.onnx.user_paths(run) else "yes" if fresh else "reused"
         return []
 
     def use_fused(self, run: RunContext) -> None:
