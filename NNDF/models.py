@@ -264,10 +264,21 @@ def load_tokenizer(source: ModelSource):
                            "a tokenizer", source.trust_remote_code, source.repair, source.cache_only)
     if source.local_dir is not None:
         _check_tokenizer_files(tok, source.local_dir)
+    _check_vocabulary(tok, source)
     tok.padding_side = source.family.task.padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def _check_vocabulary(tok, source: ModelSource) -> None:
+    """A tokenizer with more tokens than the model's embedding has rows (another model's tokenizer, or tokens added
+    without resizing the embedding) would fail inside the first forward with an index error: refuse it here."""
+    rows = source.dims.vocab
+    if len(tok) > rows:
+        raise ModelLoadError(f"{source.location}: the tokenizer has {len(tok)} tokens and the model's embedding "
+                             f"{rows} rows, so ids {rows}-{len(tok) - 1} cannot run: give the model its own tokenizer "
+                             "(or resize the embedding: model.resize_token_embeddings(len(tokenizer)))")
 
 
 def _check_tokenizer_files(tok, folder: Path) -> None:

@@ -501,6 +501,28 @@ def test_torch_dir_without_tokenizer_files_names_them(tmp_path, capsys):
     assert "has no tokenizer files" in line and "tokenizer.json" in line and "vocab.json and merges.txt" in line
 
 
+@pytest.mark.parametrize("backend", ["frameworks", "onnxrt"])
+def test_a_tokenizer_larger_than_the_embedding_is_refused_before_any_forward(backend, tmp_path, capsys):
+    """Another model's tokenizer (4096 tokens) beside a model of 512 embedding rows: one line naming both sizes,
+    not an index error inside the first forward (onnxrt: before anything is exported)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = tmp_path / "small-vocab"
+    config = AutoConfig.for_model("llama", vocab_size=512, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    for path in (ROOT / "LLAMA" / "offline" / "llama-offline").glob("tokenizer*"):
+        (folder / path.name).write_bytes(path.read_bytes())
+    capsys.readouterr()  # save_pretrained's progress bar
+    wd = tmp_path / "w"
+    line = _main(capsys, "generate", "LLAMA", backend, "--torch-dir", str(folder), "--prompt", "hello", "-wd", str(wd))
+    assert f"{folder}: the tokenizer has 4096 tokens and the model's embedding 512 rows, so ids 512-4095 cannot " \
+           "run" in line
+    assert not any(wd.rglob("*.onnx"))
+
+
 def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path, capsys):
     folder = tmp_path / "badvocab"
     folder.mkdir()
