@@ -57,13 +57,22 @@ class ModelSource:
     @cached_property
     def generation(self):
         """The model's HF GenerationConfig (generation_config.json, else derived from config.json): where
-        `decoder_start_token_id` and `forced_bos_token_id` come from, as in HF `generate`."""
+        `decoder_start_token_id` and `forced_bos_token_id` come from, as in HF `generate`. A local folder's
+        generation_config.json that cannot be read is refused, not replaced by config.json's defaults (its EOS ids
+        and sampling defaults would silently change)."""
         from transformers import GenerationConfig
 
         try:
             return GenerationConfig.from_pretrained(self.location, local_files_only=self.files_only)
-        except (OSError, ValueError):
-            return GenerationConfig.from_model_config(self.config)
+        except (OSError, ValueError) as exc:
+            file = self.local_dir / "generation_config.json" if self.local_dir is not None else None
+            if file is None or not file.is_file():
+                return GenerationConfig.from_model_config(self.config)
+            broken = damaged_file(self.local_dir)
+            if broken and broken[0] == file:
+                raise ModelLoadError(f"cannot read the generation settings: {file} is damaged ({broken[1]}); "
+                                     f"{self.repair}") from exc
+            raise ModelLoadError(f"cannot read the generation settings in {file}: {_first_line(exc)}") from exc
 
 
 def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:

@@ -523,6 +523,23 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused_before_any_forward(bac
     assert not any(wd.rglob("*.onnx"))
 
 
+def test_a_damaged_generation_config_is_refused_not_replaced_by_defaults(tmp_path, capsys):
+    """Its EOS ids and sampling defaults would silently become config.json's: named as damaged, as config.json is;
+    a folder without the file still derives the settings from config.json."""
+    folder = tmp_path / "badgen"
+    folder.mkdir()
+    for path in (ROOT / "GPT2" / "offline" / "gpt2-offline").iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "generation_config.json").write_text("{ not json")
+    args = ("generate", "GPT2", "frameworks", "--torch-dir", str(folder), "--prompt", "hello", "--max-new-tokens", "2",
+            "-wd", str(tmp_path / "w"))
+    line = _main(capsys, *args)
+    assert f"cannot read the generation settings: {folder / 'generation_config.json'} is damaged (not valid JSON" \
+        in line
+    (folder / "generation_config.json").unlink()
+    assert cli.main(list(args)) == 0
+
+
 def test_config_vocabulary_that_disagrees_with_the_weights(tmp_path, capsys):
     folder = tmp_path / "badvocab"
     folder.mkdir()
