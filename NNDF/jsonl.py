@@ -12,7 +12,7 @@ from NNDF.errors import DatasetError
 def read_jsonl(dataset: str, limit: int | None = None) -> list[tuple[int, dict]]:
     """(line number, object) of the non-blank lines of a JSONL file, the first `limit` of them."""
     path = Path(dataset)
-    if not path.is_file():
+    if path.is_dir() or not path.exists():  # a pipe is read as a file is (`--dataset <(...)`, /dev/stdin)
         what = "is a folder, not a file" if path.is_dir() else "no such file"
         raise DatasetError(f"--dataset {dataset}: {what} (give a JSONL file, one object with \"text\" per line)")
     try:

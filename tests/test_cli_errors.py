@@ -247,6 +247,23 @@ def test_dataset_lines_that_are_not_text(capsys, tmp_path, line, expect):
     assert f"--dataset {data}: line 3 " in line and expect in line, line
 
 
+def test_dataset_from_a_pipe_is_read_as_a_file_is(tmp_path):
+    """`--dataset <(...)` (a pipe, as /dev/stdin): read, not refused as "no such file"; /dev/null has no lines."""
+    import os
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_text('{"text": "a dog"}\n{"text": "a cat"}\n'), daemon=True)
+    writer.start()
+    proc = run_cli("predict", "BERT", "frameworks", "--dataset", str(pipe), "-wd", str(tmp_path / "w"))
+    writer.join(timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "| frameworks |   2 |" in proc.stdout
+    _bad("predict", "BERT", "frameworks", "--dataset", "/dev/null", "-wd", str(tmp_path / "w"),
+         expect="--dataset /dev/null: no lines")
+
+
 def test_dataset_number_text_through_the_program(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text('{"text": 12}\n')
