@@ -17,6 +17,7 @@ are checked before the action runs: a folder, a place that cannot be written, or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import HarnessError, UnknownChoice, UsageError
 from NNDF.family import ROOT
-from NNDF.outputs import OUTPUTS, check_outputs
+from NNDF.outputs import OUTPUTS, STDOUT, check_outputs
 from NNDF.plot import plot_format
 from NNDF.results import check_output_path, say
 
@@ -134,7 +135,7 @@ def _check_outputs(args, family=None) -> None:
     """--json, --plot: checked before the action runs, so a bad path (unwritable, a format not written, one of the
     run's inputs) fails at once and leaves nothing behind."""
     for attribute, flag in OUTPUTS.items():
-        if getattr(args, attribute, None) is not None:
+        if getattr(args, attribute, None) is not None and not (attribute == "json" and args.json == STDOUT):
             check_output_path(getattr(args, attribute), flag)
     if getattr(args, "plot", None) is not None:
         plot_format(args.plot)
@@ -222,11 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries(verbose)
     if getattr(args, "info", False):
         progress.FORCE = True
+    json_path = getattr(args, "json", None)
     try:
-        report = dispatch(args)
-        report.print()
+        with contextlib.redirect_stdout(sys.stderr) if json_path == STDOUT else contextlib.nullcontext():
+            report = dispatch(args)  # chat's answers and serve's status lines print as they come
+            report.print()
+        _write_json(report, json_path)
         sys.stdout.flush()  # a closed pipe fails here, not at exit
-        _write_json(report, getattr(args, "json", None))
     except HarnessError as exc:
         if verbose and exc.__cause__ is not None:  # e.g. the exporter's own traceback behind a one-line error
             traceback.print_exception(exc.__cause__, file=sys.stderr)

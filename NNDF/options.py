@@ -76,7 +76,7 @@ class MaskOptions(OptionGroup):
 class OutputOptions(OptionGroup):
     title = "output"
     owner = "every action that runs a model"
-    json: str | None = flag(None, "--json", help="also write the results as JSON to this path")
+    json: str | None = flag(None, "--json", help="also write the results as JSON to this path (-: to stdout, the tables then to stderr)")
     verbose: bool = flag(False, "--verbose", "-v", help="print library logs")
     info: bool = flag(False, "--info", help="show progress bars and status lines even when stderr is not a terminal")
 
@@ -85,7 +85,7 @@ class OutputOptions(OptionGroup):
 class ReportFileOptions(OptionGroup):
     title = "output (actions that run no model)"
     owner = "actions that run no model"
-    json: str | None = flag(None, "--json", help="also write the report as JSON to this path")
+    json: str | None = flag(None, "--json", help="also write the report as JSON to this path (-: to stdout, the tables then to stderr)")
 
 
 # --- the one-token step and the forward pass: caches, compiled and captured graphs ---

@@ -16,6 +16,7 @@ from NNDF.errors import UsageError
 from NNDF.parts import PARTS, part_flag
 
 OUTPUTS = {"json": "--json", "plot": "--plot"}  # namespace attribute -> flag
+STDOUT = "-"  # `--json -`: the JSON on stdout, and the report's tables and notes on stderr
 FILES = {"dataset": "--dataset", "image": "--image",
          **{f"{part}_{kind}": part_flag(part, kind) for part in PARTS for kind in ("onnx", "engine")}}
 FOLDERS = {"torch_dir": "--torch-dir", "repository": "--repository"}
@@ -67,7 +68,8 @@ def _resolved(path: Path) -> Path | None:
 
 def check_outputs(args, model_folder: Path | None = None) -> None:
     """UsageError when an output flag names an input of the run or another output (see the module docstring)."""
-    outputs = [(flag, Path(value)) for attribute, flag in OUTPUTS.items() for value in _values(args, attribute)]
+    outputs = [(flag, Path(value)) for attribute, flag in OUTPUTS.items() for value in _values(args, attribute)
+               if value != STDOUT]
     for n, (flag, output) in enumerate(outputs):
         for what, path, folder in inputs(args, model_folder):
             if _collides(output, path, folder):

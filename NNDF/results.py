@@ -12,6 +12,7 @@ without it, nothing is shortened).
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -25,6 +26,7 @@ from tabulate import tabulate
 
 from NNDF.artifacts import write_json_atomic
 from NNDF.errors import UsageError
+from NNDF.outputs import STDOUT
 
 
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -214,6 +216,10 @@ class Report:
                 "notes": self.notes}
 
     def write_json(self, path: str | None) -> None:
-        if path:
+        """The report as JSON to `path` (atomically), or to stdout where `path` is "-"."""
+        if path == STDOUT:
+            json.dump(self.to_json(), sys.stdout, indent=2, sort_keys=True, default=str)
+            print()
+        elif path:
             write_json_atomic(Path(path), self.to_json())
 

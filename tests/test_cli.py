@@ -276,6 +276,21 @@ def test_build_prepares_the_graphs_and_reports_seconds_and_sizes(tmp_path):
     assert [(r["built now"], r["build s"]) for r in _rows(out)] == [("reused", ""), ("reused", "")]
 
 
+def test_json_dash_writes_the_json_to_stdout_and_the_report_to_stderr(wd, tmp_path, capsys):
+    """`--json -` (the convention for stdout): stdout is only the JSON, for a pipe into jq; the tables, notes and
+    chat's answers go to stderr; no file named "-" is written."""
+    proc = cli_in_process(capsys, "chat", "GPT2", "frameworks", "--prompt", "The for statement", "--max-new-tokens",
+                          "3", "--json", "-", "-wd", wd)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["action"] == "chat" and len(report["results"]) == 1
+    assert "frameworks (" in proc.stderr and "chat: GPT2 gpt2-offline" in proc.stderr
+    listed = run_cli("list", "--json", "-", cwd=tmp_path)
+    assert listed.returncode == 0 and json.loads(listed.stdout)["action"] == "list"
+    assert "| GPT2 " in listed.stderr and "| GPT2 " not in listed.stdout  # the table
+    assert not (tmp_path / "-").exists()
+
+
 def _rows(stdout: str) -> list[dict[str, str]]:
     """The printed table's rows as {column: cell}."""
     lines = [ln for ln in stdout.splitlines() if ln.startswith("|")]
