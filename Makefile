@@ -4,6 +4,7 @@ PY := $(VENV)/bin/python
 export HF_HUB_OFFLINE ?= 1
 
 $(VENV)/.installed: requirements.txt requirements-triton-server.txt
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: the harness needs Python >= 3.11; python3 is $$(python3 -V 2>&1): put a newer python3 first on PATH" >&2; exit 2; }
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements.txt
