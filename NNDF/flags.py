@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from dataclasses import MISSING, fields
+from pathlib import Path
 
 from NNDF import registry
 from NNDF.actions import ACTIONS, Action
 from NNDF.errors import UsageError
 from NNDF.parts import PARTS
+
+PROG = "hf-harness" if Path(sys.argv[0]).name == "hf-harness" else "run.py"  # the command as the user typed it
 
 
 def backend_groups() -> tuple[type, ...]:
@@ -109,7 +113,7 @@ def unrecognized(action: Action, words: list[str]) -> str:
         near = difflib.get_close_matches(flag, own, n=3)
         return f"unrecognized argument {flag}" + (f": did you mean {' or '.join(near)}?" if near else "")
     if action.runs_models and word in registry.BACKENDS:
-        return (f"{word}: backends go right after MODEL, before the flags (run.py {action.name} MODEL {word} ... "
+        return (f"{word}: backends go right after MODEL, before the flags ({PROG} {action.name} MODEL {word} ... "
                 "[flags])")
     return f"unexpected argument {word!r}"
 

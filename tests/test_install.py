@@ -32,7 +32,8 @@ def test_editable_install_runs_the_cli_from_any_folder(tmp_path):
     assert where == [str(ROOT / "NNDF" / "__init__.py"), str(ROOT / "LLAMA" / "__init__.py")]
 
     wrong = subprocess.run([env_dir / "bin" / "hf-harness", "lsit"], cwd=tmp_path, capture_output=True, text=True)
-    assert wrong.returncode == 2 and "invalid choice: 'lsit'" in wrong.stderr
+    assert wrong.returncode == 2 and wrong.stderr.startswith("error: hf-harness: ")  # named as typed
+    assert "invalid choice: 'lsit'" in wrong.stderr
 
 
 def test_packages_without_the_clone_refuse_in_one_line(tmp_path, monkeypatch, capsys):
