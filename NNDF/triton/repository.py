@@ -30,9 +30,11 @@ SAME_ARTIFACTS = ("variant", "torch_dir", "working_dir", "trust_remote_code", "d
 
 
 def command(*args: str) -> str:
-    """A `python run.py ...` command line as it is printed: every argument quoted for the shell (paths with
-    spaces or other special characters)."""
-    return shlex.join(("python", "run.py", *args))
+    """A `python run.py ...` command line as it is printed (`hf-harness ...` where the user ran that): every
+    argument quoted for the shell (paths with spaces or other special characters)."""
+    from NNDF.flags import PROG
+
+    return shlex.join((*(("python", "run.py") if PROG == "run.py" else (PROG,)), *args))
 
 
 def models(repository: Path) -> list[str]:
