@@ -31,6 +31,11 @@ def test_editable_install_runs_the_cli_from_any_folder(tmp_path):
                            capture_output=True, text=True, check=True).stdout.split()
     assert where == [str(ROOT / "NNDF" / "__init__.py"), str(ROOT / "LLAMA" / "__init__.py")]
 
+    # a hint naming a file of the clone names it as a command typed in this folder takes it
+    hub = subprocess.run([env_dir / "bin" / "hf-harness", "accuracy", "GPT2", "frameworks", "--num-samples", "1",
+                          "-wd", str(tmp_path / "w")], cwd=tmp_path, capture_output=True, text=True)
+    assert hub.returncode == 2 and f"--dataset {ROOT / 'data' / 'lambada_offline.jsonl'}" in hub.stderr, hub.stderr
+
     wrong = subprocess.run([env_dir / "bin" / "hf-harness", "lsit"], cwd=tmp_path, capture_output=True, text=True)
     assert wrong.returncode == 2 and wrong.stderr.startswith("error: hf-harness: ")  # named as typed
     assert "invalid choice: 'lsit'" in wrong.stderr

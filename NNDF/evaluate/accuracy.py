@@ -26,6 +26,7 @@ import torch
 
 from NNDF.context import RunContext
 from NNDF.errors import DatasetError, UsageError
+from NNDF.family import ROOT
 from NNDF.evaluate import Evaluator
 from NNDF.jsonl import read_jsonl, short_note, text_of
 from NNDF.options import AccuracyOptions, ModelOptions
@@ -107,6 +108,11 @@ def check_passages(run: RunContext, passages: list[str], k: int) -> None:
                                "positions: use shorter passages")
 
 
+def _shown(path: Path) -> str:
+    """A path of the clone as a command typed here takes it: relative below this folder, else whole."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def _hub_passages(name: str, count: int) -> list[str]:
     try:
         import datasets
@@ -115,7 +121,7 @@ def _hub_passages(name: str, count: int) -> list[str]:
     except Exception as exc:  # datasets raises many types (connection, missing config, ...)
         raise DatasetError(
             f"cannot load dataset {name!r} ({type(exc).__name__}); the HuggingFace Hub may be unreachable: "
-            "pass a local JSONL file, e.g. --dataset data/lambada_offline.jsonl") from exc
+            f"pass a local JSONL file, e.g. --dataset {_shown(ROOT / 'data' / 'lambada_offline.jsonl')}") from exc
     return [row["text"] for row in data.select(range(min(count, len(data))))]
 
 
