@@ -29,7 +29,7 @@ from typing import Callable
 
 from NNDF import flags, progress, registry
 from NNDF.actions import ACTIONS, Action
-from NNDF.errors import HarnessError, UnknownChoice, UsageError
+from NNDF.errors import PROG, HarnessError, UnknownChoice, UsageError
 from NNDF.family import ROOT
 from NNDF.outputs import OUTPUTS, STDOUT, check_outputs
 from NNDF.plot import plot_format
@@ -51,7 +51,7 @@ class _Parser(argparse.ArgumentParser):
 def _hinted(message: str) -> str:
     """A refused word's message, with where to go for a flag other tools of this kind take."""
     if "--build-only" in message:
-        message += f" (engines and graphs are built by the build action: {flags.PROG} build MODEL BACKEND...)"
+        message += f" (engines and graphs are built by the build action: {PROG} build MODEL BACKEND...)"
     return message
 
 
@@ -96,7 +96,7 @@ def _named(argv: list[str]):
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line; `argv` (when given) narrows the help of `ACTION MODEL` to that model's kind."""
-    parser = _Parser(prog=flags.PROG, description="HuggingFace models on PyTorch, ONNX Runtime and TensorRT: "
+    parser = _Parser(prog=PROG, description="HuggingFace models on PyTorch, ONNX Runtime and TensorRT: "
                      "accuracy, speed, chat, artifacts, serving.")
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser, metavar="ACTION")
     task, backends = _named(argv) if argv else (None, ())
@@ -150,7 +150,7 @@ def _check_variant(args, family) -> None:
         return
     owner = registry.family_of_variant(name)
     if owner is not None:
-        command = " ".join([flags.PROG, args.action, owner.name, *args.backends, "--variant", name])
+        command = " ".join([PROG, args.action, owner.name, *args.backends, "--variant", name])
         raise UsageError(f"--variant {name!r} is a {owner.name} variant, not a {family.name} one: {command}; "
                          f"{family.name}'s offline variants: {', '.join(family.offline_variants)}")
 
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(sys.argv[1:] if argv is None else argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # a word the action's parser does not take: named with where it belongs
-        say(f"error: {flags.PROG} {args.action}: {_hinted(flags.unrecognized(ACTIONS[args.action], extra))}")
+        say(f"error: {PROG} {args.action}: {_hinted(flags.unrecognized(ACTIONS[args.action], extra))}")
         return 2
     verbose = getattr(args, "verbose", False)
     _quiet_libraries(verbose)

@@ -4,8 +4,14 @@ Messages say what was wrong and, where there is a choice, list the valid choices
 internal invariants; user-facing problems raise one of these, chained (`raise ... from exc`) to the library error
 behind them when there is one, so `--verbose` can show its traceback. Warnings (a cached artifact rebuilt, ...)
 go through `logging` (`logging.getLogger(__name__).warning`): the CLI prints each as one `warning: ...` line.
+Messages and printed commands name the program as the user ran it (`PROG`).
 """
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+PROG = "hf-harness" if Path(sys.argv[0]).name == "hf-harness" else "run.py"  # the command as the user typed it
 
 
 class HarnessError(Exception):

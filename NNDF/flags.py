@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import sys
 from dataclasses import MISSING, fields
-from pathlib import Path
 
 from NNDF import registry
 from NNDF.actions import ACTIONS, Action
-from NNDF.errors import UsageError
+from NNDF.errors import PROG, UsageError
 from NNDF.parts import PARTS
-
-PROG = "hf-harness" if Path(sys.argv[0]).name == "hf-harness" else "run.py"  # the command as the user typed it
 
 
 def backend_groups() -> tuple[type, ...]:

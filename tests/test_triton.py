@@ -485,6 +485,16 @@ def test_serve_starts_prints_its_endpoints_and_stops_on_a_signal(triton_server, 
         socket.create_connection(("127.0.0.1", http), timeout=5).close()
 
 
+def _alive(process) -> bool:
+    """Running, and not a zombie (an orphan's exit status waits for whoever adopted it)."""
+    import psutil
+
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the server ends with its parent on Linux only")
 def test_a_serve_killed_outright_takes_its_server_with_it(triton_server, tmp_path):
     """SIGKILL gives `serve` no time to stop the server: the server (and what it started) ends by itself."""
@@ -499,8 +509,8 @@ def test_a_serve_killed_outright_takes_its_server_with_it(triton_server, tmp_pat
     http, grpc, metrics = free_ports(3)
     process = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "serve", str(repository), "--http-port",
                                 str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)], cwd=ROOT,
-                               env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # its scratch stays here
     started = []
     try:
         line = process.stdout.readline()  # after every model is ready
@@ -510,7 +520,9 @@ def test_a_serve_killed_outright_takes_its_server_with_it(triton_server, tmp_pat
         assert any(p.name() == "tritonserver" for p in started)
         process.kill()
         process.wait(timeout=10)
-        _, alive = psutil.wait_procs(started, timeout=30)
+        deadline = time.monotonic() + 30
+        while (alive := [p for p in started if _alive(p)]) and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert not alive, [(p.pid, p.name()) for p in alive]
         log.unlink()
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from NNDF.artifacts import file_mode, staging_folder
-from NNDF.errors import UsageError
+from NNDF.errors import PROG, UsageError
 from NNDF.triton.config import CONFIG, read_config
 from NNDF.backends.triton.names import check_model_name, default_model_name, model_name  # noqa: F401 (deploy's names)
 from NNDF.triton.server import PATH_VARIABLE, ROOT
@@ -32,8 +32,6 @@ SAME_ARTIFACTS = ("variant", "torch_dir", "working_dir", "trust_remote_code", "d
 def command(*args: str) -> str:
     """A `python run.py ...` command line as it is printed (`hf-harness ...` where the user ran that): every
     argument quoted for the shell (paths with spaces or other special characters)."""
-    from NNDF.flags import PROG
-
     return shlex.join((*(("python", "run.py") if PROG == "run.py" else (PROG,)), *args))
 
 

@@ -225,7 +225,7 @@ def servable(repository: Path, backends: set[str] | None) -> tuple[list[str], di
 def _ends_with(parent: int):
     """What the server's process runs before it becomes the server: on Linux, SIGTERM (a clean stop, bounded by
     --exit-timeout-secs) when the thread that started it ends, which includes this process dying by SIGKILL, whose
-    `stop` never runs; a parent already gone by then stops it at once. Elsewhere nothing: a server whose parent was
+    `stop` never runs; a parent already gone by then ends it before it starts. Elsewhere nothing: a server whose parent was
     killed outright keeps running there. The libc function is looked up here, before the fork."""
     try:
         import ctypes
@@ -236,8 +236,8 @@ def _ends_with(parent: int):
 
     def in_child() -> None:
         prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:
-            os.kill(os.getpid(), signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl: never become its orphan server
+            os._exit(1)
     return in_child
 
 
