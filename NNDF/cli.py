@@ -146,7 +146,7 @@ def _check_variant(args, family) -> None:
     """--variant naming another family's variant (and no --torch-dir, which it would label): one line naming that
     family, before the hub is asked for it."""
     name = getattr(args, "variant", None)
-    if not name or getattr(args, "torch_dir", None) or any(v.name == name for v in family.variants):
+    if not name or getattr(args, "torch_dir", None) or family.declares(name):
         return
     owner = registry.family_of_variant(name)
     if owner is not None:

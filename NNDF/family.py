@@ -91,6 +91,10 @@ class Family:
                 return v
         return Variant(name=name)
 
+    def declares(self, name: str) -> bool:
+        """Whether `name` is one of the family's declared variants."""
+        return any(v.name == name for v in self.variants)
+
     @property
     def offline_variants(self) -> tuple[str, ...]:
         """The names of the variants that need no network."""

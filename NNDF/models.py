@@ -62,17 +62,13 @@ class ModelSource:
         and sampling defaults would silently change)."""
         from transformers import GenerationConfig
 
+        if self.local_dir is not None and (self.local_dir / "generation_config.json").is_file():
+            return _from_pretrained(GenerationConfig, self.family, self.location, True, "the generation settings",
+                                    self.trust_remote_code, self.repair)
         try:
             return GenerationConfig.from_pretrained(self.location, local_files_only=self.files_only)
-        except (OSError, ValueError) as exc:
-            file = self.local_dir / "generation_config.json" if self.local_dir is not None else None
-            if file is None or not file.is_file():
-                return GenerationConfig.from_model_config(self.config)
-            broken = damaged_file(self.local_dir)
-            if broken and broken[0] == file:
-                raise ModelLoadError(f"cannot read the generation settings: {file} is damaged ({broken[1]}); "
-                                     f"{self.repair}") from exc
-            raise ModelLoadError(f"cannot read the generation settings in {file}: {_first_line(exc)}") from exc
+        except (OSError, ValueError):  # none in the folder, or none on the hub for this model
+            return GenerationConfig.from_model_config(self.config)
 
 
 def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
@@ -83,7 +79,7 @@ def _hub_error(family: Family, location: str, exc: Exception) -> ModelLoadError:
 def _offline_hint(family: Family, name: str) -> str:
     """What to run instead of hub id `name`: the offline default for a declared variant, else (perhaps a mistyped
     name) every offline variant of the family."""
-    if any(v.name == name for v in family.variants):
+    if family.declares(name):
         return f"the offline default --variant {family.default_variant}"
     return f"a {family.name} variant that needs no network: --variant {', '.join(family.offline_variants)}"
 

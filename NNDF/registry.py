@@ -95,7 +95,7 @@ def family(name: str) -> Family:
 
 def family_of_variant(name: str) -> Family | None:
     """The registered family that declares variant `name` (None: none does)."""
-    return next((fam for fam in families().values() if any(v.name == name for v in fam.variants)), None)
+    return next((fam for fam in families().values() if fam.declares(name)), None)
 
 
 def family_of_type(model_type: str) -> Family | None:

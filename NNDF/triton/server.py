@@ -225,8 +225,8 @@ def servable(repository: Path, backends: set[str] | None) -> tuple[list[str], di
 def _ends_with(parent: int):
     """What the server's process runs before it becomes the server: on Linux, SIGTERM (a clean stop, bounded by
     --exit-timeout-secs) when the thread that started it ends, which includes this process dying by SIGKILL, whose
-    `stop` never runs; a parent already gone by then ends it before it starts. Elsewhere nothing: a server whose parent was
-    killed outright keeps running there. The libc function is looked up here, before the fork."""
+    `stop` never runs; a parent already gone by then ends it before it starts. Elsewhere nothing: a server whose
+    parent was killed outright keeps running there. The libc function is looked up here, before the fork."""
     try:
         import ctypes
 
